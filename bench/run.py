@@ -1,0 +1,112 @@
+"""Run every ``bench/bench_*.py`` module and write ``bench/RESULTS.md``.
+
+Usage: ``python -m bench.run [name ...]`` (names filter modules, e.g. ``agent``). Each module has a
+``TITLE`` and a ``run(ctx)`` returning rows (dicts). Figures are measured here, on this machine;
+nothing in ``make test`` asserts a timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import importlib
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+
+
+@dataclasses.dataclass
+class Context:
+    work_dir: Path
+    root: Path = ROOT
+
+
+def _machine() -> list[str]:
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    return [
+        f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
+        f"- host: {platform.node()} ({platform.platform()})",
+        f"- cpu: {cpu}, {os.cpu_count()} cores; memory: {mem_kb // 1024} MiB",
+        f"- python: {sys.version.split()[0]}; java: {java[0] if java else 'not found'}",
+    ]
+
+
+def _table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return ["(no rows)"]
+    cols: list[str] = []
+    for row in rows:
+        cols.extend(c for c in row if c not in cols)
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in rows:
+        out.append("| " + " | ".join(str(row.get(c, "")) for c in cols) + " |")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    modules = sorted(p.stem for p in BENCH_DIR.glob("bench_*.py"))
+    if argv:
+        modules = [m for m in modules if any(a in m for a in argv)]
+    work = ROOT / ".run" / "bench"
+    work.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "# Benchmark results",
+        "",
+        "Written by `make bench` (`python -m bench.run`).",
+        "",
+        "## Machine",
+        "",
+        *_machine(),
+        "",
+    ]
+    failed = 0
+    for name in modules:
+        mod = importlib.import_module(f"bench.{name}")
+        title = getattr(mod, "TITLE", name)
+        print(f"== {title}", flush=True)
+        started = time.monotonic()
+        try:
+            rows = mod.run(Context(work_dir=work / name))
+            body = _table(rows)
+        except Exception:  # a failing benchmark is reported, the others still run
+            failed += 1
+            body = ["```", traceback.format_exc(), "```"]
+        lines += [
+            f"## {title}",
+            "",
+            f"(module `bench/{name}.py`, {time.monotonic() - started:.1f} s)",
+            "",
+            *body,
+            "",
+        ]
+        print("\n".join(body), flush=True)
+    (BENCH_DIR / "RESULTS.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {BENCH_DIR / 'RESULTS.md'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

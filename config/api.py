@@ -1,0 +1,76 @@
+"""The JSON API under ``/api/v1/``: one NinjaAPI, routers from each app, token or session auth.
+
+Errors are always ``{"error": "<CODE>", "message": "..."}``; no traceback ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer, SessionAuth
+
+import config
+from console.api import router as console_router
+from console.models import ApiToken
+
+log = logging.getLogger(__name__)
+
+
+class BearerToken(HttpBearer):
+    """``Authorization: Bearer <token>`` with a token from ``manage.py issue_token``."""
+
+    def authenticate(self, request: HttpRequest, token: str):
+        found = ApiToken.objects.authenticate(token)
+        if found is None:
+            return None
+        request.user = found.user
+        return found.user
+
+
+api = NinjaAPI(
+    title="Strata API",
+    version=config.__version__,
+    urls_namespace="api",
+    auth=[BearerToken(), SessionAuth()],
+    docs_url="/docs",
+)
+
+
+def error(request: HttpRequest, code: str, message: str, status: int) -> HttpResponse:
+    return api.create_response(request, {"error": code, "message": message}, status=status)
+
+
+@api.exception_handler(AuthenticationError)
+def on_auth_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return error(request, "UNAUTHENTICATED", "Sign in or send Authorization: Bearer <token>.", 401)
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    details = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', []))}: {e.get('msg', 'invalid')}"
+        for e in exc.errors
+    )
+    return error(request, "INVALID_REQUEST", details or "Invalid request.", 400)
+
+
+@api.exception_handler(Http404)
+def on_not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return error(request, "NOT_FOUND", str(exc) or "Not found.", 404)
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return error(request, getattr(exc, "code", None) or "ERROR", str(exc), exc.status_code)
+
+
+@api.exception_handler(Exception)
+def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    log.exception("unhandled API error on %s %s", request.method, request.path)
+    return error(request, "INTERNAL_ERROR", "An internal error occurred; it has been logged.", 500)
+
+
+api.add_router("/", console_router)

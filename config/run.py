@@ -1,0 +1,173 @@
+"""``make run``: bring up Strata and everything it needs, in the foreground, until Ctrl-C.
+
+Order: PostgreSQL and Redis (the configured ones, or our own under ``.run/`` when the default URL
+answers nothing), migrations, demo users, then the web server (gunicorn), a Celery worker and
+beat. Ctrl-C (or SIGTERM) stops every process started here, and the servers we started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from config import services
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_DIR = Path(os.environ.get("STRATA_RUN_DIR", ROOT / ".run"))
+PY = sys.executable
+BIN = Path(sys.executable).parent
+
+
+def _manage(*args: str) -> str:
+    out = subprocess.run(
+        [PY, str(ROOT / "manage.py"), *args],
+        check=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return out.stdout
+
+
+def _spawn(name: str, cmd: list[str]) -> subprocess.Popen:
+    print(f"Starting {name}: {' '.join(cmd)}", flush=True)
+    return subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+
+
+def _stop(procs: dict[str, subprocess.Popen]) -> None:
+    for name, proc in procs.items():
+        if proc.poll() is None:
+            print(f"Stopping {name} ...", flush=True)
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _wait_http(url: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 (our own loopback URL)
+                return True
+        except urllib.error.HTTPError:
+            time.sleep(0.5)  # it answers, but not healthy yet (e.g. 503 until a worker is up)
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
+def main() -> int:
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    port = os.environ.get("PORT", "8000")
+    db_url = os.environ.get("DATABASE_URL", services.DEFAULT_DATABASE_URL)
+    redis_url = os.environ.get("REDIS_URL", services.DEFAULT_REDIS_URL)
+    procs: dict[str, subprocess.Popen] = {}
+    stopping = False
+
+    def on_signal(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        try:
+            print(
+                services.ensure_postgres(
+                    db_url, is_default="DATABASE_URL" not in os.environ, run_dir=RUN_DIR
+                )
+            )
+            print(
+                services.ensure_redis(
+                    redis_url, is_default="REDIS_URL" not in os.environ, run_dir=RUN_DIR
+                )
+            )
+        except services.ServiceError as exc:
+            print(f"\nmake run: {exc}\n", file=sys.stderr)
+            return 2
+        _manage("migrate", "--noinput", "-v", "0")
+        logins = _manage("demo_users", "--file", str(RUN_DIR / "demo-users.json"))
+        print(logins, end="")
+
+        procs["web"] = _spawn(
+            "web server",
+            [
+                str(BIN / "gunicorn"),
+                "config.wsgi",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                "2",
+                "--threads",
+                "4",
+                "--timeout",
+                "60",
+                "--access-logfile",
+                "-",
+            ],
+        )
+        procs["worker"] = _spawn(
+            "Celery worker",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                "--hostname",
+                "strata@%h",
+            ],
+        )
+        procs["beat"] = _spawn(
+            "Celery beat", [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO"]
+        )
+        health = f"http://127.0.0.1:{port}/api/v1/health"
+        if _wait_http(health, 60):
+            print(
+                f"\nStrata is up: http://127.0.0.1:{port}/  (health: {health}). Ctrl-C stops it.\n{logins}",
+                flush=True,
+            )
+        else:
+            print(
+                f"\nmake run: {health} is not healthy after 60 s; see the logs above.\n",
+                file=sys.stderr,
+                flush=True,
+            )
+        while not stopping:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    print(
+                        f"make run: {name} exited with code {proc.returncode}; stopping everything.",
+                        file=sys.stderr,
+                    )
+                    stopping = True
+                    break
+            time.sleep(0.5)
+        return 0
+    except subprocess.CalledProcessError as exc:
+        print(
+            f"make run: {' '.join(map(str, exc.cmd))} failed with code {exc.returncode}",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        _stop(procs)
+        services.stop_started()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

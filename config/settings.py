@@ -1,0 +1,177 @@
+"""Strata's one settings module, driven by the environment.
+
+Local defaults work on a developer machine of this project's kind (PostgreSQL and Redis on
+127.0.0.1, trust auth). With ``DEBUG`` off, the secret key and allowed hosts must come from the
+environment and the production hardening below applies (``manage.py check --deploy`` is clean).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from celery.schedules import crontab  # noqa: F401  (kept at hand for schedules below)
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_float, env_int, env_list, env_secret, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+RUN_DIR = Path(env_str("STRATA_RUN_DIR", str(BASE_DIR / ".run")))
+
+DEBUG = env_bool("DEBUG", True)
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/strata"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DATABASE_URL = env_str("DATABASE_URL", DEFAULT_DATABASE_URL)
+REDIS_URL = env_str("REDIS_URL", DEFAULT_REDIS_URL)
+
+_INSECURE_DEV_KEY = "strata-insecure-development-key-do-not-use-in-production-0123456789"
+SECRET_KEY = env_secret("SECRET_KEY", _INSECURE_DEV_KEY if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off")
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+if not DEBUG and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is off")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "django_tables2",
+    "django_filters",
+    "pgtrigger",
+    "console",
+    "workflows",
+    "spark_tasks",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.middleware.StrataLoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "console.context_processors.strata",
+            ],
+        },
+    }
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "console:overview"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = RUN_DIR / "static"
+if DEBUG:  # WhiteNoise serves from the finders in DEBUG, but warns when STATIC_ROOT is missing
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"
+        if not DEBUG
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+
+# --- Celery --------------------------------------------------------------------------------
+# Workflow state lives in PostgreSQL; Celery only carries primary keys. Tasks acknowledge late
+# and are requeued when a worker dies, so every task must be idempotent (see CONVENTIONS.md).
+CELERY_TASK_HARD_TIME_LIMIT = env_int("CELERY_TASK_HARD_TIME_LIMIT", 3600)
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 3300)
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_RESULT_EXPIRES = 3600
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = CELERY_TASK_HARD_TIME_LIMIT
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT
+CELERY_TASK_TRACK_STARTED = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Above the longest task's hard limit, so Redis never redelivers a task that is still running.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_HARD_TIME_LIMIT + 600}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = CELERY_BROKER_TRANSPORT_OPTIONS
+CELERY_TASK_DEFAULT_QUEUE = "strata"
+CELERY_BEAT_SCHEDULE = {
+    "heartbeat": {
+        "task": "console.tasks.heartbeat",
+        "schedule": env_float("STRATA_HEARTBEAT_SECONDS", 30.0),
+    },
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(RUN_DIR / "celerybeat-schedule")
+
+# --- Spark ---------------------------------------------------------------------------------
+SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
+SPARK_WORK_DIR = Path(env_str("SPARK_WORK_DIR", str(RUN_DIR / "spark")))
+SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "1g")
+SPARK_JOB_TIMEOUT_SECONDS = env_int("SPARK_JOB_TIMEOUT_SECONDS", 3000)
+
+# --- Logging -------------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# --- Production hardening (DEBUG off) ---------------------------------------------------------
+if not DEBUG:
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_REFERRER_POLICY = "same-origin"
+    X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"

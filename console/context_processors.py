@@ -1,0 +1,33 @@
+"""Template context shared by every page: navigation, the user's roles, the version."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django.urls import reverse
+
+import config
+from console.roles import user_roles
+
+NAV = [
+    ("Overview", "console:overview"),
+    ("Topics", "console:topics"),
+    ("Brokers & disks", "console:brokers"),
+    ("Topology", "console:topology"),
+    ("Workflows", "workflows:list"),
+    ("Spark jobs", "spark_tasks:run-list"),
+    ("Audit", "workflows:audit"),
+]
+
+
+def strata(request: HttpRequest) -> dict:
+    path = request.path
+    items = []
+    for label, name in NAV:
+        url = reverse(name)
+        active = path == url if url == "/" else path.startswith(url)
+        items.append({"label": label, "url": url, "active": active})
+    return {
+        "strata_nav": items,
+        "strata_roles": sorted(user_roles(request.user)),
+        "strata_version": config.__version__,
+    }

@@ -1,0 +1,53 @@
+"""``manage.py demo_users --file F``: one demo user per role, passwords kept in F (mode 0600)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from console.roles import Role
+
+# A second approver lets two-person approval be tried from the demo logins.
+DEMO_USERS = [
+    ("viewer", Role.VIEWER),
+    ("operator", Role.OPERATOR),
+    ("approver", Role.APPROVER),
+    ("approver2", Role.APPROVER),
+    ("admin", Role.ADMIN),
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo users (one per role) and print their logins."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--file", required=True, help="JSON file holding the demo passwords.")
+
+    def handle(self, *args, file: str, **options) -> None:
+        path = Path(file)
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        User = get_user_model()
+        with transaction.atomic():
+            for name, role in DEMO_USERS:
+                password = saved.get(name) or secrets.token_urlsafe(9)
+                saved[name] = password
+                user, _ = User.objects.get_or_create(username=name)
+                if not user.check_password(password):
+                    user.set_password(password)
+                user.is_staff = user.is_superuser = role == Role.ADMIN
+                user.save()
+                user.groups.set([Group.objects.get(name=role)])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(saved, indent=2))
+        os.chmod(path, 0o600)
+        width = max(len(n) for n, _ in DEMO_USERS)
+        self.stdout.write("Demo logins (user / password / role):")
+        for name, role in DEMO_USERS:
+            self.stdout.write(f"  {name:<{width}}  {saved[name]}  ({role})")

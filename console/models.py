@@ -1,0 +1,68 @@
+"""Console models. The cluster inventory (clusters, brokers, log dirs, topics, partitions) is
+added by the console issue; the foundation holds API tokens and the beat heartbeat."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+__all__ = ["ApiToken", "Heartbeat"]
+
+TOKEN_PREFIX = "strata_"  # noqa: S105 (a prefix, not a secret)
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def authenticate(self, raw: str) -> ApiToken | None:
+        token = (
+            self.select_related("user")
+            .filter(key_hash=hash_token(raw), revoked_at__isnull=True, user__is_active=True)
+            .first()
+        )
+        if token is not None:
+            type(self).filter(self, pk=token.pk).update(last_used_at=timezone.now())
+        return token
+
+
+class ApiToken(models.Model):
+    """A bearer token for the JSON API. Only its SHA-256 is stored; the token is shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @classmethod
+    def issue(cls, user, name: str = "") -> tuple[ApiToken, str]:
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(user=user, name=name, key_hash=hash_token(raw), prefix=raw[:12])
+        return token, raw
+
+
+class Heartbeat(models.Model):
+    """Last time a named periodic task ran, written by a Celery worker (beat schedule)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    beat_at = models.DateTimeField()
+    hostname = models.CharField(max_length=255, blank=True)
+    count = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.beat_at:%Y-%m-%d %H:%M:%S}"

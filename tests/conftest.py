@@ -1,0 +1,172 @@
+"""Shared fixtures: personas, a real Celery worker process, headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "correct-horse-battery-staple"
+
+
+def make_user(username: str, role: str):
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user(username=username, password=PASSWORD)
+    user.groups.add(Group.objects.get_or_create(name=role)[0])  # flushed by transactional tests
+    if role == "admin":
+        user.is_staff = user.is_superuser = True
+        user.save()
+    return user
+
+
+@pytest.fixture
+def viewer(db):
+    return make_user("vera-viewer", "viewer")
+
+
+@pytest.fixture
+def operator(db):
+    return make_user("otto-operator", "operator")
+
+
+@pytest.fixture
+def approver(db):
+    return make_user("anna-approver", "approver")
+
+
+@pytest.fixture
+def second_approver(db):
+    return make_user("bert-approver", "approver")
+
+
+@pytest.fixture
+def admin(db):
+    return make_user("ada-admin", "admin")
+
+
+def child_database_url() -> str:
+    """DATABASE_URL of the test database that pytest-django set up (for child processes)."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "DATABASE_URL": child_database_url(), "PYTHONUNBUFFERED": "1"}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def celery_worker_process(
+    django_db_setup, django_db_blocker, tmp_path_factory
+) -> Iterator[subprocess.Popen]:
+    """A real ``celery worker`` process on the test database and the test Redis DB.
+
+    Module-scoped: it stops when its module ends, so other modules see no worker."""
+    from config.celery import app
+
+    with django_db_blocker.unblock():
+        env = child_env()
+    app.control.purge()
+    log = tmp_path_factory.mktemp("worker") / "worker.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                "2",
+                "--loglevel",
+                "INFO",
+                "--hostname",
+                f"test-{os.getpid()}@%h",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"celery worker exited early:\n{log.read_text()}")
+        if app.control.ping(timeout=0.5):
+            break
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise RuntimeError(f"celery worker did not answer a ping:\n{log.read_text()}")
+    proc.log_path = log
+    yield proc
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator:
+    """Debian's Chromium, headless, driven by Playwright (never a downloaded browser)."""
+    from playwright.sync_api import sync_playwright
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package.")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, live_server):
+    """A fresh browser context per test; console errors are collected on ``page.console_errors``."""
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1366, "height": 768})
+    pg = context.new_page()
+    pg.console_errors = []
+    pg.on("console", lambda msg: msg.type == "error" and pg.console_errors.append(msg.text))
+    pg.on("pageerror", lambda exc: pg.console_errors.append(str(exc)))
+    yield pg
+    context.close()
+
+
+def login(page, username: str, password: str = PASSWORD) -> None:
+    page.goto("/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_load_state("networkidle")

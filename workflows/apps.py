@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class WorkflowsConfig(AppConfig):
+    """The write side: workflows, approvals, the audit log and the tasks that carry them out."""
+
+    name = "workflows"
+    verbose_name = "Workflows"
