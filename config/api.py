@@ -15,6 +15,7 @@ from ninja.security import HttpBearer, SessionAuth
 import config
 from console.api import router as console_router
 from console.models import ApiToken
+from workflows.api import router as workflows_router
 
 log = logging.getLogger(__name__)
 
@@ -74,3 +75,4 @@ def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 api.add_router("/", console_router)
+api.add_router("/", workflows_router)
