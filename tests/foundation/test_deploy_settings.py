@@ -11,9 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
-    base = {
-        k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "ALLOWED_HOSTS", "DEBUG")
-    }
+    drop = ("SECRET_KEY", "ALLOWED_HOSTS", "DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")  # last: tests only
+    base = {k: v for k, v in os.environ.items() if k not in drop}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
