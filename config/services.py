@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import os
 import shutil
 import subprocess
@@ -85,6 +86,24 @@ def _pg_connect(url: str, dbname: str | None = None) -> psycopg.Connection:
     return psycopg.connect(**info, autocommit=True)
 
 
+def postgres_home(run_dir: Path) -> Path:
+    """Where our own PostgreSQL keeps its files: ``run_dir``, unless we are root and the postgres
+    user cannot reach it (e.g. a clone under /root); then a folder of its own in /var/tmp, named
+    after ``run_dir`` so that two clones never share one."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return run_dir
+    if (
+        subprocess.run(
+            _as_user(["test", "-x", str(run_dir.resolve())], "postgres"), check=False
+        ).returncode
+        == 0
+    ):
+        return run_dir
+    digest = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]
+    return Path("/var/tmp") / f"strata-postgres-{digest}"  # noqa: S108 (owned by postgres, 0700)
+
+
 def _start_own_postgres(run_dir: Path, port: int) -> None:
     initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
     if not initdb or not pg_ctl:
@@ -92,9 +111,10 @@ def _start_own_postgres(run_dir: Path, port: int) -> None:
         initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
     if not initdb or not pg_ctl:
         raise ServiceError("PostgreSQL's initdb/pg_ctl were not found after installing postgresql.")
-    data = run_dir / "postgres"
-    sock = run_dir / "postgres-socket"
     user = "postgres" if os.geteuid() == 0 else None  # PostgreSQL refuses to run as root
+    home = postgres_home(run_dir)
+    data = home / "postgres"
+    sock = home / "postgres-socket"
     for d in (data, sock):
         d.mkdir(parents=True, exist_ok=True)
         if user:
@@ -109,7 +129,7 @@ def _start_own_postgres(run_dir: Path, port: int) -> None:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-    log = run_dir / "postgres.log"
+    log = home / "postgres.log"
     log.touch()
     if user:
         shutil.chown(log, user=user, group=user)
@@ -130,8 +150,11 @@ def ensure_postgres(url: str, *, is_default: bool, run_dir: Path) -> str:
     try:
         conn = _pg_connect(url, "postgres")
     except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        refused = "refused" in reason or "No such file" in reason or "timeout" in reason
+        text = " ".join(str(exc).split())
+        reason = text or type(exc).__name__
+        refused = any(
+            m in text.lower() for m in ("connection refused", "no such file", "timeout expired")
+        )
         if is_default and refused:
             _start_own_postgres(run_dir, info["port"])
             conn = _pg_connect(url, "postgres")
