@@ -1,0 +1,5 @@
+import sys
+
+from broker_agent.sim import main
+
+sys.exit(main())

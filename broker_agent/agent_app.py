@@ -1,0 +1,202 @@
+"""The broker agent's HTTP API (FastAPI), versioned under ``/v1``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Annotated
+
+from fastapi import Body, FastAPI, Query
+from fastapi.middleware.gzip import GZipMiddleware
+from fastapi.responses import StreamingResponse
+
+from broker_agent.choices import ErrorCode, ExpirationMode
+from broker_agent.models import (
+    BrokerSnapshot,
+    CommandResult,
+    FetchResponse,
+    LogDirInfo,
+    LogDirRemovalPlan,
+    LogStartOffsetRequest,
+    PartitionStateRow,
+    ProduceRequest,
+    ProduceResponse,
+    RecreateStatus,
+    RemoteSegmentRow,
+    RemoteTopicCommand,
+    SegmentStateRequest,
+)
+from broker_agent.web import ApiError, install
+
+__all__ = ["create_app"]
+
+INT = {"ge": 0, "le": 2**31 - 1}
+TOPIC = {"min_length": 1, "max_length": 249}
+
+
+def create_app(broker_factory, secret: bytes) -> FastAPI:
+    state: dict = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        b = broker_factory()
+        b.start()
+        state["b"] = b
+        yield
+        b.stopped.set()
+
+    app = FastAPI(
+        title="Strata broker agent",
+        version="1",
+        lifespan=lifespan,
+        description="One agent per broker. All requests but /v1/health are HMAC-signed "
+        "(X-Strata-Timestamp, X-Strata-Nonce, X-Strata-Signature; see broker_agent/README.md).",
+    )
+    app.add_middleware(GZipMiddleware, minimum_size=2048)
+    install(app, secret)
+
+    def b():
+        return state["b"]
+
+    @app.get("/v1/health")
+    def health() -> dict:
+        return {"status": "ok", "role": "broker", "broker_id": b().broker_id, "online": b().online}
+
+    @app.get("/v1/snapshot", response_model=BrokerSnapshot)
+    def snapshot(since: int | None = Query(None, ge=0, le=2**62)):
+        return b().snapshot(since)
+
+    @app.post("/v1/commands/disable-remote-topic", response_model=CommandResult)
+    def disable_remote_topic(cmd: RemoteTopicCommand):
+        return b().disable_remote_topic(cmd)
+
+    @app.post("/v1/commands/enable-remote-topic", response_model=CommandResult)
+    def enable_remote_topic(cmd: RemoteTopicCommand):
+        if cmd.policy is not None:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, "re-enablement takes no policy")
+        return b().enable_remote_topic(cmd)
+
+    @app.get("/v1/log-dirs", response_model=list[LogDirInfo])
+    def log_dirs():
+        return [b().log_dir_info(d) for d in b().log_dirs.values()]
+
+    @app.post("/v1/log-dirs/{name}/cordon", response_model=LogDirInfo)
+    def cordon(name: str):
+        return b().cordon(name)
+
+    @app.post("/v1/log-dirs/{name}/probe", response_model=LogDirInfo)
+    def probe(name: str):
+        return b().reprobe(name)
+
+    @app.get("/v1/log-dirs/{name}/removal-plan", response_model=LogDirRemovalPlan)
+    def removal_plan(name: str):
+        """Check (never changes anything): the replicas that must move if ``name`` is removed
+        from the broker's configuration, sized by their leaders, placed on the good dirs, and
+        per good dir the space needed vs usable. ``removable`` / ``error`` say whether
+        ``POST .../remove`` would succeed."""
+        return b().removal_plan(name)
+
+    @app.post("/v1/log-dirs/{name}/remove", response_model=LogDirRemovalPlan)
+    def remove_log_dir(name: str, dry_run: bool = Query(False)):
+        """KIP-112 recovery, option 2: remove a bad (OFFLINE) dir from the broker's
+        configuration, persisted. Refused with 409 ``INSUFFICIENT_SPACE`` (body: ``plan``) when
+        the good dirs lack usable space for its replicas, 409 ``LOG_DIR_NOT_OFFLINE``, 400
+        ``LAST_LOG_DIR``. Then LogDirReset re-creates the replicas on the planned good dirs.
+        ``dry_run=true`` answers the plan (or the refusal) and changes nothing."""
+        return b().remove_log_dir(name, dry_run)
+
+    if os.environ.get("STRATA_AGENT_TEST_HOOKS") == "1":
+
+        @app.put("/v1/test/log-dirs/{name}/probe-delay", include_in_schema=False)
+        def probe_delay(name: str, body: Annotated[dict, Body()]) -> dict:
+            """Test-only: inject latency into every probe of a dir (DEGRADED tests)."""
+            delay = body.get("delay_ms") if isinstance(body, dict) else None
+            if not isinstance(delay, int | float) or not 0 <= delay <= 60_000:
+                raise ApiError(400, ErrorCode.INVALID_REQUEST, "delay_ms: 0..60000")
+            return b().set_probe_delay(name, float(delay))
+
+    @app.post("/v1/log-dir-reset")
+    def log_dir_reset() -> dict:
+        """KIP-112 LogDirReset for this broker, sent to the controller; replicas missing from
+        good dirs are then re-created and catch up (progress: /v1/recreate-status)."""
+        return b().controller.log_dir_reset(b().broker_id)
+
+    @app.get("/v1/recreate-status", response_model=RecreateStatus)
+    def recreate_status():
+        return b().recreate_status()
+
+    @app.post("/v1/produce", response_model=ProduceResponse)
+    def produce(req: ProduceRequest):
+        return b().produce(req)
+
+    @app.get("/v1/partitions/{topic}/{partition}/records", response_model=FetchResponse)
+    def fetch(
+        topic: str,
+        partition: int,
+        offset: int = Query(0, ge=0, le=2**62),
+        max_records: int = Query(5000, ge=1, le=100_000),
+    ):
+        return b().fetch(topic, partition, offset, max_records)
+
+    @app.post("/v1/partitions/{topic}/{partition}/roll")
+    def roll(topic: str, partition: int) -> dict:
+        return b().roll(topic, partition)
+
+    @app.post("/v1/partitions/{topic}/{partition}/log-start-offset")
+    def log_start_offset(topic: str, partition: int, req: LogStartOffsetRequest) -> dict:
+        return b().publish_log_start_offset(topic, partition, req.log_start_offset)
+
+    @app.post("/v1/replica/fetch", include_in_schema=False)
+    def replica_fetch(req: Annotated[dict, Body()]) -> dict:
+        try:
+            return b().replica_fetch(req)
+        except (KeyError, TypeError) as exc:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, f"bad replica fetch: {exc}") from None
+
+    @app.get("/v1/replica/{topic}/{partition}/offsets-for-leader-epoch")
+    def offsets_for_leader_epoch(
+        topic: str, partition: int, leader_epoch: int = Query(ge=0, le=2**31)
+    ) -> dict:
+        return b().offsets_for_leader_epoch(topic, partition, leader_epoch)
+
+    @app.get("/v1/remote/inventory")
+    def inventory(
+        topic: str | None = Query(None, max_length=249),
+        offset: int = Query(0, ge=0, le=2**62),
+        limit: int = Query(1000, ge=1, le=100_000),
+        format: str = Query("json", pattern="^(json|ndjson)$"),
+    ):
+        """Remote-segment inventory (DESIGN.md schema). ``format=json`` pages with
+        ``offset``/``limit`` and returns ``next_offset``; ``format=ndjson`` streams every row."""
+        rows = b().inventory(topic)
+        if format == "ndjson":
+            return StreamingResponse(
+                (json.dumps(r) + "\n" for r in rows), media_type="application/x-ndjson"
+            )
+        page = []
+        for i, row in enumerate(rows):
+            if i < offset:
+                continue
+            if len(page) == limit:
+                return {"rows": page, "next_offset": i}
+            page.append(RemoteSegmentRow.model_validate(row).model_dump())
+        return {"rows": page, "next_offset": None}
+
+    @app.get("/v1/remote/partition-states", response_model=list[PartitionStateRow])
+    def partition_states(topic: str | None = Query(None, max_length=249)):
+        return b().partition_states(topic)
+
+    @app.post("/v1/remote/segments/{segment_id}/state", response_model=RemoteSegmentRow)
+    def mark_segment(segment_id: str, req: SegmentStateRequest):
+        return b().mark_segment(segment_id, req.state)
+
+    @app.put("/v1/remote/expiration-mode")
+    def expiration_mode(body: Annotated[dict, Body(examples=[{"mode": "external"}])]) -> dict:
+        mode = body.get("mode") if isinstance(body, dict) else None
+        if mode not in ExpirationMode.ALL:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, "mode must be internal or external")
+        b().expiration_mode = mode
+        return {"mode": mode}
+
+    return app

@@ -1,0 +1,614 @@
+"""Typed HTTP clients for the agent and the controller (httpx + tenacity), plus a small
+idempotent producer and a consumer used by the CLI, the tests and the benchmarks.
+
+Every request is HMAC-signed (:mod:`broker_agent.signing`). Transport errors are retried with
+exponential backoff; every mutating call is safe to retry (idempotency keys, producer sequence
+numbers, expected epochs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlencode
+
+import httpx
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from broker_agent.choices import ErrorCode
+from broker_agent.hashing import partition_for_key
+from broker_agent.models import (
+    BrokerSnapshot,
+    ClusterMetadata,
+    CommandResult,
+    FetchResponse,
+    LogDirInfo,
+    LogDirRemovalPlan,
+    PartitionStateRow,
+    ProduceResponse,
+    RecreateStatus,
+    RemoteSegmentRow,
+    TopicMetadata,
+)
+from broker_agent.signing import sign_headers
+
+__all__ = ["AgentClient", "AgentError", "Consumer", "ControllerClient", "Producer"]
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Parse large answers (200,000 partitions) with the cyclic GC paused: the millions of
+    short-lived objects otherwise trigger collections that cost more than the parse itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+class AgentError(Exception):
+    """A non-2xx answer: ``status``, KIP ``error`` code and ``message``."""
+
+    def __init__(self, status: int, error: str, message: str, body: dict | None = None):
+        super().__init__(f"{status} {error}: {message}")
+        self.status = status
+        self.error = error
+        self.message = message
+        self.body = body or {}
+
+    @property
+    def retriable(self) -> bool:
+        return self.error in ErrorCode.RETRIABLE or self.status >= 500
+
+
+class _SignedClient:
+    def __init__(
+        self,
+        base_url: str,
+        secret: bytes | str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 5,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.secret = secret
+        self.retries = retries
+        self._http = httpx.Client(timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict | None = None,
+        body: object | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
+        raw: bool = False,
+    ):
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        url = self.base_url + path + (f"?{urlencode(query)}" if query else "")
+        content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+
+        def _once():
+            req = self._http.build_request(
+                method,
+                url,
+                content=content,
+                headers={"Content-Type": "application/json"} if body is not None else None,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+            req.headers.update(
+                sign_headers(self.secret, method, req.url.raw_path.decode(), content)
+            )
+            return self._http.send(req)
+
+        attempts = (self.retries if retries is None else retries) + 1
+        for attempt in Retrying(
+            retry=retry_if_exception_type(httpx.TransportError),
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            reraise=True,
+        ):
+            with attempt:
+                resp = _once()
+        if resp.status_code >= 400:
+            try:
+                payload = resp.json()
+            except ValueError:
+                payload = {"error": ErrorCode.INTERNAL_ERROR, "message": resp.text[:500]}
+            raise AgentError(
+                resp.status_code,
+                payload.get("error", f"HTTP_{resp.status_code}"),
+                payload.get("message", ""),
+                payload,
+            )
+        return resp if raw else resp.json()
+
+
+class ControllerClient(_SignedClient):
+    """The simulated controller's API (cluster metadata, KRaft stand-in)."""
+
+    def health(self) -> dict:
+        return self.request("GET", "/v1/health")
+
+    def metadata(
+        self, since: int | None = None, wait_ms: int = 0, *, delta: bool = False
+    ) -> ClusterMetadata:
+        """Cluster metadata; ``changed=False`` when nothing moved after ``since``.
+
+        ``delta=True`` asks for a partition-level delta (``full=False``: only changed partitions
+        of changed topics, see :class:`~broker_agent.models.ClusterMetadata`); a controller that
+        cannot (the real simulated one, or a ``since`` it does not know) answers in full
+        (``full=True``), so callers must look at ``full``.
+        """
+        timeout = 30.0 + wait_ms / 1000
+        resp = self.request(
+            "GET",
+            "/v1/metadata",
+            params={"since": since, "wait_ms": wait_ms or None, "delta": "true" if delta else None},
+            timeout=timeout,
+            raw=True,
+        )
+        with _gc_paused():
+            return ClusterMetadata.model_validate_json(resp.content)
+
+    def topics(self) -> list[TopicMetadata]:
+        return [TopicMetadata.model_validate(t) for t in self.request("GET", "/v1/topics")]
+
+    def topic(self, name: str) -> TopicMetadata:
+        return TopicMetadata.model_validate(self.request("GET", f"/v1/topics/{name}"))
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict | None = None
+    ) -> TopicMetadata:
+        return TopicMetadata.model_validate(
+            self.request(
+                "POST",
+                "/v1/topics",
+                body={
+                    "name": name,
+                    "partitions": partitions,
+                    "replication_factor": replication_factor,
+                    "configs": configs or {},
+                },
+                retries=0,
+            )
+        )
+
+    def alter_configs(
+        self, topic: str, configs: dict, expected_tiered_epoch: int | None = None
+    ) -> TopicMetadata:
+        return TopicMetadata.model_validate(
+            self.request(
+                "POST",
+                f"/v1/topics/{topic}/configs",
+                body={"configs": configs, "expected_tiered_epoch": expected_tiered_epoch},
+            )
+        )
+
+    def start_disable(
+        self, topic: str, policy: str | None = None, expected_tiered_epoch: int | None = None
+    ) -> TopicMetadata:
+        return TopicMetadata.model_validate(
+            self.request(
+                "POST",
+                f"/v1/topics/{topic}/tiering/disable",
+                body={"policy": policy, "expected_tiered_epoch": expected_tiered_epoch},
+            )
+        )
+
+    def complete_disable(
+        self, topic: str, expected_tiered_epoch: int | None = None
+    ) -> TopicMetadata:
+        return TopicMetadata.model_validate(
+            self.request(
+                "POST",
+                f"/v1/topics/{topic}/tiering/complete",
+                body={"expected_tiered_epoch": expected_tiered_epoch},
+            )
+        )
+
+    def enable(self, topic: str, expected_tiered_epoch: int | None = None) -> TopicMetadata:
+        return TopicMetadata.model_validate(
+            self.request(
+                "POST",
+                f"/v1/topics/{topic}/tiering/enable",
+                body={"expected_tiered_epoch": expected_tiered_epoch},
+            )
+        )
+
+    def ack_disable(self, topic: str, broker_id: int, tiered_epoch: int) -> dict:
+        return self.request(
+            "POST",
+            f"/v1/topics/{topic}/tiering/ack",
+            params={"broker_id": broker_id, "tiered_epoch": tiered_epoch},
+        )
+
+    def alter_partition_count(self, topic: str, undeleted_partition_count: int) -> TopicMetadata:
+        return TopicMetadata.model_validate(
+            self.request(
+                "POST",
+                f"/v1/topics/{topic}/partition-count",
+                body={"undeleted_partition_count": undeleted_partition_count},
+            )
+        )
+
+    def partition_for_key(self, topic: str, key: str) -> dict:
+        return self.request("GET", f"/v1/topics/{topic}/partition-for-key", params={"key": key})
+
+    def log_dir_reset(self, broker_id: int) -> dict:
+        return self.request("POST", f"/v1/brokers/{broker_id}/log-dir-reset")
+
+    def allocate_producer_id(self) -> int:
+        return self.request("POST", "/v1/producer-ids")["producer_id"]
+
+    def wait_for(self, predicate, timeout: float = 30.0, interval: float = 0.1):
+        """Poll metadata until ``predicate(metadata)`` is truthy; return its value."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = self.metadata()
+            value = predicate(last)
+            if value:
+                return value
+            time.sleep(interval)
+        raise TimeoutError(
+            f"condition not met within {timeout}s (metadata v{last and last.version})"
+        )
+
+
+class AgentClient(_SignedClient):
+    """One broker agent's API."""
+
+    def health(self) -> dict:
+        return self.request("GET", "/v1/health")
+
+    def snapshot(self, since: int | None = None) -> BrokerSnapshot:
+        resp = self.request("GET", "/v1/snapshot", params={"since": since}, raw=True)
+        with _gc_paused():
+            return BrokerSnapshot.model_validate_json(resp.content)
+
+    def disable_remote_topic(
+        self,
+        topic: str,
+        topic_id: str,
+        tiered_epoch: int,
+        policy: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> CommandResult:
+        return CommandResult.model_validate(
+            self.request(
+                "POST",
+                "/v1/commands/disable-remote-topic",
+                body={
+                    "topic": topic,
+                    "topic_id": topic_id,
+                    "tiered_epoch": tiered_epoch,
+                    "policy": policy,
+                    "idempotency_key": idempotency_key or uuid.uuid4().hex,
+                },
+            )
+        )
+
+    def enable_remote_topic(
+        self, topic: str, topic_id: str, tiered_epoch: int, idempotency_key: str | None = None
+    ) -> CommandResult:
+        return CommandResult.model_validate(
+            self.request(
+                "POST",
+                "/v1/commands/enable-remote-topic",
+                body={
+                    "topic": topic,
+                    "topic_id": topic_id,
+                    "tiered_epoch": tiered_epoch,
+                    "idempotency_key": idempotency_key or uuid.uuid4().hex,
+                },
+            )
+        )
+
+    def log_dirs(self) -> list[LogDirInfo]:
+        return [LogDirInfo.model_validate(d) for d in self.request("GET", "/v1/log-dirs")]
+
+    def cordon_log_dir(self, name: str) -> LogDirInfo:
+        """Admin marks a dir bad: it goes OFFLINE exactly as on an I/O error."""
+        return LogDirInfo.model_validate(self.request("POST", f"/v1/log-dirs/{name}/cordon"))
+
+    def probe_log_dir(self, name: str) -> LogDirInfo:
+        """Re-probe a dir; ONLINE again if it works (after the disk was fixed or replaced)."""
+        return LogDirInfo.model_validate(self.request("POST", f"/v1/log-dirs/{name}/probe"))
+
+    def log_dir_removal_plan(self, name: str) -> LogDirRemovalPlan:
+        """Space needed vs usable per good dir if ``name`` were removed (changes nothing)."""
+        return LogDirRemovalPlan.model_validate(
+            self.request("GET", f"/v1/log-dirs/{name}/removal-plan")
+        )
+
+    def remove_log_dir(self, name: str, *, dry_run: bool = False) -> LogDirRemovalPlan:
+        """Remove a bad dir from the broker's configuration; ``AgentError`` with
+        ``INSUFFICIENT_SPACE`` (``body["plan"]``), ``LOG_DIR_NOT_OFFLINE`` or ``LAST_LOG_DIR``
+        when refused."""
+        return LogDirRemovalPlan.model_validate(
+            self.request(
+                "POST",
+                f"/v1/log-dirs/{name}/remove",
+                params={"dry_run": "true" if dry_run else None},
+                retries=0,
+            )
+        )
+
+    def log_dir_reset(self) -> dict:
+        return self.request("POST", "/v1/log-dir-reset")
+
+    def recreate_status(self) -> RecreateStatus:
+        return RecreateStatus.model_validate(self.request("GET", "/v1/recreate-status"))
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: list[dict],
+        *,
+        producer_id: int = -1,
+        base_sequence: int = -1,
+        undeleted_partition_count: int | None = None,
+        acks: int = -1,
+        timeout_ms: int = 15_000,
+    ) -> ProduceResponse:
+        body = {
+            "topic": topic,
+            "partition": partition,
+            "records": records,
+            "acks": acks,
+            "producer_id": producer_id,
+            "base_sequence": base_sequence,
+            "undeleted_partition_count": undeleted_partition_count,
+            "timeout_ms": timeout_ms,
+        }
+        return ProduceResponse.model_validate(
+            self.request(
+                "POST", "/v1/produce", body=body, retries=0, timeout=timeout_ms / 1000 + 10
+            )
+        )
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_records: int = 5000
+    ) -> FetchResponse:
+        return FetchResponse.model_validate(
+            self.request(
+                "GET",
+                f"/v1/partitions/{topic}/{partition}/records",
+                params={"offset": offset, "max_records": max_records},
+                retries=0,
+            )
+        )
+
+    def roll(self, topic: str, partition: int) -> dict:
+        return self.request("POST", f"/v1/partitions/{topic}/{partition}/roll")
+
+    def publish_log_start_offset(self, topic: str, partition: int, log_start_offset: int) -> dict:
+        return self.request(
+            "POST",
+            f"/v1/partitions/{topic}/{partition}/log-start-offset",
+            body={"log_start_offset": log_start_offset},
+        )
+
+    def mark_segment(self, segment_id: str, state: str) -> RemoteSegmentRow:
+        return RemoteSegmentRow.model_validate(
+            self.request("POST", f"/v1/remote/segments/{segment_id}/state", body={"state": state})
+        )
+
+    def inventory(
+        self, topic: str | None = None, page_size: int = 1000
+    ) -> Iterator[RemoteSegmentRow]:
+        """Every remote segment metadata record, paged (``next_offset`` cursor)."""
+        offset = 0
+        while True:
+            page = self.request(
+                "GET",
+                "/v1/remote/inventory",
+                params={"topic": topic, "offset": offset, "limit": page_size},
+            )
+            for row in page["rows"]:
+                yield RemoteSegmentRow.model_validate(row)
+            if page["next_offset"] is None:
+                return
+            offset = page["next_offset"]
+
+    def partition_states(self, topic: str | None = None) -> list[PartitionStateRow]:
+        return [
+            PartitionStateRow.model_validate(r)
+            for r in self.request("GET", "/v1/remote/partition-states", params={"topic": topic})
+        ]
+
+    def set_expiration_mode(self, mode: str) -> dict:
+        return self.request("PUT", "/v1/remote/expiration-mode", body={"mode": mode})
+
+
+class Producer:
+    """An idempotent, acks=all producer with KIP-253 linear hashing.
+
+    Records are grouped per partition and sent as batches with the producer id and a per-
+    partition sequence, so a retry after a lost answer or a leader change is appended once.
+    ``INVALID_PARTITION_METADATA`` (stale ``undeleted_partition_count``) refreshes metadata and
+    re-hashes the batch, as KIP-253 asks of producers.
+    """
+
+    def __init__(self, controller: ControllerClient, secret: bytes | str, *, timeout: float = 60.0):
+        self.controller = controller
+        self.secret = secret
+        self.timeout = timeout
+        self.producer_id = controller.allocate_producer_id()
+        self.sequences: dict[tuple[str, int], int] = {}
+        self.agents: dict[str, AgentClient] = {}
+        self.metadata: ClusterMetadata = controller.metadata()
+        self._rr = itertools.count()
+
+    def close(self) -> None:
+        for a in self.agents.values():
+            a.close()
+
+    def _agent(self, broker_id: int) -> AgentClient:
+        url = next(b.url for b in self.metadata.brokers if b.broker_id == broker_id)
+        if url not in self.agents:
+            self.agents[url] = AgentClient(url, self.secret, retries=0, timeout=30)
+        return self.agents[url]
+
+    def _topic(self, name: str) -> TopicMetadata:
+        for t in self.metadata.topics:
+            if t.name == name:
+                return t
+        raise AgentError(404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
+
+    def refresh(self) -> None:
+        self.metadata = self.controller.metadata()
+
+    def partition_for(self, topic: TopicMetadata, key: str | None) -> int:
+        n, u = topic.initial_partition_count, topic.undeleted_partition_count
+        if key is None:
+            return next(self._rr) % u
+        return partition_for_key(key.encode(), n, u)
+
+    def send(self, topic: str, records: list[dict]) -> list[tuple[int, int]]:
+        """Send ``records`` (dicts with key / value); return (partition, offset) per record once
+        every one is acknowledged by all in-sync replicas."""
+        results: list[tuple[int, int] | None] = [None] * len(records)
+        pending = list(range(len(records)))
+        deadline = time.monotonic() + self.timeout
+        while pending:
+            t = self._topic(topic)
+            groups: dict[int, list[int]] = {}
+            for i in pending:
+                groups.setdefault(self.partition_for(t, records[i].get("key")), []).append(i)
+            pending = []
+            for partition, idxs in groups.items():
+                try:
+                    offsets = self._send_batch(t, partition, [records[i] for i in idxs], deadline)
+                except AgentError as exc:
+                    if exc.error != ErrorCode.INVALID_PARTITION_METADATA:
+                        raise
+                    pending.extend(idxs)
+                    self._wait_refresh(deadline)
+                    continue
+                for i, off in zip(idxs, offsets, strict=True):
+                    results[i] = (partition, off)
+        return results  # type: ignore[return-value]
+
+    def _wait_refresh(self, deadline: float) -> None:
+        if time.monotonic() > deadline:
+            raise TimeoutError("produce timed out")
+        time.sleep(0.05)
+        self.refresh()
+
+    def _send_batch(self, t: TopicMetadata, partition: int, batch: list[dict], deadline: float):
+        key = (t.name, partition)
+        seq = self.sequences.get(key, 0)
+        while True:
+            part = next((p for p in t.partitions if p.partition == partition), None)
+            try:
+                if part is None or part.leader < 0:
+                    raise AgentError(503, ErrorCode.NOT_LEADER_OR_FOLLOWER, "no leader")
+                resp = self._agent(part.leader).produce(
+                    t.name,
+                    partition,
+                    batch,
+                    producer_id=self.producer_id,
+                    base_sequence=seq,
+                    undeleted_partition_count=t.undeleted_partition_count,
+                )
+                self.sequences[key] = seq + len(batch)
+                return [resp.base_offset + i for i in range(len(batch))]
+            except AgentError as exc:
+                if exc.error == ErrorCode.INVALID_PARTITION_METADATA or not exc.retriable:
+                    raise
+            except httpx.TransportError:
+                pass
+            self._wait_refresh(deadline)
+            t = self._topic(t.name)
+
+
+class Consumer:
+    """Reads partitions from the leaders, from the log start offset up to the high watermark."""
+
+    def __init__(self, controller: ControllerClient, secret: bytes | str):
+        self.controller = controller
+        self.secret = secret
+        self.agents: dict[str, AgentClient] = {}
+
+    def close(self) -> None:
+        for a in self.agents.values():
+            a.close()
+
+    def _agent(self, md: ClusterMetadata, broker_id: int) -> AgentClient:
+        url = next(b.url for b in md.brokers if b.broker_id == broker_id)
+        if url not in self.agents:
+            self.agents[url] = AgentClient(url, self.secret, retries=0, timeout=30)
+        return self.agents[url]
+
+    def fetch_once(
+        self, topic: str, partition: int, offset: int, timeout: float = 30.0
+    ) -> FetchResponse:
+        deadline = time.monotonic() + timeout
+        while True:
+            md = self.controller.metadata()
+            t = next((x for x in md.topics if x.name == topic), None)
+            part = t and next((p for p in t.partitions if p.partition == partition), None)
+            try:
+                if part is None or part.leader < 0:
+                    raise AgentError(503, ErrorCode.NOT_LEADER_OR_FOLLOWER, "no leader")
+                return self._agent(md, part.leader).fetch(topic, partition, offset)
+            except AgentError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
+
+    def read_partition(
+        self, topic: str, partition: int, start: int | None = None, until: int | None = None
+    ):
+        """All records from ``start`` (default: log start) to the high watermark (or ``until``)."""
+        out = []
+        offset = start
+        if offset is None:
+            offset = self.fetch_once(topic, partition, 0, timeout=30).log_start_offset
+        while True:
+            try:
+                resp = self.fetch_once(topic, partition, offset)
+            except AgentError as exc:
+                if exc.error == ErrorCode.OFFSET_OUT_OF_RANGE and "log_start_offset" in exc.body:
+                    offset = exc.body["log_start_offset"]
+                    continue
+                raise
+            out.extend(resp.records)
+            offset = resp.next_offset
+            target = until if until is not None else resp.high_watermark
+            if offset >= target:
+                return out
+
+    def read_topic(self, topic: str) -> dict[int, list]:
+        t = self.controller.topic(topic)
+        return {p.partition: self.read_partition(topic, p.partition) for p in t.partitions}

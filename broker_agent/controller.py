@@ -1,0 +1,753 @@
+"""The simulated controller: the KRaft / ZooKeeper stand-in holding cluster metadata.
+
+One asyncio process. Every handler mutates state without awaiting in between, so each request is
+atomic; metadata is persisted in SQLite (``<data>/controller/metadata.db``) after every change and
+reloaded on start. Brokers long-poll ``GET /v1/metadata?since=<version>`` (the metadata log stand-
+in) and heartbeat; a broker missing heartbeats for ``session_timeout_ms`` is fenced and its
+replicas go offline, as in KRaft.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import time
+import uuid
+
+from fastapi import FastAPI, Query
+
+from broker_agent.choices import (
+    CleanupPolicy,
+    DisablePolicy,
+    ErrorCode,
+    LogDirState,
+    TieredState,
+    TopicConfig,
+)
+from broker_agent.hashing import murmur2, partition_for_key, to_positive
+from broker_agent.models import (
+    AlterConfigsRequest,
+    AlterIsrRequest,
+    AlterPartitionCountRequest,
+    BrokerHeartbeat,
+    ClusterMetadata,
+    CreateTopicRequest,
+    LogDirEvent,
+    PartitionForKeyResponse,
+    TieringCommandRequest,
+    TopicMetadata,
+)
+from broker_agent.web import ApiError, install
+
+__all__ = ["Controller", "create_app"]
+
+log = logging.getLogger("broker_agent.controller")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _tp(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+class Controller:
+    def __init__(self, data_dir: str, cluster_id: str, session_timeout_ms: int = 3000):
+        self.data_dir = data_dir
+        self.cluster_id = cluster_id
+        self.session_timeout_ms = session_timeout_ms
+        os.makedirs(data_dir, exist_ok=True)
+        self.db = sqlite3.connect(os.path.join(data_dir, "metadata.db"), isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self.topics: dict[str, dict] = {}
+        self.brokers: dict[int, dict] = {}
+        self.version = 0
+        self.next_producer_id = 1000
+        self._changed = asyncio.Event()
+        self._load()
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        for key, value in self.db.execute("SELECT key, value FROM kv"):
+            obj = json.loads(value)
+            if key.startswith("topic/"):
+                obj["partitions"] = {int(p): v for p, v in obj["partitions"].items()}
+                obj["tiering_acks"] = set(obj.get("tiering_acks", []))
+                self.topics[obj["name"]] = obj
+            elif key.startswith("broker/"):
+                obj.update(alive=False, last_heartbeat=0.0, offline=set(), log_dirs=[])
+                self.brokers[obj["broker_id"]] = obj
+            elif key == "meta":
+                self.version = obj["version"]
+                self.next_producer_id = obj["next_producer_id"]
+        # Nothing is known to be alive after a restart: brokers re-register with heartbeats.
+        self._reelect(self.topics.values())
+
+    def _save_topic(self, topic: dict) -> None:
+        obj = dict(topic, tiering_acks=sorted(topic["tiering_acks"]))
+        obj["partitions"] = {str(p): v for p, v in topic["partitions"].items()}
+        self.db.execute(
+            "INSERT OR REPLACE INTO kv VALUES (?, ?)", (f"topic/{topic['name']}", json.dumps(obj))
+        )
+
+    def _save_meta(self) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO kv VALUES ('meta', ?)",
+            (json.dumps({"version": self.version, "next_producer_id": self.next_producer_id}),),
+        )
+
+    def _bump(self, *topics: dict) -> None:
+        self.db.execute("BEGIN")
+        for t in topics:
+            self._save_topic(t)
+        self.version += 1
+        self._save_meta()
+        self.db.execute("COMMIT")
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- liveness and leader election --------------------------------------------------------
+
+    def _alive(self, broker_id: int) -> bool:
+        b = self.brokers.get(broker_id)
+        return bool(b and b["alive"])
+
+    def _offline_replicas(self, topic: str, part: dict) -> list[int]:
+        """KIP-112: replicas on dead brokers union replicas on offline log dirs."""
+        key = _tp(topic, part["partition"])
+        return [
+            r for r in part["replicas"] if not self._alive(r) or key in self.brokers[r]["offline"]
+        ]
+
+    def _reelect(self, topics) -> list[dict]:
+        """Shrink ISR to online replicas and elect leaders among online ISR replicas.
+
+        As in Kafka, the ISR never becomes empty: when the last ISR member goes offline it stays
+        in the ISR with no leader (-1), and only that replica can become leader again (no unclean
+        election).
+        """
+        changed = []
+        for t in topics:
+            dirty = False
+            for part in t["partitions"].values():
+                offline = self._offline_replicas(t["name"], part)
+                part["offline_replicas"] = offline
+                isr = [r for r in part["isr"] if r not in offline] or part["isr"][-1:]
+                if isr != part["isr"]:
+                    part["isr"] = isr
+                    part["partition_epoch"] += 1
+                    dirty = True
+                leader = part["leader"]
+                if leader == -1 or leader in offline:
+                    candidates = [r for r in part["replicas"] if r in isr and r not in offline]
+                    new_leader = candidates[0] if candidates else -1
+                    if new_leader != leader:
+                        part["leader"] = new_leader
+                        part["leader_epoch"] += 1
+                        part["partition_epoch"] += 1
+                        dirty = True
+            if dirty:
+                changed.append(t)
+        return changed
+
+    async def session_reaper(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            expired = [
+                b
+                for b in self.brokers.values()
+                if b["alive"] and now - b["last_heartbeat"] > self.session_timeout_ms / 1000
+            ]
+            if expired:
+                for b in expired:
+                    log.warning("broker %s fenced: no heartbeat", b["broker_id"])
+                    b["alive"] = False
+                changed = self._reelect(self.topics.values())
+                self._bump(*changed)
+
+    # -- views -------------------------------------------------------------------------------
+
+    def topic_view(self, t: dict) -> dict:
+        return {
+            "name": t["name"],
+            "topic_id": t["topic_id"],
+            "configs": t["configs"],
+            "tiered_state": t["tiered_state"],
+            "tiered_epoch": t["tiered_epoch"],
+            "disable_policy": t["disable_policy"],
+            "tiering_acks": sorted(t["tiering_acks"]),
+            "initial_partition_count": t["initial_partition_count"],
+            "undeleted_partition_count": t["undeleted_partition_count"],
+            "partitions": [t["partitions"][p] for p in sorted(t["partitions"])],
+        }
+
+    def broker_view(self, b: dict) -> dict:
+        dirs = b.get("log_dirs", [])
+        return {
+            "broker_id": b["broker_id"],
+            "url": b["url"],
+            "alive": b["alive"],
+            "log_dirs": dirs,
+            "offline_log_directory_count": sum(
+                1 for d in dirs if d["state"] == LogDirState.OFFLINE
+            ),
+            "offline_replica_count": sum(
+                1
+                for t in self.topics.values()
+                for p in t["partitions"].values()
+                if b["broker_id"] in p["offline_replicas"]
+            ),
+            "last_heartbeat_ms": b.get("last_heartbeat_ms", 0),
+        }
+
+    def metadata(self) -> dict:
+        return {
+            "cluster_id": self.cluster_id,
+            "version": self.version,
+            "brokers": [self.broker_view(b) for _, b in sorted(self.brokers.items())],
+            "topics": [self.topic_view(t) for _, t in sorted(self.topics.items())],
+            "changed": True,
+        }
+
+    def topic(self, name: str) -> dict:
+        t = self.topics.get(name)
+        if t is None:
+            raise ApiError(404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        return t
+
+    # -- configs -----------------------------------------------------------------------------
+
+    @staticmethod
+    def validate_configs(configs: dict[str, str | None]) -> None:
+        for key, value in configs.items():
+            if key not in TopicConfig.ALL:
+                raise ApiError(400, ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
+            if value is None:
+                continue
+            if key in (TopicConfig.REMOTE_STORAGE_ENABLE, TopicConfig.ENABLE_ORDERED_DELIVERY):
+                if value not in ("true", "false"):
+                    raise ApiError(400, ErrorCode.INVALID_REQUEST, f"{key} must be true or false")
+            elif key == TopicConfig.REMOTE_LOG_DISABLE_POLICY:
+                if value not in DisablePolicy.ALL:
+                    raise ApiError(
+                        400,
+                        ErrorCode.INVALID_REQUEST,
+                        f"unsupported remote.log.disable.policy {value!r} (retain or delete)",
+                    )
+            elif key == TopicConfig.CLEANUP_POLICY:
+                parts = set(value.split(","))
+                if not parts <= {CleanupPolicy.DELETE, CleanupPolicy.COMPACT}:
+                    raise ApiError(400, ErrorCode.INVALID_CONFIG, f"bad cleanup.policy {value!r}")
+            else:
+                try:
+                    number = int(value)
+                except ValueError:
+                    raise ApiError(
+                        400, ErrorCode.INVALID_CONFIG, f"{key} must be an integer"
+                    ) from None
+                low = {TopicConfig.SEGMENT_BYTES: 1024, TopicConfig.MIN_INSYNC_REPLICAS: 1}.get(
+                    key, -2
+                )
+                if number < low or number > 2**62:
+                    raise ApiError(400, ErrorCode.INVALID_CONFIG, f"{key} out of range")
+
+    @staticmethod
+    def _compacted(configs: dict[str, str]) -> bool:
+        return CleanupPolicy.COMPACT in configs.get(TopicConfig.CLEANUP_POLICY, "").split(",")
+
+    def create_topic(self, req: CreateTopicRequest) -> dict:
+        if req.name in self.topics:
+            raise ApiError(409, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} exists")
+        self.validate_configs(dict(req.configs))
+        configs = {k: v for k, v in req.configs.items() if v is not None}
+        tiered = configs.get(TopicConfig.REMOTE_STORAGE_ENABLE) == "true"
+        if tiered and self._compacted(configs):
+            raise ApiError(
+                400,
+                ErrorCode.REMOTE_STORAGE_NOT_SUPPORTED_FOR_COMPACTED_TOPIC,
+                "a compacted topic cannot be tiered (KIP-405)",
+            )
+        alive = sorted(b for b, v in self.brokers.items() if v["alive"])
+        if req.replication_factor > len(alive):
+            raise ApiError(
+                400,
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {req.replication_factor} > {len(alive)} live brokers",
+            )
+        t = {
+            "name": req.name,
+            "topic_id": uuid.uuid4().hex[:22],
+            "configs": configs,
+            "tiered_state": TieredState.ENABLED if tiered else TieredState.NONE,
+            "tiered_epoch": 0,
+            "disable_policy": None,
+            "tiering_acks": set(),
+            "initial_partition_count": req.partitions,
+            "undeleted_partition_count": req.partitions,
+            "partitions": {},
+        }
+        start = len(self.topics)
+        for p in range(req.partitions):
+            t["partitions"][p] = self._new_partition(p, alive, req.replication_factor, start)
+        self.topics[req.name] = t
+        self._reelect([t])
+        self._bump(t)
+        return t
+
+    @staticmethod
+    def _new_partition(p: int, alive: list[int], rf: int, start: int) -> dict:
+        """Rack-unaware round-robin assignment, as Kafka's AdminUtils does (shifted per topic)."""
+        n = len(alive)
+        replicas = [alive[(start + p + i) % n] for i in range(rf)]
+        return {
+            "partition": p,
+            "replicas": replicas,
+            "leader": replicas[0],
+            "leader_epoch": 0,
+            "partition_epoch": 0,
+            "isr": list(replicas),
+            "offline_replicas": [],
+            "created": [],
+            "leader_epoch_after_creation": {},
+            "leader_epoch_before_deletion": {},
+            "marked_for_deletion": False,
+        }
+
+    def alter_configs(self, name: str, req: AlterConfigsRequest) -> dict:
+        """Incremental AlterConfigs with the KIP-950 tiering transitions.
+
+        - ``remote.storage.enable=false`` on ENABLED starts disablement: tiered_epoch + 1,
+          DISABLING, policy from ``remote.log.disable.policy`` (default retain).
+        - on DISABLING any disable or enable is refused with TIERED_STORAGE_DISABLEMENT_IN_PROGRESS
+          (KIP-950: re-enablement only once disablement completed).
+        - ``remote.storage.enable=true`` on DISABLED re-enables; "re-enablement will not provide
+          an option to specify a policy", so a policy in the same request is INVALID_REQUEST.
+        - a compacted topic cannot be tiered, and a tiered topic cannot become compacted.
+        """
+        t = self.topic(name)
+        self.validate_configs(req.configs)
+        self._check_epoch(t, req.expected_tiered_epoch)
+        new = dict(t["configs"])
+        for k, v in req.configs.items():
+            if v is None:
+                new.pop(k, None)
+            else:
+                new[k] = v
+        enable = req.configs.get(TopicConfig.REMOTE_STORAGE_ENABLE)
+        policy = req.configs.get(TopicConfig.REMOTE_LOG_DISABLE_POLICY)
+        state = t["tiered_state"]
+        if self._compacted(new) and (enable == "true" or state == TieredState.ENABLED):
+            raise ApiError(
+                400,
+                ErrorCode.REMOTE_STORAGE_NOT_SUPPORTED_FOR_COMPACTED_TOPIC,
+                "a compacted topic cannot be tiered (KIP-405)",
+            )
+        if enable == "false":
+            if state == TieredState.DISABLING:
+                raise self._in_progress(t)
+            if state == TieredState.ENABLED:
+                self._start_disable(t, policy or DisablePolicy.DEFAULT)
+        elif enable == "true":
+            if state == TieredState.DISABLING:
+                raise self._in_progress(t)
+            if state in (TieredState.DISABLED, TieredState.NONE):
+                if policy is not None and state == TieredState.DISABLED:
+                    raise ApiError(
+                        400, ErrorCode.INVALID_REQUEST, "re-enablement takes no disable policy"
+                    )
+                t["tiered_state"] = TieredState.ENABLED
+                t["disable_policy"] = None
+        elif policy is not None and state == TieredState.DISABLING:
+            raise self._in_progress(t)
+        t["configs"] = new
+        self._bump(t)
+        return t
+
+    # -- KIP-950 tiering ---------------------------------------------------------------------
+
+    @staticmethod
+    def _in_progress(t: dict) -> ApiError:
+        return ApiError(
+            409,
+            ErrorCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
+            f"tiered storage disablement of {t['name']} at tiered epoch {t['tiered_epoch']} "
+            "is in progress",
+        )
+
+    @staticmethod
+    def _check_epoch(t: dict, expected: int | None) -> None:
+        if expected is not None and expected != t["tiered_epoch"]:
+            raise ApiError(
+                409,
+                ErrorCode.STALE_TIERED_EPOCH,
+                f"expected tiered epoch {expected}, topic is at {t['tiered_epoch']}",
+                tiered_epoch=t["tiered_epoch"],
+            )
+
+    def _start_disable(self, t: dict, policy: str) -> None:
+        t["tiered_epoch"] += 1
+        t["tiered_state"] = TieredState.DISABLING
+        t["disable_policy"] = policy
+        t["tiering_acks"] = set()
+        t["configs"][TopicConfig.REMOTE_STORAGE_ENABLE] = "false"
+        t["configs"][TopicConfig.REMOTE_LOG_DISABLE_POLICY] = policy
+
+    def start_disable(self, name: str, req: TieringCommandRequest) -> dict:
+        t = self.topic(name)
+        if req.policy is not None and req.policy not in DisablePolicy.ALL:
+            raise ApiError(
+                400,
+                ErrorCode.INVALID_REQUEST,
+                f"unsupported remote.log.disable.policy {req.policy!r}",
+            )
+        if t["tiered_state"] == TieredState.DISABLING:
+            raise self._in_progress(t)
+        self._check_epoch(t, req.expected_tiered_epoch)
+        if t["tiered_state"] != TieredState.ENABLED:
+            raise ApiError(
+                409,
+                ErrorCode.INVALID_STATE_TRANSITION,
+                f"{name} is {t['tiered_state']}, not ENABLED",
+            )
+        self._start_disable(t, req.policy or DisablePolicy.DEFAULT)
+        self._bump(t)
+        return t
+
+    def hosting_brokers(self, t: dict) -> set[int]:
+        return {r for p in t["partitions"].values() for r in p["replicas"]}
+
+    def ack_disable(self, name: str, broker_id: int, tiered_epoch: int) -> dict:
+        t = self.topic(name)
+        if tiered_epoch == t["tiered_epoch"] and t["tiered_state"] == TieredState.DISABLING:
+            t["tiering_acks"].add(broker_id)
+            self._bump(t)
+        return t
+
+    def complete_disable(self, name: str, req: TieringCommandRequest) -> dict:
+        """DISABLING -> DISABLED once every broker hosting the topic acknowledged
+        DisableRemoteTopic for the current tiered epoch (KIP-950 "Completion of disablement")."""
+        t = self.topic(name)
+        self._check_epoch(t, req.expected_tiered_epoch)
+        if t["tiered_state"] == TieredState.DISABLED:
+            return t  # idempotent
+        if t["tiered_state"] != TieredState.DISABLING:
+            raise ApiError(409, ErrorCode.INVALID_STATE_TRANSITION, f"{name} is not DISABLING")
+        pending = sorted(self.hosting_brokers(t) - t["tiering_acks"])
+        if pending:
+            raise ApiError(
+                409,
+                ErrorCode.TIERED_STORAGE_DISABLEMENT_INCOMPLETE,
+                f"brokers {pending} have not acknowledged DisableRemoteTopic at tiered epoch "
+                f"{t['tiered_epoch']}",
+                pending_brokers=pending,
+            )
+        t["tiered_state"] = TieredState.DISABLED
+        self._bump(t)
+        return t
+
+    def enable(self, name: str, req: TieringCommandRequest) -> dict:
+        t = self.topic(name)
+        if req.policy is not None:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, "re-enablement takes no policy")
+        return (
+            self.alter_configs(
+                name,
+                AlterConfigsRequest(
+                    configs={TopicConfig.REMOTE_STORAGE_ENABLE: "true"},
+                    expected_tiered_epoch=req.expected_tiered_epoch,
+                ),
+            )
+            if t
+            else t
+        )
+
+    # -- KIP-253 -----------------------------------------------------------------------------
+
+    def alter_partition_count(self, name: str, req: AlterPartitionCountRequest) -> dict:
+        """Expand or shrink ``undeleted_partition_count`` (KIP-253 "Partition expansion" and
+        "Partition deletion").
+
+        Expansion: refused while a partition is marked for deletion; new partitions record each
+        existing partition's leader epoch in leaderEpochAfterCreation, then those leader epochs
+        are bumped (so producers using the new count write only after the recorded epoch).
+        Shrink: never below initial_partition_count; partitions >= the new count are marked for
+        deletion with leaderEpochBeforeDeletion and the survivors' leader epochs are bumped.
+        """
+        t = self.topic(name)
+        u, target = t["undeleted_partition_count"], req.undeleted_partition_count
+        parts = t["partitions"]
+        if target == u:
+            return t
+        if target > u:
+            marked = sorted(p for p, v in parts.items() if v["marked_for_deletion"])
+            if marked:
+                raise ApiError(
+                    409,
+                    ErrorCode.PARTITIONS_MARKED_FOR_DELETION,
+                    f"partitions {marked} are marked for deletion; expansion must wait until "
+                    "they are removed (KIP-253)",
+                )
+            alive = sorted(b for b, v in self.brokers.items() if v["alive"])
+            rf = len(parts[0]["replicas"])
+            if rf > len(alive):
+                raise ApiError(400, ErrorCode.INVALID_REPLICATION_FACTOR, "not enough live brokers")
+            after_creation = {str(p): v["leader_epoch"] for p, v in parts.items()}
+            for v in parts.values():
+                v["leader_epoch"] += 1
+                v["partition_epoch"] += 1
+            start = sorted(self.topics).index(name)
+            for p in range(u, target):
+                part = self._new_partition(p, alive, rf, start)
+                part["leader_epoch_after_creation"] = dict(after_creation)
+                parts[p] = part
+        else:
+            if target < t["initial_partition_count"]:
+                raise ApiError(
+                    400,
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"cannot shrink below initial_partition_count {t['initial_partition_count']}",
+                )
+            before_deletion = {str(p): parts[p]["leader_epoch"] for p in range(target)}
+            for p in range(target, u):
+                if p in parts and not parts[p]["leader_epoch_before_deletion"]:
+                    parts[p]["leader_epoch_before_deletion"] = dict(before_deletion)
+                    parts[p]["marked_for_deletion"] = True
+            for p in range(target):
+                parts[p]["leader_epoch"] += 1
+                parts[p]["partition_epoch"] += 1
+        t["undeleted_partition_count"] = target
+        self._reelect([t])
+        self._bump(t)
+        return t
+
+    # -- brokers -----------------------------------------------------------------------------
+
+    def heartbeat(self, hb: BrokerHeartbeat) -> dict:
+        b = self.brokers.get(hb.broker_id)
+        first = b is None
+        if b is None:
+            b = {"broker_id": hb.broker_id, "url": hb.url, "alive": False, "offline": set()}
+            self.brokers[hb.broker_id] = b
+            self.db.execute(
+                "INSERT OR REPLACE INTO kv VALUES (?, ?)",
+                (f"broker/{hb.broker_id}", json.dumps({"broker_id": hb.broker_id, "url": hb.url})),
+            )
+        was_alive, old_offline, old_dirs = b["alive"], b.get("offline", set()), b.get("log_dirs")
+        b["url"] = hb.url
+        b["last_heartbeat"] = time.monotonic()
+        b["last_heartbeat_ms"] = _now_ms()
+        b["alive"] = hb.online
+        b["offline"] = set(hb.offline_replicas)
+        b["log_dirs"] = [d.model_dump() for d in hb.log_dirs]
+        changed: dict[str, dict] = {}
+        for key in hb.created:
+            topic, _, p = key.rpartition(":")
+            t = self.topics.get(topic)
+            part = t["partitions"].get(int(p)) if t else None
+            if part and hb.broker_id in part["replicas"] and hb.broker_id not in part["created"]:
+                part["created"].append(hb.broker_id)
+                changed[topic] = t
+        for key in hb.empty_marked_partitions:
+            topic, _, p = key.rpartition(":")
+            t = self.topics.get(topic)
+            part = t["partitions"].get(int(p)) if t else None
+            if part and part["marked_for_deletion"] and part["leader"] == hb.broker_id:
+                log.info("removing drained partition %s (KIP-253)", key)
+                del t["partitions"][int(p)]
+                changed[topic] = t
+        state_changed = (
+            first
+            or was_alive != b["alive"]
+            or old_offline != b["offline"]
+            or [d["state"] for d in (old_dirs or [])] != [d["state"] for d in b["log_dirs"]]
+        )
+        if state_changed:
+            for t in self._reelect(self.topics.values()):
+                changed[t["name"]] = t
+        if state_changed or changed:
+            self._bump(*changed.values())
+        return {"version": self.version}
+
+    def alter_isr(self, req: AlterIsrRequest) -> dict:
+        """AlterPartition from a leader. Fenced if its leader epoch is not current; only online
+        replicas may join the ISR; the leader always stays in it."""
+        t = self.topic(req.topic)
+        part = t["partitions"].get(req.partition)
+        if part is None:
+            raise ApiError(404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown partition")
+        if req.leader_id != part["leader"] or req.leader_epoch != part["leader_epoch"]:
+            raise ApiError(409, ErrorCode.FENCED_LEADER_EPOCH, "stale leader or leader epoch")
+        offline = self._offline_replicas(req.topic, part)
+        isr = [r for r in part["replicas"] if r in req.isr and r not in offline]
+        if req.leader_id not in isr:
+            isr.insert(0, req.leader_id)
+        if isr != part["isr"]:
+            part["isr"] = isr
+            part["partition_epoch"] += 1
+            self._bump(t)
+        return part
+
+    def log_dir_event(self, ev: LogDirEvent) -> dict:
+        b = self.brokers.get(ev.broker_id)
+        if b is None:
+            raise ApiError(404, ErrorCode.BROKER_NOT_AVAILABLE, f"unknown broker {ev.broker_id}")
+        log.warning("broker %s: %s on %s (%s)", ev.broker_id, ev.event, ev.log_dir, ev.error)
+        return {"version": self.version}
+
+    def log_dir_reset(self, broker_id: int) -> dict:
+        """KIP-112 LogDirReset: drop the broker from every ``created`` list it is in, so it
+        re-creates its replicas (on good dirs) and they catch up from the leaders."""
+        if broker_id not in self.brokers:
+            raise ApiError(404, ErrorCode.BROKER_NOT_AVAILABLE, f"unknown broker {broker_id}")
+        changed = []
+        for t in self.topics.values():
+            dirty = False
+            for part in t["partitions"].values():
+                if broker_id in part["created"]:
+                    part["created"].remove(broker_id)
+                    dirty = True
+            if dirty:
+                changed.append(t)
+        self._bump(*changed)
+        return {"broker_id": broker_id, "topics": [t["name"] for t in changed]}
+
+    def allocate_producer_id(self) -> int:
+        pid = self.next_producer_id
+        self.next_producer_id += 1
+        self._bump()
+        return pid
+
+
+def create_app(controller_factory, secret: bytes) -> FastAPI:
+    state: dict = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        state["c"] = controller_factory()
+        reaper = asyncio.create_task(state["c"].session_reaper())
+        yield
+        reaper.cancel()
+
+    app = FastAPI(
+        title="Strata simulated controller",
+        version="1",
+        lifespan=lifespan,
+        description="KRaft stand-in of the Strata simulated cluster. All requests but /v1/health "
+        "are HMAC-signed (see broker_agent/README.md).",
+    )
+    install(app, secret)
+
+    def c() -> Controller:
+        return state["c"]
+
+    @app.get("/v1/health")
+    async def health() -> dict:
+        return {"status": "ok", "role": "controller", "version": c().version}
+
+    @app.get("/v1/metadata", response_model=ClusterMetadata)
+    async def metadata(
+        since: int | None = Query(None, ge=-1, le=2**62),
+        wait_ms: int = Query(0, ge=0, le=30_000),
+        delta: bool = Query(
+            False,
+            description="Ask for a partition-level delta. This controller always answers in "
+            "full (full=true); the synthetic cluster answers deltas.",
+        ),
+    ):
+        ctl = c()
+        if since is not None and ctl.version <= since and wait_ms:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctl._changed.wait(), wait_ms / 1000)
+        if since is not None and ctl.version <= since:
+            return {
+                "cluster_id": ctl.cluster_id,
+                "version": ctl.version,
+                "brokers": [],
+                "topics": [],
+                "changed": False,
+            }
+        return ctl.metadata()
+
+    @app.get("/v1/topics", response_model=list[TopicMetadata])
+    async def list_topics():
+        return [c().topic_view(t) for _, t in sorted(c().topics.items())]
+
+    @app.post("/v1/topics", response_model=TopicMetadata, status_code=201)
+    async def create_topic(req: CreateTopicRequest):
+        return c().topic_view(c().create_topic(req))
+
+    @app.get("/v1/topics/{topic}", response_model=TopicMetadata)
+    async def get_topic(topic: str):
+        return c().topic_view(c().topic(topic))
+
+    @app.post("/v1/topics/{topic}/configs", response_model=TopicMetadata)
+    async def alter_configs(topic: str, req: AlterConfigsRequest):
+        return c().topic_view(c().alter_configs(topic, req))
+
+    @app.post("/v1/topics/{topic}/tiering/disable", response_model=TopicMetadata)
+    async def start_disable(topic: str, req: TieringCommandRequest):
+        return c().topic_view(c().start_disable(topic, req))
+
+    @app.post("/v1/topics/{topic}/tiering/complete", response_model=TopicMetadata)
+    async def complete_disable(topic: str, req: TieringCommandRequest):
+        return c().topic_view(c().complete_disable(topic, req))
+
+    @app.post("/v1/topics/{topic}/tiering/enable", response_model=TopicMetadata)
+    async def enable(topic: str, req: TieringCommandRequest):
+        return c().topic_view(c().enable(topic, req))
+
+    @app.post("/v1/topics/{topic}/tiering/ack", response_model=TopicMetadata)
+    async def ack(
+        topic: str,
+        broker_id: int = Query(ge=0, le=2**31),
+        tiered_epoch: int = Query(ge=0, le=2**31),
+    ):
+        return c().topic_view(c().ack_disable(topic, broker_id, tiered_epoch))
+
+    @app.post("/v1/topics/{topic}/partition-count", response_model=TopicMetadata)
+    async def partition_count(topic: str, req: AlterPartitionCountRequest):
+        return c().topic_view(c().alter_partition_count(topic, req))
+
+    @app.get("/v1/topics/{topic}/partition-for-key", response_model=PartitionForKeyResponse)
+    async def partition_for(topic: str, key: str = Query(max_length=10_000)):
+        t = c().topic(topic)
+        raw = key.encode()
+        n, u = t["initial_partition_count"], t["undeleted_partition_count"]
+        return {
+            "topic": topic,
+            "key": key,
+            "partition": partition_for_key(raw, n, u),
+            "hash": to_positive(murmur2(raw)),
+            "initial_partition_count": n,
+            "undeleted_partition_count": u,
+        }
+
+    @app.post("/v1/brokers/heartbeat")
+    async def heartbeat(hb: BrokerHeartbeat) -> dict:
+        return c().heartbeat(hb)
+
+    @app.post("/v1/brokers/{broker_id}/log-dir-events")
+    async def log_dir_event(broker_id: int, ev: LogDirEvent) -> dict:
+        return c().log_dir_event(ev)
+
+    @app.post("/v1/brokers/{broker_id}/log-dir-reset")
+    async def log_dir_reset(broker_id: int) -> dict:
+        return c().log_dir_reset(broker_id)
+
+    @app.post("/v1/partitions/alter-isr")
+    async def alter_isr(req: AlterIsrRequest) -> dict:
+        return c().alter_isr(req)
+
+    @app.post("/v1/producer-ids")
+    async def producer_ids() -> dict:
+        return {"producer_id": c().allocate_producer_id()}
+
+    return app

@@ -1,0 +1,426 @@
+"""Pydantic models of the agent and controller APIs, shared with the console.
+
+Names follow Kafka: ``tiered_epoch``, ``log_start_offset``, ``local_log_start_offset``,
+``leader_epoch``, ``isr``, ``offline_replicas``, ``undeleted_partition_count`` ...
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AlterConfigsRequest",
+    "AlterIsrRequest",
+    "AlterPartitionCountRequest",
+    "BrokerHeartbeat",
+    "BrokerInfo",
+    "BrokerSnapshot",
+    "ClusterMetadata",
+    "CommandResult",
+    "CreateTopicRequest",
+    "ErrorResponse",
+    "FetchResponse",
+    "FetchedRecord",
+    "LeaderEpochEntry",
+    "LogDirEvent",
+    "LogDirInfo",
+    "LogDirRemovalPlan",
+    "LogDirRemovalReplica",
+    "LogDirRemovalTarget",
+    "LogStartOffsetRequest",
+    "PartitionForKeyResponse",
+    "PartitionMetadata",
+    "PartitionStateRow",
+    "ProduceRecord",
+    "ProduceRequest",
+    "ProduceResponse",
+    "RecreateStatus",
+    "RemoteSegmentRow",
+    "RemoteTopicCommand",
+    "ReplicaInfo",
+    "SegmentStateRequest",
+    "TieringCommandRequest",
+    "TopicMetadata",
+    "WebhookEvent",
+]
+
+Int32 = Field(ge=-(2**31), le=2**31 - 1)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorResponse(_Model):
+    error: str
+    message: str
+
+
+# -- controller ------------------------------------------------------------------------------
+
+
+class LeaderEpochEntry(_Model):
+    epoch: int
+    start_offset: int
+
+
+class PartitionMetadata(_Model):
+    partition: int
+    replicas: list[int]
+    leader: int = -1
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    isr: list[int]
+    offline_replicas: list[int] = []
+    created: list[int] = []
+    """KIP-112: brokers that have successfully created this replica."""
+    leader_epoch_after_creation: dict[str, int] = {}
+    """KIP-253 leaderEpochAfterCreation: partition (as string) -> leader epoch."""
+    leader_epoch_before_deletion: dict[str, int] = {}
+    """KIP-253 leaderEpochBeforeDeletion; non-empty iff the partition is marked for deletion."""
+    marked_for_deletion: bool = False
+
+
+class TopicMetadata(_Model):
+    name: str
+    topic_id: str
+    configs: dict[str, str]
+    tiered_state: str
+    tiered_epoch: int
+    disable_policy: str | None = None
+    tiering_acks: list[int] = []
+    """Brokers that acknowledged DisableRemoteTopic for the current tiered epoch."""
+    initial_partition_count: int
+    undeleted_partition_count: int
+    partitions: list[PartitionMetadata]
+
+
+class BrokerInfo(_Model):
+    broker_id: int
+    url: str
+    alive: bool
+    log_dirs: list[LogDirInfo] = []
+    offline_log_directory_count: int = 0
+    offline_replica_count: int = 0
+    last_heartbeat_ms: int = 0
+
+
+class ClusterMetadata(_Model):
+    cluster_id: str
+    version: int
+    brokers: list[BrokerInfo]
+    topics: list[TopicMetadata]
+    changed: bool = True
+    full: bool = True
+    """True: ``topics`` is every topic with every partition (a topic missing was deleted).
+    False (only when asked with ``delta=true``, only the synthetic cluster so far): a delta since
+    ``since``: ``topics`` holds topics with changed partitions, each with its topic-level fields
+    and only the changed partitions; other topics and partitions are unchanged."""
+    since: int | None = None
+    removed_topics: list[str] = []
+    """Delta answers: topics deleted since ``since``."""
+    removed_partitions: list[str] = []
+    """Delta answers: ``topic:partition`` removed since ``since`` (KIP-253 drained partitions)."""
+
+
+class CreateTopicRequest(_Model):
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._]+$")
+    partitions: int = Field(ge=1, le=100_000)
+    replication_factor: int = Field(ge=1, le=1000)
+    configs: dict[str, str] = {}
+
+
+class AlterConfigsRequest(_Model):
+    """AlterConfigs (incremental): a ``None`` value deletes the override.
+
+    ``remote.storage.enable=false`` starts KIP-950 disablement with ``remote.log.disable.policy``
+    (default retain); ``true`` enables or re-enables tiering.
+    """
+
+    configs: dict[str, str | None]
+    expected_tiered_epoch: int | None = None
+
+
+class TieringCommandRequest(_Model):
+    """Start / complete disablement or re-enable, with an optional expected-epoch check."""
+
+    policy: str | None = None
+    expected_tiered_epoch: int | None = None
+
+
+class AlterPartitionCountRequest(_Model):
+    undeleted_partition_count: int = Field(ge=1, le=100_000)
+
+
+class AlterIsrRequest(_Model):
+    topic: str
+    partition: int
+    leader_id: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: list[int]
+
+
+class LogDirEvent(_Model):
+    broker_id: int
+    event: Literal["LogDirFailure", "LogDirRecovered"]
+    log_dir: str
+    error: str | None = None
+
+
+class BrokerHeartbeat(_Model):
+    broker_id: int
+    url: str
+    online: bool = True
+    log_dirs: list[LogDirInfo] = []
+    offline_replicas: list[str] = []
+    """``topic:partition`` of replicas this broker should host but cannot serve."""
+    created: list[str] = []
+    """``topic:partition`` replicas created since the controller last listed them in created."""
+    empty_marked_partitions: list[str] = []
+    """Led partitions marked for deletion whose log start offset == log end offset."""
+
+
+class PartitionForKeyResponse(_Model):
+    topic: str
+    key: str
+    partition: int
+    hash: int
+    initial_partition_count: int
+    undeleted_partition_count: int
+
+
+# -- agent -----------------------------------------------------------------------------------
+
+
+class LogDirInfo(_Model):
+    name: str
+    path: str
+    state: str
+    total_bytes: int = 0
+    usable_bytes: int = 0
+    probe_latency_ms: float | None = None
+    error: str | None = None
+    replica_count: int = 0
+    offline_replica_count: int = 0
+
+
+class ReplicaInfo(_Model):
+    topic: str
+    topic_id: str
+    partition: int
+    log_dir: str | None
+    state: str
+    is_leader: bool
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    log_start_offset: int
+    local_log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    size_bytes: int
+    tiered_state: str
+    tiered_epoch: int
+    copier_state: str
+    expiration_state: str
+    remote_log_start_offset: int = -1
+    remote_log_end_offset: int = -1
+    remote_bytes: int = 0
+    remote_segments: int = 0
+    marked_for_deletion: bool = False
+    version: int = 0
+
+
+class BrokerSnapshot(_Model):
+    broker_id: int
+    version: int
+    since: int | None = None
+    full: bool
+    state: str
+    expiration_mode: str
+    log_dirs: list[LogDirInfo]
+    replicas: list[ReplicaInfo]
+    removed: list[str] = []
+    """``topic:partition`` keys removed since ``since`` (incremental snapshots only)."""
+    offline_log_directory_count: int
+    offline_replica_count: int
+    generated_at_ms: int
+
+
+class RemoteTopicCommand(_Model):
+    """DisableRemoteTopic / EnableRemoteTopic (KIP-950 controller -> broker)."""
+
+    topic: str
+    topic_id: str
+    tiered_epoch: int = Field(ge=0, le=2**31 - 1)
+    policy: str | None = None
+    idempotency_key: str = Field(min_length=1, max_length=200)
+
+
+class CommandResult(_Model):
+    topic: str
+    tiered_epoch: int
+    applied: bool
+    """False when this idempotency key was applied before (the repeat changed nothing)."""
+    tiered_state: str
+    partitions: list[int] = []
+
+
+class ProduceRecord(_Model):
+    key: str | None = None
+    value: str
+    timestamp_ms: int | None = Field(default=None, ge=0, le=2**62)
+
+
+class ProduceRequest(_Model):
+    topic: str
+    partition: int = Field(ge=0, le=2**31 - 1)
+    records: list[ProduceRecord] = Field(min_length=1, max_length=100_000)
+    acks: Literal[-1, 1, 0] = -1
+    producer_id: int = Field(default=-1, ge=-1, le=2**62)
+    base_sequence: int = Field(default=-1, ge=-1, le=2**31 - 1)
+    undeleted_partition_count: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    timeout_ms: int = Field(default=15_000, ge=1, le=120_000)
+
+
+class ProduceResponse(_Model):
+    topic: str
+    partition: int
+    base_offset: int
+    log_end_offset: int
+    high_watermark: int
+    duplicate: bool = False
+
+
+class FetchedRecord(_Model):
+    offset: int
+    timestamp_ms: int
+    key: str | None
+    value: str
+
+
+class FetchResponse(_Model):
+    topic: str
+    partition: int
+    records: list[FetchedRecord]
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+    local_log_start_offset: int
+    remote_records: int = 0
+    """How many of ``records`` were read from the remote store."""
+
+
+class LogStartOffsetRequest(_Model):
+    log_start_offset: int = Field(ge=0, le=2**62)
+
+
+class SegmentStateRequest(_Model):
+    state: Literal["DELETE_SEGMENT_STARTED", "DELETE_SEGMENT_FINISHED"]
+
+
+class RemoteSegmentRow(_Model):
+    """One row of the remote-segment inventory (DESIGN.md, Spark job contract)."""
+
+    cluster: str
+    topic: str
+    topic_id: str
+    partition: int
+    segment_id: str
+    start_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    size_bytes: int
+    segment_leader_epochs: list[LeaderEpochEntry]
+    tiered_epoch: int
+    state: str
+    object_path: str
+    event_timestamp_ms: int
+
+
+class PartitionStateRow(_Model):
+    """One row of the partition state input of the Spark jobs (DESIGN.md)."""
+
+    cluster: str
+    topic: str
+    topic_id: str
+    partition: int
+    retention_ms: int
+    retention_bytes: int
+    log_start_offset: int
+    local_log_start_offset: int
+    log_end_offset: int
+    local_untiered_bytes: int
+    leader_epochs: list[LeaderEpochEntry]
+    tiered_state: str
+    tiered_epoch: int
+    disable_policy: str | None
+    purge_below_tiered_epoch: int
+
+
+class RecreateStatus(_Model):
+    """Progress of replicas re-created after LogDirReset."""
+
+    total: int
+    in_sync: int
+    replicas: list[dict]
+
+
+class LogDirRemovalReplica(_Model):
+    """A replica that must be re-created on a good dir when its bad dir is removed."""
+
+    topic: str
+    partition: int
+    size_bytes: int
+    size_source: Literal["leader", "last_known", "unknown"]
+    """``leader``: the current leader's local size (what catching up will write);
+    ``last_known``: this replica's size before its dir failed; ``unknown``: neither (0)."""
+    target_dir: str | None
+    """The good dir it will be re-created on; ``None`` if no good dir has room."""
+
+
+class LogDirRemovalTarget(_Model):
+    name: str
+    state: str
+    usable_bytes: int
+    needed_bytes: int
+    """Bytes of the replicas this plan puts on this dir."""
+    fits: bool
+
+
+class LogDirRemovalPlan(_Model):
+    """KIP-112 recovery, option 2: remove a bad log dir from the broker's configuration.
+
+    ``removable`` is false with ``error`` ``INSUFFICIENT_SPACE`` when the good dirs lack usable
+    space for the replicas that must move there, ``LOG_DIR_NOT_OFFLINE`` for a dir that is not
+    OFFLINE, ``LAST_LOG_DIR`` for a broker's only dir."""
+
+    broker_id: int
+    log_dir: str
+    state: str
+    removable: bool
+    removed: bool = False
+    """True once the dir was removed (``POST .../remove`` without ``dry_run``)."""
+    error: str | None = None
+    message: str = ""
+    needed_bytes: int
+    available_bytes: int
+    replicas: list[LogDirRemovalReplica]
+    good_dirs: list[LogDirRemovalTarget]
+
+
+class WebhookEvent(_Model):
+    event_id: str
+    event: Literal["LogDirFailure", "LogDirRecovered", "BrokerOffline"]
+    cluster: str
+    broker_id: int
+    log_dir: str | None = None
+    error: str | None = None
+    offline_replicas: list[str] = []
+    timestamp_ms: int
+
+
+BrokerInfo.model_rebuild()

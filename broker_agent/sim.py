@@ -1,0 +1,930 @@
+"""``python -m broker_agent ...``: the simulated cluster's CLI and process entry points.
+
+Process entry points (used by ``sim up``; not meant to be typed): ``controller``, ``broker``,
+``synthetic``, ``demo-load-worker``. Everything else is under ``sim``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import httpx
+
+from broker_agent.choices import ExpirationMode, LogDirState, TieredState, TopicConfig
+from broker_agent.signing import load_secret
+
+__all__ = ["main"]
+
+DEFAULT_DATA = ".run/sim"
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _read_json(path: str, default=None):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return default
+
+
+def _write_json(path: str, obj) -> None:
+    with open(path + ".tmp", "w") as fh:
+        json.dump(obj, fh, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def _secret(data: str) -> bytes:
+    try:
+        return load_secret()
+    except RuntimeError:
+        pass
+    path = os.path.join(data, "secret")
+    with open(path, "rb") as fh:
+        return fh.read().strip()
+
+
+def _ensure_secret(data: str) -> dict[str, str]:
+    """Env for child processes: the caller's secret, else ``<data>/secret`` (created once)."""
+    env = {}
+    if os.environ.get("STRATA_AGENT_SECRET") or os.environ.get("STRATA_AGENT_SECRET_FILE"):
+        return env
+    path = os.path.join(data, "secret")
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+    env["STRATA_AGENT_SECRET_FILE"] = os.path.abspath(path)
+    return env
+
+
+def _pid_path(data: str, name: str) -> str:
+    return os.path.join(data, "pids", f"{name}.pid")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read()
+        with open(f"/proc/{pid}/stat") as fh:
+            if fh.read().split(")")[-1].split()[0] == "Z":
+                return False
+        return b"broker_agent" in cmd
+    except FileNotFoundError:
+        return False
+
+
+def _running(data: str, name: str) -> int | None:
+    try:
+        with open(_pid_path(data, name)) as fh:
+            pid = int(fh.read().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+def _spawn(data: str, name: str, args: list[str], extra_env: dict[str, str]) -> int:
+    os.makedirs(os.path.join(data, "logs"), exist_ok=True)
+    os.makedirs(os.path.join(data, "pids"), exist_ok=True)
+    env = dict(os.environ)
+    env.update(extra_env)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    logf = open(os.path.join(data, "logs", f"{name}.log"), "ab")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker_agent", *args],
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+        close_fds=True,
+    )
+    logf.close()
+    with open(_pid_path(data, name), "w") as fh:
+        fh.write(str(proc.pid))
+    return proc.pid
+
+
+def _kill(data: str, name: str, sig: int = signal.SIGTERM, wait: float = 5.0) -> bool:
+    pid = _running(data, name)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_pid_path(data, name))
+    if pid is None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and _pid_alive(pid):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
+    if _pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    return True
+
+
+def _wait_health(url: str, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url.rstrip("/") + "/v1/health", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def _cluster(data: str) -> dict:
+    c = _read_json(os.path.join(data, "cluster.json"))
+    if c is None:
+        sys.exit(f"no simulated cluster in {data} (run: python -m broker_agent sim up)")
+    return c
+
+
+def _urls(c: dict) -> dict:
+    return {
+        "cluster_id": c["cluster_id"],
+        "mode": c["mode"],
+        "controller": c["controller"]["url"],
+        "brokers": {bid: b["url"] for bid, b in c["brokers"].items()},
+        "secret_file": c.get("secret_file"),
+    }
+
+
+def _controller(data: str):
+    from broker_agent.client import ControllerClient
+
+    c = _cluster(data)
+    return ControllerClient(c["controller"]["url"], _secret(data))
+
+
+# -- process entry points ----------------------------------------------------------------------
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=os.environ.get("STRATA_AGENT_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def run_controller(args) -> None:
+    import uvicorn
+
+    from broker_agent.controller import Controller, create_app
+
+    _setup_logging()
+    secret = load_secret()
+    app = create_app(
+        lambda: Controller(
+            os.path.join(args.data, "controller"), args.cluster_id, args.session_timeout_ms
+        ),
+        secret,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+def run_broker(args) -> None:
+    import uvicorn
+
+    from broker_agent.agent_app import create_app
+    from broker_agent.broker import Broker
+
+    _setup_logging()
+    secret = load_secret()
+    names = [f"logdir-{i}" for i in range(args.log_dirs)]
+    url = f"http://{args.host}:{args.port}"
+    app = create_app(
+        lambda: Broker(
+            broker_id=args.id,
+            data_dir=args.data,
+            log_dir_names=names,
+            controller_url=args.controller,
+            secret=secret,
+            url=url,
+            cluster_id=args.cluster_id,
+            segment_bytes=args.segment_bytes,
+            expiration_mode=args.expiration,
+            webhook_url=args.webhook or os.environ.get("STRATA_EVENTS_WEBHOOK_URL"),
+            probe_interval=args.probe_interval,
+            replica_lag_time_max_ms=args.replica_lag_time_max_ms,
+            log_dir_capacity_bytes=args.log_dir_capacity_bytes or None,
+        ),
+        secret,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", limit_concurrency=500)
+
+
+def run_synthetic(args) -> None:
+    import uvicorn
+
+    from broker_agent.synthetic import create_app
+
+    _setup_logging()
+    app = create_app(
+        load_secret(),
+        cluster_id=args.cluster_id,
+        brokers=args.brokers,
+        log_dirs=args.log_dirs,
+        topics=args.topics,
+        partitions_per_topic=args.partitions_per_topic,
+        base_url=f"http://{args.host}:{args.port}",
+        tick_interval=args.tick_interval,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+# -- sim commands ------------------------------------------------------------------------------
+
+
+def _broker_args(c: dict, bid: str) -> list[str]:
+    b = c["brokers"][bid]
+    args = [
+        "broker",
+        "--id",
+        bid,
+        "--data",
+        c["data"],
+        "--port",
+        str(b["port"]),
+        "--controller",
+        c["controller"]["url"],
+        "--cluster-id",
+        c["cluster_id"],
+        "--log-dirs",
+        str(c["log_dirs"]),
+        "--segment-bytes",
+        str(c["segment_bytes"]),
+        "--expiration",
+        c["expiration"],
+        "--probe-interval",
+        str(c.get("probe_interval", 1.0)),
+        "--replica-lag-time-max-ms",
+        str(c.get("replica_lag_time_max_ms", 5000)),
+    ]
+    if c.get("webhook"):
+        args += ["--webhook", c["webhook"]]
+    if c.get("log_dir_capacity_bytes"):
+        args += ["--log-dir-capacity-bytes", str(c["log_dir_capacity_bytes"])]
+    return args
+
+
+def _start_broker(c: dict, bid: str, env: dict) -> None:
+    if _running(c["data"], f"broker-{bid}") is None:
+        _spawn(c["data"], f"broker-{bid}", _broker_args(c, bid), env)
+
+
+def cmd_up(args) -> int:
+    data = os.path.abspath(args.data)
+    os.makedirs(data, exist_ok=True)
+    env = _ensure_secret(data)
+    path = os.path.join(data, "cluster.json")
+    c = _read_json(path)
+    synthetic = args.synthetic_topics is not None
+    if c is None:
+        host = "127.0.0.1"
+        base = args.base_port
+        ctl_port = base if base else _free_port()
+        c = {
+            "cluster_id": args.cluster_id or f"sim-{uuid.uuid4().hex[:8]}",
+            "mode": "synthetic" if synthetic else "real",
+            "data": data,
+            "log_dirs": args.log_dirs,
+            "segment_bytes": args.segment_bytes,
+            "expiration": args.expiration,
+            "webhook": args.webhook,
+            "probe_interval": args.probe_interval,
+            "replica_lag_time_max_ms": args.replica_lag_time_max_ms,
+            "session_timeout_ms": args.session_timeout_ms,
+            "log_dir_capacity_bytes": args.log_dir_capacity_bytes,
+            "secret_file": env.get("STRATA_AGENT_SECRET_FILE"),
+            "controller": {"port": ctl_port, "url": f"http://{host}:{ctl_port}"},
+            "brokers": {},
+        }
+        if synthetic:
+            c["synthetic"] = {
+                "topics": args.synthetic_topics,
+                "partitions_per_topic": args.partitions_per_topic,
+                "tick_interval": args.synthetic_tick_interval,
+            }
+            c["controller"]["url"] = f"http://{host}:{ctl_port}"
+            for i in range(1, args.brokers + 1):
+                c["brokers"][str(i)] = {
+                    "port": ctl_port,
+                    "url": f"http://{host}:{ctl_port}/brokers/{i}",
+                }
+        else:
+            for i in range(1, args.brokers + 1):
+                port = base + i if base else _free_port()
+                c["brokers"][str(i)] = {"port": port, "url": f"http://{host}:{port}"}
+        _write_json(path, c)
+    if c["mode"] == "synthetic":
+        if _running(data, "synthetic") is None:
+            s = c["synthetic"]
+            _spawn(
+                data,
+                "synthetic",
+                [
+                    "synthetic",
+                    "--port",
+                    str(c["controller"]["port"]),
+                    "--cluster-id",
+                    c["cluster_id"],
+                    "--brokers",
+                    str(len(c["brokers"])),
+                    "--log-dirs",
+                    str(c["log_dirs"]),
+                    "--topics",
+                    str(s["topics"]),
+                    "--partitions-per-topic",
+                    str(s["partitions_per_topic"]),
+                    "--tick-interval",
+                    str(s.get("tick_interval", 5.0)),
+                ],
+                env,
+            )
+        if not _wait_health(c["controller"]["url"], 120):
+            print(json.dumps({"error": "synthetic cluster did not answer"}), file=sys.stderr)
+            return 1
+        print(json.dumps(_urls(c)))
+        return 0
+    if _running(data, "controller") is None:
+        _spawn(
+            data,
+            "controller",
+            [
+                "controller",
+                "--data",
+                data,
+                "--port",
+                str(c["controller"]["port"]),
+                "--cluster-id",
+                c["cluster_id"],
+                "--session-timeout-ms",
+                str(c.get("session_timeout_ms", 3000)),
+            ],
+            env,
+        )
+    for bid in c["brokers"]:
+        _start_broker(c, bid, env)
+    urls = [c["controller"]["url"], *(b["url"] for b in c["brokers"].values())]
+    for url in urls:
+        if not _wait_health(url):
+            print(json.dumps({"error": f"{url} did not answer"}), file=sys.stderr)
+            return 1
+    ctl = _controller(data)
+    try:
+        ctl.wait_for(
+            lambda md: sum(1 for b in md.brokers if b.alive) >= len(c["brokers"]), timeout=30
+        )
+    except TimeoutError:
+        print(json.dumps({"error": "brokers did not register"}), file=sys.stderr)
+        return 1
+    print(json.dumps(_urls(c)))
+    return 0
+
+
+def cmd_down(args) -> int:
+    data = os.path.abspath(args.data)
+    pids = os.path.join(data, "pids")
+    names = (
+        sorted(n[:-4] for n in os.listdir(pids) if n.endswith(".pid"))
+        if os.path.isdir(pids)
+        else []
+    )
+    # brokers first, then the controller, so brokers do not spin on a dead controller
+    names.sort(key=lambda n: (n == "controller", n))
+    stopped = [n for n in names if _kill(data, n)]
+    print(json.dumps({"stopped": stopped}))
+    return 0
+
+
+def cmd_kill_broker(args) -> int:
+    data = os.path.abspath(args.data)
+    ok = _kill(data, f"broker-{args.id}", signal.SIGKILL, wait=5)
+    print(json.dumps({"killed": ok, "broker": args.id}))
+    return 0 if ok else 1
+
+
+def cmd_start_broker(args) -> int:
+    data = os.path.abspath(args.data)
+    c = _cluster(data)
+    bid = str(args.id)
+    if bid not in c["brokers"]:
+        sys.exit(f"unknown broker {bid}")
+    _start_broker(c, bid, _ensure_secret(data))
+    ok = _wait_health(c["brokers"][bid]["url"])
+    print(json.dumps({"started": ok, "broker": args.id, "url": c["brokers"][bid]["url"]}))
+    return 0 if ok else 1
+
+
+def _status(data: str) -> dict:
+    from broker_agent.client import AgentClient
+
+    c = _cluster(data)
+    secret = _secret(data)
+    out = {
+        "cluster_id": c["cluster_id"],
+        "mode": c["mode"],
+        "controller": c["controller"]["url"],
+        "brokers": [],
+        "topics": [],
+    }
+    try:
+        md = _controller(data).metadata()
+    except Exception as exc:  # report, do not crash: status is for humans and scripts
+        out["error"] = f"controller unreachable: {exc}"
+        return out
+    for bid, b in sorted(c["brokers"].items(), key=lambda kv: int(kv[0])):
+        info = next((x for x in md.brokers if x.broker_id == int(bid)), None)
+        entry = {
+            "broker_id": int(bid),
+            "url": b["url"],
+            "running": c["mode"] == "synthetic" or _running(data, f"broker-{bid}") is not None,
+            "alive": bool(info and info.alive),
+            "log_dirs": [],
+            "offline_log_directory_count": 0,
+            "offline_replica_count": info.offline_replica_count if info else 0,
+        }
+        with (
+            contextlib.suppress(Exception),
+            AgentClient(b["url"], secret, retries=0, timeout=3) as a,
+        ):
+            dirs = a.log_dirs()
+            entry["log_dirs"] = [
+                {"name": d.name, "path": d.path, "state": d.state, "error": d.error} for d in dirs
+            ]
+            entry["offline_log_directory_count"] = sum(
+                1 for d in dirs if d.state == LogDirState.OFFLINE
+            )
+        out["brokers"].append(entry)
+    for t in md.topics:
+        out["topics"].append(
+            {
+                "name": t.name,
+                "topic_id": t.topic_id,
+                "partitions": len(t.partitions),
+                "initial_partition_count": t.initial_partition_count,
+                "undeleted_partition_count": t.undeleted_partition_count,
+                "tiered_state": t.tiered_state,
+                "tiered_epoch": t.tiered_epoch,
+                "disable_policy": t.disable_policy,
+                "offline_partitions": sum(1 for p in t.partitions if p.leader < 0),
+            }
+        )
+    return out
+
+
+def cmd_status(args) -> int:
+    st = _status(os.path.abspath(args.data))
+    if args.json:
+        print(json.dumps(st, indent=2))
+    else:
+        for b in st["brokers"]:
+            dirs = ", ".join(f"{d['name']}={d['state']}" for d in b["log_dirs"])
+            print(
+                f"broker {b['broker_id']}: alive={b['alive']} {dirs} offline_replicas={b['offline_replica_count']}"
+            )
+        for t in st["topics"]:
+            print(
+                f"topic {t['name']}: {t['partitions']} partitions, tiering {t['tiered_state']} epoch {t['tiered_epoch']}"
+            )
+    return 0
+
+
+def cmd_create_topic(args) -> int:
+    configs = dict(kv.split("=", 1) for kv in args.config or [])
+    if args.tiered:
+        configs[TopicConfig.REMOTE_STORAGE_ENABLE] = "true"
+    if args.segment_bytes:
+        configs[TopicConfig.SEGMENT_BYTES] = str(args.segment_bytes)
+    t = _controller(os.path.abspath(args.data)).create_topic(
+        args.topic, args.partitions, args.replication_factor, configs
+    )
+    print(json.dumps({"name": t.name, "topic_id": t.topic_id, "tiered_state": t.tiered_state}))
+    return 0
+
+
+def _ledger(data: str, topic: str) -> str:
+    d = os.path.join(data, "ledger")
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, f"{topic}.acked")
+
+
+def cmd_produce(args) -> int:
+    from broker_agent.client import Producer
+
+    data = os.path.abspath(args.data)
+    ctl = _controller(data)
+    producer = Producer(ctl, _secret(data))
+    run = uuid.uuid4().hex[:8]
+    acked = 0
+    started = time.monotonic()
+    pad = "x" * max(0, args.value_size - 20)
+    with open(_ledger(data, args.topic), "a") as ledger:
+        for start in range(0, args.records, args.batch_size):
+            n = min(args.batch_size, args.records - start)
+            records = [
+                {
+                    "key": f"key-{(start + i) % 1000}" if args.keyed else None,
+                    "value": f"{run}-{start + i}|{pad}",
+                }
+                for i in range(n)
+            ]
+            producer.send(args.topic, records)
+            ledger.write("".join(r["value"].split("|")[0] + "\n" for r in records))
+            ledger.flush()
+            acked += n
+    elapsed = time.monotonic() - started
+    producer.close()
+    print(
+        json.dumps(
+            {
+                "acked": acked,
+                "seconds": round(elapsed, 3),
+                "records_per_second": round(acked / elapsed, 1) if elapsed else None,
+            }
+        )
+    )
+    return 0
+
+
+def verify_topic(data: str, topic: str) -> dict:
+    from broker_agent.client import Consumer
+
+    ctl = _controller(data)
+    consumer = Consumer(ctl, _secret(data))
+    seen: dict[str, int] = {}
+    total = 0
+    for records in consumer.read_topic(topic).values():
+        for rec in records:
+            ident = rec.value.split("|")[0]
+            seen[ident] = seen.get(ident, 0) + 1
+            total += 1
+    consumer.close()
+    try:
+        with open(_ledger(data, topic)) as fh:
+            acked = {line.strip() for line in fh if line.strip()}
+    except FileNotFoundError:
+        acked = set()
+    return {
+        "consumed": total,
+        "acked": len(acked),
+        "lost": sum(1 for a in acked if a not in seen),
+        "duplicated": sum(n - 1 for n in seen.values() if n > 1),
+    }
+
+
+def cmd_consume(args) -> int:
+    data = os.path.abspath(args.data)
+    if not args.verify:
+        from broker_agent.client import Consumer
+
+        consumer = Consumer(_controller(data), _secret(data))
+        for p, recs in consumer.read_topic(args.topic).items():
+            for r in recs:
+                print(
+                    json.dumps({"partition": p, "offset": r.offset, "key": r.key, "value": r.value})
+                )
+        return 0
+    res = verify_topic(data, args.topic)
+    print(f"consumed: {res['consumed']}")
+    print(f"lost: {res['lost']}")
+    print(f"duplicated: {res['duplicated']}")
+    return 0 if res["lost"] == 0 and res["duplicated"] == 0 else 1
+
+
+def cmd_disable_tiering(args) -> int:
+    """Drive a whole KIP-950 disablement: start, DisableRemoteTopic to every hosting broker
+    (retried until each answers), complete. Resumes a topic left in DISABLING."""
+    from broker_agent.client import AgentClient, AgentError
+
+    data = os.path.abspath(args.data)
+    ctl = _controller(data)
+    t = ctl.topic(args.topic)
+    if t.tiered_state != TieredState.DISABLING:
+        t = ctl.start_disable(args.topic, args.policy)
+    md = ctl.metadata()
+    urls = {b.broker_id: b.url for b in md.brokers}
+    hosts = sorted({r for p in t.partitions for r in p.replicas})
+    deadline = time.monotonic() + args.timeout
+    for bid in hosts:
+        key = f"disable-{t.topic_id}-{t.tiered_epoch}-{bid}"
+        while True:
+            try:
+                with AgentClient(urls[bid], _secret(data), retries=1, timeout=5) as a:
+                    a.disable_remote_topic(
+                        t.name, t.topic_id, t.tiered_epoch, t.disable_policy, key
+                    )
+                break
+            except (AgentError, httpx.HTTPError) as exc:
+                if time.monotonic() > deadline:
+                    print(json.dumps({"error": f"broker {bid}: {exc}"}))
+                    return 1
+                time.sleep(0.5)
+    t = ctl.complete_disable(args.topic, t.tiered_epoch)
+    print(
+        json.dumps(
+            {"topic": t.name, "tiered_state": t.tiered_state, "tiered_epoch": t.tiered_epoch}
+        )
+    )
+    return 0
+
+
+def cmd_enable_tiering(args) -> int:
+    from broker_agent.client import AgentClient
+
+    data = os.path.abspath(args.data)
+    ctl = _controller(data)
+    t = ctl.enable(args.topic)
+    md = ctl.metadata()
+    urls = {b.broker_id: b.url for b in md.brokers}
+    for bid in sorted({r for p in t.partitions for r in p.replicas}):
+        with AgentClient(urls[bid], _secret(data)) as a:
+            a.enable_remote_topic(
+                t.name, t.topic_id, t.tiered_epoch, f"enable-{t.topic_id}-{t.tiered_epoch}-{bid}"
+            )
+    print(
+        json.dumps(
+            {"topic": t.name, "tiered_state": t.tiered_state, "tiered_epoch": t.tiered_epoch}
+        )
+    )
+    return 0
+
+
+DEMO_TOPICS = [
+    (
+        "demo.orders",
+        6,
+        3,
+        {
+            TopicConfig.REMOTE_STORAGE_ENABLE: "true",
+            TopicConfig.SEGMENT_BYTES: "65536",
+            TopicConfig.LOCAL_RETENTION_BYTES: "262144",
+        },
+    ),
+    (
+        "demo.payments",
+        3,
+        3,
+        {TopicConfig.REMOTE_STORAGE_ENABLE: "true", TopicConfig.SEGMENT_BYTES: "65536"},
+    ),
+    (
+        "demo.clicks",
+        3,
+        2,
+        {TopicConfig.RETENTION_BYTES: "2097152", TopicConfig.SEGMENT_BYTES: "65536"},
+    ),
+]
+
+
+def cmd_demo_load(args) -> int:
+    from broker_agent.client import AgentError
+
+    data = os.path.abspath(args.data)
+    ctl = _controller(data)
+    existing = {t.name for t in ctl.topics()}
+    live = sum(1 for b in ctl.metadata().brokers if b.alive)
+    for name, parts, rf, configs in DEMO_TOPICS:
+        if name not in existing:
+            with contextlib.suppress(AgentError):
+                ctl.create_topic(name, parts, min(rf, live), configs)
+    if args.detach:
+        _kill(data, "demo-load")
+        _spawn(
+            data,
+            "demo-load",
+            [
+                "demo-load-worker",
+                "--data",
+                data,
+                "--rate",
+                str(args.rate),
+                "--duration",
+                str(args.duration),
+            ],
+            _ensure_secret(data),
+        )
+        print(
+            json.dumps(
+                {"topics": [t[0] for t in DEMO_TOPICS], "load": "detached", "rate": args.rate}
+            )
+        )
+        return 0
+    print(
+        json.dumps({"topics": [t[0] for t in DEMO_TOPICS], "load": "foreground", "rate": args.rate})
+    )
+    return _demo_worker(data, args.rate, args.duration)
+
+
+def _demo_worker(data: str, rate: float, duration: float) -> int:
+    from broker_agent.client import Producer
+
+    _setup_logging()
+    ctl = _controller(data)
+    producer = None
+    started = time.monotonic()
+    i = 0
+    while duration <= 0 or time.monotonic() - started < duration:
+        tick = time.monotonic()
+        try:
+            producer = producer or Producer(ctl, _secret(data), timeout=10)
+            for name, *_ in DEMO_TOPICS:
+                n = max(1, int(rate / len(DEMO_TOPICS)))
+                producer.send(
+                    name,
+                    [{"key": f"user-{(i + j) % 97}", "value": f"demo-{i + j}"} for j in range(n)],
+                )
+                i += n
+        except Exception as exc:  # keep the gentle load going through broker restarts
+            logging.getLogger("demo-load").info("produce failed: %s", exc)
+            producer = None
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+    return 0
+
+
+def cmd_demo_worker(args) -> int:
+    return _demo_worker(os.path.abspath(args.data), args.rate, args.duration)
+
+
+def cmd_churn(args) -> int:
+    """Synthetic mode: mutate ``--fraction`` of the partitions (leaders, ISR, offsets) in one new
+    metadata version, for incremental-sync benchmarks."""
+    from broker_agent.client import AgentError, _SignedClient
+
+    data = os.path.abspath(args.data)
+    c = _cluster(data)
+    if c["mode"] != "synthetic":
+        print(
+            json.dumps({"error": "sim churn needs a synthetic cluster (sim up --synthetic-topics)"})
+        )
+        return 2
+    params = {"fraction": args.fraction, "seed": args.seed}
+    try:
+        with _SignedClient(c["controller"]["url"], _secret(data), timeout=60) as client:
+            out = client.request("POST", "/v1/synthetic/churn", params=params, retries=0)
+    except AgentError as exc:
+        print(json.dumps({"error": exc.error, "message": exc.message}))
+        return 1
+    print(json.dumps(out))
+    return 0
+
+
+def cmd_log_dir_reset(args) -> int:
+    print(json.dumps(_controller(os.path.abspath(args.data)).log_dir_reset(args.id)))
+    return 0
+
+
+# -- argument parsing --------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m broker_agent")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("controller", help="run the controller process")
+    c.add_argument("--data", default=DEFAULT_DATA)
+    c.add_argument("--host", default="127.0.0.1")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--cluster-id", default="sim")
+    c.add_argument("--session-timeout-ms", type=int, default=3000)
+    c.set_defaults(func=lambda a: run_controller(a) or 0)
+
+    b = sub.add_parser("broker", help="run one broker agent process")
+    b.add_argument("--id", type=int, required=True)
+    b.add_argument("--data", default=DEFAULT_DATA)
+    b.add_argument("--host", default="127.0.0.1")
+    b.add_argument("--port", type=int, required=True)
+    b.add_argument("--controller", required=True)
+    b.add_argument("--cluster-id", default="sim")
+    b.add_argument("--log-dirs", type=int, default=2)
+    b.add_argument("--segment-bytes", type=int, default=1 << 20)
+    b.add_argument("--expiration", choices=ExpirationMode.ALL, default=ExpirationMode.INTERNAL)
+    b.add_argument("--webhook")
+    b.add_argument("--probe-interval", type=float, default=1.0)
+    b.add_argument("--replica-lag-time-max-ms", type=int, default=5000)
+    b.add_argument("--log-dir-capacity-bytes", type=int, default=0)
+    b.set_defaults(func=lambda a: run_broker(a) or 0)
+
+    s = sub.add_parser("synthetic", help="run the synthetic-scale cluster process")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--cluster-id", default="synthetic")
+    s.add_argument("--brokers", type=int, default=60)
+    s.add_argument("--log-dirs", type=int, default=4)
+    s.add_argument("--topics", type=int, default=100)
+    s.add_argument("--partitions-per-topic", type=int, default=2000)
+    s.add_argument("--tick-interval", type=float, default=5.0)
+    s.set_defaults(func=lambda a: run_synthetic(a) or 0)
+
+    w = sub.add_parser("demo-load-worker", help=argparse.SUPPRESS)
+    w.add_argument("--data", default=DEFAULT_DATA)
+    w.add_argument("--rate", type=float, default=20)
+    w.add_argument("--duration", type=float, default=0)
+    w.set_defaults(func=cmd_demo_worker)
+
+    sim = sub.add_parser("sim", help="manage the simulated cluster")
+    ss = sim.add_subparsers(dest="sim_cmd", required=True)
+
+    def add(name, func, help_):
+        sp = ss.add_parser(name, help=help_)
+        sp.add_argument("--data", default=DEFAULT_DATA)
+        sp.set_defaults(func=func)
+        return sp
+
+    up = add("up", cmd_up, "start controller + brokers (idempotent)")
+    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--log-dirs", type=int, default=2)
+    up.add_argument("--synthetic-topics", type=int)
+    up.add_argument("--partitions-per-topic", type=int, default=100)
+    up.add_argument(
+        "--synthetic-tick-interval",
+        type=float,
+        default=5.0,
+        help="synthetic mode: seconds between background offset ticks (0: none)",
+    )
+    up.add_argument("--base-port", type=int, default=0)
+    up.add_argument("--segment-bytes", type=int, default=1 << 20)
+    up.add_argument("--expiration", choices=ExpirationMode.ALL, default=ExpirationMode.INTERNAL)
+    up.add_argument("--webhook", default=os.environ.get("STRATA_EVENTS_WEBHOOK_URL"))
+    up.add_argument("--cluster-id")
+    up.add_argument("--probe-interval", type=float, default=1.0)
+    up.add_argument("--replica-lag-time-max-ms", type=int, default=5000)
+    up.add_argument("--session-timeout-ms", type=int, default=3000)
+    up.add_argument(
+        "--log-dir-capacity-bytes",
+        type=int,
+        default=0,
+        help="simulated size of every log dir (usable = size - replica bytes); 0: the real disk",
+    )
+
+    st = add("status", cmd_status, "cluster status")
+    st.add_argument("--json", action="store_true")
+    add("down", cmd_down, "stop every process of the cluster")
+    kb = add("kill-broker", cmd_kill_broker, "SIGKILL one broker")
+    kb.add_argument("id", type=int)
+    sb = add("start-broker", cmd_start_broker, "start one broker again")
+    sb.add_argument("id", type=int)
+    ct = add("create-topic", cmd_create_topic, "create a topic")
+    ct.add_argument("topic")
+    ct.add_argument("--partitions", type=int, required=True)
+    ct.add_argument("--replication-factor", type=int, required=True)
+    ct.add_argument("--tiered", action="store_true")
+    ct.add_argument("--segment-bytes", type=int)
+    ct.add_argument("--config", action="append", help="k=v topic config, repeatable")
+    pr = add("produce", cmd_produce, "produce records (acks=all, idempotent)")
+    pr.add_argument("--topic", required=True)
+    pr.add_argument("--records", type=int, required=True)
+    pr.add_argument("--keyed", action="store_true")
+    pr.add_argument("--batch-size", type=int, default=1000)
+    pr.add_argument("--value-size", type=int, default=20)
+    co = add("consume", cmd_consume, "consume a topic; --verify checks against the ack ledger")
+    co.add_argument("--topic", required=True)
+    co.add_argument("--verify", action="store_true")
+    dt = add("disable-tiering", cmd_disable_tiering, "KIP-950 disablement, driven to DISABLED")
+    dt.add_argument("topic")
+    dt.add_argument("--policy", choices=["retain", "delete"])
+    dt.add_argument("--timeout", type=float, default=60)
+    et = add("enable-tiering", cmd_enable_tiering, "re-enable tiering")
+    et.add_argument("topic")
+    ch = add("churn", cmd_churn, "synthetic mode: change a fraction of the partitions")
+    ch.add_argument("--fraction", type=float, default=0.01)
+    ch.add_argument("--seed", type=int)
+    lr = add("log-dir-reset", cmd_log_dir_reset, "KIP-112 LogDirReset for a broker")
+    lr.add_argument("id", type=int)
+    dl = add("demo-load", cmd_demo_load, "create demo topics and run a gentle produce load")
+    dl.add_argument("--rate", type=float, default=20, help="records per second (total)")
+    dl.add_argument("--duration", type=float, default=0, help="seconds; 0 = until sim down")
+    dl.add_argument("--detach", action="store_true", help="run the load as a background process")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)

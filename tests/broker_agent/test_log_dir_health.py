@@ -1,0 +1,96 @@
+"""KIP-112 dir health beyond failure: DEGRADED (a probe far slower than its peers, with latency
+injected by the test-only hook) and the admin cordon."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_agent.choices import ErrorCode, LogDirState, ReplicaState
+from broker_agent.client import AgentError
+
+from .conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _dirs(agent) -> dict:
+    return {d.name: d for d in agent.log_dirs()}
+
+
+def _set_probe_delay(agent, name: str, delay_ms: int) -> dict:
+    return agent.request(
+        "PUT", f"/v1/test/log-dirs/{name}/probe-delay", body={"delay_ms": delay_ms}
+    )
+
+
+def test_a_dir_whose_probe_is_far_slower_than_its_peers_is_degraded(sim_factory, monkeypatch):
+    monkeypatch.setenv("STRATA_AGENT_TEST_HOOKS", "1")
+    sim = sim_factory(1, 3, "--probe-interval", "0.2")
+    sim.controller.create_topic("slow", 3, 1)
+    agent = sim.agent(1)
+    wait_until(lambda: len(agent.snapshot().replicas) == 3, 15, what="replicas")
+    _set_probe_delay(agent, "logdir-1", 1500)
+    wait_until(lambda: _dirs(agent)["logdir-1"].state == LogDirState.DEGRADED, 30, what="DEGRADED")
+    dirs = _dirs(agent)
+    assert dirs["logdir-1"].probe_latency_ms >= 1500
+    assert dirs["logdir-1"].error is None
+    assert dirs["logdir-0"].state == dirs["logdir-2"].state == LogDirState.ONLINE
+    # degraded is still good: its replica stays online and serves produce / fetch
+    snap = agent.snapshot()
+    assert snap.offline_log_directory_count == 0
+    slow = next(r for r in snap.replicas if r.log_dir == "logdir-1")
+    assert slow.state == ReplicaState.ONLINE
+    resp = agent.produce("slow", slow.partition, [{"key": None, "value": "on a slow disk"}])
+    assert agent.fetch("slow", slow.partition, resp.base_offset).records[0].value == (
+        "on a slow disk"
+    )
+    # the controller sees the state through heartbeats
+    wait_until(
+        lambda: (
+            {d.name: d.state for d in sim.controller.metadata().brokers[0].log_dirs}["logdir-1"]
+            == LogDirState.DEGRADED
+        ),
+        10,
+        what="controller sees DEGRADED",
+    )
+    _set_probe_delay(agent, "logdir-1", 0)
+    wait_until(lambda: _dirs(agent)["logdir-1"].state == LogDirState.ONLINE, 30, what="ONLINE")
+
+
+def test_cordon_takes_a_dir_offline_like_an_io_error_and_probe_brings_it_back(sim_factory):
+    sim = sim_factory(2, 2, "--probe-interval", "0.5", "--session-timeout-ms", "2000")
+    sim.controller.create_topic("fenced", 2, 2)
+    wait_until(
+        lambda: all(len(p.created) == 2 for p in sim.controller.topic("fenced").partitions),
+        15,
+        what="replicas created",
+    )
+    agent = sim.agent(1)
+    led = next(p for p in sim.controller.topic("fenced").partitions if p.leader == 1)
+    target = sim.replica(1, "fenced", led.partition).log_dir
+
+    info = agent.cordon_log_dir(target)
+    assert info.state == LogDirState.OFFLINE and "cordoned" in info.error
+    snap = agent.snapshot()
+    offline = [r for r in snap.replicas if r.state == ReplicaState.OFFLINE]
+    assert {r.log_dir for r in offline} == {target}
+    assert snap.offline_log_directory_count == 1
+    assert snap.offline_replica_count == len(offline)
+    wait_until(lambda: sim.partition("fenced", led.partition).leader == 2, 15, what="leader moved")
+    assert 1 in sim.partition("fenced", led.partition).offline_replicas
+    # new replicas avoid the cordoned dir
+    sim.controller.create_topic("after", 1, 2)
+    wait_until(lambda: sim.replica(1, "after") is not None, 15, what="new replica")
+    assert sim.replica(1, "after").log_dir != target
+    # unknown dirs, and the test hooks (off without STRATA_AGENT_TEST_HOOKS=1), are 404
+    with pytest.raises(AgentError) as exc:
+        agent.cordon_log_dir("no-such-dir")
+    assert exc.value.status == 404 and exc.value.error == ErrorCode.NOT_FOUND
+    with pytest.raises(AgentError) as exc:
+        _set_probe_delay(agent, target, 10)
+    assert exc.value.status == 404
+
+    # the admin lifts the cordon by re-probing; the data on the dir comes back
+    assert agent.probe_log_dir(target).state == LogDirState.ONLINE
+    wait_until(lambda: 1 in sim.partition("fenced", led.partition).isr, 20, what="back in the ISR")
+    assert agent.snapshot().offline_replica_count == 0

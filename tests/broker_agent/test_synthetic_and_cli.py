@@ -1,0 +1,200 @@
+"""Synthetic scale snapshots (compressed, incremental), the stable CLI, and external expiration."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import httpx
+import pytest
+
+from broker_agent.choices import RemoteSegmentState, TaskState
+from broker_agent.client import AgentClient, AgentError, ControllerClient
+from broker_agent.signing import sign_headers
+
+from .conftest import run_cli, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def test_synthetic_snapshot_is_gzip_and_incremental(tmp_path):
+    if True:
+        data = tmp_path / "syn"
+        try:
+            out = run_cli(
+                data,
+                "up",
+                "--brokers",
+                "6",
+                "--log-dirs",
+                "2",
+                "--synthetic-topics",
+                "4",
+                "--partitions-per-topic",
+                "250",
+            )
+            urls = json.loads(out.stdout.strip().splitlines()[-1])
+            secret = (data / "secret").read_bytes().strip()
+            base = urls["controller"]
+
+            def get(path):
+                h = sign_headers(secret, "GET", path)
+                h["Accept-Encoding"] = "gzip"
+                return httpx.get(base + path, headers=h, timeout=30)
+
+            r = get("/v1/snapshot")
+            assert r.headers["content-encoding"] == "gzip"
+            full = r.json()
+            assert full["full"] and len(full["partitions"]) == 1000 == full["partition_count"]
+            tick = httpx.post(base + "/v1/tick", headers=sign_headers(secret, "POST", "/v1/tick"))
+            version = tick.json()["version"]
+            inc = get(f"/v1/snapshot?since={full['version']}").json()
+            assert not inc["full"] and inc["version"] == version
+            assert 0 < len(inc["partitions"]) < 1000
+            assert all(p["version"] > full["version"] for p in inc["partitions"])
+            # each synthetic broker answers through the ordinary AgentClient
+            with AgentClient(urls["brokers"]["3"], secret) as agent:
+                snap = agent.snapshot()
+                assert snap.broker_id == 3 and snap.replicas
+                assert all(3 in r.isr for r in snap.replicas)
+            assert len(gzip.compress(r.content)) < len(r.content)
+        finally:
+            run_cli(data, "down", check=False)
+
+
+def _partitions(md) -> dict[tuple[str, int], object]:
+    return {(t.name, p.partition): p for t in md.topics for p in t.partitions}
+
+
+def test_synthetic_controller_metadata_is_versioned_incremental_and_churnable(tmp_path):
+    data = tmp_path / "syn"
+    try:
+        out = run_cli(
+            data,
+            "up",
+            "--brokers",
+            "5",
+            "--log-dirs",
+            "2",
+            "--synthetic-topics",
+            "4",
+            "--partitions-per-topic",
+            "250",
+            "--synthetic-tick-interval",
+            "0",
+        )
+        urls = json.loads(out.stdout.strip().splitlines()[-1])
+        secret = (data / "secret").read_bytes().strip()
+        with ControllerClient(urls["controller"], secret) as ctl:
+            # gzip on the wire, the real controller's models
+            path = "/v1/metadata"
+            h = sign_headers(secret, "GET", path)
+            h["Accept-Encoding"] = "gzip"
+            raw = httpx.get(urls["controller"] + path, headers=h, timeout=30)
+            assert raw.headers["content-encoding"] == "gzip"
+            md = ctl.metadata()
+            assert md.changed and md.full
+            assert [b.broker_id for b in md.brokers] == [1, 2, 3, 4, 5]
+            assert md.brokers[0].url == urls["brokers"]["1"]
+            assert len(md.topics) == 4 and all(len(t.partitions) == 250 for t in md.topics)
+            tiered = {t.name: t.tiered_state for t in md.topics}
+            assert sorted(set(tiered.values())) == ["ENABLED", "NONE"]
+            for t in md.topics:
+                assert t.initial_partition_count == t.undeleted_partition_count == 250
+                for p in t.partitions:
+                    assert len(p.replicas) == 3 and p.leader in p.isr and p.created == p.replicas
+            assert ctl.topic(md.topics[1].name).topic_id == md.topics[1].topic_id
+            # nothing moved: changed=False
+            same = ctl.metadata(since=md.version, delta=True)
+            assert not same.changed and same.topics == []
+
+            churned = json.loads(run_cli(data, "churn", "--fraction", "0.02").stdout)
+            assert churned["changed_partitions"] == 20
+            before = _partitions(md)
+            delta = ctl.metadata(since=md.version, delta=True)
+            assert delta.changed and not delta.full and delta.since == md.version
+            assert delta.version == churned["metadata_version"] > md.version
+            changed = _partitions(delta)
+            assert len(changed) == 20
+            for key, p in changed.items():
+                old = before[key]
+                assert p.partition_epoch == old.partition_epoch + 1
+                assert (p.leader, p.leader_epoch, p.isr) != (old.leader, old.leader_epoch, old.isr)
+                assert p.leader in p.isr
+            # the full answer agrees with "previous full + delta"
+            full = ctl.metadata(since=md.version)
+            assert full.full and len(_partitions(full)) == 1000
+            assert {k: v for k, v in _partitions(full).items() if k in changed} == changed
+            # a since from before this process started is answered in full
+            assert ctl.metadata(since=1, delta=True).full
+
+            # snapshots moved with the churn: new leaders and offsets show up incrementally
+            key, p = next(iter(changed.items()))
+            with AgentClient(urls["brokers"][str(p.leader)], secret) as agent:
+                inc = agent.snapshot(since=md.version)
+                mine = {(r.topic, r.partition): r for r in inc.replicas}
+                assert mine[key].is_leader and mine[key].leader_epoch == p.leader_epoch
+                assert not inc.full and all(r.version > md.version for r in inc.replicas)
+
+        st = json.loads(run_cli(data, "status", "--json").stdout)
+        assert st["mode"] == "synthetic" and "error" not in st
+        assert len(st["brokers"]) == 5 and all(b["alive"] for b in st["brokers"])
+        assert [d["name"] for d in st["brokers"][0]["log_dirs"]] == ["logdir-0", "logdir-1"]
+        assert len(st["topics"]) == 4 and st["topics"][0]["partitions"] == 250
+    finally:
+        run_cli(data, "down", check=False)
+
+
+def test_sim_up_is_idempotent_and_status_reports_dirs(sim_factory):
+    sim = sim_factory(2, 2)
+    again = sim.cli("up", "--brokers", "2", "--log-dirs", "2")
+    assert json.loads(again.stdout.strip().splitlines()[-1]) == sim.urls
+    sim.cli("create-topic", "st", "--partitions", "2", "--replication-factor", "2", "--tiered")
+    st = json.loads(sim.cli("status", "--json").stdout)
+    assert [b["broker_id"] for b in st["brokers"]] == [1, 2]
+    assert all(
+        len(b["log_dirs"]) == 2 and {"name", "path", "state"} <= set(b["log_dirs"][0])
+        for b in st["brokers"]
+    )
+    assert st["topics"][0]["tiered_state"] == "ENABLED"
+    churn = sim.cli("churn", "--fraction", "0.01", check=False)
+    assert churn.returncode == 2 and "synthetic" in churn.stdout
+    sim.cli("kill-broker", "2")
+    wait_until(
+        lambda: not json.loads(sim.cli("status", "--json").stdout)["brokers"][1]["alive"], 15
+    )
+    sim.cli("start-broker", "2")
+    wait_until(lambda: json.loads(sim.cli("status", "--json").stdout)["brokers"][1]["alive"], 15)
+
+
+def test_external_expiration_exposes_inventory_and_marking(sim_factory):
+    sim = sim_factory(1, 1, "--expiration", "external")
+    sim.controller.create_topic(
+        "ext",
+        1,
+        1,
+        {"remote.storage.enable": "true", "segment.bytes": "2048", "retention.bytes": "4096"},
+    )
+    sim.cli("produce", "--topic", "ext", "--records", "500", "--batch-size", "20")
+    agent = sim.agent(1)
+    agent.roll("ext", 0)
+    wait_until(lambda: sim.replica(1, "ext").remote_segments > 3, 20, what="segments tiered")
+    r = sim.replica(1, "ext")
+    assert r.expiration_state == TaskState.EXTERNAL
+    rows = sorted(agent.inventory("ext", page_size=2), key=lambda s: s.start_offset)
+    assert len(rows) == r.remote_segments  # the agent did not expire anything itself
+    state = agent.partition_states("ext")[0]
+    assert state.retention_bytes == 4096 and state.log_end_offset == r.log_end_offset
+    # what the Spark retention job does: publish the log start offset, then delete objects
+    victim = rows[0]
+    agent.publish_log_start_offset("ext", 0, victim.end_offset + 1)
+    agent.mark_segment(victim.segment_id, RemoteSegmentState.DELETE_SEGMENT_STARTED)
+    os.unlink(victim.object_path)
+    done = agent.mark_segment(victim.segment_id, RemoteSegmentState.DELETE_SEGMENT_FINISHED)
+    assert done.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED
+    assert sim.replica(1, "ext").log_start_offset == victim.end_offset + 1
+    # illegal transitions are refused
+    with pytest.raises(AgentError) as exc:
+        agent.mark_segment(victim.segment_id, RemoteSegmentState.DELETE_SEGMENT_STARTED)
+    assert exc.value.error == "INVALID_STATE_TRANSITION"
