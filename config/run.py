@@ -7,6 +7,7 @@ beat. Ctrl-C (or SIGTERM) stops every process started here, and the servers we s
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(os.environ.get("STRATA_RUN_DIR", ROOT / ".run"))
 PY = sys.executable
 BIN = Path(sys.executable).parent
+WEBHOOK_PATH = "/agent-events/local/"
 
 
 def _manage(*args: str) -> str:
@@ -33,6 +35,44 @@ def _manage(*args: str) -> str:
         text=True,
     )
     return out.stdout
+
+
+def _sim(*args: str) -> str:
+    """Run a ``python -m broker_agent sim`` subcommand on make run's simulated cluster."""
+    cmd = [PY, "-m", "broker_agent", "sim", *args, "--data", str(RUN_DIR / "sim")]
+    return subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout
+
+
+def _start_sim(port: str) -> None:
+    """Start (or find running) the 3-broker, 2-dirs-per-broker simulated cluster, register it as
+    ``local`` and start a gentle demo load. Remote retention is Spark's job here (external
+    expiration), as the Spark issue asks of ``make run``."""
+    print("Starting the simulated Kafka cluster (3 brokers x 2 log dirs) ...", flush=True)
+    out = _sim(
+        "up",
+        "--brokers",
+        "3",
+        "--log-dirs",
+        "2",
+        "--expiration",
+        "external",
+        "--webhook",
+        f"http://127.0.0.1:{port}{WEBHOOK_PATH}",
+    )
+    urls = json.loads(out.strip().splitlines()[-1])
+    _manage(
+        "register_cluster",
+        "local",
+        "--controller",
+        urls["controller"],
+        "--secret-file",
+        urls["secret_file"],
+    )
+    _sim("demo-load", "--detach")
+    print(
+        f"Simulated cluster 'local': controller {urls['controller']}, brokers {urls['brokers']}",
+        flush=True,
+    )
 
 
 def _spawn(name: str, cmd: list[str]) -> subprocess.Popen:
@@ -74,6 +114,7 @@ def main() -> int:
     redis_url = os.environ.get("REDIS_URL", services.DEFAULT_REDIS_URL)
     procs: dict[str, subprocess.Popen] = {}
     stopping = False
+    with_sim = os.environ.get("STRATA_SIM", "1") != "0"
 
     def on_signal(signum, frame):
         nonlocal stopping
@@ -97,6 +138,8 @@ def main() -> int:
             print(f"\nmake run: {exc}\n", file=sys.stderr)
             return 2
         _manage("migrate", "--noinput", "-v", "0")
+        if with_sim:
+            _start_sim(port)
         logins = _manage("demo_users", "--file", str(RUN_DIR / "demo-users.json"))
         print(logins, end="")
 
@@ -166,6 +209,13 @@ def main() -> int:
         return 1
     finally:
         _stop(procs)
+        if with_sim:
+            print("Stopping the simulated cluster ...", flush=True)
+            subprocess.run(
+                [PY, "-m", "broker_agent", "sim", "down", "--data", str(RUN_DIR / "sim")],
+                cwd=ROOT,
+                check=False,
+            )
         services.stop_started()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
-from celery.schedules import crontab  # noqa: F401  (kept at hand for schedules below)
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_list, env_secret, env_str
@@ -145,11 +145,76 @@ CELERY_BEAT_SCHEDULE = {
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(RUN_DIR / "celerybeat-schedule")
 
+# --- Console: cluster sync (console/) --------------------------------------------------------
+# Every registered cluster is synced from its controller and agents this often (agent events
+# trigger an immediate sync on top, through the signed /agent-events/ webhook).
+STRATA_SYNC_INTERVAL_SECONDS = env_float("STRATA_SYNC_INTERVAL_SECONDS", 10.0)
+CELERY_BEAT_SCHEDULE["console-sync"] = {
+    "task": "console.tasks.sync_all_clusters",
+    "schedule": STRATA_SYNC_INTERVAL_SECONDS,
+}
+
 # --- Spark ---------------------------------------------------------------------------------
 SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
 SPARK_WORK_DIR = Path(env_str("SPARK_WORK_DIR", str(RUN_DIR / "spark")))
 SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "1g")
 SPARK_JOB_TIMEOUT_SECONDS = env_int("SPARK_JOB_TIMEOUT_SECONDS", 3000)
+# The jobs reach a cluster's remote-log metadata through its broker agents (controller URL and
+# secret from console's Cluster registration; see spark_tasks/agent_remote.py).
+SPARK_REMOTE_METADATA = env_str("SPARK_REMOTE_METADATA", "spark_tasks.agent_remote.for_cluster")
+# Clusters the beat schedules cover when console's Cluster table is unavailable (names).
+SPARK_CLUSTERS = env_list("SPARK_CLUSTERS", [])
+# Unregistered clusters: {name: {"controller_url": ..., "secret_ref": "/path" | "env:NAME"}};
+# and remote store roots ({name: "file:///..."}) when the inventory cannot tell (empty store).
+SPARK_CLUSTER_ENDPOINTS: dict[str, dict[str, str]] = {}
+SPARK_REMOTE_ROOTS: dict[str, str] = {}
+CELERY_BEAT_SCHEDULE["spark-retention"] = {
+    "task": "spark_tasks.schedule_job",
+    "schedule": crontab(minute=5),  # hourly
+    "args": ("retention",),
+}
+CELERY_BEAT_SCHEDULE["spark-orphans"] = {
+    "task": "spark_tasks.schedule_job",
+    "schedule": crontab(hour=3, minute=15),  # daily
+    "args": ("orphans",),
+}
+CELERY_BEAT_SCHEDULE["spark-storage-report"] = {
+    "task": "spark_tasks.schedule_job",
+    "schedule": crontab(hour=0, minute=30),  # daily
+    "args": ("storage_report",),
+}
+CELERY_BEAT_SCHEDULE["spark-reap-stale-runs"] = {
+    "task": "spark_tasks.reap_stale_runs",
+    "schedule": 600.0,
+}
+
+# --- Workflows, approvals, audit (workflows/) ------------------------------------------------
+# Approval policy per workflow kind: "approvals" needed by default, and "when" overrides keyed
+# "param=value" (the first match wins). Kinds not listed need STRATA_APPROVALS_DEFAULT.
+STRATA_APPROVALS_DEFAULT = env_int("STRATA_APPROVALS_DEFAULT", 1)
+STRATA_APPROVAL_POLICY = {
+    "disable_tiering": {"approvals": 1, "when": {"policy=delete": 2}},
+    "recover_log_dir": {"approvals": 1, "when": {"mode=remove": 2}},
+}
+STRATA_APPROVER_ROLE = env_str("STRATA_APPROVER_ROLE", "approver")  # a console.roles.Role
+STRATA_APPROVAL_TTL_HOURS = env_float("STRATA_APPROVAL_TTL_HOURS", 24.0)
+# A run renews its lease at every step boundary and progress report; the reconciler resumes a
+# running workflow whose lease expired (its worker died).
+STRATA_WORKFLOW_LEASE_SECONDS = env_int("STRATA_WORKFLOW_LEASE_SECONDS", 120)
+STRATA_RECONCILE_SECONDS = env_float("STRATA_RECONCILE_SECONDS", 30.0)
+STRATA_STEP_RETRY_BASE_SECONDS = env_float("STRATA_STEP_RETRY_BASE_SECONDS", 2.0)
+STRATA_STEP_RETRY_MAX_SECONDS = env_float("STRATA_STEP_RETRY_MAX_SECONDS", 300.0)
+# Test-only: "<kind>:<step>:<before|after>[,...]" ("*" matches any kind or step) SIGKILLs the
+# worker process at that step boundary, once per workflow and step (marker files in
+# STRATA_FAULT_DIR). Unset in production.
+STRATA_FAULT_KILL_AT = env_str("STRATA_FAULT_KILL_AT", "")
+STRATA_FAULT_DIR = Path(env_str("STRATA_FAULT_DIR", str(RUN_DIR / "faults")))
+CELERY_BEAT_SCHEDULE["workflows-reconcile"] = {
+    "task": "workflows.tasks.reconcile_workflows",
+    "schedule": STRATA_RECONCILE_SECONDS,
+}
+# Sets the audit scope (context web/api, actor) for the request; after authentication.
+MIDDLEWARE += ["workflows.middleware.AuditScopeMiddleware"]
 
 # --- Logging -------------------------------------------------------------------------------
 LOGGING = {

@@ -1,13 +1,47 @@
-"""Console's part of the JSON API (``/api/v1/``): health for now; the read API joins it."""
+"""Console's part of the JSON API (``/api/v1/``): health, who am I, and the read API.
+
+The read API's paths and field names are STABLE (other tools rely on them, see the console
+issue): ``GET /clusters``, ``/clusters/{name}/brokers``, ``/clusters/{name}/topics``,
+``/clusters/{name}/topics/{topic}``, ``/clusters/{name}/partition-for-key``. Every response
+carries ``synced_at`` (the end of the last sync of the data it shows; for the cluster list, the
+oldest of them) and the cluster-scoped ones ``stale_sources``. Same permission as the pages:
+any Strata role may read.
+"""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, JsonResponse
-from ninja import Router
+from datetime import datetime
 
-from console import health
+from django.http import HttpRequest, JsonResponse
+from ninja import Query, Router, Schema
+from ninja.errors import HttpError
+
+from console import health, selectors
+from console.choices import BrokerState
+from console.models import Cluster, Partition, Topic
+from console.roles import Role, has_role
 
 router = Router(tags=["health"])
+read = Router(tags=["inventory"])
+
+
+class Forbidden(HttpError):
+    code = "FORBIDDEN"
+
+    def __init__(self, message: str):
+        super().__init__(403, message)
+
+
+class InvalidRequest(HttpError):
+    code = "INVALID_REQUEST"
+
+    def __init__(self, message: str):
+        super().__init__(400, message)
+
+
+def _require_viewer(request: HttpRequest) -> None:
+    if not has_role(request.user, Role.VIEWER):
+        raise Forbidden("Reading the inventory needs a Strata role (viewer or above).")
 
 
 @router.get("/health", auth=None, summary="Liveness of database, Redis and Celery workers")
@@ -22,3 +56,391 @@ def get_me(request: HttpRequest) -> dict:
     from console.roles import user_roles
 
     return {"username": request.user.get_username(), "roles": sorted(user_roles(request.user))}
+
+
+# -- schemas -----------------------------------------------------------------------------------
+
+
+class StaleSource(Schema):
+    source: str
+    error: str
+    last_good_at: datetime | None
+
+
+class ClusterOut(Schema):
+    name: str
+    cluster_id: str
+    controller_url: str
+    synced_at: datetime | None
+    sync_duration_ms: int | None
+    metadata_version: int
+    controller_stale: bool
+    controller_error: str
+    controller_last_good_at: datetime | None
+    broker_count: int
+    brokers_online: int
+    brokers_degraded: int
+    brokers_offline: int
+    brokers_stale: int
+    offline_log_directory_count: int
+    topic_count: int
+    topics_by_tiered_state: dict[str, int]
+    partition_count: int
+    offline_partition_count: int
+    under_replicated_partition_count: int
+    under_min_isr_partition_count: int
+    offline_replica_count: int
+
+
+class ClustersOut(Schema):
+    synced_at: datetime | None
+    clusters: list[ClusterOut]
+
+
+class LogDirOut(Schema):
+    name: str
+    path: str
+    state: str
+    total_bytes: int
+    usable_bytes: int
+    replica_count: int
+    offline_replica_count: int
+    probe_latency_ms: float | None
+    error: str
+    state_changed_at: datetime | None
+
+
+class BrokerOut(Schema):
+    id: int
+    url: str
+    state: str
+    alive: bool
+    offline_log_directory_count: int
+    offline_replica_count: int
+    stale: bool
+    error: str
+    last_good_at: datetime | None
+    log_dirs: list[LogDirOut]
+
+
+class BrokersOut(Schema):
+    cluster: str
+    synced_at: datetime | None
+    stale_sources: list[StaleSource]
+    brokers: list[BrokerOut]
+
+
+class TopicSummary(Schema):
+    name: str
+    topic_id: str
+    tiered_state: str
+    tiered_epoch: int
+    policy: str | None
+    partition_count: int
+    initial_partition_count: int
+    undeleted_partition_count: int
+    remote_bytes: int
+    local_bytes: int
+    has_remote_data: bool
+    offline_partition_count: int
+    under_replicated_partition_count: int
+    under_min_isr_partition_count: int
+
+
+class TopicsOut(Schema):
+    cluster: str
+    synced_at: datetime | None
+    stale_sources: list[StaleSource]
+    count: int
+    page: int
+    page_size: int
+    num_pages: int
+    results: list[TopicSummary]
+
+
+class TopicFilters(Schema):
+    name: str | None = None
+    tiered_state: str | None = None
+    policy: str | None = None
+    has_remote_data: bool | None = None
+    sort: str | None = None
+    page: int = 1
+    page_size: int = selectors.DEFAULT_PAGE_SIZE
+
+
+class Tiering(Schema):
+    state: str
+    epoch: int
+    policy: str | None
+    remote_log_start_offset: int
+    remote_log_end_offset: int
+    local_log_start_offset: int
+    log_end_offset: int
+    log_start_offset: int
+    remote_bytes: int
+    local_bytes: int
+    tiering_acks: list[int]
+
+
+class PartitionOut(Schema):
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline_replicas: list[int]
+    under_replicated: bool
+    under_min_isr: bool
+    marked_for_deletion: bool
+    log_start_offset: int
+    local_log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    remote_log_start_offset: int
+    remote_log_end_offset: int
+    remote_bytes: int
+    local_bytes: int
+
+
+class TopicOut(Schema):
+    cluster: str
+    synced_at: datetime | None
+    stale_sources: list[StaleSource]
+    name: str
+    topic_id: str
+    configs: dict[str, str]
+    tiering: Tiering
+    initial_partition_count: int
+    undeleted_partition_count: int
+    previous_undeleted_partition_count: int | None
+    partition_count: int
+    partitions_page: int
+    partitions_page_size: int
+    partitions: list[PartitionOut]
+
+
+class KeyBefore(Schema):
+    undeleted_partition_count: int
+    partition: int
+
+
+class PartitionForKeyOut(Schema):
+    cluster: str
+    synced_at: datetime | None
+    topic: str
+    key: str
+    hash: int
+    partition: int
+    initial_partition_count: int
+    undeleted_partition_count: int
+    before: KeyBefore | None
+
+
+# -- endpoints ---------------------------------------------------------------------------------
+
+
+def _oldest(values: list[datetime | None]) -> datetime | None:
+    if not values or any(v is None for v in values):
+        return None
+    return min(values)
+
+
+@read.get(
+    "/clusters", response=ClustersOut, summary="Registered clusters with their health numbers"
+)
+def list_clusters(request: HttpRequest) -> dict:
+    """``synced_at`` at the top is the oldest of the clusters' (null if one never synced)."""
+    _require_viewer(request)
+    rows = selectors.cluster_overview()
+    clusters = []
+    for row in rows:
+        c: Cluster = row["cluster"]
+        clusters.append(
+            {
+                "name": c.name,
+                "cluster_id": c.cluster_id,
+                "controller_url": c.controller_url,
+                "synced_at": c.synced_at,
+                "sync_duration_ms": c.sync_duration_ms,
+                "metadata_version": c.metadata_version,
+                "controller_stale": c.controller_stale,
+                "controller_error": c.controller_error,
+                "controller_last_good_at": c.controller_last_good_at,
+                "broker_count": c.broker_count,
+                "brokers_online": row["brokers_online"],
+                "brokers_degraded": row["brokers_degraded"],
+                "brokers_offline": row["brokers_offline"],
+                "brokers_stale": row["brokers_stale"],
+                "offline_log_directory_count": row["offline_log_dirs"],
+                "topic_count": c.topic_count,
+                "topics_by_tiered_state": row["topics_by_tiered_state"],
+                "partition_count": c.partition_count,
+                "offline_partition_count": c.offline_partition_count,
+                "under_replicated_partition_count": c.under_replicated_partition_count,
+                "under_min_isr_partition_count": c.under_min_isr_partition_count,
+                "offline_replica_count": c.offline_replica_count,
+            }
+        )
+    return {"synced_at": _oldest([c["synced_at"] for c in clusters]), "clusters": clusters}
+
+
+@read.get(
+    "/clusters/{name}/brokers",
+    response=BrokersOut,
+    summary="Brokers with KIP-112 counts and their log dirs",
+)
+def list_brokers(request: HttpRequest, name: str) -> dict:
+    _require_viewer(request)
+    cluster = selectors.get_cluster(name)
+    grid = selectors.broker_grid(cluster)
+    brokers = []
+    for b in grid["brokers"]:
+        dirs = sorted(grid["log_dirs"][b.pk].values(), key=lambda d: d.name)
+        brokers.append(
+            {
+                "id": b.broker_id,
+                "url": b.url,
+                "state": b.state if b.state != BrokerState.UNKNOWN else BrokerState.OFFLINE,
+                "alive": b.alive,
+                "offline_log_directory_count": b.offline_log_directory_count,
+                "offline_replica_count": b.offline_replica_count,
+                "stale": b.stale,
+                "error": b.error,
+                "last_good_at": b.last_good_at,
+                "log_dirs": dirs,
+            }
+        )
+    return {
+        "cluster": cluster.name,
+        "synced_at": cluster.synced_at,
+        "stale_sources": selectors.stale_sources(cluster),
+        "brokers": brokers,
+    }
+
+
+def _topic_summary(t: Topic) -> dict:
+    return {
+        "name": t.name,
+        "topic_id": t.topic_id,
+        "tiered_state": t.tiered_state,
+        "tiered_epoch": t.tiered_epoch,
+        "policy": t.disable_policy or None,
+        "partition_count": t.partition_count,
+        "initial_partition_count": t.initial_partition_count,
+        "undeleted_partition_count": t.undeleted_partition_count,
+        "remote_bytes": t.remote_bytes,
+        "local_bytes": t.local_bytes,
+        "has_remote_data": t.has_remote_data,
+        "offline_partition_count": t.offline_partition_count,
+        "under_replicated_partition_count": t.under_replicated_partition_count,
+        "under_min_isr_partition_count": t.under_min_isr_partition_count,
+    }
+
+
+@read.get(
+    "/clusters/{name}/topics",
+    response=TopicsOut,
+    summary="Topics, paginated, filtered as on the topics page",
+)
+def list_topics(request: HttpRequest, name: str, filters: Query[TopicFilters]) -> dict:
+    """Filters: ``name`` (contains), ``tiered_state``, ``policy``, ``has_remote_data``; ``sort``
+    one of name, remote_bytes, local_bytes, partitions, tiered_epoch, tiered_state (prefix
+    ``-`` for descending); ``page`` / ``page_size`` (at most 1000)."""
+    _require_viewer(request)
+    cluster = selectors.get_cluster(name)
+    params = filters.dict(exclude_none=True)
+    if "has_remote_data" in params:
+        params["has_remote_data"] = "true" if params["has_remote_data"] else "false"
+    form, qs = selectors.topic_list(cluster, params, filters.sort)
+    if form.errors:
+        raise InvalidRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+    page = selectors.paginate(qs, filters.page, filters.page_size)
+    return {
+        "cluster": cluster.name,
+        "synced_at": cluster.synced_at,
+        "stale_sources": selectors.stale_sources(cluster),
+        "count": page.paginator.count,
+        "page": page.number,
+        "page_size": page.paginator.per_page,
+        "num_pages": page.paginator.num_pages,
+        "results": [_topic_summary(t) for t in page.object_list],
+    }
+
+
+@read.get(
+    "/clusters/{name}/topics/{topic}",
+    response=TopicOut,
+    summary="One topic: KIP-950 tiering with offsets, KIP-253 counts, partitions (paginated)",
+)
+def get_topic(
+    request: HttpRequest, name: str, topic: str, page: int = 1, page_size: int = 1000
+) -> dict:
+    """``tiering`` offsets are sums over the topic's partitions (each partition's own are in
+    ``partitions``); partitions come ``page_size`` (at most 1000) at a time."""
+    _require_viewer(request)
+    cluster = selectors.get_cluster(name)
+    t = selectors.get_topic(cluster, topic)
+    parts = selectors.paginate(
+        Partition.objects.filter(topic=t).order_by("partition"), page, page_size
+    )
+    return {
+        "cluster": cluster.name,
+        "synced_at": cluster.synced_at,
+        "stale_sources": selectors.stale_sources(cluster),
+        "name": t.name,
+        "topic_id": t.topic_id,
+        "configs": t.configs,
+        "tiering": {
+            "state": t.tiered_state,
+            "epoch": t.tiered_epoch,
+            "policy": t.disable_policy or None,
+            "remote_log_start_offset": t.remote_log_start_offset,
+            "remote_log_end_offset": t.remote_log_end_offset,
+            "local_log_start_offset": t.local_log_start_offset,
+            "log_end_offset": t.log_end_offset,
+            "log_start_offset": t.log_start_offset,
+            "remote_bytes": t.remote_bytes,
+            "local_bytes": t.local_bytes,
+            "tiering_acks": t.tiering_acks,
+        },
+        "initial_partition_count": t.initial_partition_count,
+        "undeleted_partition_count": t.undeleted_partition_count,
+        "previous_undeleted_partition_count": t.previous_undeleted_partition_count,
+        "partition_count": t.partition_count,
+        "partitions_page": parts.number,
+        "partitions_page_size": parts.paginator.per_page,
+        "partitions": list(parts.object_list),
+    }
+
+
+@read.get(
+    "/clusters/{name}/partition-for-key",
+    response=PartitionForKeyOut,
+    summary="KIP-253 linear hashing: the partition of a key, now and before the last change",
+)
+def partition_for_key(request: HttpRequest, name: str, topic: str, key: str) -> dict:
+    _require_viewer(request)
+    cluster = selectors.get_cluster(name)
+    t = selectors.get_topic(cluster, topic)
+    found = selectors.lookup_key(t, key)
+    before = None
+    if found.previous_undeleted_partition_count is not None:
+        before = {
+            "undeleted_partition_count": found.previous_undeleted_partition_count,
+            "partition": found.previous_partition,
+        }
+    return {
+        "cluster": cluster.name,
+        "synced_at": cluster.synced_at,
+        "topic": t.name,
+        "key": key,
+        "hash": found.hash,
+        "partition": found.partition,
+        "initial_partition_count": found.initial_partition_count,
+        "undeleted_partition_count": found.undeleted_partition_count,
+        "before": before,
+    }
+
+
+router.add_router("/", read)

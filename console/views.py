@@ -1,17 +1,32 @@
-"""Console pages (read side)."""
+"""Console pages (read side): overview, topics, topic detail, brokers & disks, topology.
+
+Each page is one template with its live panel in a partial; an htmx request whose target is
+that panel gets the partial alone (the panel polls itself every few seconds). Every query here
+is bounded whatever the cluster size (see :mod:`console.selectors`).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from urllib.parse import urlencode
 
+from django.apps import apps
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from console import health
-from console.models import Heartbeat
+from console import health, selectors
+from console.choices import LogDirState, TieredState
+from console.models import Broker, Cluster, Heartbeat, LogDir, Partition, Topic
+from console.roles import Role, has_role, require_role
+
+log = logging.getLogger(__name__)
 
 BEAT_FRESH = dt.timedelta(minutes=2)
+LIVE_SECONDS = 5
+PARTITIONS_PER_PAGE = 50
+TOPOLOGY_PER_PAGE = 50
 
 
 def _system_status_context() -> dict:
@@ -24,33 +39,316 @@ def _system_status_context() -> dict:
     }
 
 
+def _render(
+    request: HttpRequest, template: str, context: dict, partials: dict[str, str]
+) -> HttpResponse:
+    """The page, or only the partial its htmx target names."""
+    context.setdefault("live_seconds", LIVE_SECONDS)
+    target = request.htmx.target if getattr(request, "htmx", None) else None
+    if target in partials:
+        return render(request, partials[target], context)
+    return render(request, template, context)
+
+
+def _cluster_context(request: HttpRequest) -> dict:
+    """The selected cluster (``?cluster=``, default the first) and the picker's choices."""
+    clusters = list(Cluster.objects.all())
+    name = request.GET.get("cluster")
+    cluster = next((c for c in clusters if c.name == name), None) if name else None
+    if cluster is None and not name and clusters:
+        cluster = clusters[0]
+    return {"clusters": clusters, "cluster": cluster, "cluster_name": name}
+
+
+def _workflow_url(kind: str, **params: object) -> str:
+    """Link to the workflow request form (built by the workflows app)."""
+    return "/workflows/new?" + urlencode({"kind": kind, **params})
+
+
+# -- overview ----------------------------------------------------------------------------------
+
+
+def _workflow_panels() -> dict:
+    """Running workflows and recent audit events, read from the workflows app's models when
+    they exist (the console only reads them; the workflows app owns them)."""
+    out: dict = {"workflows": None, "audit_events": None}
+    try:
+        workflow = apps.get_model("workflows", "Workflow")
+        from workflows.choices import WorkflowState
+
+        out["workflows"] = list(
+            workflow.objects.filter(state__in=WorkflowState.ACTIVE).order_by("-created_at")[:8]
+        )
+    except Exception:  # the workflows app is optional for this panel
+        log.debug("no workflows to show", exc_info=True)
+    try:
+        audit = apps.get_model("workflows", "AuditEvent")
+        out["audit_events"] = list(audit.objects.order_by("-seq")[:8])
+    except Exception:
+        log.debug("no audit events to show", exc_info=True)
+    return out
+
+
+@require_role(Role.VIEWER)
 def overview(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/overview.html", _system_status_context())
+    context = {"overview": selectors.cluster_overview(), "now": timezone.now()}
+    context.update(_workflow_panels())
+    return _render(
+        request,
+        "console/overview.html",
+        context,
+        {"clusters-live": "console/partials/overview_clusters.html"},
+    )
 
 
 def system_status(request: HttpRequest) -> HttpResponse:
     return render(request, "console/partials/system_status.html", _system_status_context())
 
 
-def _section(request: HttpRequest, heading: str, empty_text: str) -> HttpResponse:
-    return render(request, "console/section.html", {"heading": heading, "empty_text": empty_text})
+# -- topics ------------------------------------------------------------------------------------
 
 
+@require_role(Role.VIEWER)
 def topics(request: HttpRequest) -> HttpResponse:
-    return _section(
-        request, "Topics", "No cluster is registered yet: cluster sync is not built yet."
-    )
-
-
-def brokers(request: HttpRequest) -> HttpResponse:
-    return _section(
-        request, "Brokers & disks", "No cluster is registered yet: cluster sync is not built yet."
-    )
-
-
-def topology(request: HttpRequest) -> HttpResponse:
-    return _section(
+    context = _cluster_context(request)
+    cluster = context["cluster"]
+    if cluster is not None:
+        sort = request.GET.get("sort") or "name"
+        form, qs = selectors.topic_list(cluster, request.GET, sort)
+        context.update(
+            form=form,
+            sort=sort,
+            page=selectors.paginate(qs, request.GET.get("page"), request.GET.get("page_size")),
+            stale=selectors.stale_sources(cluster),
+            sorts=[
+                ("name", "Name"),
+                ("tiered_state", "Tiered state"),
+                ("tiered_epoch", "Epoch"),
+                ("partitions", "Partitions"),
+                ("remote_bytes", "Remote bytes"),
+                ("local_bytes", "Local bytes"),
+            ],
+        )
+    return _render(
         request,
-        "Partition topology",
-        "No cluster is registered yet: cluster sync is not built yet.",
+        "console/topics.html",
+        context,
+        {"topics-live": "console/partials/topics_table.html"},
     )
+
+
+@require_role(Role.VIEWER)
+def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse:
+    c = selectors.get_cluster(cluster)
+    t = selectors.get_topic(c, topic)
+    parts_qs = Partition.objects.filter(topic=t).order_by("partition")
+    page = selectors.paginate(parts_qs, request.GET.get("page"), PARTITIONS_PER_PAGE)
+    tree = None
+    if max(t.partition_count, t.undeleted_partition_count) <= selectors.SPLIT_TREE_MAX_PARTITIONS:
+        rows = {
+            p.partition: p
+            for p in parts_qs.only(
+                "partition",
+                "marked_for_deletion",
+                "marked_log_start_offset",
+                "log_start_offset",
+                "log_end_offset",
+                "leader",
+            )
+        }
+        tree = selectors.split_tree(t, rows)
+    marked = list(parts_qs.filter(marked_for_deletion=True)[:50]) if tree is None else None
+    key = request.GET.get("key")
+    can_request = has_role(request.user, Role.OPERATOR)
+    context = {
+        "cluster": c,
+        "topic": t,
+        "page": page,
+        "tree": tree,
+        "marked": marked,
+        "tasks": selectors.task_states(t),
+        "stale": selectors.stale_sources(c),
+        "lookup": selectors.lookup_key(t, key) if key is not None else None,
+        "key": key or "",
+        "can_request": can_request,
+        "actions": _topic_actions(c, t) if can_request else [],
+    }
+    return _render(
+        request,
+        "console/topic_detail.html",
+        context,
+        {
+            "topic-live": "console/partials/topic_live.html",
+            "key-lookup": "console/partials/key_lookup.html",
+        },
+    )
+
+
+def _topic_actions(c: Cluster, t: Topic) -> list[tuple[str, str]]:
+    actions = []
+    if t.tiered_state == TieredState.ENABLED:
+        actions.append(
+            ("Disable tiering…", _workflow_url("disable_tiering", cluster=c.name, topic=t.name))
+        )
+    if t.tiered_state == TieredState.DISABLED:
+        actions.append(
+            ("Re-enable tiering…", _workflow_url("enable_tiering", cluster=c.name, topic=t.name))
+        )
+    actions.append(
+        (
+            "Change partition count…",
+            _workflow_url("alter_partition_count", cluster=c.name, topic=t.name),
+        )
+    )
+    return actions
+
+
+# -- brokers & disks ---------------------------------------------------------------------------
+
+
+@require_role(Role.VIEWER)
+def brokers(request: HttpRequest) -> HttpResponse:
+    context = _cluster_context(request)
+    cluster = context["cluster"]
+    if cluster is not None:
+        grid = selectors.broker_grid(cluster)
+        context.update(grid=grid, stale=[s for s in _stale_from(cluster, grid["brokers"])])
+        selected = _selected_dir(request, cluster, grid)
+        context["incident"] = (
+            selectors.incident(selected, request.GET.get("page"))
+            if (selected is not None)
+            else None
+        )
+        context["can_request"] = has_role(request.user, Role.OPERATOR)
+        if selected is not None and context["can_request"]:
+            params = {
+                "cluster": cluster.name,
+                "broker": selected.broker.broker_id,
+                "log_dir": selected.name,
+            }
+            context["incident_actions"] = [
+                ("Recover log dir…", _workflow_url("recover_log_dir", **params)),
+                ("Remove log dir from config…", _workflow_url("remove_log_dir", **params)),
+            ]
+    return _render(
+        request,
+        "console/brokers.html",
+        context,
+        {
+            "brokers-live": "console/partials/brokers_live.html",
+        },
+    )
+
+
+def _stale_from(cluster: Cluster, brokers: list[Broker]) -> list[dict]:
+    """Stale sources without another query (the grid already loaded the brokers)."""
+    out = []
+    if cluster.controller_error:
+        out.append(
+            {
+                "source": "controller",
+                "error": cluster.controller_error,
+                "last_good_at": cluster.controller_last_good_at,
+            }
+        )
+    out += [
+        {"source": f"broker {b.broker_id}", "error": b.error, "last_good_at": b.last_good_at}
+        for b in brokers
+        if b.error
+    ]
+    return out
+
+
+def _selected_dir(request: HttpRequest, cluster: Cluster, grid: dict) -> LogDir | None:
+    """``?dir=<broker>:<name>``, else the first offline dir (the incident to look at)."""
+    wanted = request.GET.get("dir", "")
+    by_id = {b.pk: b for b in grid["brokers"]}
+    candidates = [d for row in grid["log_dirs"].values() for d in row.values()]
+    for d in candidates:
+        d.broker = by_id[d.broker_id]
+    if wanted:
+        broker_id, _, name = wanted.partition(":")
+        for d in candidates:
+            if str(d.broker.broker_id) == broker_id and d.name == name:
+                return d
+    offline = [d for d in grid["offline_dirs"]]
+    if offline:
+        d = offline[0]
+        d.broker = by_id[d.broker_id]
+        return d
+    return None
+
+
+# -- topology ----------------------------------------------------------------------------------
+
+
+@require_role(Role.VIEWER)
+def topology(request: HttpRequest) -> HttpResponse:
+    context = _cluster_context(request)
+    cluster = context["cluster"]
+    if cluster is not None:
+        broker_ids = list(
+            Broker.objects.filter(cluster=cluster)
+            .order_by("broker_id")
+            .values_list("broker_id", flat=True)
+        )
+        f = selectors.PartitionFilter(
+            request.GET, queryset=Partition.objects.filter(cluster=cluster)
+        )
+        qs = f.qs if f.is_valid() else Partition.objects.none()
+        qs = qs.order_by("topic_name", "partition").only(
+            "topic_name",
+            "partition",
+            "leader",
+            "replicas",
+            "isr",
+            "offline_replicas",
+            "under_replicated",
+            "under_min_isr",
+            "offline",
+            "marked_for_deletion",
+        )
+        page = selectors.paginate(qs, request.GET.get("page"), TOPOLOGY_PER_PAGE)
+        rows = [
+            (p, list(zip(broker_ids, selectors.partition_cells(p, broker_ids), strict=True)))
+            for p in page.object_list
+        ]
+        context.update(
+            form=f,
+            page=page,
+            rows=rows,
+            broker_ids=broker_ids,
+            stale=selectors.stale_sources(cluster),
+            dir_offline=LogDirState.OFFLINE,
+        )
+    return _render(
+        request,
+        "console/topology.html",
+        context,
+        {"topology-live": "console/partials/topology_matrix.html"},
+    )
+
+
+# -- machine endpoints -------------------------------------------------------------------------
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus exposition. Needs a signed-in user with a role, or ``Authorization: Bearer``
+    with an API token (``manage.py issue_token``), like the JSON API."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from console import metrics as prom
+    from console.models import ApiToken
+
+    user = request.user
+    auth = request.headers.get("Authorization", "")
+    if auth.startswith("Bearer "):
+        token = ApiToken.objects.authenticate(auth.removeprefix("Bearer ").strip())
+        user = token.user if token else None
+    if user is None or not has_role(user, Role.VIEWER):
+        return HttpResponse(
+            '{"error": "UNAUTHENTICATED", "message": "Send Authorization: Bearer <token>."}',
+            status=401,
+            content_type="application/json",
+        )
+    return HttpResponse(prom.render(), content_type=CONTENT_TYPE_LATEST)

@@ -1,6 +1,133 @@
+"""The Spark jobs page: runs, their progress and log, their plans, and operators' dry runs.
+
+Reads only PostgreSQL and the runs' own output files (a plan is read with pyarrow in batches, a
+page of topics at a time; it is never loaded whole). Bad input never 500s: unknown runs are 404,
+bad page numbers fall back to the first page, a missing plan says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.dataset as ds
+from django import forms
+from django.contrib import messages
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from console.roles import Role, has_role, require_role
+from spark_tasks.models import SparkJob, SparkJobRun
+from spark_tasks.tasks import enqueue_run
+
+RUNS_PER_PAGE = 25
+TOPICS_PER_PAGE = 50
+HTMX_STOP_POLLING = 286
 
 
+class DryRunForm(forms.Form):
+    job = forms.ChoiceField(
+        choices=[(j, label) for j, label in SparkJob.CHOICES if j in SparkJob.OPERATOR_DRY_RUN]
+    )
+    cluster = forms.CharField(max_length=200, required=False)
+
+
+def _page_number(request: HttpRequest) -> str:
+    value = request.GET.get("page", "1")
+    return value if value.isdigit() else "1"
+
+
+@require_http_methods(["GET"])
 def run_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "spark_tasks/run_list.html", {"runs": []})
+    runs = SparkJobRun.objects.select_related("requested_by")
+    job = request.GET.get("job", "")
+    if job in SparkJob.ALL:
+        runs = runs.filter(job=job)
+    page = Paginator(runs, RUNS_PER_PAGE).get_page(_page_number(request))
+    context = {
+        "page": page,
+        "runs": page.object_list,
+        "job": job,
+        "jobs": SparkJob.CHOICES,
+        "form": DryRunForm(),
+        "can_start": has_role(request.user, Role.OPERATOR),
+        "any_active": any(not r.is_terminal for r in page.object_list),
+    }
+    if getattr(request, "htmx", False) and request.GET.get("partial") == "runs":
+        response = render(request, "spark_tasks/partials/run_rows.html", context)
+        if not context["any_active"]:
+            response.status_code = HTMX_STOP_POLLING
+        return response
+    return render(request, "spark_tasks/run_list.html", context)
+
+
+@require_POST
+@require_role(Role.OPERATOR)
+def start_dry_run(request: HttpRequest) -> HttpResponse:
+    form = DryRunForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose a job to run.")
+        return redirect("spark_tasks:run-list")
+    run = enqueue_run(
+        form.cleaned_data["job"],
+        {},
+        dry_run=True,
+        cluster=form.cleaned_data["cluster"] or None,
+        requested_by=request.user,
+    )
+    messages.success(request, f"Dry run #{run.pk} of {run.get_job_display()} queued.")
+    return redirect("spark_tasks:run-detail", pk=run.pk)
+
+
+@require_http_methods(["GET"])
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(SparkJobRun.objects.select_related("requested_by"), pk=pk)
+    context = {"run": run, "summary": run.output_summary or {}}
+    if getattr(request, "htmx", False):
+        response = render(request, "spark_tasks/partials/run_status.html", context)
+        if run.is_terminal:
+            response.status_code = HTMX_STOP_POLLING
+        return response
+    return render(request, "spark_tasks/run_detail.html", context)
+
+
+def plan_by_topic(plan_dir: Path) -> list[dict]:
+    """Segments and bytes per (cluster, topic) of a plan, streamed batch by batch."""
+    totals: dict[tuple[str, str], list[int]] = {}
+    dataset = ds.dataset(str(plan_dir), format="parquet")
+    for batch in dataset.to_batches(columns=["cluster", "topic", "size_bytes"], batch_size=65536):
+        cols = batch.to_pydict()
+        for cluster, topic, size in zip(
+            cols["cluster"], cols["topic"], cols["size_bytes"], strict=True
+        ):
+            entry = totals.setdefault((cluster or "", topic or "(no topic)"), [0, 0])
+            entry[0] += 1
+            entry[1] += size or 0
+    return [
+        {"cluster": c, "topic": t, "segments": v[0], "bytes": v[1]}
+        for (c, t), v in sorted(totals.items())
+    ]
+
+
+@require_http_methods(["GET"])
+def run_plan(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(SparkJobRun, pk=pk)
+    plan_dir = Path(run.output_dir or "/nonexistent") / "plan"
+    rows: list[dict] = []
+    error = ""
+    if not run.has_plan:
+        error = "This job writes no plan."
+    elif not plan_dir.exists():
+        error = "The plan is not there (the run has not written it yet, or it was removed)."
+    else:
+        try:
+            rows = plan_by_topic(plan_dir)
+        except (OSError, ValueError) as exc:
+            error = f"The plan could not be read: {exc}"
+    page = Paginator(rows, TOPICS_PER_PAGE).get_page(_page_number(request))
+    return render(
+        request,
+        "spark_tasks/run_plan.html",
+        {"run": run, "page": page, "error": error, "summary": run.output_summary or {}},
+    )

@@ -1,7 +1,234 @@
-"""Workflows' part of the JSON API (``/api/v1/``): workflows, approvals, audit."""
+"""Workflows' part of the JSON API (``/api/v1/``): workflows, approvals, audit.
+
+Stable names (other tools rely on them): ``POST /workflows`` answers 201 with ``id``,
+``state``, ``plan``, ``plan_hash``, ``approvals_required``; ``POST /workflows/{id}/approve``
+(``plan_hash``, ``comment``), ``/reject``, ``/cancel``, ``/confirm``; ``GET /workflows[/{id}]``;
+``GET /audit``, ``GET /audit/verify``. Errors are ``{"error": CODE, "message": ...}``.
+"""
 
 from __future__ import annotations
 
-from ninja import Router
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.http import Http404, HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Query, Router, Schema
+from ninja.errors import HttpError
+from ninja.responses import Status
+
+from workflows import actions
+from workflows.audit import verify_chain
+from workflows.choices import AuditContext
+from workflows.errors import WorkflowError
+from workflows.kinds import REQUEST_FIELDS, all_kinds
+from workflows.models import Workflow
+from workflows.queries import (
+    audit_event_out,
+    filter_audit,
+    filter_workflows,
+    page_by_seq,
+    with_decisions,
+    workflow_out,
+)
 
 router = Router(tags=["workflows"])
+
+MAX_LIMIT = 500
+
+
+def _api_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a WorkflowError into the API's error JSON (status and code kept)."""
+
+    @wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except WorkflowError as exc:
+            err = HttpError(exc.status, exc.message)
+            err.code = exc.code
+            raise err from None
+
+    return wrapped
+
+
+class WorkflowRequestIn(Schema):
+    kind: Any = None
+    cluster: Any = None
+    topic: Any = None
+    policy: Any = None
+    broker: Any = None
+    log_dir: Any = None
+    mode: Any = None
+    partitions: Any = None
+    spark_run: Any = None
+    reason: Any = ""
+    break_glass: bool = False
+    break_glass_reason: Any = ""
+    expected_plan_hash: str | None = None
+
+
+class DecisionIn(Schema):
+    plan_hash: Any = None
+    comment: Any = ""
+
+
+class CommentIn(Schema):
+    comment: Any = ""
+
+
+class ListParams(Schema):
+    state: str | None = None
+    kind: str | None = None
+    cluster: str | None = None
+    target: str | None = None
+    requester: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+class AuditParams(Schema):
+    actor: str | None = None
+    action: str | None = None
+    kind: str | None = None
+    target: str | None = None
+    workflow: str | None = None
+    outcome: str | None = None
+    context: str | None = None
+    since: str | None = None
+    until: str | None = None
+    before: str | None = None
+    limit: int = 100
+
+
+def _params(body: WorkflowRequestIn) -> dict[str, Any]:
+    return {k: getattr(body, k) for k in REQUEST_FIELDS}
+
+
+def _load(workflow_id: int) -> Workflow:
+    if not 0 < workflow_id < 2**63:
+        raise Http404(f"No workflow #{workflow_id}.")
+    return get_object_or_404(
+        with_decisions(Workflow.objects.select_related("requester")), pk=workflow_id
+    )
+
+
+@router.get("/workflows/kinds", summary="Workflow kinds and the request fields each uses")
+def list_kinds(request: HttpRequest) -> list[dict]:
+    return [
+        {
+            "kind": k.name,
+            "label": k.label,
+            "description": k.description,
+            "hidden": k.hidden,
+            "fields": [
+                {
+                    "name": f.name,
+                    "type": f.type,
+                    "required": f.required and f.default is None,
+                    "choices": list(f.choices),
+                    "default": f.default,
+                }
+                for f in k.fields
+            ],
+        }
+        for k in all_kinds(include_hidden=True)
+    ]
+
+
+@router.post("/workflows/preview", summary="Pre-flight a request: the plan, without recording")
+@_api_errors
+def preview_workflow(request: HttpRequest, body: WorkflowRequestIn) -> dict:
+    return actions.preview_plan(body.kind, _params(body)).as_dict()
+
+
+@router.post("/workflows", response={201: dict}, summary="Request a workflow")
+@_api_errors
+def request_workflow(request: HttpRequest, body: WorkflowRequestIn) -> Status:
+    wf = actions.do_request_workflow(
+        acting_user=request.user,
+        kind=body.kind,
+        params=_params(body),
+        reason=body.reason,
+        break_glass=body.break_glass,
+        break_glass_reason=body.break_glass_reason,
+        expected_plan_hash=body.expected_plan_hash,
+        context=AuditContext.API,
+    )
+    return Status(201, workflow_out(_load(wf.pk)))
+
+
+@router.get("/workflows", summary="Workflows, newest first; state=open|past|<state>")
+@_api_errors
+def list_workflows(request: HttpRequest, params: Query[ListParams]) -> dict:
+    qs, _ = filter_workflows(params.dict())
+    limit = max(1, min(MAX_LIMIT, params.limit))
+    offset = max(0, min(params.offset, 10**9))
+    rows = list(with_decisions(qs)[offset : offset + limit + 1])
+    return {
+        "items": [workflow_out(wf) for wf in rows[:limit]],
+        "next_offset": offset + limit if len(rows) > limit else None,
+    }
+
+
+@router.get("/workflows/{workflow_id}", summary="A workflow with its steps")
+def get_workflow(request: HttpRequest, workflow_id: int) -> dict:
+    return workflow_out(_load(workflow_id), steps=True)
+
+
+@router.post("/workflows/{workflow_id}/approve", summary="Approve the plan with this hash")
+@_api_errors
+def approve_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) -> dict:
+    actions.do_approve_workflow(
+        workflow_id,
+        acting_user=request.user,
+        plan_hash=body.plan_hash,
+        comment=body.comment,
+        context=AuditContext.API,
+    )
+    return workflow_out(_load(workflow_id), steps=True)
+
+
+@router.post("/workflows/{workflow_id}/reject", summary="Reject (any rejection rejects)")
+@_api_errors
+def reject_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) -> dict:
+    actions.do_reject_workflow(
+        workflow_id,
+        acting_user=request.user,
+        plan_hash=body.plan_hash,
+        comment=body.comment,
+        context=AuditContext.API,
+    )
+    return workflow_out(_load(workflow_id), steps=True)
+
+
+@router.post("/workflows/{workflow_id}/cancel", summary="Cancel before it runs")
+@_api_errors
+def cancel_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> dict:
+    actions.do_cancel_workflow(
+        workflow_id, acting_user=request.user, comment=body.comment, context=AuditContext.API
+    )
+    return workflow_out(_load(workflow_id), steps=True)
+
+
+@router.post("/workflows/{workflow_id}/confirm", summary="Pass the human gate it waits at")
+@_api_errors
+def confirm_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> dict:
+    actions.do_confirm_step(
+        workflow_id, acting_user=request.user, comment=body.comment, context=AuditContext.API
+    )
+    return workflow_out(_load(workflow_id), steps=True)
+
+
+@router.get("/audit", summary="Audit events, newest first; page with before=<next_before>")
+@_api_errors
+def list_audit(request: HttpRequest, params: Query[AuditParams]) -> dict:
+    qs, _ = filter_audit(params.dict())
+    events, next_before = page_by_seq(qs, params.dict(), max(1, min(MAX_LIMIT, params.limit)))
+    return {"items": [audit_event_out(e) for e in events], "next_before": next_before}
+
+
+@router.get("/audit/verify", summary="Verify the audit hash chain")
+def verify_audit(request: HttpRequest) -> dict:
+    return verify_chain().as_dict()

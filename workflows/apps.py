@@ -6,3 +6,6 @@ class WorkflowsConfig(AppConfig):
 
     name = "workflows"
     verbose_name = "Workflows"
+
+    def ready(self) -> None:
+        from workflows import kinds, signals  # noqa: F401  (connect receivers, register kinds)

@@ -1,22 +1,417 @@
-"""Workflow and audit pages (write side)."""
+"""Workflow and audit pages (write side).
+
+Rules: every page is behind login (project middleware); actions go through the ``do_*``
+functions, which check roles; refusals come back as messages (never a 500 on bad input). Lists
+paginate on the server: workflows by page number, the audit log by key (``seq``). The workflow
+page polls its live partial only while the workflow is active and gets 286 when it ends.
+"""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+import csv
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    StreamingHttpResponse,
+)
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from console.roles import Role, has_role
+from workflows import actions
+from workflows.choices import AuditContext, AuditOutcome, StepState, WorkflowState
+from workflows.errors import WorkflowError
+from workflows.kinds import REQUEST_FIELDS, Refusal, all_kinds, get_kind
+from workflows.models import AuditEvent, Workflow
+from workflows.queries import (
+    AUDIT_EXPORT_FIELDS,
+    diff,
+    export_rows,
+    filter_audit,
+    filter_workflows,
+    page_by_seq,
+    with_decisions,
+)
+
+PAGE_SIZE = 25
+AUDIT_PAGE_SIZE = 50
+TIMELINE_LIMIT = 200
+EXPORT_CHUNK = 2000
 
 
+# --- workflows ---------------------------------------------------------------------------
+
+
+@require_GET
 def workflow_list(request: HttpRequest) -> HttpResponse:
+    error = None
+    try:
+        qs, applied = filter_workflows(request.GET)
+    except WorkflowError as exc:
+        qs, applied, error = Workflow.objects.none(), {}, exc.message
+    paginator = Paginator(with_decisions(qs), PAGE_SIZE)
+    page = paginator.get_page(request.GET.get("page"))
     return render(
         request,
-        "console/section.html",
-        {"heading": "Workflows", "empty_text": "Workflows are not built yet."},
+        "workflows/workflow_list.html",
+        {
+            "page": page,
+            "applied": applied,
+            "query": urlencode(applied),
+            "error": error,
+            "states": WorkflowState.ALL,
+            "kinds": all_kinds(include_hidden=True),
+            "now": timezone.now(),
+            "can_request": has_role(request.user, Role.OPERATOR),
+        },
+        status=400 if error else 200,
     )
 
 
+MAX_PK = 2**63 - 1
+
+
+def _pk(value: int) -> int:
+    """A URL integer that fits a bigint, else 404 (never a database error)."""
+    if not 0 < value <= MAX_PK:
+        raise Http404("No such object.")
+    return value
+
+
+def _workflow(pk: int) -> Workflow:
+    return get_object_or_404(
+        with_decisions(Workflow.objects.select_related("requester")), pk=_pk(pk)
+    )
+
+
+def _live_context(request: HttpRequest, wf: Workflow) -> dict[str, Any]:
+    steps = list(wf.steps.select_related("confirmed_by").order_by("position"))
+    gate = next(
+        (s for s in steps if s.gate and s.state == StepState.WAITING and not s.confirmed_at), None
+    )
+    per_broker = [s for s in steps if s.broker is not None]
+    return {
+        "wf": wf,
+        "steps": steps,
+        "per_broker": per_broker,
+        "gate": gate,
+        "can_confirm": gate is not None and has_role(request.user, Role.OPERATOR),
+        "done_steps": sum(1 for s in steps if s.state == StepState.SUCCEEDED),
+        "now": timezone.now(),
+    }
+
+
+@require_GET
+def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    wf = _workflow(pk)
+    user = request.user
+    context = _live_context(request, wf)
+    approvals = list(wf.approvals.all())
+    now = timezone.now()
+    decided = any(a.approver_id == user.pk and a.voided_at is None for a in approvals)
+    context.update(
+        approvals=approvals,
+        approvals_valid=sum(
+            1
+            for a in approvals
+            if a.decision == "approve"
+            and a.plan_hash == wf.plan_hash
+            and a.voided_at is None
+            and not a.is_expired(now)
+        ),
+        can_decide=(
+            wf.state == WorkflowState.PENDING_APPROVAL
+            and has_role(user, Role.APPROVER)
+            and wf.requester_id != user.pk
+            and not decided
+        ),
+        can_cancel=wf.state in WorkflowState.CANCELLABLE
+        and (wf.requester_id == user.pk or has_role(user, Role.ADMIN)),
+        timeline=list(AuditEvent.objects.filter(workflow=wf).order_by("seq")[:TIMELINE_LIMIT]),
+        logs=list(wf.logs.select_related("step").order_by("-created_at", "-id")[:50]),
+    )
+    return render(request, "workflows/workflow_detail.html", context)
+
+
+@require_GET
+def workflow_live(request: HttpRequest, pk: int) -> HttpResponse:
+    """The live partial (state, steps, progress, gate): polled while the workflow is active;
+    answers 286 once it is not, which stops htmx polling."""
+    wf = get_object_or_404(Workflow.objects.select_related("requester"), pk=_pk(pk))
+    response = render(request, "workflows/partials/workflow_live.html", _live_context(request, wf))
+    if not wf.is_active:
+        response.status_code = 286
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+def workflow_approve(request: HttpRequest, pk: int) -> HttpResponse:
+    """The approval page: the plan, its hash, who asked and why; approve or reject."""
+    wf = _workflow(pk)
+    if request.method == "POST":
+        decision = request.POST.get("decision")
+        try:
+            if decision == "approve":
+                actions.do_approve_workflow(
+                    wf.pk,
+                    acting_user=request.user,
+                    plan_hash=request.POST.get("plan_hash"),
+                    comment=request.POST.get("comment", ""),
+                    context=AuditContext.WEB,
+                )
+                messages.success(request, f"You approved workflow #{wf.pk}.")
+            elif decision == "reject":
+                actions.do_reject_workflow(
+                    wf.pk,
+                    acting_user=request.user,
+                    plan_hash=request.POST.get("plan_hash"),
+                    comment=request.POST.get("comment", ""),
+                    context=AuditContext.WEB,
+                )
+                messages.success(request, f"You rejected workflow #{wf.pk}.")
+            else:
+                messages.error(request, "Choose approve or reject.")
+                return HttpResponseRedirect(reverse("workflows:approve", args=[wf.pk]))
+        except WorkflowError as exc:
+            messages.error(request, f"{exc.code}: {exc.message}")
+            return HttpResponseRedirect(reverse("workflows:approve", args=[wf.pk]))
+        return HttpResponseRedirect(reverse("workflows:detail", args=[wf.pk]))
+    return render(
+        request,
+        "workflows/workflow_approve.html",
+        {
+            "wf": wf,
+            "approvals": list(wf.approvals.all()),
+            "is_requester": wf.requester_id == request.user.pk,
+            "is_approver": has_role(request.user, Role.APPROVER),
+            "ttl_hours": settings.STRATA_APPROVAL_TTL_HOURS,
+        },
+    )
+
+
+def _simple_action(request: HttpRequest, pk: int, action: Any, done: str) -> HttpResponse:
+    _pk(pk)
+    try:
+        action(
+            pk,
+            acting_user=request.user,
+            comment=request.POST.get("comment", ""),
+            context=AuditContext.WEB,
+        )
+        messages.success(request, done.format(pk=pk))
+    except WorkflowError as exc:
+        if exc.status == 404:
+            raise Http404(exc.message) from None
+        messages.error(request, f"{exc.code}: {exc.message}")
+    return HttpResponseRedirect(reverse("workflows:detail", args=[pk]))
+
+
+@require_POST
+def workflow_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    return _simple_action(request, pk, actions.do_cancel_workflow, "Workflow #{pk} cancelled.")
+
+
+@require_POST
+def workflow_confirm(request: HttpRequest, pk: int) -> HttpResponse:
+    return _simple_action(
+        request, pk, actions.do_confirm_step, "Confirmed; workflow #{pk} goes on."
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def workflow_new(request: HttpRequest) -> HttpResponse:
+    """The generic request form, driven by the kind registry, with a plan preview.
+
+    GET with ``kind`` (and fields) shows the form and, once the fields are complete, the plan
+    the request would freeze. POST submits it with the previewed hash: if the plan changed in
+    between, the new plan is shown instead of being requested blindly."""
+    data = request.POST if request.method == "POST" else request.GET
+    kind_name = data.get("kind") or ""
+    kind = None
+    preview = None
+    error = None
+    status = 200
+    raw = {name: data.get(name) or None for name in REQUEST_FIELDS}
+    if kind_name:
+        try:
+            kind = get_kind(kind_name)
+        except Refusal as exc:
+            error, status = exc.message, 400
+    if kind is not None and (request.method == "POST" or raw.get("cluster")):
+        try:
+            preview = actions.preview_plan(kind.name, raw)
+        except WorkflowError as exc:
+            error, status = f"{exc.code}: {exc.message}", 400
+    if request.method == "POST" and preview is not None:
+        try:
+            wf = actions.do_request_workflow(
+                acting_user=request.user,
+                kind=kind.name,
+                params=raw,
+                reason=data.get("reason", ""),
+                break_glass=bool(data.get("break_glass")),
+                break_glass_reason=data.get("break_glass_reason", ""),
+                expected_plan_hash=data.get("plan_hash") or None,
+                context=AuditContext.WEB,
+            )
+        except WorkflowError as exc:
+            error, status = f"{exc.code}: {exc.message}", exc.status
+        else:
+            messages.success(request, f"Workflow #{wf.pk} requested.")
+            return HttpResponseRedirect(reverse("workflows:detail", args=[wf.pk]))
+    fields = []
+    if kind is not None:
+        for f in kind.fields:
+            fields.append(
+                {
+                    "field": f,
+                    "value": data.get(f.name) or (f.default if f.default is not None else ""),
+                }
+            )
+    return render(
+        request,
+        "workflows/workflow_new.html",
+        {
+            "kind": kind,
+            "kinds": all_kinds(include_hidden=False),
+            "fields": fields,
+            "cluster": data.get("cluster") or "",
+            "reason": data.get("reason") or "",
+            "preview": preview,
+            "error": error,
+            "can_request": has_role(request.user, Role.OPERATOR),
+            "is_admin": has_role(request.user, Role.ADMIN),
+        },
+        status=status,
+    )
+
+
+# --- audit --------------------------------------------------------------------------------
+
+
+@require_GET
 def audit(request: HttpRequest) -> HttpResponse:
+    error = None
+    try:
+        qs, applied = filter_audit(request.GET)
+        events, next_before = page_by_seq(qs, request.GET, AUDIT_PAGE_SIZE)
+    except WorkflowError as exc:
+        events, applied, next_before, error = [], {}, None, exc.message
+    query = urlencode(applied)
+    workflow = None
+    if applied.get("workflow"):
+        workflow = Workflow.objects.filter(pk=applied["workflow"]).first()
     return render(
         request,
-        "console/section.html",
-        {"heading": "Audit", "empty_text": "The audit log is not built yet."},
+        "workflows/audit_list.html",
+        {
+            "events": events,
+            "applied": applied,
+            "query": query,
+            "next_url": f"?{urlencode({**applied, 'before': next_before})}"
+            if next_before
+            else None,
+            "paged": bool(request.GET.get("before")),
+            "error": error,
+            "outcomes": AuditOutcome.ALL,
+            "contexts": AuditContext.ALL,
+            "kinds": all_kinds(include_hidden=True),
+            "workflow": workflow,
+            "now": timezone.now(),
+        },
+        status=400 if error else 200,
     )
+
+
+@require_GET
+def audit_detail(request: HttpRequest, seq: int) -> HttpResponse:
+    event = get_object_or_404(AuditEvent.objects.select_related("actor", "workflow"), seq=_pk(seq))
+    return render(
+        request,
+        "workflows/audit_detail.html",
+        {
+            "e": event,
+            "changes": diff(event.before, event.after),
+            "previous": AuditEvent.objects.filter(seq=seq - 1)
+            .values_list("seq", flat=True)
+            .first(),
+            "following": AuditEvent.objects.filter(seq=seq + 1)
+            .values_list("seq", flat=True)
+            .first(),
+        },
+    )
+
+
+class _Echo:
+    """A file-like object whose write returns the line: csv.writer into a generator."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(AUDIT_EXPORT_FIELDS)
+    batch: list[str] = []
+    for row in rows:
+        batch.append(writer.writerow([_csv_cell(row[f]) for f in AUDIT_EXPORT_FIELDS]))
+        if len(batch) >= 500:
+            yield "".join(batch)
+            batch = []
+    if batch:
+        yield "".join(batch)
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if value is None:
+        return ""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def _jsonl_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+    batch: list[str] = []
+    for row in rows:
+        row = {**row, "created_at": row["created_at"].isoformat()}
+        batch.append(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+        if len(batch) >= 500:
+            yield "".join(batch)
+            batch = []
+    if batch:
+        yield "".join(batch)
+
+
+@require_GET
+def audit_export(request: HttpRequest, fmt: str) -> HttpResponse:
+    """Streaming export of the filtered audit log (oldest first) as CSV or JSON lines, over a
+    server-side cursor: memory stays flat whatever the number of events."""
+    try:
+        qs, _ = filter_audit(request.GET)
+    except WorkflowError as exc:
+        return HttpResponse(f"{exc.code}: {exc.message}\n", status=400, content_type="text/plain")
+    rows = export_rows(qs, chunk_size=EXPORT_CHUNK)
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    if fmt == "csv":
+        response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv; charset=utf-8")
+        name = f"strata-audit-{stamp}.csv"
+    else:
+        response = StreamingHttpResponse(_jsonl_lines(rows), content_type="application/x-ndjson")
+        name = f"strata-audit-{stamp}.jsonl"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["Cache-Control"] = "no-store"
+    return response

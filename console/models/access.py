@@ -1,5 +1,4 @@
-"""Console models. The cluster inventory (clusters, brokers, log dirs, topics, partitions) is
-added by the console issue; the foundation holds API tokens and the beat heartbeat."""
+"""Access and liveness: API tokens and the beat heartbeat."""
 
 from __future__ import annotations
 

@@ -1,0 +1,284 @@
+"""Console: sync and server times against the synthetic 60-broker, 200,000-partition cluster.
+
+``run(ctx)`` starts ``python -m broker_agent sim up --synthetic-topics ...`` (one process
+serving the controller and 60 agents), then measures in child processes on a dedicated database
+(``strata_bench``, created when missing) so the dev database is never touched:
+
+- ``sync``: a full sync (fresh inventory), then incremental syncs after ``sim churn --fraction
+  0.01`` (1% of the partitions change leader / ISR / offsets), and one with nothing changed;
+  the child's peak RSS (``ru_maxrss``) is the worker's peak memory for a sync of that size.
+- ``pages``: every page and API endpoint through Django's test client in-process (server time:
+  URL resolution, queries, template rendering; no network), 5 warm-ups then 40 timed requests.
+
+Scale: ``CONSOLE_BENCH_TOPICS`` x 100 partitions (default 2000 -> 200,000) on 60 brokers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TITLE = "Console: sync and page / API server time (synthetic 60 brokers, 200,000 partitions)"
+
+ROOT = Path(__file__).resolve().parent.parent
+BROKERS = 60
+LOG_DIRS = 4
+PARTITIONS_PER_TOPIC = 100
+BENCH_DB = "strata_bench"
+
+
+def _sim(data: Path, *args: str, timeout: float = 600) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker_agent", "sim", *args, "--data", str(data)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"sim {args[0]} failed: {proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def _child(mode: str, info: Path) -> dict:
+    env = dict(os.environ)
+    base = env.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/strata")
+    env["DATABASE_URL"] = base.rsplit("/", 1)[0] + "/" + BENCH_DB
+    env["LOG_LEVEL"] = "WARNING"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_console", mode, str(info)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"bench child {mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run(ctx) -> list[dict]:
+    topics = int(os.environ.get("CONSOLE_BENCH_TOPICS", "2000"))
+    data = ctx.work_dir / "sim"
+    data.mkdir(parents=True, exist_ok=True)
+    _sim(data, "down", timeout=60) if (data / "cluster.json").exists() else None
+    out = _sim(
+        data,
+        "up",
+        "--brokers",
+        str(BROKERS),
+        "--log-dirs",
+        str(LOG_DIRS),
+        "--synthetic-topics",
+        str(topics),
+        "--partitions-per-topic",
+        str(PARTITIONS_PER_TOPIC),
+        "--synthetic-tick-interval",
+        "0",
+    )
+    urls = json.loads(out.strip().splitlines()[-1])
+    controller = urls["controller"]
+    controller = controller["url"] if isinstance(controller, dict) else controller
+    info = ctx.work_dir / "sim.json"
+    info.write_text(
+        json.dumps(
+            {
+                "controller": controller,
+                "secret_file": urls.get("secret_file") or str(data / "secret"),
+                "data": str(data),
+                "partitions": topics * PARTITIONS_PER_TOPIC,
+            }
+        )
+    )
+    try:
+        sync = _child("sync", info)
+        pages = _child("pages", info)
+    finally:
+        _sim(data, "down", timeout=120)
+    n = topics * PARTITIONS_PER_TOPIC
+    scale = f"{BROKERS} brokers, {n:,} partitions, RF 3"
+    rows = [
+        {
+            "metric": "full sync",
+            "value": f"{sync['full_s']:.1f} s",
+            "target": "<= 20 s",
+            "method": f"{scale}; fresh DB, metadata + 60 agent snapshots, COPY + merge; "
+            f"{sync['full_replicas']:,} replicas",
+        },
+        {
+            "metric": "incremental sync, 1% changed",
+            "value": f"{statistics.median(sync['incremental_s']):.2f} s (median of "
+            f"{len(sync['incremental_s'])}: {', '.join(f'{x:.2f}' for x in sync['incremental_s'])})",
+            "target": "<= 2 s",
+            "method": "`sim churn --fraction 0.01` (leader / ISR / offsets of "
+            f"{sync['churned']:,} partitions) then one sync (metadata delta + snapshots since)",
+        },
+        {
+            "metric": "sync, nothing changed",
+            "value": f"{sync['idle_s']:.2f} s",
+            "target": "",
+            "method": "metadata since + 60 snapshots since, nothing to write",
+        },
+        {
+            "metric": "worker peak memory (full sync)",
+            "value": f"{sync['peak_rss_mb']:.0f} MiB",
+            "target": "",
+            "method": "ru_maxrss of the process that ran the syncs (Django + sync only)",
+        },
+    ]
+    for name, r in pages.items():
+        rows.append(
+            {
+                "metric": f"GET {name}",
+                "value": f"p50 {r['p50']:.1f} ms / p95 {r['p95']:.1f} ms",
+                "target": "p95 <= 150 ms",
+                "method": f"server time in-process (Django test client), {r['n']} requests, "
+                f"{r['queries']} SQL queries",
+            }
+        )
+    return rows
+
+
+# -- child processes ---------------------------------------------------------------------------
+
+
+def _setup(info: dict):
+    import psycopg
+
+    base = os.environ["DATABASE_URL"].rsplit("/", 1)[0]
+    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (BENCH_DB,)
+        ).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def _child_sync(info: dict) -> dict:
+    import resource
+
+    _setup(info)
+    from django.db import connection
+
+    from console.models import Cluster, Replica
+    from console.sync import do_sync_cluster
+
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE console_cluster CASCADE")
+    cluster = Cluster.objects.create(
+        name="bench", controller_url=info["controller"], secret_ref=info["secret_file"]
+    )
+    started = time.perf_counter()
+    run = do_sync_cluster(cluster, full=True).run
+    full_s = time.perf_counter() - started
+    if run.errors:
+        raise RuntimeError(f"full sync errors: {run.errors}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    full_replicas = Replica.objects.filter(cluster=cluster).count()
+    incremental, churned = [], 0
+    for seed in range(3):
+        out = _sim(Path(info["data"]), "churn", "--fraction", "0.01", "--seed", str(seed))
+        churned = json.loads(out.strip().splitlines()[-1]).get("changed_partitions", 0)
+        started = time.perf_counter()
+        run = do_sync_cluster(cluster).run
+        incremental.append(time.perf_counter() - started)
+        if run.errors:
+            raise RuntimeError(f"incremental sync errors: {run.errors}")
+    started = time.perf_counter()
+    do_sync_cluster(cluster)
+    idle_s = time.perf_counter() - started
+    peak = max(peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return {
+        "full_s": full_s,
+        "full_replicas": full_replicas,
+        "incremental_s": incremental,
+        "churned": churned,
+        "idle_s": idle_s,
+        "peak_rss_mb": peak,
+    }
+
+
+def _child_pages(info: dict) -> dict:
+    _setup(info)
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from console.models import Topic
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-viewer")
+    user.groups.add(Group.objects.get(name="viewer"))
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(user)
+    topic = (
+        Topic.objects.filter(cluster__name="bench")
+        .order_by("name")
+        .values_list("name", flat=True)[1]
+    )
+    urls = {
+        "/ (overview)": "/",
+        "/topics/": "/topics/",
+        "/topics/ filtered, sorted by remote bytes": "/topics/?tiered_state=ENABLED&sort=-remote_bytes",
+        "/topics/ page 30": "/topics/?page=30",
+        "/topics/<cluster>/<topic>/": f"/topics/bench/{topic}/",
+        "/topics/<cluster>/<topic>/?key=": f"/topics/bench/{topic}/?key=customer-42",
+        "/brokers/": "/brokers/",
+        "/topology/": "/topology/",
+        "/topology/ page 2000": "/topology/?page=2000",
+        "/topology/?offline_only": "/topology/?offline_only=true",
+        "htmx refresh of /brokers/ live panel": (
+            "/brokers/",
+            {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "brokers-live"},
+        ),
+        "/api/v1/clusters": "/api/v1/clusters",
+        "/api/v1/clusters/{name}/brokers": "/api/v1/clusters/bench/brokers",
+        "/api/v1/clusters/{name}/topics": "/api/v1/clusters/bench/topics?page=7",
+        "/api/v1/clusters/{name}/topics/{topic}": f"/api/v1/clusters/bench/topics/{topic}",
+        "/api/v1/clusters/{name}/partition-for-key": f"/api/v1/clusters/bench/partition-for-key?topic={topic}&key=k1",
+        "/metrics": "/metrics",
+    }
+    out = {}
+    for name, spec in urls.items():
+        url, headers = spec if isinstance(spec, tuple) else (spec, {})
+        for _ in range(5):
+            assert client.get(url, **headers).status_code == 200, url
+        times = []
+        for _ in range(40):
+            started = time.perf_counter()
+            response = client.get(url, **headers)
+            times.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200
+        with CaptureQueriesContext(connection) as ctx:
+            client.get(url, **headers)
+        times.sort()
+        out[name] = {
+            "p50": statistics.median(times),
+            "p95": times[int(0.95 * len(times)) - 1],
+            "n": len(times),
+            "queries": len(ctx.captured_queries),
+        }
+    return out
+
+
+if __name__ == "__main__":
+    mode, path = sys.argv[1], sys.argv[2]
+    info = json.loads(Path(path).read_text())
+    result = _child_sync(info) if mode == "sync" else _child_pages(info)
+    print(json.dumps(result))

@@ -1,0 +1,211 @@
+"""Workflow engine throughput: 500 queued ``noop_check`` workflows through a real worker.
+
+Method: a scratch PostgreSQL database (migrated, dropped afterwards) and Redis database; 500
+workflows are requested and approved through the product's ``do_*`` actions while no worker
+runs, so 500 ``run_workflow`` messages wait in Redis; then one ``celery worker`` (prefork,
+concurrency ``BENCH_WF_CONCURRENCY``, default 2) starts. Throughput = workflows / (last
+``finished_at`` - first ``started_at``), from the rows, so worker boot is not counted. Each
+workflow has 4 steps (check, apply on 2 pseudo-brokers, verify) and writes ~10 audit events;
+the chain is verified afterwards (``verify_audit``, timed too).
+
+Environment: ``BENCH_WF_COUNT`` (500), ``BENCH_WF_CONCURRENCY`` (2), ``BENCH_WF_REDIS_URL``
+(redis://127.0.0.1:6379/13), ``DATABASE_URL`` (server to create the scratch database on).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+TITLE = "Workflows: throughput of queued workflows through a real worker"
+
+SETUP = r"""
+import django, os, sys
+django.setup()
+from django.contrib.auth.models import Group
+from django.contrib.auth import get_user_model
+from config.celery import app
+from workflows.actions import do_approve_workflow, do_request_workflow
+from workflows.choices import AuditContext
+app.control.purge()
+User = get_user_model()
+def user(name, role):
+    u, _ = User.objects.get_or_create(username=name)
+    u.groups.add(Group.objects.get_or_create(name=role)[0])
+    return u
+op, ap = user("bench-operator", "operator"), user("bench-approver", "approver")
+n = int(sys.argv[1])
+for i in range(n):
+    wf = do_request_workflow(acting_user=op, kind="noop_check", context=AuditContext.CLI,
+        params={"cluster": "bench", "topic": f"bench-{i}", "partitions": 2, "mode": "plain"})
+    do_approve_workflow(wf.pk, acting_user=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
+print("queued", n)
+"""
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _with_db(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def run(ctx) -> list[dict]:
+    count = _env_int("BENCH_WF_COUNT", 500)
+    concurrency = _env_int("BENCH_WF_CONCURRENCY", 2)
+    base_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/strata")
+    redis_url = os.environ.get("BENCH_WF_REDIS_URL", "redis://127.0.0.1:6379/13")
+    db_name = "strata_bench_workflows"
+    db_url = _with_db(base_url, db_name)
+    admin_url = _with_db(base_url, "postgres")
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "DATABASE_URL": db_url,
+        "REDIS_URL": redis_url,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "STRATA_RUN_DIR": str(ctx.work_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+    def drop() -> None:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db_name))
+            )
+
+    drop()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db_name)))
+    worker = None
+    try:
+        py = sys.executable
+        subprocess.run([py, "manage.py", "migrate", "-v0"], cwd=ctx.root, env=env, check=True)
+        started = time.monotonic()
+        subprocess.run([py, "-c", SETUP, str(count)], cwd=ctx.root, env=env, check=True)
+        request_seconds = time.monotonic() - started
+        log = (ctx.work_dir / "worker.log").open("w")
+        worker = subprocess.Popen(
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                str(concurrency),
+                "--loglevel",
+                "WARNING",
+                "--hostname",
+                f"bench-wf-{os.getpid()}@%h",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            cwd=ctx.root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 900
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                open_count = conn.execute(
+                    "SELECT count(*) FROM workflows_workflow WHERE state NOT IN "
+                    "('succeeded','failed','rejected','cancelled')"
+                ).fetchone()[0]
+                if open_count == 0:
+                    break
+                if worker.poll() is not None:
+                    raise RuntimeError("the worker exited; see worker.log")
+                time.sleep(0.5)
+            else:
+                raise RuntimeError(f"{open_count} workflows still open after 900 s")
+            rows = conn.execute(
+                "SELECT state, started_at, finished_at FROM workflows_workflow"
+            ).fetchall()
+            events = conn.execute("SELECT count(*) FROM workflows_auditevent").fetchone()[0]
+            steps = conn.execute("SELECT count(*) FROM workflows_workflowstep").fetchone()[0]
+        succeeded = [r for r in rows if r[0] == "succeeded"]
+        first = min(r[1] for r in succeeded)
+        last = max(r[2] for r in succeeded)
+        span = (last - first).total_seconds()
+        durations = sorted((r[2] - r[1]).total_seconds() for r in succeeded)
+        verify_started = time.monotonic()
+        verify = subprocess.run(
+            [py, "manage.py", "verify_audit"], cwd=ctx.root, env=env, capture_output=True, text=True
+        )
+        verify_seconds = time.monotonic() - verify_started
+    finally:
+        if worker is not None and worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+        drop()
+    method = (
+        f"{count} noop_check workflows (4 steps each) queued in Redis, then 1 worker "
+        f"(prefork, concurrency {concurrency}); times from the rows"
+    )
+    return [
+        {
+            "metric": "workflows succeeded",
+            "value": f"{len(succeeded)} / {count}",
+            "target": f"{count} / {count}",
+            "method": method,
+        },
+        {
+            "metric": "throughput (workflows/s)",
+            "value": round(len(succeeded) / span, 1),
+            "target": "",
+            "method": "succeeded / (last finished_at - first started_at)",
+        },
+        {
+            "metric": "steps/s",
+            "value": round(steps / span, 1),
+            "target": "",
+            "method": "workflow steps completed / same span",
+        },
+        {
+            "metric": "run time per workflow p50 / p95 (s)",
+            "value": f"{statistics.median(durations):.3f} / "
+            f"{durations[int(0.95 * (len(durations) - 1))]:.3f}",
+            "target": "",
+            "method": "finished_at - started_at (excludes queueing)",
+        },
+        {
+            "metric": "request + approve (workflows/s)",
+            "value": round(count / request_seconds, 1),
+            "target": "",
+            "method": "do_request_workflow + do_approve_workflow in one process",
+        },
+        {
+            "metric": "audit events written",
+            "value": events,
+            "target": "",
+            "method": "rows in the chain after the run",
+        },
+        {
+            "metric": "verify_audit",
+            "value": f"{'ok' if verify.returncode == 0 else 'BROKEN'} in {verify_seconds:.1f} s",
+            "target": "ok",
+            "method": "manage.py verify_audit over the whole chain",
+        },
+    ]

@@ -1,0 +1,138 @@
+"""Registered clusters, the record of every sync, and the events agents pushed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.utils import timezone
+
+from console.choices import SyncTrigger, choices
+
+__all__ = ["AgentEvent", "Cluster", "SyncRun"]
+
+
+class ClusterQuerySet(models.QuerySet):
+    def by_name(self, name: str) -> Cluster:
+        return self.get(name=name)
+
+
+class Cluster(models.Model):
+    """A Kafka cluster Strata watches: its controller and the secret its agents sign with.
+
+    ``secret_ref`` is a *reference*, never the secret: a file path (``/etc/strata/local.secret``)
+    or ``env:NAME`` for an environment variable. The sync keeps the cluster-wide aggregates below
+    up to date so that the overview never scans partitions.
+    """
+
+    name = models.SlugField(max_length=100, unique=True)
+    controller_url = models.URLField(max_length=500)
+    secret_ref = models.CharField(max_length=500, help_text="A file path, or env:NAME.")
+    cluster_id = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    metadata_version = models.BigIntegerField(
+        default=-1, help_text="Controller metadata version last applied (-1: never)."
+    )
+    synced_at = models.DateTimeField(null=True, blank=True, help_text="End of the last sync.")
+    sync_duration_ms = models.IntegerField(null=True, blank=True)
+    controller_last_good_at = models.DateTimeField(null=True, blank=True)
+    controller_error = models.TextField(blank=True)
+    controller_error_at = models.DateTimeField(null=True, blank=True)
+
+    # Aggregates maintained by the sync (see console.sync.aggregates).
+    broker_count = models.IntegerField(default=0)
+    topic_count = models.IntegerField(default=0)
+    partition_count = models.IntegerField(default=0)
+    offline_partition_count = models.IntegerField(default=0)
+    under_replicated_partition_count = models.IntegerField(default=0)
+    under_min_isr_partition_count = models.IntegerField(default=0)
+    offline_replica_count = models.IntegerField(default=0)
+    marked_for_deletion_count = models.IntegerField(default=0)
+
+    objects = ClusterQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def controller_stale(self) -> bool:
+        return bool(self.controller_error)
+
+    def read_secret(self) -> bytes:
+        """The agents' HMAC secret, read from where ``secret_ref`` points (never stored here)."""
+        ref = self.secret_ref
+        if ref.startswith("env:"):
+            value = os.environ.get(ref[4:], "")
+            if not value:
+                raise RuntimeError(f"cluster {self.name}: environment variable {ref[4:]} is empty")
+            return value.encode()
+        data = Path(ref).read_bytes().strip()
+        if not data:
+            raise RuntimeError(f"cluster {self.name}: secret file {ref} is empty")
+        return data
+
+
+class SyncRun(models.Model):
+    """One sync of one cluster: when, how long, what it changed, which sources failed."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="sync_runs")
+    trigger = models.CharField(max_length=16, choices=choices(SyncTrigger.ALL))
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    duration_ms = models.IntegerField()
+    full = models.BooleanField(default=False, help_text="Snapshots were requested in full.")
+    metadata_version = models.BigIntegerField(default=-1)
+    metadata_changed = models.BooleanField(default=False)
+    topics_changed = models.IntegerField(default=0)
+    partitions_upserted = models.IntegerField(default=0)
+    replicas_upserted = models.IntegerField(default=0)
+    replicas_deleted = models.IntegerField(default=0)
+    brokers_synced = models.IntegerField(default=0)
+    brokers_failed = models.IntegerField(default=0)
+    controller_ok = models.BooleanField(default=True)
+    errors = models.JSONField(default=dict, blank=True, help_text="source -> error message")
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["cluster", "-started_at"])]
+
+    def __str__(self) -> str:
+        return f"sync {self.cluster_id} @ {self.started_at:%H:%M:%S} ({self.duration_ms} ms)"
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+class AgentEvent(models.Model):
+    """A signed event an agent pushed (KIP-112 LogDirFailure, its recovery, BrokerOffline).
+
+    Kept for the incident panel ("when did this dir fail, with which error"); each event also
+    triggers an immediate sync. ``event_id`` makes a redelivered event count once.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="agent_events")
+    event_id = models.CharField(max_length=100)
+    event = models.CharField(max_length=32)
+    broker_id = models.IntegerField()
+    log_dir = models.CharField(max_length=200, blank=True)
+    error = models.TextField(blank=True)
+    offline_replicas = ArrayField(models.CharField(max_length=300), default=list, blank=True)
+    occurred_at = models.DateTimeField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-occurred_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "event_id"], name="agentevent_unique_id")
+        ]
+        indexes = [models.Index(fields=["cluster", "broker_id", "log_dir", "-occurred_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.event} broker {self.broker_id} {self.log_dir}"

@@ -1,0 +1,191 @@
+"""Topics (with their KIP-950 tiering state), partitions (KIP-253) and replicas (KIP-112)."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+from console.choices import TieredState, choices
+from console.models.clusters import Cluster
+from console.models.disks import Broker, LogDir
+
+__all__ = ["Partition", "Replica", "Topic"]
+
+
+class Topic(models.Model):
+    """A topic: configs, KIP-950 tiering state, KIP-253 partition counts, and aggregates.
+
+    ``previous_undeleted_partition_count`` is the count before the last expansion or shrink the
+    console saw (KIP-253 keeps no history; Strata records it at sync time) so that a key can be
+    looked up "before" as well as "now". The byte and count aggregates are sums over the topic's
+    partitions, recomputed by the sync for changed topics only.
+
+    Topic-level offsets (``log_end_offset`` ...) are the sums over partitions: the "total" bar
+    then reads in records, like KIP-950's per-partition figure.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="topics")
+    name = models.CharField(max_length=249)
+    topic_id = models.CharField(max_length=64)
+    configs = models.JSONField(default=dict)
+    tiered_state = models.CharField(
+        max_length=16, choices=choices(TieredState.ALL), default=TieredState.NONE
+    )
+    tiered_epoch = models.IntegerField(default=0)
+    disable_policy = models.CharField(max_length=16, blank=True)
+    tiering_acks = ArrayField(models.IntegerField(), default=list, blank=True)
+    initial_partition_count = models.IntegerField()
+    undeleted_partition_count = models.IntegerField()
+    previous_undeleted_partition_count = models.IntegerField(null=True, blank=True)
+    partition_count_changed_at = models.DateTimeField(null=True, blank=True)
+    min_insync_replicas = models.IntegerField(default=1)
+    metadata_digest = models.CharField(max_length=32, blank=True)
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    # Aggregates over partitions (console.sync.aggregates).
+    partition_count = models.IntegerField(default=0)
+    log_start_offset = models.BigIntegerField(default=0)
+    local_log_start_offset = models.BigIntegerField(default=0)
+    log_end_offset = models.BigIntegerField(default=0)
+    remote_log_start_offset = models.BigIntegerField(default=-1)
+    remote_log_end_offset = models.BigIntegerField(default=-1)
+    remote_bytes = models.BigIntegerField(default=0)
+    local_bytes = models.BigIntegerField(default=0)
+    remote_segments = models.BigIntegerField(default=0)
+    offline_partition_count = models.IntegerField(default=0)
+    under_replicated_partition_count = models.IntegerField(default=0)
+    under_min_isr_partition_count = models.IntegerField(default=0)
+    offline_replica_count = models.IntegerField(default=0)
+    marked_for_deletion_count = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="topic_unique")]
+        indexes = [
+            models.Index(fields=["cluster", "tiered_state"]),
+            models.Index(fields=["cluster", "-remote_bytes"]),
+            models.Index(fields=["cluster", "-local_bytes"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def has_remote_data(self) -> bool:
+        return self.remote_bytes > 0 or self.remote_segments > 0
+
+    @property
+    def expanded_or_shrunk(self) -> bool:
+        return self.previous_undeleted_partition_count is not None
+
+
+class Partition(models.Model):
+    """One partition: controller metadata (leader, ISR, KIP-112 offline replicas, KIP-253 maps)
+    and the leader replica's offsets (KIP-950: remote Rx..Ry, local Lx..log end).
+
+    ``topic_name`` is denormalised so the topology page pages through a 200,000-partition
+    cluster on one index. ``previous_leader`` / ``leader_changed_at`` are recorded by the sync
+    (Kafka keeps no history) so the incident panel can say where leadership went.
+    ``marked_log_start_offset`` is the log start offset when the console first saw the partition
+    marked for deletion, the origin of its drain progress (KIP-253 removes it once empty).
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="partitions")
+    topic_name = models.CharField(max_length=249)
+    partition = models.IntegerField()
+    leader = models.IntegerField(default=-1)
+    previous_leader = models.IntegerField(null=True, blank=True)
+    leader_changed_at = models.DateTimeField(null=True, blank=True)
+    leader_epoch = models.IntegerField(default=0)
+    partition_epoch = models.IntegerField(default=0)
+    replicas = ArrayField(models.IntegerField(), default=list)
+    isr = ArrayField(models.IntegerField(), default=list)
+    offline_replicas = ArrayField(models.IntegerField(), default=list)
+    created = ArrayField(models.IntegerField(), default=list)
+    leader_epoch_after_creation = models.JSONField(default=dict, blank=True)
+    leader_epoch_before_deletion = models.JSONField(default=dict, blank=True)
+    marked_for_deletion = models.BooleanField(default=False)
+    marked_log_start_offset = models.BigIntegerField(null=True, blank=True)
+    under_replicated = models.BooleanField(default=False)
+    under_min_isr = models.BooleanField(default=False)
+    offline = models.BooleanField(default=False, help_text="No leader (leader == -1).")
+    has_offline_replicas = models.BooleanField(default=False)
+
+    log_start_offset = models.BigIntegerField(default=0)
+    local_log_start_offset = models.BigIntegerField(default=0)
+    log_end_offset = models.BigIntegerField(default=0)
+    high_watermark = models.BigIntegerField(default=0)
+    remote_log_start_offset = models.BigIntegerField(default=-1)
+    remote_log_end_offset = models.BigIntegerField(default=-1)
+    remote_bytes = models.BigIntegerField(default=0)
+    local_bytes = models.BigIntegerField(default=0)
+    remote_segments = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["topic_name", "partition"]
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "partition"], name="partition_unique")
+        ]
+        indexes = [
+            models.Index(fields=["cluster", "topic_name", "partition"]),
+            models.Index(
+                fields=["cluster", "topic_name", "partition"],
+                name="partition_problem_idx",
+                condition=models.Q(has_offline_replicas=True)
+                | models.Q(under_replicated=True)
+                | models.Q(offline=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic_name}-{self.partition}"
+
+    @property
+    def drain_percent(self) -> float | None:
+        """How far a partition marked for deletion has drained (KIP-253: removed once empty)."""
+        if not self.marked_for_deletion:
+            return None
+        start = self.marked_log_start_offset
+        if start is None:
+            start = self.log_start_offset
+        total = self.log_end_offset - start
+        if total <= 0:
+            return 100.0
+        return max(0.0, min(100.0, 100.0 * (self.log_start_offset - start) / total))
+
+
+class Replica(models.Model):
+    """A replica as its broker's agent reports it: where it lives and how far it got."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    partition = models.ForeignKey(Partition, on_delete=models.CASCADE, related_name="replica_set")
+    broker = models.ForeignKey(Broker, on_delete=models.CASCADE, related_name="replicas")
+    log_dir = models.ForeignKey(
+        LogDir, on_delete=models.SET_NULL, null=True, blank=True, related_name="replicas"
+    )
+    state = models.CharField(max_length=16)
+    is_leader = models.BooleanField(default=False)
+    leader_epoch = models.IntegerField(default=0)
+    log_start_offset = models.BigIntegerField(default=0)
+    local_log_start_offset = models.BigIntegerField(default=0)
+    log_end_offset = models.BigIntegerField(default=0)
+    high_watermark = models.BigIntegerField(default=0)
+    size_bytes = models.BigIntegerField(default=0)
+    tiered_epoch = models.IntegerField(default=0)
+    copier_state = models.CharField(max_length=16, blank=True)
+    expiration_state = models.CharField(max_length=16, blank=True)
+    remote_log_start_offset = models.BigIntegerField(default=-1)
+    remote_log_end_offset = models.BigIntegerField(default=-1)
+    remote_bytes = models.BigIntegerField(default=0)
+    remote_segments = models.IntegerField(default=0)
+    version = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["partition", "broker"], name="replica_unique")
+        ]
+        indexes = [models.Index(fields=["log_dir", "partition"])]
+
+    def __str__(self) -> str:
+        return f"{self.partition_id}@{self.broker_id}"

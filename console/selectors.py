@@ -1,0 +1,369 @@
+"""The console's read queries, shared by the pages and the JSON API.
+
+Every function here issues a fixed number of queries whatever the cluster size: lists are
+paginated in SQL, per-cluster and per-topic numbers come from aggregates the sync maintains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from datetime import datetime
+
+import django_filters
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Min, Q, QuerySet
+from django.http import Http404
+
+from broker_agent.hashing import murmur2, partition_for_hash, partitions_split_from, to_positive
+from console.choices import (
+    BrokerState,
+    DisablePolicy,
+    LogDirState,
+    ReplicaCell,
+    TaskState,
+    TieredState,
+    choices,
+)
+from console.models import AgentEvent, Broker, Cluster, LogDir, Partition, Replica, Topic
+
+__all__ = [
+    "KeyLookup",
+    "PartitionFilter",
+    "TopicFilter",
+    "broker_grid",
+    "cluster_overview",
+    "get_cluster",
+    "get_topic",
+    "incident",
+    "lookup_key",
+    "paginate",
+    "partition_cells",
+    "split_tree",
+    "stale_sources",
+    "task_states",
+    "topic_totals",
+]
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+SPLIT_TREE_MAX_PARTITIONS = 256
+
+
+def get_cluster(name: str | None) -> Cluster:
+    """The named cluster, or the first one when no name is given; 404 when there is none."""
+    qs = Cluster.objects.all()
+    cluster = qs.filter(name=name).first() if name else qs.first()
+    if cluster is None:
+        raise Http404(f"No cluster named {name!r}." if name else "No cluster is registered.")
+    return cluster
+
+
+def get_topic(cluster: Cluster, name: str) -> Topic:
+    topic = Topic.objects.filter(cluster=cluster, name=name).first()
+    if topic is None:
+        raise Http404(f"No topic {name!r} in cluster {cluster.name}.")
+    return topic
+
+
+def paginate(qs: QuerySet, page: int | str | None, page_size: int | str | None = None) -> Page:
+    """A page of ``qs`` (two queries: count and slice); out-of-range pages give the last."""
+    try:
+        size = min(max(int(page_size or DEFAULT_PAGE_SIZE), 1), MAX_PAGE_SIZE)
+    except (TypeError, ValueError):
+        size = DEFAULT_PAGE_SIZE
+    return Paginator(qs, size).get_page(page)
+
+
+def stale_sources(cluster: Cluster) -> list[dict]:
+    """Sources whose last sync failed, with their last good time (one query)."""
+    out = []
+    if cluster.controller_error:
+        out.append(
+            {
+                "source": "controller",
+                "error": cluster.controller_error,
+                "last_good_at": cluster.controller_last_good_at,
+            }
+        )
+    for b in Broker.objects.filter(cluster=cluster).exclude(error="").order_by("broker_id"):
+        out.append(
+            {"source": f"broker {b.broker_id}", "error": b.error, "last_good_at": b.last_good_at}
+        )
+    return out
+
+
+# -- overview ----------------------------------------------------------------------------------
+
+
+def cluster_overview() -> list[dict]:
+    """Per cluster: brokers up / down, offline dirs, partition health, topics by tiered state.
+
+    Four queries for any number of clusters; partition numbers are the sync's aggregates.
+    """
+    clusters = list(Cluster.objects.all())
+    brokers = {
+        row["cluster_id"]: row
+        for row in Broker.objects.values("cluster_id").annotate(
+            online=Count("id", filter=Q(state=BrokerState.ONLINE)),
+            degraded=Count("id", filter=Q(state=BrokerState.DEGRADED)),
+            offline=Count("id", filter=Q(state__in=[BrokerState.OFFLINE, BrokerState.UNKNOWN])),
+            stale=Count("id", filter=~Q(error="")),
+        )
+    }
+    dirs = dict(
+        LogDir.objects.filter(state=LogDirState.OFFLINE)
+        .values("cluster_id")
+        .annotate(n=Count("id"))
+        .values_list("cluster_id", "n")
+    )
+    by_state: dict[int, dict[str, int]] = defaultdict(dict)
+    for row in Topic.objects.values("cluster_id", "tiered_state").annotate(n=Count("id")):
+        by_state[row["cluster_id"]][row["tiered_state"]] = row["n"]
+    out = []
+    for c in clusters:
+        b = brokers.get(c.pk, {})
+        out.append(
+            {
+                "cluster": c,
+                "brokers_online": b.get("online", 0),
+                "brokers_degraded": b.get("degraded", 0),
+                "brokers_offline": b.get("offline", 0),
+                "brokers_stale": b.get("stale", 0),
+                "offline_log_dirs": dirs.get(c.pk, 0),
+                "topics_by_tiered_state": {s: by_state[c.pk].get(s, 0) for s in TieredState.ALL},
+            }
+        )
+    return out
+
+
+# -- topics ------------------------------------------------------------------------------------
+
+TOPIC_SORTS = {
+    "name": "name",
+    "-name": "-name",
+    "remote_bytes": "remote_bytes",
+    "-remote_bytes": "-remote_bytes",
+    "local_bytes": "local_bytes",
+    "-local_bytes": "-local_bytes",
+    "partitions": "partition_count",
+    "-partitions": "-partition_count",
+    "tiered_epoch": "tiered_epoch",
+    "-tiered_epoch": "-tiered_epoch",
+    "tiered_state": "tiered_state",
+    "-tiered_state": "-tiered_state",
+}
+
+
+class TopicFilter(django_filters.FilterSet):
+    """Filters of the topics page and ``GET /api/v1/clusters/{name}/topics``."""
+
+    name = django_filters.CharFilter(lookup_expr="icontains", label="Name contains")
+    tiered_state = django_filters.ChoiceFilter(
+        choices=choices(TieredState.ALL), label="Tiered state", empty_label="any"
+    )
+    policy = django_filters.ChoiceFilter(
+        field_name="disable_policy",
+        choices=choices(DisablePolicy.ALL),
+        label="Disable policy",
+        empty_label="any",
+    )
+    has_remote_data = django_filters.ChoiceFilter(
+        choices=[("true", "yes"), ("false", "no")],
+        method="filter_remote",
+        label="Has remote data",
+        empty_label="any",
+    )
+
+    class Meta:
+        model = Topic
+        fields = ["name", "tiered_state", "policy", "has_remote_data"]
+
+    def filter_remote(self, qs: QuerySet, name: str, value: str) -> QuerySet:
+        has = Q(remote_bytes__gt=0) | Q(remote_segments__gt=0)
+        return qs.filter(has) if value == "true" else qs.exclude(has)
+
+
+def topic_list(cluster: Cluster, params, sort: str | None) -> tuple[TopicFilter, QuerySet]:
+    f = TopicFilter(params, queryset=Topic.objects.filter(cluster=cluster))
+    qs = f.qs if f.is_valid() else Topic.objects.none()
+    order = TOPIC_SORTS.get(sort or "name", "name")
+    return f, qs.order_by(order, "name").defer("configs")
+
+
+def topic_totals(topic: Topic) -> dict:
+    """The topic's total offsets bar (sums over partitions; see :class:`Topic`)."""
+    return {
+        "log_start_offset": topic.log_start_offset,
+        "local_log_start_offset": topic.local_log_start_offset,
+        "log_end_offset": topic.log_end_offset,
+        "remote_log_start_offset": topic.remote_log_start_offset,
+        "remote_log_end_offset": topic.remote_log_end_offset,
+    }
+
+
+def task_states(topic: Topic) -> list[dict]:
+    """KIP-950's two tasks per broker: how many of the topic's replicas have the copier /
+    expiration task in each state (one aggregate query)."""
+    rows = (
+        Replica.objects.filter(partition__topic=topic)
+        .values("broker__broker_id")
+        .annotate(
+            replicas=Count("id"),
+            leaders=Count("id", filter=Q(is_leader=True)),
+            copier_running=Count("id", filter=Q(copier_state=TaskState.RUNNING)),
+            copier_stopped=Count("id", filter=Q(copier_state=TaskState.STOPPED)),
+            expiration_running=Count("id", filter=Q(expiration_state=TaskState.RUNNING)),
+            expiration_stopped=Count("id", filter=Q(expiration_state=TaskState.STOPPED)),
+            expiration_external=Count("id", filter=Q(expiration_state=TaskState.EXTERNAL)),
+            tiered_epoch_min=Min("tiered_epoch"),
+        )
+        .order_by("broker__broker_id")
+    )
+    return list(rows)
+
+
+# -- KIP-253 -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyLookup:
+    key: str
+    hash: int
+    initial_partition_count: int
+    undeleted_partition_count: int
+    partition: int
+    previous_undeleted_partition_count: int | None
+    previous_partition: int | None
+
+
+def lookup_key(topic: Topic, key: str) -> KeyLookup:
+    """KIP-253 linear hashing of ``key`` now and before the last expansion / shrink.
+
+    h = toPositive(murmur2(key)), as Kafka's default partitioner; see broker_agent.hashing.
+    """
+    h = to_positive(murmur2(key.encode()))
+    n, u = topic.initial_partition_count, topic.undeleted_partition_count
+    prev = topic.previous_undeleted_partition_count
+    return KeyLookup(
+        key=key,
+        hash=h,
+        initial_partition_count=n,
+        undeleted_partition_count=u,
+        partition=partition_for_hash(h, n, u),
+        previous_undeleted_partition_count=prev,
+        previous_partition=partition_for_hash(h, n, prev) if prev else None,
+    )
+
+
+def split_tree(topic: Topic, partitions: dict[int, Partition]) -> list[dict] | None:
+    """KIP-253's split tree: roots 0..N-1; partition q >= N splits exactly one parent
+    q - N*2^floor(log2(q/N)). Includes partitions marked for deletion (>= U) while they exist.
+    None when the topic is too large to draw."""
+    n = topic.initial_partition_count
+    top = max([topic.undeleted_partition_count, *[p + 1 for p in partitions]])
+    if top > SPLIT_TREE_MAX_PARTITIONS or n <= 0:
+        return None
+
+    def node(p: int) -> dict:
+        children = [q for q in partitions_split_from(p, n, top) if q != p]
+        return {
+            "partition": p,
+            "row": partitions.get(p),
+            "children": [node(c) for c in children],
+            "initial": p < n,
+            "marked": bool(partitions.get(p) and partitions[p].marked_for_deletion),
+        }
+
+    return [node(p) for p in range(n)]
+
+
+# -- brokers & disks ---------------------------------------------------------------------------
+
+
+def broker_grid(cluster: Cluster) -> dict:
+    """Brokers x log dirs (two queries): rows of brokers, columns of dir names."""
+    brokers = list(Broker.objects.filter(cluster=cluster).order_by("broker_id"))
+    dirs = list(LogDir.objects.filter(cluster=cluster).order_by("broker_id", "name"))
+    names = sorted({d.name for d in dirs})
+    by_broker: dict[int, dict[str, LogDir]] = defaultdict(dict)
+    for d in dirs:
+        by_broker[d.broker_id][d.name] = d
+    rows = [{"broker": b, "cells": [by_broker[b.pk].get(n) for n in names]} for b in brokers]
+    return {
+        "dir_names": names,
+        "rows": rows,
+        "offline_dirs": [d for d in dirs if d.state == LogDirState.OFFLINE],
+        "brokers": brokers,
+        "log_dirs": by_broker,
+    }
+
+
+def incident(log_dir: LogDir, page: int | str | None = None) -> dict:
+    """KIP-112 incident panel for an offline dir: its replicas, the partitions that lost their
+    leader or fell under min ISR, and where leadership went (a fixed number of queries)."""
+    broker_id = log_dir.broker.broker_id
+    replicas = (
+        Replica.objects.filter(log_dir=log_dir)
+        .select_related("partition")
+        .order_by("partition__topic_name", "partition__partition")
+    )
+    pg = paginate(replicas, page, 25)
+    parts = Partition.objects.filter(replica_set__log_dir=log_dir)
+    counts = parts.aggregate(
+        replicas=Count("id"),
+        lost_leader=Count("id", filter=Q(previous_leader=broker_id) & ~Q(leader=broker_id)),
+        offline=Count("id", filter=Q(offline=True)),
+        under_min_isr=Count("id", filter=Q(under_min_isr=True)),
+    )
+    event = (
+        AgentEvent.objects.filter(
+            cluster_id=log_dir.cluster_id, broker_id=broker_id, log_dir=log_dir.name
+        )
+        .order_by("-occurred_at")
+        .first()
+    )
+    return {"log_dir": log_dir, "page": pg, "counts": counts, "event": event}
+
+
+# -- topology ----------------------------------------------------------------------------------
+
+
+class PartitionFilter(django_filters.FilterSet):
+    topic = django_filters.CharFilter(field_name="topic_name", lookup_expr="icontains")
+    offline_only = django_filters.BooleanFilter(method="filter_offline", label="Offline only")
+    under_replicated_only = django_filters.BooleanFilter(
+        field_name="under_replicated", method="filter_urp", label="Under-replicated only"
+    )
+
+    class Meta:
+        model = Partition
+        fields = ["topic", "offline_only", "under_replicated_only"]
+
+    def filter_offline(self, qs: QuerySet, name: str, value: bool) -> QuerySet:
+        return qs.filter(Q(has_offline_replicas=True) | Q(offline=True)) if value else qs
+
+    def filter_urp(self, qs: QuerySet, name: str, value: bool) -> QuerySet:
+        return qs.filter(under_replicated=True) if value else qs
+
+
+def partition_cells(p: Partition, broker_ids: list[int]) -> list[str]:
+    """One :class:`ReplicaCell` per broker column, from the partition's own arrays."""
+    out = []
+    offline, isr, replicas = set(p.offline_replicas), set(p.isr), set(p.replicas)
+    for b in broker_ids:
+        if b not in replicas:
+            out.append(ReplicaCell.NONE)
+        elif b in offline:
+            out.append(ReplicaCell.OFFLINE)
+        elif b == p.leader:
+            out.append(ReplicaCell.LEADER)
+        elif b in isr:
+            out.append(ReplicaCell.IN_SYNC)
+        else:
+            out.append(ReplicaCell.OUT_OF_SYNC)
+    return out
+
+
+def synced_at(cluster: Cluster) -> datetime | None:
+    return cluster.synced_at

@@ -1,0 +1,23 @@
+"""Cluster sync: controller metadata and agent snapshots into PostgreSQL, in bulk.
+
+See :mod:`console.sync.core` for the design.
+"""
+
+from console.sync.core import SyncBusy, SyncResult, do_sync_cluster, source_for
+from console.sync.sources import (
+    ClusterSource,
+    HttpClusterSource,
+    SourceError,
+    StaticClusterSource,
+)
+
+__all__ = [
+    "ClusterSource",
+    "HttpClusterSource",
+    "SourceError",
+    "StaticClusterSource",
+    "SyncBusy",
+    "SyncResult",
+    "do_sync_cluster",
+    "source_for",
+]

@@ -1,0 +1,103 @@
+"""Where a sync reads a cluster from: the controller's metadata and each agent's snapshot.
+
+:class:`HttpClusterSource` talks to the real (or simulated) controller and agents through
+:mod:`broker_agent.client`. :class:`StaticClusterSource` serves pydantic objects given to it; the
+tests, the bench and anyone replaying a capture build inventories through the same sync code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from broker_agent.client import AgentClient, ControllerClient
+from broker_agent.models import BrokerSnapshot, ClusterMetadata
+
+__all__ = ["ClusterSource", "HttpClusterSource", "SourceError", "StaticClusterSource"]
+
+
+class SourceError(Exception):
+    """A controller or agent could not be read; the message is shown on the pages."""
+
+
+class ClusterSource(Protocol):
+    def metadata(self, since: int | None) -> ClusterMetadata:
+        """Controller metadata; ``changed=False`` (and nothing else) when ``since`` is current;
+        ``full=False`` for a partition-level delta since ``since``."""
+
+    def snapshot(self, broker_id: int, url: str, since: int | None) -> BrokerSnapshot:
+        """One agent's snapshot, incremental from ``since`` when the agent can."""
+
+    def close(self) -> None: ...
+
+
+class HttpClusterSource:
+    """Controller and agents over HTTP, HMAC-signed with the cluster's secret.
+
+    Timeouts are short and retries few: a sync must not wait long on one dead agent, it marks
+    that agent stale and the next beat tries again.
+    """
+
+    def __init__(
+        self, controller_url: str, secret: bytes, *, timeout: float = 8.0, retries: int = 1
+    ):
+        self.secret = secret
+        self.timeout = timeout
+        self.retries = retries
+        self.controller = ControllerClient(controller_url, secret, timeout=timeout, retries=retries)
+
+    def metadata(self, since: int | None) -> ClusterMetadata:
+        """Asks for a partition-level delta; a controller that cannot answers in full."""
+        return self.controller.metadata(since=since, delta=since is not None)
+
+    def snapshot(self, broker_id: int, url: str, since: int | None) -> BrokerSnapshot:
+        if not url:
+            raise SourceError(f"broker {broker_id} has no agent URL yet")
+        with AgentClient(url, self.secret, timeout=self.timeout, retries=self.retries) as agent:
+            return agent.snapshot(since=since)
+
+    def close(self) -> None:
+        self.controller.close()
+
+
+class StaticClusterSource:
+    """Serves the pydantic objects it holds, honouring ``since`` the way the real ones do.
+
+    ``snapshots`` maps broker id to a snapshot or to an exception to raise (a failing agent);
+    ``metadata`` may likewise be an exception (a failing controller).
+    """
+
+    def __init__(
+        self,
+        metadata: ClusterMetadata | Exception,
+        snapshots: Mapping[int, BrokerSnapshot | Exception] | None = None,
+    ):
+        self._metadata = metadata
+        self.snapshots = dict(snapshots or {})
+        self.requests: list[tuple[str, int | None, int | None]] = []
+
+    def set_metadata(self, metadata: ClusterMetadata | Exception) -> None:
+        self._metadata = metadata
+
+    def metadata(self, since: int | None) -> ClusterMetadata:
+        self.requests.append(("metadata", None, since))
+        md = self._metadata
+        if isinstance(md, Exception):
+            raise md
+        if since is not None and md.version <= since:
+            return ClusterMetadata(
+                cluster_id=md.cluster_id, version=md.version, brokers=[], topics=[], changed=False
+            )
+        return md
+
+    def snapshot(self, broker_id: int, url: str, since: int | None) -> BrokerSnapshot:
+        self.requests.append(("snapshot", broker_id, since))
+        snap = self.snapshots.get(broker_id)
+        if snap is None:
+            raise SourceError(f"broker {broker_id}: connection refused")
+        if isinstance(snap, Exception):
+            raise snap
+        return snap
+
+    def close(self) -> None:
+        pass

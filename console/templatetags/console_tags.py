@@ -1,0 +1,130 @@
+"""Template helpers of the console pages: data age, the KIP-950 offsets bar, usage bars."""
+
+from __future__ import annotations
+
+import datetime as dt
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+register = template.Library()
+
+BAR_WIDTH = 240
+LANE = 9
+
+
+@register.simple_tag
+def data_age(when: datetime | None, label: str = "data from") -> SafeString:
+    """``data from 12:00:03 UTC (4 s ago)``, machine-readable in ``<time>``."""
+    if when is None:
+        return SafeString('<small class="age" data-age="never">never synced</small>')
+    seconds = max(int((timezone.now() - when).total_seconds()), 0)
+    if seconds < 120:
+        ago = f"{seconds} s ago"
+    elif seconds < 7200:
+        ago = f"{seconds // 60} min ago"
+    else:
+        ago = f"{seconds // 3600} h ago"
+    return format_html(
+        '<small class="age" data-age="{}">{} <time datetime="{}">{} UTC</time> ({})</small>',
+        seconds,
+        label,
+        when.isoformat(),
+        when.astimezone(dt.UTC).strftime("%H:%M:%S"),
+        ago,
+    )
+
+
+def _x(offset: int, lo: int, hi: int, width: int) -> float:
+    if hi <= lo:
+        return 0.0
+    return round((offset - lo) * width / (hi - lo), 1)
+
+
+@register.simple_tag
+def offsets_bar(
+    log_start_offset: int,
+    local_log_start_offset: int,
+    log_end_offset: int,
+    remote_log_start_offset: int,
+    remote_log_end_offset: int,
+    width: int = BAR_WIDTH,
+) -> SafeString:
+    """KIP-950's picture of a log: remote Rx..Ry above, local Lx..log end below.
+
+    The scale runs from the log start offset (or Rx, whichever is lower) to the log end
+    offset; an empty lane means no data there (Ry < 0: nothing tiered).
+    """
+    has_remote = remote_log_end_offset >= 0 and remote_log_start_offset >= 0
+    lo = min(log_start_offset, remote_log_start_offset if has_remote else log_start_offset)
+    hi = max(log_end_offset, remote_log_end_offset + 1 if has_remote else 0, lo + 1)
+    height = 2 * LANE + 4
+    parts = [
+        f'<rect x="0" y="0" width="{width}" height="{height}" class="bar-bg"></rect>',
+    ]
+    if has_remote:
+        x1 = _x(remote_log_start_offset, lo, hi, width)
+        x2 = _x(remote_log_end_offset + 1, lo, hi, width)
+        parts.append(
+            f'<rect x="{x1}" y="1" width="{max(x2 - x1, 1)}" height="{LANE}" class="bar-remote">'
+            f"<title>remote {remote_log_start_offset}..{remote_log_end_offset}</title></rect>"
+        )
+    if log_end_offset > local_log_start_offset:
+        x1 = _x(local_log_start_offset, lo, hi, width)
+        x2 = _x(log_end_offset, lo, hi, width)
+        parts.append(
+            f'<rect x="{x1}" y="{LANE + 3}" width="{max(x2 - x1, 1)}" height="{LANE}" '
+            f'class="bar-local"><title>local {local_log_start_offset}..{log_end_offset}'
+            "</title></rect>"
+        )
+    remote = (
+        f"remote {remote_log_start_offset}..{remote_log_end_offset}" if has_remote else "no remote"
+    )
+    label = f"{remote}, local {local_log_start_offset}..{log_end_offset}"
+    svg = (
+        f'<svg class="offsets" role="img" aria-label="{label}" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" data-remote-start='
+        f'"{remote_log_start_offset}" data-remote-end="{remote_log_end_offset}" '
+        f'data-local-start="{local_log_start_offset}" data-log-end="{log_end_offset}">'
+        + "".join(parts)
+        + "</svg>"
+    )
+    return SafeString(svg)  # only integers are interpolated
+
+
+@register.simple_tag
+def usage_bar(used: int, total: int) -> SafeString:
+    pct = 100.0 * used / total if total else 0.0
+    return format_html(
+        '<div class="progress" role="progressbar" aria-valuenow="{}" aria-valuemin="0" '
+        'aria-valuemax="100" aria-label="disk used"><span style="width: {}%"></span></div>',
+        round(pct),
+        round(pct, 1),
+    )
+
+
+@register.filter
+def lower(value: str) -> str:
+    return str(value).lower()
+
+
+@register.simple_tag(takes_context=True)
+def query(context, **changes) -> str:
+    """The current query string with ``changes`` applied (``None`` removes a key)."""
+    q = context["request"].GET.copy()
+    for key, value in changes.items():
+        if value is None or value == "":
+            q.pop(key, None)
+        else:
+            q[key] = value
+    return "?" + q.urlencode()
+
+
+@register.simple_tag(takes_context=True)
+def sort_link(context, field: str, current: str) -> str:
+    """Query string that sorts by ``field``, toggling direction when it is already sorted."""
+    new = f"-{field}" if current == field else field
+    return query(context, sort=new, page=None)

@@ -1,0 +1,424 @@
+"""``RemoteMetadata`` over one cluster's broker agents (``broker_agent.client``): the adapter the
+Celery side of the Spark jobs uses to export their inputs and to carry out Kafka's deletion order.
+
+Choose it with ``SPARK_REMOTE_METADATA = "spark_tasks.agent_remote.for_cluster"``.
+
+Where a cluster's controller and secret come from (:func:`for_cluster`), first match wins:
+
+1. console's ``Cluster`` model (``name``, ``controller_url``, ``secret_ref`` read through
+   ``Cluster.read_secret()``: a file path or ``env:NAME``) — the registered clusters;
+2. ``settings.SPARK_CLUSTER_ENDPOINTS[name]``: ``{"controller_url": ..., "secret_ref": ...}``
+   with the same ``secret_ref`` rules, for a Spark worker without the console's tables (or a
+   cluster not registered yet).
+
+The remote store's root (``remote_root()``, for the orphan sweep) is
+``settings.SPARK_REMOTE_ROOTS[name]`` when set, else derived from the inventory: the simulated
+cluster's objects live at ``<root>/<topic>-<topic_id>/<partition>/<segment_id>.log`` with an
+absolute ``object_path``, so the root is three levels above any object. The agents do not publish
+their root yet (noted for the broker_agent owner).
+
+Decisions:
+
+- **Export streams.** The inventory comes from one live agent's ``GET /v1/remote/inventory
+  ?format=ndjson`` (the store is shared; every agent serves all of it) and is written as Parquet
+  row groups of :attr:`Limits.ROW_GROUP_ROWS` rows as lines arrive; no more than one row group
+  is held. The paged JSON form is not used: the agent re-walks the store from the start for every
+  page (quadratic over 10M rows). A stream broken midway is restarted from scratch on the next
+  live agent (the file is replaced, never appended to).
+- **Partition state** is the union of ``GET /v1/remote/partition-states`` over every live agent
+  (each reports the partitions it leads). During a leader change two agents may report one
+  partition: the row of the controller's current leader wins, else the one with the highest
+  leader epoch. Partitions without a live leader are not reported by anyone, so their segments
+  are counted as ``segments_without_partition_state`` and never planned (nothing to judge them
+  by; a later run catches up once a leader is elected).
+- **cluster column.** Rows carry Strata's cluster name (the registration), not the agents'
+  cluster id: plans, results and storage snapshots are keyed by the name everywhere in PostgreSQL.
+- **Log start offsets only move up.** An offset not above the one exported by this adapter is
+  skipped (the agent also refuses to move it backwards); each goes to the partition's leader by
+  the controller's metadata, re-read once on ``NOT_LEADER_OR_FOLLOWER``. A topic deleted since
+  the plan (``UNKNOWN_TOPIC_OR_PARTITION``) is skipped.
+- **Marks are idempotent.** A segment already in the state is a no-op on the agent; marking
+  DELETE_SEGMENT_STARTED on a segment already DELETE_SEGMENT_FINISHED answers 409, which here
+  means "past it" and is fine; marking DELETE_SEGMENT_FINISHED on one that never started deleting
+  is a real error (the caller broke Kafka's order) and fails the call after the batch. A segment
+  whose record is gone (404) is skipped. The agent API takes one segment per request, so a batch
+  is sent over :attr:`Limits.CONCURRENCY` parallel requests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from broker_agent.choices import ErrorCode
+from broker_agent.client import AgentClient, AgentError, ControllerClient
+from broker_agent.models import ClusterMetadata
+from broker_agent.signing import sign_headers
+from spark_tasks.remote import NotConfigured, PartitionLogStart, RemoteMetadata, SegmentRef
+from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA, SegmentState
+
+__all__ = ["AgentRemoteMetadata", "ClusterEndpoint", "Limits", "for_cluster", "lookup_endpoint"]
+
+log = logging.getLogger(__name__)
+
+
+class Limits:
+    """Sizes and timeouts of the adapter (one place to tune them)."""
+
+    #: Rows per Parquet row group written while the inventory streams in (~10-20 MB in memory).
+    ROW_GROUP_ROWS = 65_536
+    #: Parallel agent requests per mark / publish batch.
+    CONCURRENCY = 8
+    #: Seconds to wait for the next byte of the inventory stream.
+    STREAM_READ_TIMEOUT = 300.0
+    #: Seconds for an ordinary agent or controller request.
+    REQUEST_TIMEOUT = 30.0
+
+
+class ClusterEndpoint:
+    """Where one cluster is reached: its controller and the agents' HMAC secret."""
+
+    __slots__ = ("controller_url", "name", "secret")
+
+    def __init__(self, name: str, controller_url: str, secret: bytes) -> None:
+        self.name = name
+        self.controller_url = controller_url
+        self.secret = secret
+
+
+def _read_secret_ref(ref: str, cluster: str) -> bytes:
+    """``env:NAME`` or a file path (the same rules as console's ``Cluster.secret_ref``)."""
+    if ref.startswith("env:"):
+        value = os.environ.get(ref[4:], "")
+        if not value:
+            raise RuntimeError(f"cluster {cluster}: environment variable {ref[4:]} is empty")
+        return value.encode()
+    data = Path(ref).read_bytes().strip()
+    if not data:
+        raise RuntimeError(f"cluster {cluster}: secret file {ref} is empty")
+    return data
+
+
+def lookup_endpoint(name: str) -> ClusterEndpoint:
+    """The cluster's controller and secret: console's ``Cluster`` first, then settings."""
+    from django.apps import apps
+    from django.conf import settings
+
+    try:
+        cluster_model = apps.get_model("console", "Cluster")
+    except LookupError:
+        cluster_model = None
+    if cluster_model is not None:
+        cluster = cluster_model.objects.filter(name=name).first()
+        if cluster is not None:
+            return ClusterEndpoint(name, cluster.controller_url, cluster.read_secret())
+    configured = (getattr(settings, "SPARK_CLUSTER_ENDPOINTS", None) or {}).get(name)
+    if configured:
+        return ClusterEndpoint(
+            name,
+            configured["controller_url"],
+            _read_secret_ref(configured["secret_ref"], name),
+        )
+    raise LookupError(
+        f"unknown cluster {name!r}: register it (manage.py register_cluster) or add it to "
+        "SPARK_CLUSTER_ENDPOINTS"
+    )
+
+
+def for_cluster(cluster: str | None) -> RemoteMetadata:
+    """The ``SPARK_REMOTE_METADATA`` factory: ``(cluster name) -> RemoteMetadata``.
+
+    A run without a cluster, or naming an unknown one, gets a backend that refuses every call
+    with the reason: dry runs with explicit ``--inventory`` / ``--partitions`` never call it.
+    """
+    from django.conf import settings
+
+    if not cluster:
+        return NotConfigured("", reason="the run names no cluster")
+    try:
+        endpoint = lookup_endpoint(cluster)
+    except (LookupError, OSError, RuntimeError) as exc:
+        return NotConfigured(cluster, reason=str(exc))
+    root = (getattr(settings, "SPARK_REMOTE_ROOTS", None) or {}).get(cluster, "")
+    return AgentRemoteMetadata(
+        cluster, endpoint.controller_url, endpoint.secret, remote_root_uri=root
+    )
+
+
+def _last_epoch(row: dict[str, Any]) -> int:
+    epochs = row.get("leader_epochs") or []
+    return max((int(e["epoch"]) for e in epochs), default=-1)
+
+
+class AgentRemoteMetadata:
+    """:class:`spark_tasks.remote.RemoteMetadata` for one cluster, over its broker agents."""
+
+    def __init__(
+        self,
+        cluster: str,
+        controller_url: str,
+        secret: bytes | str,
+        *,
+        remote_root_uri: str = "",
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.secret = secret
+        self._transport = transport
+        self.controller = ControllerClient(
+            controller_url, secret, timeout=Limits.REQUEST_TIMEOUT, transport=transport
+        )
+        self._remote_root = remote_root_uri
+        self._metadata: ClusterMetadata | None = None
+        self._agents: dict[int, AgentClient] = {}
+        self._agents_lock = threading.Lock()
+        #: Log start offsets as exported (topic, partition) -> offset; publishing skips others.
+        self._exported_log_start: dict[tuple[str, int], int] = {}
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for agent in self._agents.values():
+            agent.close()
+        self.controller.close()
+
+    def __enter__(self) -> AgentRemoteMetadata:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def metadata(self, *, refresh: bool = False) -> ClusterMetadata:
+        if self._metadata is None or refresh:
+            self._metadata = self.controller.metadata()
+        return self._metadata
+
+    def _agent(self, broker_id: int) -> AgentClient:
+        with self._agents_lock:
+            if broker_id not in self._agents:
+                url = next(b.url for b in self.metadata().brokers if b.broker_id == broker_id)
+                self._agents[broker_id] = AgentClient(
+                    url, self.secret, timeout=Limits.REQUEST_TIMEOUT, transport=self._transport
+                )
+            return self._agents[broker_id]
+
+    def _live_brokers(self) -> list[int]:
+        live = [b.broker_id for b in self.metadata().brokers if b.alive]
+        if not live:
+            raise RuntimeError(f"cluster {self.cluster}: no live broker agent")
+        return sorted(live)
+
+    def _leaders(self) -> dict[tuple[str, int], int]:
+        return {
+            (t.name, p.partition): p.leader
+            for t in self.metadata().topics
+            for p in t.partitions
+            if p.leader >= 0
+        }
+
+    # -- export --------------------------------------------------------------------------------
+
+    def _stream_inventory(self, broker_id: int) -> Iterator[dict[str, Any]]:
+        """The agent's NDJSON inventory, one dict per line, signed like every agent request."""
+        agent = self._agent(broker_id)
+        target = "/v1/remote/inventory?" + urlencode({"format": "ndjson"})
+        headers = sign_headers(self.secret, "GET", target)
+        timeout = httpx.Timeout(Limits.REQUEST_TIMEOUT, read=Limits.STREAM_READ_TIMEOUT)
+        with (
+            httpx.Client(timeout=timeout, transport=self._transport) as http,
+            http.stream("GET", agent.base_url + target, headers=headers) as resp,
+        ):
+            if resp.status_code >= 400:
+                resp.read()
+                raise AgentError(resp.status_code, "HTTP_ERROR", resp.text[:500])
+            for line in resp.iter_lines():
+                if line:
+                    yield json.loads(line)
+
+    def _write_inventory(self, rows: Iterable[dict[str, Any]], path: Path) -> int:
+        """Write rows as Parquet row groups of ``Limits.ROW_GROUP_ROWS``; returns the count."""
+        names = INVENTORY_SCHEMA.names
+        count = 0
+        buffer: dict[str, list[Any]] = {n: [] for n in names}
+
+        def flush(writer: pq.ParquetWriter) -> None:
+            if buffer["segment_id"]:
+                writer.write_table(pa.table(buffer, schema=INVENTORY_SCHEMA))
+                for values in buffer.values():
+                    values.clear()
+
+        tmp = path.with_suffix(".tmp")
+        with pq.ParquetWriter(tmp, INVENTORY_SCHEMA) as writer:
+            for row in rows:
+                if not self._remote_root and row.get("object_path"):
+                    self._remote_root = _root_of(row["object_path"])
+                row["cluster"] = self.cluster
+                for n in names:
+                    buffer[n].append(row.get(n))
+                count += 1
+                if count % Limits.ROW_GROUP_ROWS == 0:
+                    flush(writer)
+            flush(writer)
+        os.replace(tmp, path)
+        return count
+
+    def export_inventory(self, dest: Path) -> Path:
+        """``dest/inventory/part-00000.parquet`` from one live agent's stream."""
+        out = dest / "inventory"
+        out.mkdir(parents=True, exist_ok=True)
+        target = out / "part-00000.parquet"
+        errors: list[str] = []
+        for broker_id in self._live_brokers():
+            try:
+                rows = self._write_inventory(self._stream_inventory(broker_id), target)
+            except (httpx.HTTPError, AgentError, ValueError) as exc:
+                errors.append(f"broker {broker_id}: {exc}")
+                log.warning("inventory stream from broker %s failed: %s", broker_id, exc)
+                continue
+            log.info("cluster %s: exported %d inventory rows", self.cluster, rows)
+            return out
+        raise RuntimeError(f"cluster {self.cluster}: no agent served the inventory: {errors}")
+
+    def export_partition_states(self, dest: Path) -> Path:
+        """``dest/partitions/part-00000.parquet``: the union over live agents (see module doc)."""
+        out = dest / "partitions"
+        out.mkdir(parents=True, exist_ok=True)
+        leaders = self._leaders()
+        chosen: dict[tuple[str, int], tuple[bool, int, dict[str, Any]]] = {}
+        for broker_id in self._live_brokers():
+            try:
+                rows = self._agent(broker_id).partition_states()
+            except (httpx.HTTPError, AgentError) as exc:
+                log.warning("partition states from broker %s failed: %s", broker_id, exc)
+                continue
+            for model in rows:
+                row = model.model_dump()
+                key = (row["topic"], int(row["partition"]))
+                rank = (leaders.get(key) == broker_id, _last_epoch(row))
+                if key not in chosen or rank > chosen[key][:2]:
+                    chosen[key] = (*rank, row)
+        names = PARTITION_STATE_SCHEMA.names
+        columns: dict[str, list[Any]] = {n: [] for n in names}
+        for key in sorted(chosen):
+            row = chosen[key][2]
+            row["cluster"] = self.cluster
+            self._exported_log_start[key] = int(row["log_start_offset"])
+            for n in names:
+                columns[n].append(row.get(n))
+        target = out / "part-00000.parquet"
+        tmp = target.with_suffix(".tmp")
+        pq.write_table(pa.table(columns, schema=PARTITION_STATE_SCHEMA), tmp)
+        os.replace(tmp, target)
+        return out
+
+    def export_inputs(self, dest: Path) -> tuple[Path, Path]:
+        """Partition state first, then the inventory: a segment copied in between is judged by
+        a slightly older partition state, which errs towards keeping it."""
+        dest.mkdir(parents=True, exist_ok=True)
+        self.metadata(refresh=True)
+        partitions = self.export_partition_states(dest)
+        inventory = self.export_inventory(dest)
+        return inventory, partitions
+
+    def remote_root(self) -> str:
+        if not self._remote_root:
+            page = self._agent(self._live_brokers()[0]).request(
+                "GET", "/v1/remote/inventory", params={"offset": 0, "limit": 1}
+            )
+            for row in page["rows"]:
+                self._remote_root = _root_of(row["object_path"])
+        if not self._remote_root:
+            raise RuntimeError(
+                f"cluster {self.cluster}: the remote store's root is unknown (empty inventory); "
+                "set SPARK_REMOTE_ROOTS"
+            )
+        return self._remote_root
+
+    # -- Kafka's deletion order -----------------------------------------------------------------
+
+    def _parallel(self, fn, items: list[Any]) -> list[Any]:
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        with ThreadPoolExecutor(max_workers=Limits.CONCURRENCY) as pool:
+            return list(pool.map(fn, items))
+
+    def _publish_one(self, item: PartitionLogStart) -> str:
+        key = (item.topic, item.partition)
+        for attempt in range(2):
+            leader = self._leaders().get(key)
+            if leader is None:
+                return "no_leader"
+            try:
+                self._agent(leader).publish_log_start_offset(
+                    item.topic, item.partition, item.log_start_offset
+                )
+                return "published"
+            except AgentError as exc:
+                if exc.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    return "unknown"
+                if exc.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and attempt == 0:
+                    self.metadata(refresh=True)
+                    continue
+                raise
+        return "no_leader"
+
+    def publish_log_start_offsets(self, items: list[PartitionLogStart]) -> None:
+        todo = [
+            i
+            for i in items
+            if i.log_start_offset > self._exported_log_start.get((i.topic, i.partition), -1)
+        ]
+        outcomes = self._parallel(self._publish_one, todo)
+        missing = [i for i, o in zip(todo, outcomes, strict=True) if o == "no_leader"]
+        if missing:
+            # No leader: the offset cannot be published, so nothing of it may be deleted.
+            raise RuntimeError(
+                f"cluster {self.cluster}: no leader to publish the log start offset of "
+                + ", ".join(f"{i.topic}-{i.partition}" for i in missing[:10])
+            )
+
+    def _mark_one(self, args: tuple[str, SegmentRef]) -> str:
+        state, ref = args
+        leader = self._leaders().get((ref.topic, ref.partition))
+        broker_id = leader if leader is not None else self._live_brokers()[0]
+        try:
+            self._agent(broker_id).mark_segment(ref.segment_id, state)
+            return "marked"
+        except AgentError as exc:
+            if exc.error == ErrorCode.NOT_FOUND:
+                return "gone"
+            if exc.error == ErrorCode.INVALID_STATE_TRANSITION:
+                # DELETE_SEGMENT_STARTED refused only when already DELETE_SEGMENT_FINISHED.
+                return "past" if state == SegmentState.DELETE_SEGMENT_STARTED else "refused"
+            raise
+
+    def mark_segments(self, state: str, segments: list[SegmentRef]) -> None:
+        if state not in (SegmentState.DELETE_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_FINISHED):
+            raise ValueError(f"Strata only marks deletions, not {state}")
+        outcomes = self._parallel(self._mark_one, [(state, s) for s in segments])
+        refused = [s for s, o in zip(segments, outcomes, strict=True) if o == "refused"]
+        gone = sum(1 for o in outcomes if o == "gone")
+        if gone:
+            log.warning("cluster %s: %d segments had no metadata record", self.cluster, gone)
+        if refused:
+            raise RuntimeError(
+                f"cluster {self.cluster}: {len(refused)} segments refused {state} (not "
+                f"DELETE_SEGMENT_STARTED first?): {', '.join(s.segment_id for s in refused[:5])}"
+            )
+
+
+def _root_of(object_path: str) -> str:
+    """``<root>/<topic>-<topic_id>/<partition>/<segment_id>.log`` -> ``file://<root>``."""
+    path = object_path[len("file://") :] if object_path.startswith("file://") else object_path
+    return "file://" + str(Path(path).parent.parent.parent)

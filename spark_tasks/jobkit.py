@@ -1,0 +1,355 @@
+"""What every Spark job module shares: the session, progress reporting, arguments, outputs, deletes.
+
+Runs under ``spark-submit`` (driver and executors), so it imports PySpark and pyarrow only.
+
+Progress: a daemon thread in the driver polls ``SparkContext.statusTracker()`` every second and
+writes ``{"stages_total", "stages_done", "tasks_total", "tasks_done", ...}`` atomically to the file
+named by ``STRATA_PROGRESS_FILE`` (set by ``spark_tasks.submit``). This works with the Spark UI
+off (``spark.ui.enabled=false``: the status store lives without it), needs no port, and does not
+depend on log formats; ``submit`` reads the file while the job runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = [
+    "DELETE_RESULT_SCHEMA",
+    "add_common_arguments",
+    "delete_object",
+    "delete_planned_objects",
+    "normalise_path",
+    "parse_duration_ms",
+    "session",
+    "write_summary",
+]
+
+PROGRESS_ENV = "STRATA_PROGRESS_FILE"
+
+
+def normalise_path(path: str) -> str:
+    """One spelling per object: ``file://`` URIs and relative segments folded to an absolute path."""
+    if path.startswith("file://"):
+        path = path[len("file://") :]
+    elif path.startswith("file:"):
+        path = path[len("file:") :]
+    return os.path.normpath(os.path.abspath(path))
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``"24h"`` -> 86400000; units ms, s, m, h, d; a bare number is seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90m, 24h, 7d)")
+    value, unit = match.groups()
+    return int(float(value) * _UNIT_MS[unit or "s"])
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="output directory (created; replaced)")
+    parser.add_argument("--master", default=None, help="Spark master when run with python -m")
+
+
+def session(app_name: str, master: str | None = None):
+    """The SparkSession; ``master`` only matters under ``python -m`` (spark-submit sets it)."""
+    from pyspark.sql import SparkSession
+
+    # Under python -m the Python workers must run this interpreter and find this package.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p]])
+    builder = SparkSession.builder.appName(app_name)
+    if master or not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # Under python -m no spark-submit launched us (it sets PYSPARK_GATEWAY_PORT) to pass a
+        # master: take --master, else $SPARK_MASTER, else local[2].
+        builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+    builder = builder.config("spark.sql.session.timeZone", "UTC")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    _start_progress(spark)
+    return spark
+
+
+def _start_progress(spark) -> None:
+    path = os.environ.get(PROGRESS_ENV)
+    if not path:
+        return
+    tracker = spark.sparkContext.statusTracker()
+
+    def snapshot() -> dict[str, Any]:
+        stages_total = stages_done = tasks_total = tasks_done = 0
+        active: list[str] = []
+        for job_id in tracker.getJobIdsForGroup(None):
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            for stage_id in job.stageIds:
+                stages_total += 1
+                info = tracker.getStageInfo(stage_id)
+                if info is None:
+                    stages_done += 1 if job.status == "SUCCEEDED" else 0
+                    continue
+                tasks_total += info.numTasks
+                tasks_done += info.numCompletedTasks
+                if info.numTasks and info.numCompletedTasks >= info.numTasks:
+                    stages_done += 1
+                elif info.numActiveTasks:
+                    active.append(
+                        f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks"
+                    )
+        return {
+            "stages_total": stages_total,
+            "stages_done": stages_done,
+            "tasks_total": tasks_total,
+            "tasks_done": tasks_done,
+            "active": active[:5],
+            "at_ms": int(time.time() * 1000),
+        }
+
+    def loop() -> None:
+        target = Path(path)
+        tmp = target.with_suffix(".tmp")
+        best = -1
+        while True:
+            try:
+                snap = snapshot()
+                # Never go backwards: after spark.stop() the status store is empty.
+                if snap["stages_total"] >= best:
+                    best = snap["stages_total"]
+                    tmp.write_text(json.dumps(snap))
+                    os.replace(tmp, target)
+            except Exception as exc:  # never let progress reporting kill a job
+                print(f"progress reporter: {exc}", file=sys.stderr)
+            time.sleep(1.0)
+
+    threading.Thread(target=loop, name="strata-progress", daemon=True).start()
+
+
+def prepare_out(out: str) -> Path:
+    """The output directory, emptied: a rerun replaces its outputs instead of mixing with them."""
+    path = Path(normalise_path(out))
+    for sub in ("plan", "partitions", "deleted", "report", "orphans", "_staged"):
+        shutil.rmtree(path / sub, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        (path / "summary.json").unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, out / "summary.json")
+    print("SUMMARY " + json.dumps(summary, sort_keys=True, default=str))
+
+
+class DeleteOutcome:
+    DELETED = "deleted"
+    ALREADY_GONE = "already_gone"
+    REFUSED = "refused"
+    FAILED = "failed"
+
+    DONE = (DELETED, ALREADY_GONE)
+
+
+DELETE_RESULT_SCHEMA = pa.schema(
+    [
+        ("segment_id", pa.string()),
+        ("cluster", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("size_bytes", pa.int64()),
+        ("object_path", pa.string()),
+        ("outcome", pa.string()),
+        ("error", pa.string()),
+    ]
+)
+
+
+def delete_object(object_path: str) -> tuple[str, str | None]:
+    """Delete one remote object (a file, or a directory holding a segment's files).
+
+    An object already gone counts as deleted (``already_gone``), as in Kafka. A path that is not
+    absolute after normalisation is refused: a plan never deletes relative to a worker's cwd.
+    """
+    if not object_path:
+        return DeleteOutcome.REFUSED, "empty object_path"
+    raw = object_path[7:] if object_path.startswith("file://") else object_path
+    if not os.path.isabs(raw) or ".." in Path(raw).parts:
+        return DeleteOutcome.REFUSED, "object_path must be absolute without '..'"
+    path = normalise_path(object_path)
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+        return DeleteOutcome.DELETED, None
+    except FileNotFoundError:
+        return DeleteOutcome.ALREADY_GONE, None
+    except OSError as exc:
+        return DeleteOutcome.FAILED, f"{type(exc).__name__}: {exc}"
+
+
+def unlink_paths(paths: list[str | None]) -> tuple[list[str], list[str | None]]:
+    """The delete loop: one ``os.unlink`` per object and nothing else on the common path (a plain
+    absolute file path). The checks and the slow cases (``file:`` URIs, ``.`` or ``..`` parts, a
+    directory object, errors) go to :func:`delete_object`."""
+    unlink = os.unlink
+    deleted, gone = DeleteOutcome.DELETED, DeleteOutcome.ALREADY_GONE
+    outcomes: list[str] = []
+    errors: list[str | None] = []
+    for path in paths:
+        if path and path[0] == "/" and "/." not in path:
+            try:
+                unlink(path)
+                outcomes.append(deleted)
+                errors.append(None)
+                continue
+            except FileNotFoundError:
+                outcomes.append(gone)
+                errors.append(None)
+                continue
+            except OSError:
+                pass  # a directory object, or a real error: the careful path says which
+        outcome, error = delete_object(path or "")
+        outcomes.append(outcome)
+        errors.append(error)
+    return outcomes, errors
+
+
+_PLAN_KEYS = ("segment_id", "cluster", "topic", "partition", "size_bytes", "object_path")
+#: Rows below which a plan's row group is not split further between tasks.
+MIN_DELETE_CHUNK = 10_000
+
+#: One unit of delete work: (plan file, row group, first row, end row).
+DeleteUnit = tuple[str, int, int, int]
+
+
+def plan_units(plan_dir: Path, parallelism: int) -> list[DeleteUnit]:
+    """Split a plan into about ``parallelism`` equal units from Parquet metadata alone (row
+    counts per row group; no row is read on the driver)."""
+    groups: list[tuple[str, int, int]] = []
+    root = Path(plan_dir)
+    for path in sorted(root.rglob("*.parquet")):
+        if any(part.startswith(("_", ".")) for part in path.relative_to(root).parts):
+            continue  # Spark's hidden files and leftovers (_temporary/), as Spark skips them
+        meta = pq.ParquetFile(path).metadata
+        groups += [
+            (str(path), rg, meta.row_group(rg).num_rows)
+            for rg in range(meta.num_row_groups)
+            if meta.row_group(rg).num_rows
+        ]
+    total = sum(n for _, _, n in groups)
+    chunk = max(MIN_DELETE_CHUNK, -(-total // max(1, parallelism)))
+    return [
+        (path, rg, first, min(rows, first + chunk))
+        for path, rg, rows in groups
+        for first in range(0, rows, chunk)
+    ]
+
+
+def _delete_units(out_dir: str):
+    """Executor side: delete the objects of a partition's units, write ``part-<index>.parquet``
+    of outcomes (atomically: a retried task replaces it) and yield (outcome, count)."""
+
+    def run(index: int, units: Iterator[DeleteUnit]) -> Iterator[tuple[str, int]]:
+        target = os.path.join(out_dir, f"part-{index:05d}.parquet")
+        tmp = f"{target}.{os.getpid()}.tmp"
+        counts: dict[str, int] = {}
+        with pq.ParquetWriter(tmp, DELETE_RESULT_SCHEMA) as writer:
+            for path, rg, first, end in units:
+                table = (
+                    pq.ParquetFile(path)
+                    .read_row_group(rg, columns=list(_PLAN_KEYS))
+                    .slice(first, end - first)
+                )
+                outcomes, errors = unlink_paths(table.column("object_path").to_pylist())
+                for outcome in outcomes:
+                    counts[outcome] = counts.get(outcome, 0) + 1
+                writer.write_table(
+                    pa.Table.from_arrays(
+                        [
+                            *(
+                                table.column(n).cast(DELETE_RESULT_SCHEMA.field(n).type)
+                                for n in _PLAN_KEYS
+                            ),
+                            pa.array(outcomes, pa.string()),
+                            pa.array(errors, pa.string()),
+                        ],
+                        schema=DELETE_RESULT_SCHEMA,
+                    )
+                )
+        os.replace(tmp, target)
+        yield from counts.items()
+
+    return run
+
+
+def delete_planned_objects(
+    spark, plan_dir: Path, out_dir: Path, *, timings: dict[str, float] | None = None
+) -> dict[str, int]:
+    """Executors delete the plan's objects and write ``deleted/``; the driver sees only Parquet
+    metadata (row counts) and the outcome counts, never the delete set.
+
+    Decisions (the bench's purge figure depends on them):
+
+    - **Few large partitions, no shuffle.** The plan is cut into ``defaultParallelism`` units of
+      (file, row group, row range) from its metadata, so a one-file plan still uses every core
+      and no row goes through the JVM or a shuffle: each task reads its rows with pyarrow, unlinks
+      and writes its share of ``deleted/`` itself.
+    - **Warm-up.** A no-op task per core runs first, so that the Python workers exist before the
+      delete stage starts; ``timings["delete_seconds"]`` is the wall time of the delete stage
+      alone (after JVM start and warm-up, before nothing else). ``seconds`` in a job's summary
+      covers the whole job after the session started; the caller measures the process.
+    - Plans are read from a locally mounted path (local mode, or a shared filesystem on a cluster).
+    """
+    sc = spark.sparkContext
+    parallelism = max(1, sc.defaultParallelism)
+    deleted_dir = out_dir / "deleted"
+    shutil.rmtree(deleted_dir, ignore_errors=True)
+    deleted_dir.mkdir(parents=True)
+    units = plan_units(plan_dir, parallelism)
+    if not units:
+        pq.write_table(DELETE_RESULT_SCHEMA.empty_table(), deleted_dir / "part-00000.parquet")
+        if timings is not None:
+            timings["delete_seconds"] = 0.0
+        return {}
+    sc.parallelize(range(parallelism), parallelism).foreach(_warm_up)
+    started = time.monotonic()
+    counts: dict[str, int] = {}
+    for outcome, n in (
+        sc.parallelize(units, min(parallelism, len(units)))
+        .mapPartitionsWithIndex(_delete_units(str(deleted_dir)))
+        .collect()  # at most four (outcome, count) pairs per task
+    ):
+        counts[outcome] = counts.get(outcome, 0) + int(n)
+    if timings is not None:
+        timings["delete_seconds"] = round(time.monotonic() - started, 3)
+    return counts
+
+
+def _warm_up(_: int) -> None:
+    """Start a Python worker per core with what the delete tasks import."""
+    import pyarrow.parquet  # noqa: F401
+
+    import spark_tasks.jobkit  # noqa: F401

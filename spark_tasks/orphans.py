@@ -1,0 +1,236 @@
+"""Objects in the remote store that no metadata record references.
+
+    orphans --inventory P --remote-root URI --out DIR [--older-than 24h] [--now-ms T] [--dry-run]
+
+- The window (``--older-than``, default 24 h, units ms/s/m/h/d) may not be under 1 h: an upload
+  in flight writes its object before its COPY_SEGMENT_FINISHED record, and a short window would
+  delete live uploads. The job refuses (exit code 2).
+- Listing runs on the executors: the driver lists only the root's first level; the executors
+  list the second level, then walk each second-level directory. Nothing about individual objects
+  reaches the driver.
+- References: ``object_path`` of every record not DELETE_SEGMENT_FINISHED (a finished delete
+  references nothing; its leftover object is garbage). Paths are normalised on both sides
+  (``file:`` scheme dropped, repeated and trailing slashes folded). A file is referenced when its
+  path, or a directory above it, is a referenced object path (a segment may be one file or a
+  directory of files) — an anti-join of the listing against the references.
+- An inventory without a single reference while the store holds files is refused (exit code 3):
+  that is an export gone wrong, not a store full of garbage.
+- Writes ``plan/`` (reason ``orphan``; segment_id, cluster, topic, partition are null),
+  ``summary.json``; without ``--dry-run`` the executors then delete the planned objects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from spark_tasks import jobkit
+from spark_tasks.schema import PLAN_SCHEMA, PlanReason, SegmentState
+
+JOB = "orphans"
+MIN_WINDOW_MS = 3_600_000
+DEFAULT_WINDOW = "24h"
+REFUSED_EMPTY_INVENTORY = 3
+
+
+def _list_level(path: str) -> list[tuple[str, bool]]:
+    try:
+        with os.scandir(path) as it:
+            return [(e.path, e.is_dir(follow_symlinks=False)) for e in it]
+    except FileNotFoundError:
+        return []
+
+
+def _walk(path: str) -> Iterator[tuple[str, int, int]]:
+    """Every file under ``path`` (or ``path`` itself if a file): (normalised path, size, mtime)."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not os.path.isdir(path):
+        yield jobkit.normalise_path(path), st.st_size, int(st.st_mtime * 1000)
+        return
+    stack = [path]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = list(os.scandir(current))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            else:
+                try:
+                    est = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                yield jobkit.normalise_path(entry.path), est.st_size, int(est.st_mtime * 1000)
+
+
+def _second_level(path_and_dir: tuple[str, bool]) -> list[str]:
+    path, is_dir = path_and_dir
+    if not is_dir:
+        return [path]
+    return [p for p, _ in _list_level(path)] or []
+
+
+def _ancestors(path: str, root: str) -> list[str]:
+    """``path`` and each directory above it, up to (excluding) the remote root."""
+    out = [path]
+    parent = os.path.dirname(path)
+    while parent.startswith(root) and parent != root and parent != os.path.dirname(parent):
+        out.append(parent)
+        parent = os.path.dirname(parent)
+    return out
+
+
+def _normalised(col):
+    from pyspark.sql import functions as F
+
+    no_scheme = F.regexp_replace(col, r"^file:(//)?", "")
+    collapsed = F.regexp_replace(no_scheme, r"/+", "/")
+    return F.regexp_replace(collapsed, r"(.)/$", "$1")
+
+
+def run(
+    spark,
+    inventory: str,
+    remote_root: str,
+    out: str,
+    *,
+    older_than_ms: int,
+    now_ms: int | None,
+    dry_run: bool,
+) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+
+    started = time.monotonic()
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    root = jobkit.normalise_path(remote_root)
+    out_dir = jobkit.prepare_out(out)
+    sc = spark.sparkContext
+
+    first = _list_level(root)  # the only listing on the driver: the root's direct entries
+    slices = max(1, min(len(first), sc.defaultParallelism * 4))
+    second = sc.parallelize(first, slices).flatMap(_second_level)
+    files_rdd = (
+        second.repartition(max(sc.defaultParallelism * 4, 1))
+        .flatMap(_walk)
+        .map(lambda f: (f[0], f[1], f[2], _ancestors(f[0], root)))
+    )
+    schema = StructType(
+        [
+            StructField("path", StringType()),
+            StructField("size_bytes", LongType()),
+            StructField("mtime_ms", LongType()),
+            StructField("keys", ArrayType(StringType())),
+        ]
+    )
+    files = spark.createDataFrame(files_rdd, schema)
+    files_dir = out_dir / "_staged"
+    files.write.parquet(str(files_dir))
+    files = spark.read.parquet(str(files_dir))
+
+    refs = (
+        spark.read.parquet(inventory)
+        .filter(F.col("state") != SegmentState.DELETE_SEGMENT_FINISHED)
+        .filter(F.col("object_path").isNotNull())
+        .select(_normalised(F.col("object_path")).alias("key"))
+        .distinct()
+    )
+    ref_count = refs.count()
+    file_count = files.count()
+    if ref_count == 0 and file_count > 0:
+        print(
+            f"refusing: the inventory references no object but {root} holds {file_count} files",
+            file=sys.stderr,
+        )
+        raise SystemExit(REFUSED_EMPTY_INVENTORY)
+
+    referenced = (
+        files.select("path", F.explode("keys").alias("key"))
+        .join(refs, "key", "left_semi")
+        .select("path")
+        .distinct()
+    )
+    unreferenced = files.join(referenced, "path", "left_anti")
+    cutoff = now_ms - older_than_ms
+    orphans = unreferenced.filter(F.col("mtime_ms") < cutoff)
+    plan = orphans.select(
+        F.lit(None).cast("string").alias("segment_id"),
+        F.lit(None).cast("string").alias("cluster"),
+        F.lit(None).cast("string").alias("topic"),
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(PlanReason.ORPHAN).alias("reason"),
+        F.col("size_bytes"),
+        F.col("path").alias("object_path"),
+    ).select(*PLAN_SCHEMA.names)
+    plan.write.parquet(str(out_dir / "plan"))
+    counts = (
+        spark.read.parquet(str(out_dir / "plan"))
+        .agg(F.count("*").alias("n"), F.sum("size_bytes").alias("b"))
+        .collect()[0]
+    )
+    young = unreferenced.filter(F.col("mtime_ms") >= cutoff).count()
+    summary: dict[str, Any] = {
+        "job": JOB,
+        "dry_run": dry_run,
+        "now_ms": now_ms,
+        "remote_root": root,
+        "older_than_ms": older_than_ms,
+        "files_listed": file_count,
+        "references": ref_count,
+        "segments": int(counts["n"]),
+        "bytes": int(counts["b"] or 0),
+        "by_reason": {
+            PlanReason.ORPHAN: {"segments": int(counts["n"]), "bytes": int(counts["b"] or 0)}
+        },
+        "unreferenced_younger_than_window": young,
+    }
+    jobkit.shutil.rmtree(files_dir, ignore_errors=True)
+    if not dry_run:
+        timings: dict[str, float] = {}
+        summary["deleted"] = jobkit.delete_planned_objects(
+            spark, out_dir / "plan", out_dir, timings=timings
+        )
+        summary.update(timings)
+    summary["seconds"] = round(time.monotonic() - started, 3)
+    jobkit.write_summary(out_dir, summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Find (and delete) unreferenced remote objects.")
+    parser.add_argument("--inventory", required=True)
+    parser.add_argument("--remote-root", required=True)
+    parser.add_argument("--older-than", type=jobkit.parse_duration_ms, default=DEFAULT_WINDOW)
+    parser.add_argument("--now-ms", type=int, default=None)
+    parser.add_argument("--dry-run", action="store_true")
+    jobkit.add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.older_than < MIN_WINDOW_MS:
+        parser.error("--older-than must be at least 1h: younger objects may be uploads in flight")
+    spark = jobkit.session(JOB, args.master)
+    try:
+        run(
+            spark,
+            args.inventory,
+            args.remote_root,
+            args.out,
+            older_than_ms=args.older_than,
+            now_ms=args.now_ms,
+            dry_run=args.dry_run,
+        )
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

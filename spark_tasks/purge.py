@@ -1,0 +1,39 @@
+"""Purge after a KIP-950 delete-policy disablement (rules in ``rules.plan_purge``).
+
+    purge --inventory P --partitions P --out DIR [--dry-run]
+
+For partitions whose ``disable_policy`` is ``delete``: every segment with ``tiered_epoch <
+purge_below_tiered_epoch`` not yet DELETE_SEGMENT_FINISHED (reason ``purge_disabled``); the new
+log start offset is at least the local log start offset; segments of the current tiered epoch are
+never touched. Same outputs as ``retention``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from spark_tasks import jobkit
+from spark_tasks.plan_job import PlanKind, run_plan_job
+
+JOB = "purge"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Purge remote data below a disablement's epoch.")
+    parser.add_argument("--inventory", required=True)
+    parser.add_argument("--partitions", required=True)
+    parser.add_argument("--dry-run", action="store_true")
+    jobkit.add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    spark = jobkit.session(JOB, args.master)
+    try:
+        run_plan_job(
+            spark, PlanKind.PURGE, args.inventory, args.partitions, args.out, dry_run=args.dry_run
+        )
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

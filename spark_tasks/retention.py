@@ -1,0 +1,56 @@
+"""Remote retention, planned the way Kafka's RemoteLogManager would (rules in ``rules.py``).
+
+    retention --inventory P --partitions P --out DIR [--now-ms T] [--in-flight-ms D] [--dry-run]
+
+Runs with ``spark-submit spark_tasks/retention.py ...`` or ``python -m spark_tasks.retention ...``.
+``--dry-run`` writes ``plan/``, ``partitions/`` and ``summary.json`` and deletes nothing. Without
+it, the executors also delete the planned objects (``deleted/``); the Celery task instead runs
+the dry-run plan, publishes the log start offsets and marks DELETE_SEGMENT_STARTED first, then
+deletes with ``delete_objects`` (Kafka's order; see ``spark_tasks.remote``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from spark_tasks import jobkit, rules
+from spark_tasks.plan_job import PlanKind, run_plan_job
+
+JOB = "retention"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Plan (and execute) remote retention.")
+    parser.add_argument("--inventory", required=True)
+    parser.add_argument("--partitions", required=True)
+    parser.add_argument("--now-ms", type=int, default=None, help="fix the clock (ms since epoch)")
+    parser.add_argument(
+        "--in-flight-ms",
+        type=int,
+        default=rules.DEFAULT_IN_FLIGHT_MS,
+        help="COPY_SEGMENT_STARTED younger than this is an upload in flight (default 1 h)",
+    )
+    parser.add_argument("--dry-run", action="store_true")
+    jobkit.add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.in_flight_ms < 0:
+        parser.error("--in-flight-ms must be >= 0")
+    spark = jobkit.session(JOB, args.master)
+    try:
+        run_plan_job(
+            spark,
+            PlanKind.RETENTION,
+            args.inventory,
+            args.partitions,
+            args.out,
+            now_ms=args.now_ms,
+            in_flight_ms=args.in_flight_ms,
+            dry_run=args.dry_run,
+        )
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

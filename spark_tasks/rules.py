@@ -1,0 +1,370 @@
+"""Per-partition planning: which remote segments go, and the new log start offset.
+
+Pure Python (no Spark, no Django), so every Kafka rule is unit-testable; the Spark jobs apply these
+functions to one partition at a time (``groupBy(...).cogroup(...).applyInArrow``).
+
+Retention follows Kafka's ``RemoteLogManager.RLMExpirationTask.cleanupExpiredRemoteLogSegments``
+(KIP-405, Kafka 3.6+ / 4.x, ``storage/.../remote/storage/RemoteLogManager.java``) segment for
+segment. What Kafka does, and where this code decides because Kafka cannot help:
+
+1. ``DELETE_SEGMENT_FINISHED`` segments do not exist for the scan (Kafka's metadata cache drops
+   them). A partition without any other segment plans nothing.
+2. The lineage is the partition's leader-epoch cache with epochs that hold no records removed
+   (``buildFilteredLeaderEpochMap``: of consecutive entries with the same start offset only the
+   last survives). An empty lineage plans nothing (Kafka's loops do not run).
+3. Size: only when ``retention_bytes >= 0``. Kafka first estimates ``local_untiered_bytes + every
+   COPY_SEGMENT_FINISHED size``; at or under the limit there is no size breach. Otherwise the
+   counted size is ``local_untiered_bytes`` plus the COPY_SEGMENT_FINISHED segments that are listed
+   under a lineage epoch and lie inside the lineage (each counted once), and ``breach = counted -
+   retention_bytes`` when positive. COPY_SEGMENT_STARTED and DELETE_SEGMENT_STARTED are never
+   counted, so a byte is never counted twice (local bytes are only the not-yet-tiered ones).
+4. Time: only when ``retention_ms > -1`` and ``now - retention_ms >= 0``; a segment breaches when
+   ``max_timestamp_ms < now - retention_ms`` (i.e. ``now - max_timestamp_ms > retention_ms``).
+5. Scan order: for each lineage epoch ascending, the segments whose leader-epoch map contains that
+   epoch, by start offset (Kafka's ``listRemoteLogSegments(tp, epoch)``); ties, which Kafka leaves
+   to hash order, are broken here by end offset then segment id. A segment met again under a later
+   epoch after being planned is skipped. For each segment, in order:
+   a. a COPY_SEGMENT_STARTED segment younger than ``in_flight_ms`` (``now - event_timestamp_ms <
+      in_flight_ms``) is taken to be copied right now (Kafka's ``segmentIdsBeingCopied``, which a
+      job outside the broker cannot see): it and everything after it is kept;
+   b. DELETE_SEGMENT_STARTED: planned again (``delete_retry``), the scan goes on;
+   c. log start offset: planned (``log_start_offset``) when all its epochs are <= the lineage's
+      first epoch and ``end_offset < log_start_offset`` — checked before the lineage, because the
+      epoch cache was already truncated to the log start offset (DeleteRecords);
+   d. otherwise, outside the lineage (``isRemoteSegmentWithinLeaderEpochs``): skipped, the scan
+      goes on;
+   e. inside: time first, then size (``breach - size >= 0`` while ``breach > 0``). A time deletion
+      also lowers the breach (floored at 0). Older COPY_SEGMENT_STARTED segments are judged like
+      finished ones here, as Kafka does for any segment it is not copying.
+   f. The first segment kept stops the scan.
+6. New log start offset = max(current, max ``end_offset + 1`` over the segments planned for time,
+   size or log start offset) — Kafka publishes it before deleting anything.
+7. Unreferenced sweep: every remaining segment (any state but DELETE_SEGMENT_FINISHED) all of
+   whose epochs are below the first epoch of the *unfiltered* epoch cache
+   (``leaderEpochCache.earliestEntry()``) — the data of an unclean leader election. Reason
+   ``unreferenced`` (``delete_retry`` if its state is DELETE_SEGMENT_STARTED: a decision, Kafka
+   does not label reasons). It does not move the log start offset.
+8. A segment with an empty leader-epoch map (Kafka refuses to create one) is listed under no epoch,
+   so it is never planned: a decision that errs on keeping data.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+from spark_tasks.schema import PlanReason, SegmentState
+
+__all__ = [
+    "DEFAULT_IN_FLIGHT_MS",
+    "PartitionPlan",
+    "PartitionState",
+    "PlannedDeletion",
+    "Segment",
+    "apply_plan",
+    "filtered_leader_epochs",
+    "is_within_leader_epochs",
+    "plan_purge",
+    "plan_retention",
+]
+
+DEFAULT_IN_FLIGHT_MS = 3_600_000
+
+EpochEntries = tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Segment:
+    """One remote segment's metadata (a row of the inventory)."""
+
+    segment_id: str
+    start_offset: int
+    end_offset: int  # inclusive
+    max_timestamp_ms: int
+    size_bytes: int
+    leader_epochs: EpochEntries  # (epoch, start_offset) pairs
+    state: str = SegmentState.COPY_SEGMENT_FINISHED
+    event_timestamp_ms: int = 0
+    tiered_epoch: int = 0
+    object_path: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition's state (a row of the partition-state input)."""
+
+    log_start_offset: int
+    log_end_offset: int
+    leader_epochs: EpochEntries
+    retention_ms: int = -1
+    retention_bytes: int = -1
+    local_untiered_bytes: int = 0
+    local_log_start_offset: int = 0
+    disable_policy: str | None = None
+    purge_below_tiered_epoch: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlannedDeletion:
+    segment: Segment
+    reason: str
+
+
+@dataclasses.dataclass(slots=True)
+class PartitionPlan:
+    deletions: list[PlannedDeletion]
+    new_log_start_offset: int
+
+    @property
+    def segment_ids(self) -> set[str]:
+        return {d.segment.segment_id for d in self.deletions}
+
+    @property
+    def bytes_deleted(self) -> int:
+        return sum(d.segment.size_bytes for d in self.deletions)
+
+
+def _as_map(entries: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Epoch -> start offset, sorted by epoch; a repeated epoch keeps its last offset (TreeMap.put)."""
+    out: dict[int, int] = {}
+    for epoch, offset in entries:
+        out[int(epoch)] = int(offset)
+    return dict(sorted(out.items()))
+
+
+def filtered_leader_epochs(entries: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Kafka's ``buildFilteredLeaderEpochMap``: drop epochs that hold no records.
+
+    Of consecutive epochs sharing a start offset, only the last one holds records.
+    """
+    items = list(_as_map(entries).items())
+    out: dict[int, int] = {}
+    for i, (epoch, offset) in enumerate(items):
+        if i + 1 < len(items) and items[i + 1][1] == offset:
+            continue
+        out[epoch] = offset
+    return out
+
+
+def is_within_leader_epochs(segment: Segment, log_end_offset: int, lineage: dict[int, int]) -> bool:
+    """Kafka's ``RemoteLogManager.isRemoteSegmentWithinLeaderEpochs`` on a filtered lineage.
+
+    The segment's (filtered) epochs from the first one at or after the lineage's first epoch must
+    be lineage epochs; that first one may not start before its lineage offset unless it is the
+    lineage's first epoch; every epoch but the segment's last must be followed by the same (epoch,
+    offset) entry in both maps; the segment may not run past the start of the lineage epoch after
+    its last; and its end offset must be below the log end offset.
+    """
+    if not lineage:
+        return False
+    seg = filtered_leader_epochs(segment.leader_epochs)
+    if not seg:
+        return False
+    lin_epochs = list(lineage)
+    seg_epochs = list(seg)
+    first_lineage, last_lineage = lin_epochs[0], lin_epochs[-1]
+    seg_last = seg_epochs[-1]
+    if seg_last < first_lineage or seg_last > last_lineage:
+        return False
+    idx = bisect.bisect_left(seg_epochs, first_lineage)
+    if idx == len(seg_epochs):
+        return False
+    seg_first = seg_epochs[idx]
+    for pos in range(idx, len(seg_epochs)):
+        epoch = seg_epochs[pos]
+        offset = seg[epoch]
+        if epoch not in lineage:
+            return False
+        lpos = bisect.bisect_left(lin_epochs, epoch)
+        if epoch == seg_first and lpos > 0 and offset < lineage[epoch]:
+            return False
+        if epoch == seg_last:
+            if lpos + 1 < len(lin_epochs):
+                next_start = lineage[lin_epochs[lpos + 1]]
+                if segment.end_offset > next_start - 1:
+                    return False
+        else:
+            lin_next = lin_epochs[lpos + 1]
+            seg_next = seg_epochs[pos + 1]
+            if lin_next != seg_next or lineage[lin_next] != seg[seg_next]:
+                return False
+    return segment.end_offset < log_end_offset
+
+
+def plan_retention(
+    partition: PartitionState,
+    segments: Sequence[Segment],
+    now_ms: int,
+    in_flight_ms: int = DEFAULT_IN_FLIGHT_MS,
+) -> PartitionPlan:
+    """Plan one partition's remote retention as Kafka's RLMExpirationTask would (see module doc)."""
+    lso = partition.log_start_offset
+    # Segments fenced by a delete-policy disablement (tiered_epoch below the fence) are the purge
+    # job's: unreadable, never counted for size, never moving the log start offset here.
+    fence = partition.purge_below_tiered_epoch or 0
+    live = [
+        s
+        for s in segments
+        if s.state != SegmentState.DELETE_SEGMENT_FINISHED and s.tiered_epoch >= fence
+    ]
+    if not live:
+        return PartitionPlan([], lso)
+
+    lineage = filtered_leader_epochs(partition.leader_epochs)
+    raw_epochs = _as_map(partition.leader_epochs)
+
+    # listRemoteLogSegments(tp, epoch): segments whose epoch map holds ``epoch``, by start offset.
+    by_epoch: dict[int, list[Segment]] = {}
+    for seg in live:
+        for epoch in {int(e) for e, _ in seg.leader_epochs}:
+            by_epoch.setdefault(epoch, []).append(seg)
+    for listed in by_epoch.values():
+        listed.sort(key=lambda s: (s.start_offset, s.end_offset, s.segment_id))
+
+    valid_cache: dict[str, bool] = {}
+
+    def valid(seg: Segment) -> bool:
+        hit = valid_cache.get(seg.segment_id)
+        if hit is None:
+            hit = is_within_leader_epochs(seg, partition.log_end_offset, lineage)
+            valid_cache[seg.segment_id] = hit
+        return hit
+
+    # Size data (buildRetentionSizeData).
+    breach: int | None = None
+    if partition.retention_bytes >= 0 and lineage:
+        finished = [s for s in live if s.state == SegmentState.COPY_SEGMENT_FINISHED]
+        estimate = partition.local_untiered_bytes + sum(s.size_bytes for s in finished)
+        if estimate > partition.retention_bytes:
+            seen: set[str] = set()
+            remote = 0
+            for epoch in lineage:
+                for seg in by_epoch.get(epoch, ()):
+                    if seg.state != SegmentState.COPY_SEGMENT_FINISHED or seg.segment_id in seen:
+                        continue
+                    seen.add(seg.segment_id)
+                    if valid(seg):
+                        remote += seg.size_bytes
+            total = partition.local_untiered_bytes + remote
+            if total > partition.retention_bytes:
+                breach = total - partition.retention_bytes
+
+    # Time data (buildRetentionTimeData).
+    cleanup_until: int | None = None
+    if partition.retention_ms > -1 and now_ms - partition.retention_ms >= 0:
+        cleanup_until = now_ms - partition.retention_ms
+
+    remaining = breach if breach is not None else 0
+    planned: dict[str, PlannedDeletion] = {}
+    new_lso: int | None = None
+    first_epoch = next(iter(lineage)) if lineage else None
+
+    def plan(seg: Segment, reason: str) -> None:
+        nonlocal new_lso
+        planned.setdefault(seg.segment_id, PlannedDeletion(seg, reason))
+        if reason in PlanReason.MOVES_LOG_START:
+            candidate = seg.end_offset + 1
+            new_lso = candidate if new_lso is None else max(new_lso, candidate)
+
+    can_process = True
+    for epoch in lineage:
+        if not can_process:
+            break
+        for seg in by_epoch.get(epoch, ()):
+            if not can_process:
+                break
+            if (
+                seg.state == SegmentState.COPY_SEGMENT_STARTED
+                and now_ms - seg.event_timestamp_ms < in_flight_ms
+            ):
+                can_process = False
+                continue
+            if seg.state == SegmentState.DELETE_SEGMENT_STARTED:
+                plan(seg, PlanReason.DELETE_RETRY)
+                continue
+            if seg.segment_id in planned:
+                continue
+            delete = all(int(e) <= first_epoch for e, _ in seg.leader_epochs) and (
+                seg.end_offset < partition.log_start_offset
+            )
+            is_valid = False
+            if delete:
+                plan(seg, PlanReason.LOG_START_OFFSET)
+            else:
+                is_valid = valid(seg)
+                if is_valid:
+                    if cleanup_until is not None and seg.max_timestamp_ms < cleanup_until:
+                        delete = True
+                        remaining = max(0, remaining - seg.size_bytes)
+                        plan(seg, PlanReason.RETENTION_TIME)
+                    elif breach is not None and remaining > 0 and remaining >= seg.size_bytes:
+                        remaining -= seg.size_bytes
+                        delete = True
+                        plan(seg, PlanReason.RETENTION_SIZE)
+            can_process = delete or not is_valid
+
+    # Unreferenced sweep (deleteLogSegmentsDueToLeaderEpochCacheTruncation).
+    if raw_epochs:
+        earliest = next(iter(raw_epochs))
+        for epoch in sorted(e for e in by_epoch if e < earliest):
+            for seg in by_epoch[epoch]:
+                if seg.segment_id in planned:
+                    continue
+                if all(int(e) < earliest for e, _ in seg.leader_epochs):
+                    reason = (
+                        PlanReason.DELETE_RETRY
+                        if seg.state == SegmentState.DELETE_SEGMENT_STARTED
+                        else PlanReason.UNREFERENCED
+                    )
+                    planned[seg.segment_id] = PlannedDeletion(seg, reason)
+
+    final_lso = lso if new_lso is None else max(lso, new_lso)
+    return PartitionPlan(list(planned.values()), final_lso)
+
+
+def plan_purge(partition: PartitionState, segments: Sequence[Segment]) -> PartitionPlan:
+    """KIP-950 ``delete`` policy: purge every segment tiered before the disablement's epoch.
+
+    Applies to every partition with a ``purge_below_tiered_epoch`` above 0, whatever its current
+    ``disable_policy``: the fence is set by a delete-policy disablement and outlives it — a
+    re-enable (policy back to none) or a later retain-policy disablement does not make the fenced
+    segments readable again, so they must still be purged (the simulated agents keep the epoch
+    and clear the policy on re-enable). Every segment with ``tiered_epoch < purge_below_tiered_epoch``
+    that is not DELETE_SEGMENT_FINISHED is planned (``purge_disabled``), whatever its state —
+    KIP-950 makes them unreadable at once, so an upload in flight below the epoch is garbage too.
+    Segments of the current epoch or later are never touched. The new log start offset is at least
+    the local log start offset (KIP-950: the log start offset moves to the local log start), or
+    the first COPY_SEGMENT_FINISHED segment at or above the fence when that is lower.
+    """
+    lso = partition.log_start_offset
+    below = partition.purge_below_tiered_epoch
+    if not below or below <= 0:
+        return PartitionPlan([], lso)
+    deletions = [
+        PlannedDeletion(s, PlanReason.PURGE_DISABLED)
+        for s in segments
+        if s.tiered_epoch < below and s.state != SegmentState.DELETE_SEGMENT_FINISHED
+    ]
+    # The log start offset moves up to the local log start (KIP-950), but never past a readable
+    # segment tiered at or after the fence (a purge after a re-enable must not cut those off).
+    floor = partition.local_log_start_offset
+    for s in segments:
+        if s.tiered_epoch >= below and s.state == SegmentState.COPY_SEGMENT_FINISHED:
+            floor = min(floor, s.start_offset)
+    return PartitionPlan(deletions, max(lso, floor))
+
+
+def apply_plan(
+    partition: PartitionState, segments: Sequence[Segment], plan: PartitionPlan
+) -> tuple[PartitionState, list[Segment]]:
+    """What the world looks like after a plan was executed: planned segments are
+    DELETE_SEGMENT_FINISHED and the log start offset is the plan's (used by tests and dry runs)."""
+    gone = plan.segment_ids
+    after = [
+        dataclasses.replace(s, state=SegmentState.DELETE_SEGMENT_FINISHED)
+        if s.segment_id in gone
+        else s
+        for s in segments
+    ]
+    return dataclasses.replace(partition, log_start_offset=plan.new_log_start_offset), after

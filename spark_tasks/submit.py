@@ -1,0 +1,293 @@
+"""Run a job module with pyspark's own ``spark-submit`` and capture what happened.
+
+- The ``spark-submit`` is the one inside the installed pyspark (``find_spark_home``), so the
+  Spark that runs the job is the Spark the code was written against; ``SPARK_MASTER`` decides
+  where it runs (``local[2]`` here; ``spark://``, ``yarn`` or ``k8s://`` in production).
+- The job file is ``spark_tasks/<job>.py``; the ``spark_tasks`` package goes along as a
+  ``--py-files`` zip (what a cluster needs) and on ``PYTHONPATH`` (what local mode uses).
+- The environment is rebuilt from a short allow-list rather than inherited: ``JAVA_HOME`` (found
+  from ``java`` on PATH when unset), ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` =
+  ``sys.executable``, and ``STRATA_PROGRESS_FILE``. Django's secrets never reach the job.
+- stdout and stderr stream to ``<work>/spark.log``; the result keeps its last lines.
+- Progress: the job writes ``<work>/progress.json`` (see ``jobkit``); ``on_progress`` is called
+  with it while the job runs. The Spark UI is off (no port to collide on between concurrent runs).
+- A timeout kills the whole process group (the JVM and its Python workers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SubmitResult", "find_spark_submit", "spark_submit"]
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+PROJECT_ROOT = PACKAGE_DIR.parent
+LOG_TAIL_LINES = 80
+TIMEOUT_EXIT_CODE = -9
+
+
+@dataclasses.dataclass
+class SubmitResult:
+    exit_code: int
+    log_path: Path
+    log_tail: str
+    timed_out: bool
+    seconds: float
+    progress: dict[str, Any]
+    peak_rss_bytes: int
+    summary: dict[str, Any] | None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+def find_spark_submit() -> Path:
+    """pyspark's own ``bin/spark-submit``."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    path = Path(_find_spark_home()) / "bin" / "spark-submit"
+    if not path.exists():
+        raise FileNotFoundError(f"spark-submit not found at {path}")
+    return path
+
+
+def _java_home() -> str | None:
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    java = shutil.which("java")
+    if not java:
+        return None
+    return str(Path(java).resolve().parent.parent)
+
+
+def _job_env(progress_file: Path, extra: dict[str, str] | None) -> dict[str, str]:
+    env = {
+        key: os.environ[key]
+        for key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER")
+        if key in os.environ
+    }
+    java_home = _java_home()
+    if java_home:
+        env["JAVA_HOME"] = java_home
+    env["PATH"] = os.pathsep.join(
+        [str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")]
+    )
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env["PYTHONPATH"] = str(PROJECT_ROOT)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["STRATA_PROGRESS_FILE"] = str(progress_file)
+    env.update(extra or {})
+    return env
+
+
+def _package_zip(work_dir: Path) -> Path:
+    """The pure job modules as a zip for ``--py-files`` (no Django modules are needed there)."""
+    target = work_dir / "spark_tasks.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(PACKAGE_DIR.glob("*.py")):
+            zf.write(path, f"spark_tasks/{path.name}")
+    return target
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident memory of a process and its descendants (Linux /proc), in bytes."""
+    total = 0
+    stack = [pid]
+    seen: set[int] = set()
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            with open(f"/proc/{current}/statm") as fh:
+                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as fh:
+                    stack.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            data = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    # Spark's console progress bar rewrites one line with \r: keep the last state of each line.
+    cleaned = [line.rsplit("\r", 1)[-1] for line in data.splitlines()]
+    return "\n".join(deque((line for line in cleaned if line.strip()), maxlen=lines))
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def spark_submit(
+    job: str,
+    args: Sequence[str],
+    work_dir: str | os.PathLike,
+    *,
+    master: str | None = None,
+    driver_memory: str | None = None,
+    timeout_seconds: float | None = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    progress_interval: float = 2.0,
+    conf: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    out_dir: str | os.PathLike | None = None,
+) -> SubmitResult:
+    """Run ``spark_tasks/<job>.py`` with ``args`` and wait for it.
+
+    ``master``, ``driver_memory`` and ``timeout_seconds`` default to the Django settings when
+    Django is configured, else to ``local[2]``, ``1g`` and no timeout. ``out_dir`` (the job's
+    ``--out``) is where ``summary.json`` is read from afterwards.
+    """
+    script = PACKAGE_DIR / f"{job}.py"
+    if not job.isidentifier() or not script.exists():
+        raise ValueError(f"unknown Spark job {job!r}")
+    defaults = _settings_defaults()
+    master = master or defaults["master"]
+    driver_memory = driver_memory or defaults["driver_memory"]
+    if timeout_seconds is None:
+        timeout_seconds = defaults["timeout"]
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = work / "spark.log"
+    progress_file = work / "progress.json"
+    progress_file.unlink(missing_ok=True)
+    local_dir = work / "tmp"
+    local_dir.mkdir(exist_ok=True)
+    spark_conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.local.dir": str(local_dir),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={local_dir}",
+        **(conf or {}),
+    }
+    cmd = [
+        str(find_spark_submit()),
+        "--master",
+        master,
+        "--driver-memory",
+        driver_memory,
+        "--name",
+        f"strata-{job}",
+        "--py-files",
+        str(_package_zip(work)),
+    ]
+    for key, value in spark_conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    cmd += [str(script), *args]
+
+    started = time.monotonic()
+    timed_out = False
+    peak = 0
+    progress: dict[str, Any] = {}
+    with open(log_path, "wb") as log:
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_job_env(progress_file, env),
+            cwd=str(work),
+            start_new_session=True,
+        )
+        last_report = 0.0
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                peak = max(peak, _tree_rss(proc.pid))
+                now = time.monotonic()
+                if timeout_seconds and now - started > timeout_seconds:
+                    timed_out = True
+                    _kill_group(proc)
+                    break
+                if now - last_report >= progress_interval:
+                    last_report = now
+                    snapshot = _read_json(progress_file)
+                    if snapshot:
+                        progress = snapshot
+                    if on_progress:  # also a heartbeat while the JVM starts
+                        on_progress(progress)
+        except BaseException:
+            _kill_group(proc)  # a Celery soft time limit or a signal: leave no JVM behind
+            raise
+    exit_code = TIMEOUT_EXIT_CODE if timed_out else proc.returncode
+    final = _read_json(progress_file)
+    # After spark.stop() the status store is empty: keep the last snapshot that saw the stages.
+    if final and final.get("stages_total", 0) >= progress.get("stages_total", 0):
+        progress = final
+    summary = _read_json(Path(out_dir) / "summary.json") if out_dir else None
+    tail = _tail(log_path, LOG_TAIL_LINES)
+    if timed_out:
+        tail += f"\n[strata] killed after {timeout_seconds:.0f} s (SPARK_JOB_TIMEOUT_SECONDS)"
+    return SubmitResult(
+        exit_code=exit_code,
+        log_path=log_path,
+        log_tail=tail,
+        timed_out=timed_out,
+        seconds=time.monotonic() - started,
+        progress=progress,
+        peak_rss_bytes=peak,
+        summary=summary if exit_code == 0 else None,
+    )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+
+
+def _settings_defaults() -> dict[str, Any]:
+    try:
+        from django.conf import settings
+
+        return {
+            "master": settings.SPARK_MASTER,
+            "driver_memory": settings.SPARK_DRIVER_MEMORY,
+            "timeout": float(settings.SPARK_JOB_TIMEOUT_SECONDS),
+        }
+    except Exception:  # Django not configured: used from the bench or a shell
+        return {
+            "master": os.environ.get("SPARK_MASTER", "local[2]"),
+            "driver_memory": os.environ.get("SPARK_DRIVER_MEMORY", "1g"),
+            "timeout": 0.0,
+        }

@@ -1,0 +1,392 @@
+"""Celery tasks that run Spark jobs. The ``SparkJobRun`` row is the source of truth.
+
+- :func:`enqueue_run` creates the row and enqueues ``spark_tasks.execute_run`` on commit.
+- ``spark_tasks.execute_run(run_id)`` claims the run with a conditional update (QUEUED ->
+  RUNNING, or a RUNNING run whose heartbeat went stale because its worker died) and exits if it
+  lost the race; it then submits the job, streams progress into the row and records the outcome.
+  Every step is idempotent: the job replaces its outputs, the agent calls are idempotent.
+- ``spark_tasks.schedule_job(job, cluster=None)`` is what beat calls (retention hourly, orphans
+  and storage report daily, reaping every 10 minutes; see ``config/settings.py``) for every
+  registered cluster (:func:`registered_clusters`); it never stacks a run on an active one of the
+  same job and cluster.
+- ``spark_tasks.reap_stale_runs`` fails runs whose heartbeat stopped and that nobody re-claimed.
+
+Every transition of a run (queued, started, finished with its outcome) writes an audit event in
+the same transaction (``spark_tasks.audit``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+from celery import shared_task
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from spark_tasks import remote
+from spark_tasks.audit import SparkAuditAction, finished_extra, record_run_event
+from spark_tasks.models import (
+    SparkJob,
+    SparkJobRun,
+    SparkRunState,
+    StorageSnapshot,
+)
+from spark_tasks.submit import SubmitResult, spark_submit
+from workflows.choices import AuditContext, AuditOutcome
+
+__all__ = [
+    "enqueue_run",
+    "execute_run",
+    "reap_stale_runs",
+    "registered_clusters",
+    "schedule_job",
+]
+
+log = logging.getLogger(__name__)
+
+#: Which arguments each job accepts (key -> flag); anything else in ``arguments`` is refused.
+JOB_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    SparkJob.INVENTORY_STATS: ("inventory",),
+    SparkJob.RETENTION: ("inventory", "partitions", "now_ms", "in_flight_ms"),
+    SparkJob.PURGE: ("inventory", "partitions"),
+    SparkJob.ORPHANS: ("inventory", "remote_root", "older_than", "now_ms"),
+    SparkJob.STORAGE_REPORT: ("inventory", "partitions", "now_ms"),
+    SparkJob.DELETE_OBJECTS: ("plan",),
+}
+#: Jobs with a ``--dry-run`` flag.
+DRY_RUN_JOBS = (SparkJob.RETENTION, SparkJob.PURGE, SparkJob.ORPHANS)
+#: Jobs whose deletions go through the remote-log metadata (Kafka's order, see ``remote``).
+METADATA_JOBS = (SparkJob.RETENTION, SparkJob.PURGE)
+NEEDS_PARTITIONS = (SparkJob.RETENTION, SparkJob.PURGE, SparkJob.STORAGE_REPORT)
+
+STALE_AFTER = dt.timedelta(minutes=15)  # heartbeats come every 2 s while a job runs
+SOFT_LIMIT = settings.SPARK_JOB_TIMEOUT_SECONDS * 2 + 300
+HARD_LIMIT = SOFT_LIMIT + 120
+
+
+class RunFailed(Exception):
+    """A step failed; the run is recorded FAILED with this message."""
+
+
+def enqueue_run(
+    job: str,
+    arguments: dict[str, Any] | None = None,
+    *,
+    dry_run: bool = True,
+    cluster: str | None = None,
+    requested_by=None,
+    audit_context: str = AuditContext.WORKER,
+) -> SparkJobRun:
+    """Create a QUEUED run, audit who queued it, and enqueue ``execute_run`` on commit.
+
+    ``requested_by`` is the user (None for beat and workflow steps); ``audit_context`` is used
+    when no audit scope (a web or API request) is active.
+    """
+    if job not in SparkJob.ALL:
+        raise ValueError(f"unknown Spark job {job!r}")
+    arguments = dict(arguments or {})
+    unknown = set(arguments) - set(JOB_ARGUMENTS[job])
+    if unknown:
+        raise ValueError(f"{job} does not take {', '.join(sorted(unknown))}")
+    with transaction.atomic():
+        run = SparkJobRun.objects.create(
+            job=job,
+            arguments=arguments,
+            dry_run=dry_run if job in DRY_RUN_JOBS else True,
+            cluster=cluster,
+            requested_by=requested_by,
+        )
+        record_run_event(
+            run, SparkAuditAction.QUEUED, actor=requested_by, default_context=audit_context
+        )
+        transaction.on_commit(lambda: execute_run.delay(run.pk))
+    return run
+
+
+def _claim(run_id: int, task_id: str | None) -> bool:
+    now = timezone.now()
+    fields = {
+        "state": SparkRunState.RUNNING,
+        "started_at": now,
+        "heartbeat_at": now,
+        "celery_task_id": task_id or "",
+    }
+    with transaction.atomic():
+        claimed = SparkJobRun.objects.filter(pk=run_id, state=SparkRunState.QUEUED).update(**fields)
+        took_over = False
+        if not claimed:  # a worker died mid-run: its redelivered message takes the run over
+            took_over = claimed = SparkJobRun.objects.filter(
+                pk=run_id, state=SparkRunState.RUNNING, heartbeat_at__lt=now - STALE_AFTER
+            ).update(**fields)
+        if claimed:
+            run = SparkJobRun.objects.get(pk=run_id)
+            record_run_event(run, SparkAuditAction.STARTED, extra={"took_over": bool(took_over)})
+    return bool(claimed)
+
+
+@shared_task(
+    name="spark_tasks.execute_run",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=SOFT_LIMIT,
+    time_limit=HARD_LIMIT,
+    bind=True,
+)
+def execute_run(self, run_id: int) -> str:
+    """Execute one ``SparkJobRun`` by primary key; returns its final state."""
+    if not _claim(run_id, getattr(self.request, "id", None)):
+        run = SparkJobRun.objects.filter(pk=run_id).first()
+        log.info("spark run %s not claimed (state %s)", run_id, run and run.state)
+        return run.state if run else "missing"
+    run = SparkJobRun.objects.get(pk=run_id)
+    work = Path(settings.SPARK_WORK_DIR) / f"run-{run.pk}"
+    out = work / "out"
+    SparkJobRun.objects.filter(pk=run.pk).update(
+        output_dir=str(out), log_path=str(work / "spark.log")
+    )
+    try:
+        summary = _execute(run, work, out)
+    except Exception as exc:  # recorded on the row; the task itself succeeds
+        log.exception("spark run %s failed", run.pk)
+        _finish(run.pk, SparkRunState.FAILED, error=str(exc)[:4000])
+        return SparkRunState.FAILED
+    _finish(run.pk, SparkRunState.SUCCEEDED, summary=summary)
+    return SparkRunState.SUCCEEDED
+
+
+def _finish(run_id: int, state: str, *, error: str = "", summary: dict | None = None) -> None:
+    fields: dict[str, Any] = {"state": state, "finished_at": timezone.now(), "error": error}
+    if summary is not None:
+        fields["output_summary"] = summary
+    with transaction.atomic():
+        done = SparkJobRun.objects.filter(pk=run_id, state=SparkRunState.RUNNING).update(**fields)
+        if done:
+            record_run_event(
+                SparkJobRun.objects.get(pk=run_id),
+                SparkAuditAction.BY_FINAL_STATE[state],
+                outcome=AuditOutcome.SUCCESS
+                if state == SparkRunState.SUCCEEDED
+                else AuditOutcome.FAILURE,
+                extra=finished_extra(state, error, summary),
+            )
+
+
+def _progress_recorder(run_id: int):
+    def record(progress: dict[str, Any]) -> None:
+        SparkJobRun.objects.filter(pk=run_id, state=SparkRunState.RUNNING).update(
+            heartbeat_at=timezone.now(),
+            stages_total=int(progress.get("stages_total", 0)),
+            stages_done=int(progress.get("stages_done", 0)),
+            tasks_total=int(progress.get("tasks_total", 0)),
+            tasks_done=int(progress.get("tasks_done", 0)),
+        )
+
+    return record
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _cli_args(run: SparkJobRun, out: Path, backend: remote.RemoteMetadata, work: Path) -> list[str]:
+    arguments = dict(run.arguments)
+    if "inventory" in JOB_ARGUMENTS[run.job] and not arguments.get("inventory"):
+        inventory, partitions = backend.export_inputs(work / "inputs")
+        arguments["inventory"] = str(inventory)
+        if run.job in NEEDS_PARTITIONS:
+            arguments.setdefault("partitions", str(partitions))
+    if run.job == SparkJob.ORPHANS and not arguments.get("remote_root"):
+        arguments["remote_root"] = backend.remote_root()
+    args: list[str] = []
+    for key in JOB_ARGUMENTS[run.job]:
+        value = arguments.get(key)
+        if value not in (None, ""):
+            args += [_flag(key), str(value)]
+    return [*args, "--out", str(out)]
+
+
+def _submit(run: SparkJobRun, job: str, args: list[str], work: Path, out: Path) -> SubmitResult:
+    result = spark_submit(
+        job,
+        args,
+        work,
+        on_progress=_progress_recorder(run.pk),
+        out_dir=out,
+    )
+    SparkJobRun.objects.filter(pk=run.pk).update(
+        exit_code=result.exit_code,
+        log_tail=result.log_tail,
+        peak_driver_rss_bytes=result.peak_rss_bytes or None,
+        stages_total=int(result.progress.get("stages_total", 0)),
+        stages_done=int(result.progress.get("stages_done", 0)),
+        tasks_total=int(result.progress.get("tasks_total", 0)),
+        tasks_done=int(result.progress.get("tasks_done", 0)),
+    )
+    if not result.ok:
+        why = "timed out" if result.timed_out else f"exited with {result.exit_code}"
+        raise RunFailed(f"{job} {why}; see the log tail")
+    return result
+
+
+def _execute(run: SparkJobRun, work: Path, out: Path) -> dict[str, Any]:
+    backend = remote.get_remote_metadata(run.cluster)
+    try:
+        return _execute_with(run, work, out, backend)
+    finally:
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
+
+
+def _execute_with(
+    run: SparkJobRun, work: Path, out: Path, backend: remote.RemoteMetadata
+) -> dict[str, Any]:
+    args = _cli_args(run, out, backend, work)
+    if run.job not in METADATA_JOBS or run.dry_run:
+        if run.dry_run and run.job in DRY_RUN_JOBS:
+            args.append("--dry-run")
+        summary = _submit(run, run.job, args, work, out).summary or {}
+        if run.job == SparkJob.STORAGE_REPORT:
+            summary["snapshots_loaded"] = load_storage_snapshots(run, out)
+        return summary
+
+    # Kafka's order: plan, publish log start offsets, mark, delete on executors, mark finished.
+    plan = _submit(run, run.job, [*args, "--dry-run"], work, out).summary or {}
+    steps: dict[str, Any] = {}
+    steps["log_start_offsets_published"] = remote.publish_log_start_offsets(backend, out)
+    steps["marked_delete_started"] = remote.mark_planned(backend, out)
+    delete_out = work / "delete"
+    deleted = (
+        _submit(
+            run,
+            SparkJob.DELETE_OBJECTS,
+            ["--plan", str(out / "plan"), "--out", str(delete_out)],
+            work,
+            delete_out,
+        ).summary
+        or {}
+    )
+    steps["deleted"] = deleted.get("deleted", {})
+    steps["marked_delete_finished"] = remote.mark_deleted(backend, delete_out)
+    return {**plan, "dry_run": False, "execution": steps}
+
+
+def load_storage_snapshots(run: SparkJobRun, out: Path) -> int:
+    """Upsert ``storage_report``'s ``report/`` into one ``StorageSnapshot`` per day, cluster,
+    topic and tier (the day of the report's clock, UTC)."""
+    report = out / "report"
+    if not report.exists():
+        return 0
+    now_ms = (run.output_summary or {}).get("now_ms") or run.arguments.get("now_ms")
+    day = (
+        dt.datetime.fromtimestamp(int(now_ms) / 1000, tz=dt.UTC).date()
+        if now_ms
+        else timezone.now().date()
+    )
+    loaded = 0
+    for batch in ds.dataset(str(report), format="parquet").to_batches(batch_size=2000):
+        rows = batch.to_pylist()
+        objs = [
+            StorageSnapshot(
+                day=day,
+                cluster=r["cluster"],
+                topic=r["topic"],
+                tier=r["tier"],
+                bytes=r["bytes"] or 0,
+                segments=r["segments"],
+                partitions=r["partitions"] or 0,
+                oldest_timestamp_ms=r["oldest_timestamp_ms"],
+                newest_timestamp_ms=r["newest_timestamp_ms"],
+                run=run,
+                recorded_at=timezone.now(),
+            )
+            for r in rows
+        ]
+        StorageSnapshot.objects.bulk_create(
+            objs,
+            update_conflicts=True,
+            unique_fields=["day", "cluster", "topic", "tier"],
+            update_fields=[
+                "bytes",
+                "segments",
+                "partitions",
+                "oldest_timestamp_ms",
+                "newest_timestamp_ms",
+                "run",
+                "recorded_at",
+            ],
+        )
+        loaded += len(objs)
+    return loaded
+
+
+@shared_task(name="spark_tasks.schedule_job", soft_time_limit=60, time_limit=90)
+def schedule_job(job: str, cluster: str | None = None, dry_run: bool = False) -> list[int]:
+    """Beat's entry point: enqueue ``job`` for ``cluster`` (or every ``SPARK_CLUSTERS``), unless
+    one is already queued or running for that cluster. Returns the new run ids."""
+    clusters = [cluster] if cluster else registered_clusters()
+    created: list[int] = []
+    for name in clusters:
+        with transaction.atomic():
+            busy = (
+                SparkJobRun.objects.select_for_update()
+                .filter(job=job, cluster=name)
+                .active()
+                .exists()
+            )
+            if busy:
+                continue
+            run = enqueue_run(
+                job, {}, dry_run=dry_run, cluster=name, audit_context=AuditContext.BEAT
+            )
+            created.append(run.pk)
+    return created
+
+
+def registered_clusters() -> list[str]:
+    """The clusters beat covers: console's registered ``Cluster`` rows; without that table (a
+    Spark-only deployment), ``settings.SPARK_CLUSTERS``."""
+    from django.apps import apps
+
+    try:
+        cluster_model = apps.get_model("console", "Cluster")
+    except LookupError:
+        return list(getattr(settings, "SPARK_CLUSTERS", []) or [])
+    return list(cluster_model.objects.order_by("name").values_list("name", flat=True))
+
+
+@shared_task(name="spark_tasks.reap_stale_runs", soft_time_limit=60, time_limit=90)
+def reap_stale_runs(max_age_seconds: int | None = None) -> int:
+    """Fail RUNNING runs whose heartbeat is older than the job timeout plus a margin (their worker
+    is gone and no redelivery took them over). Returns how many."""
+    limit = dt.timedelta(seconds=max_age_seconds or settings.SPARK_JOB_TIMEOUT_SECONDS * 2 + 600)
+    cutoff = timezone.now() - limit
+    reaped = 0
+    stale = SparkJobRun.objects.filter(state=SparkRunState.RUNNING, heartbeat_at__lt=cutoff)
+    for run_id in stale.values_list("pk", flat=True):
+        error = "worker lost: no heartbeat"
+        with transaction.atomic():
+            done = SparkJobRun.objects.filter(
+                pk=run_id, state=SparkRunState.RUNNING, heartbeat_at__lt=cutoff
+            ).update(state=SparkRunState.FAILED, finished_at=timezone.now(), error=error)
+            if done:
+                record_run_event(
+                    SparkJobRun.objects.get(pk=run_id),
+                    SparkAuditAction.FAILED,
+                    default_context=AuditContext.BEAT,
+                    outcome=AuditOutcome.FAILURE,
+                    extra={**finished_extra(SparkRunState.FAILED, error, None), "reaped": True},
+                )
+                reaped += 1
+    return reaped
+
+
+def remove_run_files(run: SparkJobRun) -> None:
+    """Delete a run's work directory (plans, logs). Not scheduled; for retention of old runs."""
+    shutil.rmtree(Path(settings.SPARK_WORK_DIR) / f"run-{run.pk}", ignore_errors=True)

@@ -1,0 +1,125 @@
+"""Pages: render for a viewer, show data age and staleness, refresh their live panel alone,
+and make a bounded number of queries whatever the cluster size."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.console.conftest import sync
+from tests.console.factories import ClusterBuilder
+
+pytestmark = pytest.mark.django_db
+
+PAGES = [
+    ("/", "clusters-live"),
+    ("/topics/", "topics-live"),
+    ("/topics/local/orders/", "topic-live"),
+    ("/brokers/", "brokers-live"),
+    ("/topology/", "topology-live"),
+]
+
+
+@pytest.fixture
+def browser_client(client, viewer):
+    client.force_login(viewer)
+    return client
+
+
+@pytest.mark.parametrize(("url", "panel"), PAGES)
+def test_page_shows_its_live_panel_with_data_age(browser_client, synced, url, panel):
+    html = browser_client.get(url).content.decode()
+    assert f'id="{panel}"' in html
+    assert 'class="age" data-age=' in html and "data from" in html
+
+
+@pytest.mark.parametrize(("url", "panel"), PAGES)
+def test_htmx_refresh_returns_only_the_live_panel(browser_client, synced, url, panel):
+    response = browser_client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_TARGET=panel)
+    html = response.content.decode()
+    assert html.lstrip().startswith("<") and f'id="{panel}"' in html
+    assert "<html" not in html and "<nav" not in html.split(panel)[0]
+
+
+def test_brokers_page_shows_offline_dir_counts_and_incident(browser_client, synced, builder):
+    builder.fail_log_dir(2, "logdir-1", error="Input/output error")
+    sync(synced, builder)
+    html = browser_client.get("/brokers/").content.decode()
+    assert 'data-dir="2:logdir-1" data-state="OFFLINE"' in html
+    row = re.search(r'<tr data-broker="2">(.*?)</tr>', html, re.S).group(1)
+    assert re.search(r"data-offline-dirs>1<", row)
+    assert "Incident: broker 2 logdir-1" in html and "Input/output error" in html
+
+
+def test_stale_agent_is_named_with_its_last_good_time(browser_client, synced, builder):
+    sync(synced, builder, down={2})
+    html = browser_client.get("/brokers/").content.decode()
+    assert "Stale data." in html and "broker 2" in html and "last good" in html
+
+
+def test_topic_page_shows_tiering_offsets_bar_and_lookup(browser_client, synced, builder):
+    builder.disable_tiering("orders", policy="delete")
+    sync(synced, builder)
+    html = browser_client.get("/topics/local/orders/?key=customer-7").content.decode()
+    assert 'id="tiered-state">DISABLING<' in html and 'id="tiered-epoch">1<' in html
+    assert (
+        'data-remote-start="0" data-remote-end="399" data-local-start="200" data-log-end="1000"'
+        in html
+    )
+    assert "data-partition-now=" in html
+    assert 'role="tree"' in html
+
+
+def test_operator_sees_workflow_buttons_viewer_does_not(client, synced, viewer, operator):
+    client.force_login(operator)
+    html = client.get("/topics/local/orders/").content.decode()
+    assert "/workflows/new?kind=disable_tiering&amp;cluster=local&amp;topic=orders" in html
+    client.force_login(viewer)
+    assert "/workflows/new?" not in client.get("/topics/local/orders/").content.decode()
+
+
+def test_topics_filters_and_sort(browser_client, synced):
+    html = browser_client.get("/topics/?tiered_state=ENABLED").content.decode()
+    assert ">orders</a>" in html and ">payments</a>" not in html
+    html = browser_client.get("/topics/?sort=-remote_bytes").content.decode()
+    assert html.index(">orders</a>") < html.index(">payments</a>")
+
+
+def test_topology_offline_only_filter(browser_client, synced, builder):
+    builder.fail_log_dir(1, "logdir-0")
+    sync(synced, builder)
+    html = browser_client.get("/topology/?offline_only=true").content.decode()
+    assert 'class="cell offline"' in html
+    assert "audit.log-0" not in html or "offline" in html
+
+
+def test_pages_without_a_cluster_explain_how_to_register_one(browser_client):
+    for url in ("/", "/topics/", "/brokers/", "/topology/"):
+        assert "register_cluster" in browser_client.get(url).content.decode()
+
+
+PAGE_URLS = [
+    "/",
+    "/topics/?sort=-remote_bytes&tiered_state=ENABLED",
+    "/topics/local/t1/?key=abc",
+    "/topics/local/t1/?page=2",
+    "/brokers/",
+    "/brokers/?dir=2:logdir-0",
+    "/topology/?offline_only=true",
+    "/topology/?page=3",
+]
+
+
+@pytest.mark.parametrize("url", PAGE_URLS)
+@pytest.mark.parametrize("topics", [3, 30])
+def test_page_queries_are_bounded_whatever_the_cluster_size(
+    browser_client, cluster, url, topics, django_assert_max_num_queries
+):
+    b = ClusterBuilder(brokers=3 if topics == 3 else 6, log_dirs=2)
+    for i in range(topics):
+        b.add_topic(f"t{i}", partitions=4 if topics == 3 else 64, rf=3, tiered=i % 2 == 1)
+    b.fail_log_dir(2, "logdir-0")
+    sync(cluster, b, down={3})
+    with django_assert_max_num_queries(16):
+        assert browser_client.get(url).status_code == 200

@@ -1,0 +1,203 @@
+"""Sync: controller metadata and agent snapshots land in PostgreSQL, in bulk, incrementally."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.choices import BrokerState, LogDirState, TieredState
+from console.models import Broker, Cluster, LogDir, Partition, Replica, SyncRun, Topic
+from tests.console.conftest import sync
+from tests.console.factories import ClusterBuilder
+
+pytestmark = pytest.mark.django_db
+
+
+def test_full_sync_builds_the_inventory(cluster, builder):
+    run = sync(cluster, builder)
+    assert run.ok and run.metadata_changed and run.brokers_synced == 3
+    assert Broker.objects.filter(cluster=cluster, state=BrokerState.ONLINE).count() == 3
+    assert LogDir.objects.filter(broker__cluster=cluster).count() == 6
+    assert Topic.objects.filter(cluster=cluster).count() == 3
+    assert Partition.objects.filter(cluster=cluster).count() == 10
+    assert Replica.objects.filter(cluster=cluster).count() == 6 * 3 + 3 * 3 + 1
+    cluster.refresh_from_db()
+    assert cluster.partition_count == 10 and cluster.topic_count == 3
+    assert cluster.synced_at is not None and cluster.controller_error == ""
+
+
+def test_partition_offsets_are_the_leaders_remote_and_local_ranges(synced, builder):
+    """KIP-950: remote Rx..Ry and local Lx..log end, from the partition leader's replica."""
+    p = Partition.objects.get(cluster=synced, topic_name="orders", partition=0)
+    assert (p.remote_log_start_offset, p.remote_log_end_offset) == (0, 399)
+    assert (p.local_log_start_offset, p.log_end_offset) == (200, 1000)
+    topic = Topic.objects.get(cluster=synced, name="orders")
+    assert topic.tiered_state == TieredState.ENABLED
+    assert topic.remote_bytes == 6 * 400 * 100
+    assert topic.log_end_offset == 6 * 1000  # topic totals are sums over partitions
+
+
+def test_nothing_changed_means_nothing_rewritten(synced, builder):
+    run = sync(synced, builder)
+    assert not run.metadata_changed
+    assert run.partitions_upserted == 0 and run.replicas_upserted == 0
+
+
+def test_agents_are_asked_incrementally_from_the_version_applied(synced, builder):
+    builder.produce("orders", 2, 50)
+    source = builder.source()
+    from console.sync import do_sync_cluster
+
+    run = do_sync_cluster(synced, source=source).run
+    since = {bid: s for kind, bid, s in source.requests if kind == "snapshot"}
+    assert all(s is not None for s in since.values())
+    assert run.replicas_upserted == 3  # the three replicas of orders-2, nothing else
+    assert Partition.objects.get(topic_name="orders", partition=2).log_end_offset == 1050
+
+
+def test_log_dir_failure_shows_offline_dir_and_kip112_counts(synced, builder):
+    builder.fail_log_dir(2, "logdir-0")
+    run = sync(synced, builder)
+    assert run.ok
+    d = LogDir.objects.get(broker__broker_id=2, name="logdir-0")
+    assert d.state == LogDirState.OFFLINE and d.error == "Permission denied"
+    assert d.state_changed_at is not None
+    broker = Broker.objects.get(cluster=synced, broker_id=2)
+    offline = Replica.objects.filter(log_dir=d).count()
+    assert broker.state == BrokerState.DEGRADED
+    assert broker.offline_log_directory_count == 1
+    assert broker.offline_replica_count == offline == d.offline_replica_count > 0
+    moved = Partition.objects.filter(previous_leader=2, leader_changed_at__isnull=False)
+    assert moved.exists() and not moved.filter(leader=2).exists()
+    synced.refresh_from_db()
+    assert synced.offline_replica_count == offline
+
+    builder.heal_log_dir(2, "logdir-0")
+    sync(synced, builder)
+    broker.refresh_from_db()
+    assert broker.state == BrokerState.ONLINE and broker.offline_replica_count == 0
+    assert broker.offline_log_directory_count == 0
+
+
+def test_a_failing_agent_is_stale_with_its_last_good_time_and_others_keep_syncing(synced, builder):
+    good_before = Broker.objects.get(cluster=synced, broker_id=3).last_good_at
+    builder.produce("orders", 0, 10)  # replicas on brokers 1, 2, 3
+    run = sync(synced, builder, down={3})
+    assert run.brokers_failed == 1 and "broker 3" in run.errors
+    b3 = Broker.objects.get(cluster=synced, broker_id=3)
+    assert b3.stale and "connection refused" in b3.error
+    assert b3.last_good_at == good_before
+    b1 = Broker.objects.get(cluster=synced, broker_id=1)
+    assert not b1.stale and b1.last_good_at > good_before
+    assert Partition.objects.get(topic_name="orders", partition=0).log_end_offset == 1010
+
+    run = sync(synced, builder)
+    b3.refresh_from_db()
+    assert not b3.stale and run.ok
+
+
+def test_a_failing_controller_keeps_the_last_good_metadata(synced, builder):
+    last_good = Cluster.objects.get(pk=synced.pk).controller_last_good_at
+    run = sync(synced, builder, down={-1})
+    assert not run.controller_ok
+    synced.refresh_from_db()
+    assert synced.controller_stale and synced.controller_last_good_at == last_good
+    assert Topic.objects.filter(cluster=synced).count() == 3
+    assert run.brokers_synced == 3  # the agents still synced
+
+
+def test_dead_broker_is_offline_and_its_replicas_count_offline(synced, builder):
+    builder.kill_broker(3)
+    sync(synced, builder)
+    b3 = Broker.objects.get(cluster=synced, broker_id=3)
+    assert b3.state == BrokerState.OFFLINE and b3.stale
+    replicas_on_3 = Replica.objects.filter(broker=b3).count()
+    assert b3.offline_replica_count == replicas_on_3
+
+
+def test_expansion_records_the_count_before_for_key_lookups(synced, builder):
+    builder.alter_partition_count("payments", 5)
+    sync(synced, builder)
+    t = Topic.objects.get(cluster=synced, name="payments")
+    assert (t.initial_partition_count, t.undeleted_partition_count) == (3, 5)
+    assert t.previous_undeleted_partition_count == 3 and t.partition_count == 5
+    assert Replica.objects.filter(partition__topic=t).count() == 5 * 3
+
+
+def test_shrink_marks_then_a_drained_partition_is_removed(synced, builder):
+    builder.alter_partition_count("orders", 4)
+    sync(synced, builder)
+    marked = Partition.objects.filter(topic_name="orders", marked_for_deletion=True)
+    assert sorted(marked.values_list("partition", flat=True)) == [4, 5]
+    assert all(p.marked_log_start_offset is not None for p in marked)
+    builder.remove_partition("orders", 5)
+    run = sync(synced, builder)
+    assert not Partition.objects.filter(topic_name="orders", partition=5).exists()
+    assert run.ok
+    assert Topic.objects.get(cluster=synced, name="orders").marked_for_deletion_count == 1
+
+
+def test_deleted_topic_disappears_with_its_replicas(synced, builder):
+    builder.delete_topic("payments")
+    sync(synced, builder)
+    assert not Topic.objects.filter(name="payments").exists()
+    assert not Replica.objects.filter(partition__topic_name="payments").exists()
+
+
+def test_tiering_disablement_shows_new_state_and_epoch(synced, builder):
+    builder.disable_tiering("orders", policy="delete")
+    sync(synced, builder)
+    t = Topic.objects.get(cluster=synced, name="orders")
+    assert (t.tiered_state, t.tiered_epoch, t.disable_policy) == (
+        TieredState.DISABLING,
+        1,
+        "delete",
+    )
+
+
+def test_every_sync_is_recorded(synced, builder):
+    sync(synced, builder)
+    assert SyncRun.objects.filter(cluster=synced).count() == 2
+
+
+@pytest.mark.parametrize("topics", [2, 40])
+def test_sync_uses_a_bounded_number_of_queries(cluster, topics, django_assert_max_num_queries):
+    """Bulk: the same number of statements for 2 or 40 topics (never one query per row)."""
+    b = ClusterBuilder(brokers=4, log_dirs=2)
+    for i in range(topics):
+        b.add_topic(f"t{i}", partitions=8, rf=3)
+    with django_assert_max_num_queries(60):
+        sync(cluster, b)
+    assert Replica.objects.filter(cluster=cluster).count() == topics * 8 * 3
+
+
+def test_a_partition_level_delta_touches_only_what_it_lists(synced, builder):
+    """Controllers that can answer ``delta=true`` send only changed partitions of changed
+    topics, and deletions as lists; nothing else is rewritten or deleted."""
+    from broker_agent.models import ClusterMetadata
+    from console.sync import StaticClusterSource, do_sync_cluster
+
+    part = builder.topics["orders"].parts[2]
+    builder._replica_offline(part, part.leader)  # leadership moves
+    builder.delete_topic("audit.log")
+    builder.remove_partition("payments", 2)
+    full = builder.metadata()
+    orders = next(t for t in full.topics if t.name == "orders")
+    delta = ClusterMetadata(
+        cluster_id=full.cluster_id,
+        version=full.version,
+        brokers=full.brokers,
+        topics=[orders.model_copy(update={"partitions": [orders.partitions[2]]})],
+        full=False,
+        since=synced.metadata_version,
+        removed_topics=["audit.log"],
+        removed_partitions=["payments:2"],
+    )
+    snapshots = {b: builder.snapshot(b) for b in builder.broker_ids}
+    run = do_sync_cluster(synced, source=StaticClusterSource(delta, snapshots)).run
+    assert run.ok and run.partitions_upserted == 1
+    assert not Topic.objects.filter(name="audit.log").exists()
+    assert not Partition.objects.filter(topic_name="payments", partition=2).exists()
+    assert Partition.objects.filter(topic_name="orders").count() == 6  # the others are kept
+    p2 = Partition.objects.get(topic_name="orders", partition=2)
+    assert p2.leader == part.leader and p2.previous_leader == 3
+    assert Topic.objects.get(name="orders").metadata_digest == ""  # a full answer rewrites it

@@ -1,0 +1,252 @@
+"""SparkJobRun records, the Celery task that executes them, and the Spark jobs page."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from unittest import mock
+
+import pyarrow.parquet as pq
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from spark_tasks import remote
+from spark_tasks.generate_inventory import generate
+from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState, StorageSnapshot
+from spark_tasks.tasks import enqueue_run, execute_run, reap_stale_runs
+
+NOW = 1_700_000_000_000
+
+
+class FakeBackend:
+    """An in-memory RemoteMetadata that records the order of calls (module-level log)."""
+
+    calls: list[tuple[str, int]] = []
+    marked: dict[str, list[remote.SegmentRef]] = {}
+    inputs: Path | None = None
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def remote_root(self):
+        return str(self.inputs / "remote")
+
+    def export_inputs(self, dest):
+        return self.inputs / "inventory", self.inputs / "partitions"
+
+    def publish_log_start_offsets(self, items):
+        FakeBackend.calls.append(("publish", len(items)))
+
+    def mark_segments(self, state, segments):
+        FakeBackend.calls.append((state, len(segments)))
+        FakeBackend.marked.setdefault(state, []).extend(segments)
+
+
+def test_enqueue_creates_a_queued_run_and_enqueues_on_commit(
+    db, django_capture_on_commit_callbacks
+):
+    with (
+        mock.patch.object(execute_run, "delay") as delay,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        run = enqueue_run(SparkJob.RETENTION, {"now_ms": 5}, cluster="sim")
+    assert run.state == SparkRunState.QUEUED and run.dry_run
+    delay.assert_called_once_with(run.pk)
+
+
+def test_enqueue_refuses_unknown_arguments(db):
+    with pytest.raises(ValueError):
+        enqueue_run(SparkJob.PURGE, {"remote_root": "/"})
+
+
+def test_a_run_claimed_by_a_live_worker_is_not_run_twice(db):
+    run = SparkJobRun.objects.create(
+        job=SparkJob.INVENTORY_STATS, state=SparkRunState.RUNNING, heartbeat_at=timezone.now()
+    )
+    with mock.patch("spark_tasks.tasks.spark_submit") as submit:
+        assert execute_run.apply(args=[run.pk]).get() == SparkRunState.RUNNING
+    submit.assert_not_called()
+
+
+def test_a_finished_run_is_not_run_again(db):
+    run = SparkJobRun.objects.create(job=SparkJob.INVENTORY_STATS, state=SparkRunState.SUCCEEDED)
+    with mock.patch("spark_tasks.tasks.spark_submit") as submit:
+        assert execute_run.apply(args=[run.pk]).get() == SparkRunState.SUCCEEDED
+    submit.assert_not_called()
+
+
+def test_stale_running_runs_are_reaped(db):
+    old = timezone.now() - dt.timedelta(days=1)
+    stale = SparkJobRun.objects.create(
+        job="retention", state=SparkRunState.RUNNING, heartbeat_at=old
+    )
+    live = SparkJobRun.objects.create(
+        job="retention", state=SparkRunState.RUNNING, heartbeat_at=timezone.now()
+    )
+    assert reap_stale_runs() == 1
+    stale.refresh_from_db()
+    live.refresh_from_db()
+    assert stale.state == SparkRunState.FAILED and live.state == SparkRunState.RUNNING
+
+
+def test_non_dry_run_without_a_backend_fails_with_a_clear_error(db, settings, tmp_path):
+    settings.SPARK_WORK_DIR = tmp_path
+    settings.SPARK_REMOTE_METADATA = ""
+    run = SparkJobRun.objects.create(job=SparkJob.RETENTION, dry_run=False, cluster="sim")
+    assert execute_run.apply(args=[run.pk]).get() == SparkRunState.FAILED
+    run.refresh_from_db()
+    assert "SPARK_REMOTE_METADATA" in run.error
+
+
+@pytest.fixture(scope="module")
+def small_inventory(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inv")
+    counts = generate(
+        root,
+        segments=1200,
+        topics=4,
+        partitions_per_topic=2,
+        seed=3,
+        now_ms=NOW,
+        remote_root=str(root / "remote"),
+        write_objects=True,
+    )
+    return root, counts
+
+
+@pytest.mark.integration
+def test_execute_run_storage_report_loads_daily_snapshots(db, settings, tmp_path, small_inventory):
+    """The Celery task executes a real spark-submit run by primary key and loads its output."""
+    settings.SPARK_WORK_DIR = tmp_path
+    root, counts = small_inventory
+    run = SparkJobRun.objects.create(
+        job=SparkJob.STORAGE_REPORT,
+        arguments={
+            "inventory": str(root / "inventory"),
+            "partitions": str(root / "partitions"),
+            "now_ms": NOW,
+        },
+    )
+    assert execute_run.apply(args=[run.pk]).get() == SparkRunState.SUCCEEDED
+    run.refresh_from_db()
+    assert run.exit_code == 0 and run.finished_at and run.tasks_total >= 1
+    assert run.output_summary["snapshots_loaded"] == 8  # 4 topics x 2 tiers
+    remote_bytes = sum(t["COPY_SEGMENT_FINISHED"]["bytes"] for t in counts["topics"].values())
+    snaps = StorageSnapshot.objects.filter(tier="remote", day=dt.date(2023, 11, 14))
+    assert sum(s.bytes for s in snaps) == remote_bytes
+    # A second report the same day replaces the day's rows.
+    again = SparkJobRun.objects.create(job=SparkJob.STORAGE_REPORT, arguments=run.arguments)
+    assert execute_run.apply(args=[again.pk]).get() == SparkRunState.SUCCEEDED
+    assert StorageSnapshot.objects.count() == 8
+
+
+@pytest.mark.integration
+def test_executed_retention_publishes_then_marks_then_deletes(
+    db, settings, tmp_path, small_inventory
+):
+    """Kafka's order: log start offsets published, segments DELETE_SEGMENT_STARTED, objects
+    deleted on the executors, then DELETE_SEGMENT_FINISHED."""
+    settings.SPARK_WORK_DIR = tmp_path
+    settings.SPARK_REMOTE_METADATA = "tests.spark_tasks.test_runs.FakeBackend"
+    root, _ = small_inventory
+    FakeBackend.inputs, FakeBackend.calls, FakeBackend.marked = root, [], {}
+    run = SparkJobRun.objects.create(
+        job=SparkJob.RETENTION, dry_run=False, cluster="sim", arguments={"now_ms": NOW}
+    )
+    assert execute_run.apply(args=[run.pk]).get() == SparkRunState.SUCCEEDED, run.error
+    run.refresh_from_db()
+    kinds = [c[0] for c in FakeBackend.calls]
+    assert kinds.index("publish") < kinds.index("DELETE_SEGMENT_STARTED")
+    assert kinds.index("DELETE_SEGMENT_STARTED") < kinds.index("DELETE_SEGMENT_FINISHED")
+    started = {s.segment_id for s in FakeBackend.marked["DELETE_SEGMENT_STARTED"]}
+    finished = {s.segment_id for s in FakeBackend.marked["DELETE_SEGMENT_FINISHED"]}
+    assert started and started == finished
+    plan = pq.read_table(Path(run.output_dir) / "plan").to_pylist()
+    assert all(not os.path.exists(r["object_path"]) for r in plan)
+    assert run.output_summary["execution"]["marked_delete_finished"] == len(plan)
+
+
+# --- the page -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def finished_run(db):
+    return SparkJobRun.objects.create(
+        job=SparkJob.RETENTION,
+        state=SparkRunState.SUCCEEDED,
+        started_at=timezone.now(),
+        finished_at=timezone.now(),
+        output_summary={"segments": 3, "bytes": 30, "by_reason": {}},
+    )
+
+
+def test_list_shows_runs_to_a_viewer_without_the_form(client, viewer, finished_run):
+    client.force_login(viewer)
+    response = client.get(reverse("spark_tasks:run-list"))
+    assert response.status_code == 200
+    assert f"#{finished_run.pk}" in response.content.decode()
+    assert "Start dry run" not in response.content.decode()
+
+
+def test_bad_page_numbers_do_not_fail(client, viewer, finished_run):
+    client.force_login(viewer)
+    for page in ("abc", "-1", "99999"):
+        assert client.get(reverse("spark_tasks:run-list"), {"page": page}).status_code == 200
+        url = reverse("spark_tasks:run-plan", args=[finished_run.pk])
+        assert client.get(url, {"page": page}).status_code == 200
+    assert client.get(reverse("spark_tasks:run-detail", args=[999999])).status_code == 404
+
+
+def test_polling_stops_with_286_when_the_run_is_terminal(client, viewer, finished_run):
+    client.force_login(viewer)
+    url = reverse("spark_tasks:run-detail", args=[finished_run.pk])
+    assert client.get(url, headers={"HX-Request": "true"}).status_code == 286
+    SparkJobRun.objects.filter(pk=finished_run.pk).update(state=SparkRunState.RUNNING)
+    response = client.get(url, headers={"HX-Request": "true"})
+    assert response.status_code == 200 and 'hx-trigger="every 2s"' in response.content.decode()
+
+
+def test_viewer_cannot_start_a_dry_run(client, viewer):
+    client.force_login(viewer)
+    response = client.post(reverse("spark_tasks:start-dry-run"), {"job": "retention"})
+    assert response.status_code == 403
+    assert not SparkJobRun.objects.exists()
+
+
+def test_operator_starts_a_dry_run(client, operator, django_capture_on_commit_callbacks):
+    client.force_login(operator)
+    with mock.patch.object(execute_run, "delay"), django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            reverse("spark_tasks:start-dry-run"), {"job": "retention", "cluster": "sim"}
+        )
+    run = SparkJobRun.objects.get()
+    assert response.status_code == 302 and run.dry_run and run.requested_by == operator
+    bad = client.post(reverse("spark_tasks:start-dry-run"), {"job": "rm -rf"})
+    assert bad.status_code == 302 and SparkJobRun.objects.count() == 1
+
+
+def test_plan_page_sums_segments_and_bytes_per_topic(client, viewer, finished_run, tmp_path):
+    import pyarrow as pa
+
+    from spark_tasks.schema import PLAN_SCHEMA
+
+    (tmp_path / "plan").mkdir()
+    rows = [
+        {
+            "segment_id": f"s{i}",
+            "cluster": "sim",
+            "topic": f"t{i % 2}",
+            "partition": 0,
+            "reason": "retention_time",
+            "size_bytes": 10,
+            "object_path": "/x",
+        }
+        for i in range(5)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows, schema=PLAN_SCHEMA), tmp_path / "plan" / "p.parquet")
+    SparkJobRun.objects.filter(pk=finished_run.pk).update(output_dir=str(tmp_path))
+    client.force_login(viewer)
+    body = client.get(reverse("spark_tasks:run-plan", args=[finished_run.pk])).content.decode()
+    assert "<td>t0</td><td>3</td>" in body and "<td>t1</td><td>2</td>" in body

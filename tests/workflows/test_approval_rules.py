@@ -1,0 +1,148 @@
+"""Approvals name the plan hash; nobody approves their own request or twice; any rejection
+rejects; approvals expire; requester or admin cancels before it runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from workflows.choices import AuditAction, AuditOutcome, WorkflowState
+from workflows.models import Approval, AuditEvent, Workflow
+
+from .conftest import approve, request_noop
+
+pytestmark = pytest.mark.django_db
+
+
+def _approve(api, user, wf, **body):
+    return api(user).post(f"/workflows/{wf.pk}/approve", {"plan_hash": wf.plan_hash, **body})
+
+
+def test_an_approval_by_another_approver_approves_the_workflow(api, operator, approver):
+    wf = request_noop(operator)
+    response = _approve(api, approver, wf, comment="looks right")
+    assert response.status_code == 200, response.content
+    assert response.json()["state"] == WorkflowState.APPROVED
+    assert response.json()["approvals"][0]["approver"] == approver.username
+    event = AuditEvent.objects.get(action=AuditAction.WORKFLOW_APPROVED)
+    assert event.extra["plan_hash"] == wf.plan_hash and event.extra["comment"] == "looks right"
+    assert AuditEvent.objects.filter(action=AuditAction.WORKFLOW_READY, workflow=wf).exists()
+
+
+def test_self_approval_is_forbidden(api, admin):
+    """Even an admin (who may request and approve) cannot approve their own request."""
+    wf = request_noop(admin)
+    response = _approve(api, admin, wf)
+    assert response.status_code == 403
+    assert response.json()["error"] == "SELF_APPROVAL_FORBIDDEN"
+    wf.refresh_from_db()
+    assert wf.state == WorkflowState.PENDING_APPROVAL and not wf.approvals.exists()
+    denied = AuditEvent.objects.get(action=AuditAction.WORKFLOW_APPROVED)
+    assert (
+        denied.outcome == AuditOutcome.DENIED and denied.extra["error"] == "SELF_APPROVAL_FORBIDDEN"
+    )
+
+
+def test_approving_twice_is_refused(api, operator, approver, settings):
+    settings.STRATA_APPROVAL_POLICY = {"noop_check": {"approvals": 2}}
+    wf = request_noop(operator)
+    assert _approve(api, approver, wf).status_code == 200
+    response = _approve(api, approver, wf)
+    assert response.status_code == 409 and response.json()["error"] == "ALREADY_DECIDED"
+    assert wf.approvals.count() == 1
+
+
+def test_two_approver_policy_needs_two_different_approvers(
+    api, operator, approver, second_approver, settings
+):
+    settings.STRATA_APPROVAL_POLICY = {"noop_check": {"approvals": 1, "when": {"mode=gate": 2}}}
+    wf = request_noop(operator, mode="gate")
+    assert wf.approvals_required == 2
+    assert _approve(api, approver, wf).json()["state"] == WorkflowState.PENDING_APPROVAL
+    assert _approve(api, second_approver, wf).json()["state"] == WorkflowState.APPROVED
+
+
+def test_approving_a_stale_plan_hash_is_409_plan_changed(api, operator, approver):
+    wf = request_noop(operator)
+    response = api(approver).post(f"/workflows/{wf.pk}/approve", {"plan_hash": "f" * 64})
+    assert response.status_code == 409 and response.json()["error"] == "PLAN_CHANGED"
+    wf.refresh_from_db()
+    assert wf.state == WorkflowState.PENDING_APPROVAL and not wf.approvals.exists()
+
+
+def test_approving_without_a_plan_hash_is_invalid(api, operator, approver):
+    wf = request_noop(operator)
+    response = api(approver).post(f"/workflows/{wf.pk}/approve", {})
+    assert response.status_code == 400 and response.json()["error"] == "INVALID_REQUEST"
+
+
+@pytest.mark.parametrize("persona", ["viewer", "operator"])
+def test_approving_needs_the_approver_role(api, request, admin, persona):
+    wf = request_noop(admin)
+    response = _approve(api, request.getfixturevalue(persona), wf)
+    assert response.status_code == 403 and response.json()["error"] == "FORBIDDEN"
+
+
+def test_any_rejection_rejects(api, operator, approver, second_approver, settings):
+    settings.STRATA_APPROVAL_POLICY = {"noop_check": {"approvals": 2}}
+    wf = request_noop(operator)
+    _approve(api, approver, wf)
+    response = api(second_approver).post(f"/workflows/{wf.pk}/reject", {"comment": "no"})
+    assert response.status_code == 200 and response.json()["state"] == WorkflowState.REJECTED
+    # nothing more can be decided
+    third = api(approver).post(f"/workflows/{wf.pk}/reject", {})
+    assert third.status_code == 409
+
+
+def test_the_requester_cannot_reject_their_own_request(api, admin):
+    wf = request_noop(admin)
+    response = api(admin).post(f"/workflows/{wf.pk}/reject", {})
+    assert response.json()["error"] == "SELF_APPROVAL_FORBIDDEN"
+
+
+def test_approvals_expire(api, operator, approver, second_approver, settings):
+    settings.STRATA_APPROVAL_POLICY = {"noop_check": {"approvals": 2}}
+    wf = request_noop(operator)
+    approve(wf, approver)
+    Approval.objects.filter(workflow=wf).update(
+        created_at=timezone.now()
+        - dt.timedelta(hours=settings.STRATA_APPROVAL_TTL_HOURS, minutes=1)
+    )
+    # the second approval alone is not enough: the first one aged out
+    assert _approve(api, second_approver, wf).json()["state"] == WorkflowState.PENDING_APPROVAL
+    body = api(approver).get(f"/workflows/{wf.pk}").json()
+    assert [a["voided"] for a in body["approvals"]] == [True, False]
+    # the approver whose approval expired may approve again
+    assert _approve(api, approver, wf).json()["state"] == WorkflowState.APPROVED
+
+
+def test_the_requester_can_cancel_before_it_runs(api, operator):
+    wf = request_noop(operator)
+    response = api(operator).post(f"/workflows/{wf.pk}/cancel", {"comment": "wrong topic"})
+    assert response.status_code == 200 and response.json()["state"] == WorkflowState.CANCELLED
+
+
+def test_an_admin_can_cancel_an_approved_workflow(api, operator, approver, admin):
+    wf = approve(request_noop(operator), approver)
+    assert api(admin).post(f"/workflows/{wf.pk}/cancel").json()["state"] == WorkflowState.CANCELLED
+
+
+def test_others_cannot_cancel(api, operator, approver):
+    wf = request_noop(operator)
+    response = api(approver).post(f"/workflows/{wf.pk}/cancel")
+    assert response.status_code == 403
+
+
+def test_a_running_workflow_cannot_be_cancelled(api, operator):
+    wf = request_noop(operator)
+    Workflow.objects.filter(pk=wf.pk).update(state=WorkflowState.RUNNING)
+    response = api(operator).post(f"/workflows/{wf.pk}/cancel")
+    assert response.status_code == 409 and response.json()["error"] == "WORKFLOW_NOT_CANCELLABLE"
+
+
+def test_unknown_workflow_is_404(api, approver):
+    response = api(approver).post("/workflows/999999/approve", {"plan_hash": "x"})
+    assert response.status_code == 404 and response.json()["error"] == "NOT_FOUND"
+    assert api(approver).get("/workflows/999999").status_code == 404

@@ -1,0 +1,152 @@
+"""POST /api/v1/workflows: operators request; bad input is refused with a code and changes
+nothing; one open workflow per target."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from workflows.choices import AuditAction, AuditOutcome, WorkflowState
+from workflows.kinds import approvals_required
+from workflows.models import AuditEvent, Workflow
+
+from .conftest import request_noop
+
+pytestmark = pytest.mark.django_db
+
+GOOD = {"kind": "noop_check", "cluster": "lab", "topic": "orders", "reason": "self-test"}
+
+
+def test_request_answers_201_with_plan_hash_and_approvals_required(api, operator):
+    response = api(operator).post("/workflows", GOOD)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["state"] == WorkflowState.PENDING_APPROVAL
+    assert len(body["plan_hash"]) == 64 and body["plan"]["brokers"] == [0, 1]
+    assert body["approvals_required"] == 1
+    assert body["requester"] == operator.username and body["reason"] == "self-test"
+    event = AuditEvent.objects.get(action=AuditAction.WORKFLOW_REQUESTED, workflow_id=body["id"])
+    assert event.actor == operator and event.context == "api"
+
+
+def test_same_request_gives_the_same_plan_hash(api, operator):
+    preview = api(operator).post("/workflows/preview", GOOD).json()
+    created = api(operator).post("/workflows", GOOD).json()
+    assert preview["plan_hash"] == created["plan_hash"]
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({**GOOD, "kind": "no_such_kind"}, "Unknown workflow kind"),
+        ({**GOOD, "kind": None}, "Unknown workflow kind"),
+        ({**GOOD, "cluster": ""}, "cluster is required"),
+        ({**GOOD, "topic": None}, "topic is required"),
+        ({**GOOD, "mode": "sideways"}, "mode must be one of"),
+        ({**GOOD, "partitions": "many"}, "partitions must be an integer"),
+        ({**GOOD, "partitions": 0}, "partitions must be"),
+        ({**GOOD, "partitions": 10**30}, "partitions must be"),
+        ({**GOOD, "policy": "delete"}, "policy does not apply"),
+        ({**GOOD, "topic": "a\x00b"}, "printable"),
+        ({**GOOD, "topic": "x" * 300}, "printable"),
+        ({**GOOD, "reason": "a\x00"}, "NUL"),
+        ({**GOOD, "reason": 5}, "reason must be a string"),
+    ],
+)
+def test_bad_requests_are_refused_with_invalid_request_and_change_nothing(
+    api, operator, body, fragment
+):
+    response = api(operator).post("/workflows", body)
+    assert response.status_code == 400
+    assert response.json()["error"] == "INVALID_REQUEST"
+    assert fragment in response.json()["message"]
+    assert not Workflow.objects.exists()
+
+
+def test_a_non_object_body_is_invalid_request(api, operator, client):
+    api(operator)
+    response = client.post("/api/v1/workflows", "[1,2]", content_type="application/json")
+    assert response.status_code == 400 and response.json()["error"] == "INVALID_REQUEST"
+
+
+@pytest.mark.parametrize("persona", ["viewer", "approver"])
+def test_requesting_needs_the_operator_role(api, request, persona):
+    user = request.getfixturevalue(persona)
+    response = api(user).post("/workflows", GOOD)
+    assert response.status_code == 403 and response.json()["error"] == "FORBIDDEN"
+    assert not Workflow.objects.exists()
+    denied = AuditEvent.objects.get(action=AuditAction.WORKFLOW_REQUESTED)
+    assert denied.outcome == AuditOutcome.DENIED and denied.actor == user
+
+
+def test_unauthenticated_requests_get_401(client):
+    response = client.post("/api/v1/workflows", GOOD, content_type="application/json")
+    assert response.status_code == 401 and response.json()["error"] == "UNAUTHENTICATED"
+
+
+def test_second_open_workflow_on_the_same_target_is_a_409_conflict(api, operator, admin):
+    first = api(operator).post("/workflows", GOOD).json()
+    response = api(admin).post("/workflows", {**GOOD, "partitions": 3})
+    assert response.status_code == 409
+    assert response.json()["error"] == "WORKFLOW_CONFLICT"
+    assert f"#{first['id']}" in response.json()["message"]
+    # another target or another cluster is fine
+    assert api(operator).post("/workflows", {**GOOD, "topic": "other"}).status_code == 201
+    assert api(operator).post("/workflows", {**GOOD, "cluster": "prod"}).status_code == 201
+
+
+def test_a_closed_workflow_frees_its_target(api, operator):
+    first = api(operator).post("/workflows", GOOD).json()
+    assert api(operator).post(f"/workflows/{first['id']}/cancel").status_code == 200
+    assert api(operator).post("/workflows", GOOD).status_code == 201
+
+
+def test_the_database_itself_refuses_a_second_open_workflow_per_target(operator):
+    """Not only the Python check: a partial unique index in PostgreSQL."""
+    request_noop(operator, "orders")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Workflow.objects.create(
+            kind="noop_check",
+            cluster="lab",
+            target="noop:orders",
+            plan_hash="x",
+            requester=operator,
+            state=WorkflowState.RUNNING,
+        )
+    Workflow.objects.create(
+        kind="noop_check",
+        cluster="lab",
+        target="noop:orders",
+        plan_hash="x",
+        requester=operator,
+        state=WorkflowState.SUCCEEDED,
+    )
+
+
+def test_stale_expected_plan_hash_is_refused_with_plan_changed(api, operator):
+    response = api(operator).post("/workflows", {**GOOD, "expected_plan_hash": "0" * 64})
+    assert response.status_code == 409 and response.json()["error"] == "PLAN_CHANGED"
+
+
+def test_break_glass_needs_admin_and_a_written_reason(api, operator, admin):
+    body = {**GOOD, "break_glass": True, "break_glass_reason": "outage"}
+    assert api(operator).post("/workflows", body).json()["error"] == "FORBIDDEN"
+    response = api(admin).post("/workflows", {**body, "break_glass_reason": "  "})
+    assert response.status_code == 400
+    assert response.json()["error"] == "BREAK_GLASS_REASON_REQUIRED"
+    response = api(admin).post("/workflows", body)
+    assert response.status_code == 201
+    assert response.json()["state"] == WorkflowState.APPROVED
+    assert response.json()["break_glass"] is True
+    ready = AuditEvent.objects.get(action=AuditAction.WORKFLOW_READY)
+    assert ready.extra["break_glass"] is True and ready.extra["break_glass_reason"] == "outage"
+
+
+def test_approval_policy_needs_two_approvers_for_destructive_kinds(settings):
+    assert approvals_required("disable_tiering", {"policy": "delete"}) == 2
+    assert approvals_required("disable_tiering", {"policy": "retain"}) == 1
+    assert approvals_required("recover_log_dir", {"mode": "remove"}) == 2
+    assert approvals_required("recover_log_dir", {"mode": "replace"}) == 1
+    assert approvals_required("noop_check", {}) == 1
+    settings.STRATA_APPROVAL_POLICY = {"noop_check": {"approvals": 1, "when": {"mode=gate": 2}}}
+    assert approvals_required("noop_check", {"mode": "gate"}) == 2

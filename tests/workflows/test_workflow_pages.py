@@ -1,0 +1,198 @@
+"""Workflow pages: list, detail with live progress (286 when done), approval page, request form
+with plan preview; role checks; never a 500 on bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from workflows import engine
+from workflows.choices import WorkflowState
+from workflows.models import Workflow
+
+from .conftest import approve, request_noop
+
+pytestmark = pytest.mark.django_db
+
+
+def test_list_shows_open_and_past_workflows_with_filters(client, operator, approver):
+    open_wf = request_noop(operator, "open-one")
+    done = approve(request_noop(operator, "done-one"), approver)
+    engine.run(done.pk)
+    client.force_login(operator)
+    html = client.get("/workflows/?state=open").content.decode()
+    assert f"#{open_wf.pk}<" in html and f"#{done.pk}<" not in html
+    html = client.get("/workflows/?state=past").content.decode()
+    assert f"#{done.pk}<" in html and f"#{open_wf.pk}<" not in html
+    assert "Page 1 of 1" in client.get("/workflows/?kind=noop_check").content.decode()
+
+
+@pytest.mark.parametrize(
+    "query", ["?state=bogus", "?page=999", "?page=x", "?cluster=" + "x" * 400, "?requester=%00"]
+)
+def test_bad_list_filters_never_500(client, viewer, query):
+    client.force_login(viewer)
+    assert client.get("/workflows/" + query).status_code in (200, 400)
+
+
+def test_detail_shows_plan_hash_requester_reason_and_decisions(client, operator, approver):
+    wf = approve(request_noop(operator, reason="testing the framework"), approver)
+    client.force_login(operator)
+    html = client.get(f"/workflows/{wf.pk}/").content.decode()
+    assert wf.plan_hash in html and "testing the framework" in html
+    assert operator.username in html and approver.username in html
+    assert 'hx-trigger="every 2s"' in html  # approved: the engine is about to run it
+
+
+def test_live_partial_polls_while_active_and_answers_286_when_done(client, operator, approver):
+    wf = approve(request_noop(operator), approver)
+    client.force_login(operator)
+    assert client.get(f"/workflows/{wf.pk}/live/").status_code == 200
+    engine.run(wf.pk)
+    response = client.get(f"/workflows/{wf.pk}/live/")
+    assert response.status_code == 286
+    html = response.content.decode()
+    assert "hx-trigger" not in html and 'data-broker="1"' in html
+    assert 'aria-valuenow="100"' in html
+
+
+def test_a_pending_workflow_is_not_polled(client, operator):
+    wf = request_noop(operator)
+    client.force_login(operator)
+    assert "hx-trigger" not in client.get(f"/workflows/{wf.pk}/").content.decode()
+
+
+def test_approval_page_approves_with_the_shown_hash(client, operator, approver):
+    wf = request_noop(operator)
+    client.force_login(approver)
+    page = client.get(f"/workflows/{wf.pk}/approve/").content.decode()
+    assert wf.plan_hash in page and 'data-testid="approve"' in page
+    response = client.post(
+        f"/workflows/{wf.pk}/approve/", {"decision": "approve", "plan_hash": wf.plan_hash}
+    )
+    assert response.status_code == 302
+    assert Workflow.objects.get(pk=wf.pk).state == WorkflowState.APPROVED
+
+
+def test_approval_page_refuses_self_approval_with_a_message(client, admin):
+    wf = request_noop(admin)
+    client.force_login(admin)
+    assert (
+        'data-testid="approve"' not in client.get(f"/workflows/{wf.pk}/approve/").content.decode()
+    )
+    response = client.post(
+        f"/workflows/{wf.pk}/approve/",
+        {"decision": "approve", "plan_hash": wf.plan_hash},
+        follow=True,
+    )
+    assert "SELF_APPROVAL_FORBIDDEN" in response.content.decode()
+    assert Workflow.objects.get(pk=wf.pk).state == WorkflowState.PENDING_APPROVAL
+
+
+def test_stale_hash_on_the_approval_page_is_refused(client, operator, approver):
+    wf = request_noop(operator)
+    client.force_login(approver)
+    response = client.post(
+        f"/workflows/{wf.pk}/approve/", {"decision": "approve", "plan_hash": "0" * 64}, follow=True
+    )
+    assert "PLAN_CHANGED" in response.content.decode()
+
+
+def test_cancel_and_confirm_forms(client, operator, approver):
+    wf = request_noop(operator)
+    client.force_login(operator)
+    html = client.get(f"/workflows/{wf.pk}/").content.decode()
+    assert "Cancel workflow" in html
+    client.post(f"/workflows/{wf.pk}/cancel/", {"comment": "oops"})
+    assert Workflow.objects.get(pk=wf.pk).state == WorkflowState.CANCELLED
+    gated = approve(request_noop(operator, "gated", mode="gate"), approver)
+    engine.run(gated.pk)
+    html = client.get(f"/workflows/{gated.pk}/").content.decode()
+    assert 'data-testid="confirm"' in html
+    client.post(f"/workflows/{gated.pk}/confirm/")
+    assert Workflow.objects.get(pk=gated.pk).state == WorkflowState.RUNNING
+
+
+def test_viewer_sees_no_action_buttons_and_is_refused(client, operator, viewer):
+    wf = request_noop(operator)
+    client.force_login(viewer)
+    html = client.get(f"/workflows/{wf.pk}/").content.decode()
+    assert "Cancel workflow" not in html and "Review and approve" not in html
+    response = client.post(f"/workflows/{wf.pk}/cancel/", follow=True)
+    assert "FORBIDDEN" in response.content.decode()
+    assert Workflow.objects.get(pk=wf.pk).state == WorkflowState.PENDING_APPROVAL
+
+
+def test_request_form_previews_the_plan_then_requests_it(client, operator):
+    client.force_login(operator)
+    page = client.get("/workflows/new/?kind=noop_check&cluster=lab&topic=orders&partitions=3")
+    html = page.content.decode()
+    assert page.status_code == 200 and "Plan preview" in html and "apply@2" in html
+    plan_hash = html.split('data-testid="plan-hash">')[1].split("<")[0]
+    response = client.post(
+        "/workflows/new/",
+        {
+            "kind": "noop_check",
+            "cluster": "lab",
+            "topic": "orders",
+            "partitions": "3",
+            "mode": "plain",
+            "plan_hash": plan_hash,
+            "reason": "check",
+        },
+    )
+    assert response.status_code == 302
+    wf = Workflow.objects.get()
+    assert wf.plan_hash == plan_hash and wf.reason == "check"
+
+
+def test_request_form_without_slash_from_console_links_works(client, operator):
+    client.force_login(operator)
+    response = client.get("/workflows/new?kind=noop_check&cluster=lab&topic=x", follow=True)
+    assert response.status_code == 200 and "Plan preview" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "?kind=nope",
+        "?kind=noop_check&cluster=lab",
+        "?kind=noop_check&cluster=lab&topic=x&partitions=-1",
+        "?kind=noop_check&cluster=%00&topic=x",
+        "?kind=" + "k" * 500,
+    ],
+)
+def test_request_form_shows_refusals_without_500(client, operator, query):
+    client.force_login(operator)
+    response = client.get("/workflows/new/" + query)
+    assert response.status_code == 400
+    assert not Workflow.objects.exists()
+
+
+def test_request_form_post_conflict_is_shown(client, operator):
+    request_noop(operator, "orders")
+    client.force_login(operator)
+    response = client.post(
+        "/workflows/new/",
+        {"kind": "noop_check", "cluster": "lab", "topic": "orders", "reason": "x"},
+    )
+    assert response.status_code == 409 and "WORKFLOW_CONFLICT" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/workflows/0/",
+        "/workflows/99999999999999999999/",
+        "/workflows/5/live/",
+        "/audit/99999999999999999999/",
+    ],
+)
+def test_unknown_ids_are_404_not_500(client, viewer, url):
+    client.force_login(viewer)
+    assert client.get(url).status_code == 404
+
+
+def test_actions_on_pages_need_post(client, operator):
+    wf = request_noop(operator)
+    client.force_login(operator)
+    assert client.get(f"/workflows/{wf.pk}/cancel/").status_code == 405

@@ -1,0 +1,535 @@
+"""Requests and human decisions on workflows.
+
+Rules (DESIGN.md "Approvals and audit", issue 6):
+- Operators request; a request freezes its parameters and pre-flight plan and their hash.
+- Approvers approve or reject, naming the plan hash they reviewed: a stale hash is 409
+  ``PLAN_CHANGED``. Nobody approves (or rejects) their own request (403
+  ``SELF_APPROVAL_FORBIDDEN``) or decides twice (409 ``ALREADY_DECIDED``). Any rejection rejects.
+  Approvals expire after ``STRATA_APPROVAL_TTL_HOURS``. Enough valid approvals make the workflow
+  ``approved`` and enqueue it after commit.
+- The requester or an admin may cancel before execution starts.
+- An admin may request with break-glass: approved at once, only with a written reason, flagged
+  in the audit event and on the workflow page.
+- One open workflow per (cluster, target): 409 ``WORKFLOW_CONFLICT``, enforced by a partial
+  unique index.
+
+Refused actions change nothing and leave a ``denied`` audit event (who tried what, and why).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from console.roles import Role, has_role
+from workflows import audit
+from workflows.choices import (
+    ApprovalDecision,
+    AuditAction,
+    AuditOutcome,
+    StepState,
+    WorkflowState,
+)
+from workflows.errors import ErrorCode, WorkflowError
+from workflows.kinds import get_kind, plan_hash
+from workflows.models import Approval, Workflow, WorkflowStep
+
+__all__ = [
+    "PlanPreview",
+    "do_approve_workflow",
+    "do_cancel_workflow",
+    "do_confirm_step",
+    "do_reject_workflow",
+    "do_request_workflow",
+    "enqueue_run",
+    "preview_plan",
+    "workflow_snapshot",
+]
+
+MAX_REASON = 2000
+
+
+def enqueue_run(workflow_id: int) -> None:
+    """Run the workflow once the current transaction commits (primary key only)."""
+    from workflows.tasks import run_workflow
+
+    transaction.on_commit(lambda: run_workflow.delay(workflow_id))
+
+
+def workflow_snapshot(wf: Workflow) -> dict[str, Any]:
+    """The fields an audit event's before/after shows for a workflow."""
+    return {
+        "state": wf.state,
+        "plan_hash": wf.plan_hash,
+        "current_step": wf.current_step,
+        "approvals_required": wf.approvals_required,
+        "break_glass": wf.break_glass,
+    }
+
+
+def _refused(
+    exc: WorkflowError,
+    action: str,
+    *,
+    acting_user: Any,
+    context: str | None,
+    wf_id: Any = None,
+    extra: dict[str, Any] | None = None,
+) -> WorkflowError:
+    """Leave a ``denied`` audit event for a refused action, then hand the error back."""
+    audit.record_standalone(
+        action,
+        actor=acting_user if getattr(acting_user, "is_authenticated", False) else None,
+        context=context,
+        target_type="workflow" if wf_id else "",
+        target_id=str(wf_id or "")[:255],
+        workflow=wf_id
+        if isinstance(wf_id, int)
+        and 0 < wf_id < 2**63
+        and Workflow.objects.filter(pk=wf_id).exists()
+        else None,
+        outcome=AuditOutcome.DENIED,
+        extra={"error": exc.code, "message": exc.message, **(extra or {})},
+    )
+    return exc
+
+
+def _audited_refusals(action: str) -> Callable:
+    """Decorator: a WorkflowError raised by the action is audited as ``denied`` and re-raised."""
+
+    def decorator(fn: Callable) -> Callable:
+        def wrapped(workflow_id: Any = None, /, **kwargs: Any) -> Any:
+            try:
+                if workflow_id is None:
+                    return fn(**kwargs)
+                return fn(workflow_id, **kwargs)
+            except WorkflowError as exc:
+                raise _refused(
+                    exc,
+                    action,
+                    acting_user=kwargs.get("acting_user"),
+                    context=kwargs.get("context"),
+                    wf_id=workflow_id,
+                ) from None
+
+        wrapped.__name__ = fn.__name__
+        wrapped.__doc__ = fn.__doc__
+        wrapped.__wrapped__ = fn
+        return wrapped
+
+    return decorator
+
+
+def _clean_text(value: Any, name: str, *, max_len: int = MAX_REASON) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise WorkflowError(ErrorCode.INVALID_REQUEST, f"{name} must be a string.")
+    value = value.strip()
+    if len(value) > max_len:
+        raise WorkflowError(ErrorCode.INVALID_REQUEST, f"{name} is longer than {max_len}.")
+    if "\x00" in value:
+        raise WorkflowError(ErrorCode.INVALID_REQUEST, f"{name} contains a NUL character.")
+    return value
+
+
+class PlanPreview:
+    """What a request would freeze: kind, cleaned params, target, plan, hash, approvals."""
+
+    def __init__(self, kind_name: str, raw: dict[str, Any]) -> None:
+        self.kind = get_kind(kind_name)
+        self.params = self.kind.clean(raw)
+        self.target = self.kind.target(self.params)
+        self.plan = self.kind.preflight(self.params)
+        self.plan_hash = plan_hash(self.kind.name, self.params, self.plan)
+        self.approvals_required = self.kind.approvals_required(self.params)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.name,
+            "cluster": self.params["cluster"],
+            "target": self.target,
+            "params": self.params,
+            "plan": self.plan,
+            "plan_hash": self.plan_hash,
+            "approvals_required": self.approvals_required,
+        }
+
+
+def preview_plan(kind_name: Any, raw: dict[str, Any]) -> PlanPreview:
+    """Run the kind's pre-flight without recording anything (the request form's preview)."""
+    return PlanPreview(kind_name, raw)
+
+
+@_audited_refusals(AuditAction.WORKFLOW_REQUESTED)
+def do_request_workflow(
+    *,
+    acting_user: Any,
+    kind: Any,
+    params: dict[str, Any],
+    reason: Any = "",
+    break_glass: bool = False,
+    break_glass_reason: Any = "",
+    expected_plan_hash: str | None = None,
+    context: str | None = None,
+) -> Workflow:
+    """Create a workflow in ``pending_approval`` (or ``approved`` for break-glass)."""
+    if not has_role(acting_user, Role.OPERATOR):
+        raise WorkflowError(
+            ErrorCode.FORBIDDEN, "Requesting a workflow needs the operator role.", 403
+        )
+    reason = _clean_text(reason, "reason")
+    break_glass_reason = _clean_text(break_glass_reason, "break_glass_reason")
+    if break_glass:
+        if not has_role(acting_user, Role.ADMIN):
+            raise WorkflowError(ErrorCode.FORBIDDEN, "Break-glass needs the admin role.", 403)
+        if not break_glass_reason:
+            raise WorkflowError(
+                ErrorCode.BREAK_GLASS_REASON_REQUIRED,
+                "Break-glass runs without approval only with a written reason.",
+            )
+    preview = PlanPreview(kind, params)
+    if expected_plan_hash and expected_plan_hash != preview.plan_hash:
+        raise WorkflowError(
+            ErrorCode.PLAN_CHANGED,
+            "The plan changed since it was previewed; review the new plan.",
+            409,
+        )
+    existing = (
+        Workflow.objects.open()
+        .filter(cluster=preview.params["cluster"], target=preview.target)
+        .first()
+    )
+    if existing is not None:
+        raise _conflict(existing)
+    now = timezone.now()
+    ready = break_glass or preview.approvals_required == 0
+    try:
+        with transaction.atomic():
+            wf = Workflow.objects.create(
+                kind=preview.kind.name,
+                cluster=preview.params["cluster"],
+                target=preview.target,
+                parameters=preview.params,
+                plan=audit.normalise(preview.plan),
+                plan_hash=preview.plan_hash,
+                state=WorkflowState.APPROVED if ready else WorkflowState.PENDING_APPROVAL,
+                approved_at=now if ready else None,
+                requester=acting_user,
+                reason=reason,
+                approvals_required=preview.approvals_required,
+                break_glass=bool(break_glass),
+                break_glass_reason=break_glass_reason if break_glass else "",
+                created_at=now,
+            )
+            audit.record(
+                AuditAction.WORKFLOW_REQUESTED,
+                actor=acting_user,
+                context=context,
+                target_type="workflow",
+                target_id=wf.pk,
+                workflow=wf,
+                after={**workflow_snapshot(wf), "kind": wf.kind, "params": wf.parameters},
+                extra={
+                    "cluster": wf.cluster,
+                    "target": wf.target,
+                    "reason": reason,
+                    "break_glass": wf.break_glass,
+                    "break_glass_reason": wf.break_glass_reason,
+                },
+            )
+            if ready:
+                _record_ready(wf, acting_user=acting_user, context=context)
+                enqueue_run(wf.pk)
+    except IntegrityError:
+        existing = (
+            Workflow.objects.open()
+            .filter(cluster=preview.params["cluster"], target=preview.target)
+            .first()
+        )
+        if existing is None:
+            raise
+        raise _conflict(existing) from None
+    return wf
+
+
+def _conflict(existing: Workflow) -> WorkflowError:
+    return WorkflowError(
+        ErrorCode.WORKFLOW_CONFLICT,
+        f"Workflow #{existing.pk} ({existing.kind}, {existing.state}) is already open on "
+        f"{existing.cluster}/{existing.target}.",
+        409,
+    )
+
+
+def _record_ready(wf: Workflow, *, acting_user: Any, context: str | None) -> None:
+    audit.record(
+        AuditAction.WORKFLOW_READY,
+        actor=acting_user,
+        context=context,
+        target_type="workflow",
+        target_id=wf.pk,
+        workflow=wf,
+        before={"state": WorkflowState.PENDING_APPROVAL},
+        after=workflow_snapshot(wf),
+        extra={
+            "break_glass": wf.break_glass,
+            "break_glass_reason": wf.break_glass_reason,
+            "approvers": list(wf.valid_approvals().values_list("approver__username", flat=True)),
+        },
+    )
+
+
+def _locked(workflow_id: Any) -> Workflow:
+    try:
+        pk = int(workflow_id)
+    except (TypeError, ValueError):
+        raise WorkflowError(ErrorCode.NOT_FOUND, "No such workflow.", 404) from None
+    if not 0 < pk < 2**63:
+        raise WorkflowError(ErrorCode.NOT_FOUND, f"No workflow #{pk}.", 404)
+    wf = Workflow.objects.select_for_update().filter(pk=pk).first()
+    if wf is None:
+        raise WorkflowError(ErrorCode.NOT_FOUND, f"No workflow #{pk}.", 404)
+    return wf
+
+
+def _void_expired(wf: Workflow, now: dt.datetime) -> int:
+    ttl = dt.timedelta(hours=settings.STRATA_APPROVAL_TTL_HOURS)
+    return wf.approvals.filter(
+        decision=ApprovalDecision.APPROVE, voided_at__isnull=True, created_at__lte=now - ttl
+    ).update(voided_at=now, void_reason="expired")
+
+
+def _check_decider(wf: Workflow, acting_user: Any, plan_hash_: Any) -> None:
+    if not has_role(acting_user, settings.STRATA_APPROVER_ROLE):
+        raise WorkflowError(
+            ErrorCode.FORBIDDEN, "Deciding on a workflow needs the approver role.", 403
+        )
+    if wf.requester_id == acting_user.pk:
+        raise WorkflowError(
+            ErrorCode.SELF_APPROVAL_FORBIDDEN,
+            "Nobody approves or rejects their own request (cancel it instead).",
+            403,
+        )
+    if wf.state != WorkflowState.PENDING_APPROVAL:
+        raise WorkflowError(
+            ErrorCode.WORKFLOW_NOT_PENDING,
+            f"Workflow #{wf.pk} is {wf.state}, not pending approval.",
+            409,
+        )
+    if plan_hash_ is not None and plan_hash_ != wf.plan_hash:
+        raise WorkflowError(
+            ErrorCode.PLAN_CHANGED,
+            f"The plan changed: its hash is now {wf.plan_hash}; review it again.",
+            409,
+        )
+
+
+@_audited_refusals(AuditAction.WORKFLOW_APPROVED)
+def do_approve_workflow(
+    workflow_id: Any,
+    /,
+    *,
+    acting_user: Any,
+    plan_hash: Any,
+    comment: Any = "",
+    context: str | None = None,
+) -> Workflow:
+    """Approve the plan with hash ``plan_hash``; enough valid approvals make it ``approved``."""
+    comment = _clean_text(comment, "comment")
+    if not isinstance(plan_hash, str) or not plan_hash:
+        raise WorkflowError(
+            ErrorCode.INVALID_REQUEST, "plan_hash is required: approve what you reviewed."
+        )
+    now = timezone.now()
+    with transaction.atomic():
+        wf = _locked(workflow_id)
+        _check_decider(wf, acting_user, plan_hash)
+        _void_expired(wf, now)
+        if wf.approvals.filter(approver=acting_user, voided_at__isnull=True).exists():
+            raise WorkflowError(
+                ErrorCode.ALREADY_DECIDED, "You already decided on this workflow.", 409
+            )
+        before = workflow_snapshot(wf)
+        approval = Approval.objects.create(
+            workflow=wf,
+            approver=acting_user,
+            decision=ApprovalDecision.APPROVE,
+            plan_hash=plan_hash,
+            comment=comment,
+            created_at=now,
+        )
+        valid = wf.valid_approvals(now).count()
+        ready = valid >= wf.approvals_required
+        if ready:
+            wf.state = WorkflowState.APPROVED
+            wf.approved_at = now
+            wf.save(update_fields=["state", "approved_at", "updated_at"])
+        audit.record(
+            AuditAction.WORKFLOW_APPROVED,
+            actor=acting_user,
+            context=context,
+            target_type="workflow",
+            target_id=wf.pk,
+            workflow=wf,
+            before=before,
+            after=workflow_snapshot(wf),
+            extra={
+                "approval_id": approval.pk,
+                "plan_hash": plan_hash,
+                "comment": comment,
+                "approvals_valid": valid,
+                "approvals_required": wf.approvals_required,
+            },
+        )
+        if ready:
+            _record_ready(wf, acting_user=acting_user, context=context)
+            enqueue_run(wf.pk)
+    return wf
+
+
+@_audited_refusals(AuditAction.WORKFLOW_REJECTED)
+def do_reject_workflow(
+    workflow_id: Any,
+    /,
+    *,
+    acting_user: Any,
+    plan_hash: Any = None,
+    comment: Any = "",
+    context: str | None = None,
+) -> Workflow:
+    """Reject: any rejection ends the workflow. ``plan_hash``, when given, must be current."""
+    comment = _clean_text(comment, "comment")
+    if plan_hash is not None and not isinstance(plan_hash, str):
+        raise WorkflowError(ErrorCode.INVALID_REQUEST, "plan_hash must be a string.")
+    now = timezone.now()
+    with transaction.atomic():
+        wf = _locked(workflow_id)
+        _check_decider(wf, acting_user, plan_hash or None)
+        if wf.approvals.filter(approver=acting_user, voided_at__isnull=True).exists():
+            raise WorkflowError(
+                ErrorCode.ALREADY_DECIDED, "You already decided on this workflow.", 409
+            )
+        before = workflow_snapshot(wf)
+        Approval.objects.create(
+            workflow=wf,
+            approver=acting_user,
+            decision=ApprovalDecision.REJECT,
+            plan_hash=wf.plan_hash,
+            comment=comment,
+            created_at=now,
+        )
+        wf.state = WorkflowState.REJECTED
+        wf.finished_at = now
+        wf.save(update_fields=["state", "finished_at", "updated_at"])
+        audit.record(
+            AuditAction.WORKFLOW_REJECTED,
+            actor=acting_user,
+            context=context,
+            target_type="workflow",
+            target_id=wf.pk,
+            workflow=wf,
+            before=before,
+            after=workflow_snapshot(wf),
+            extra={"comment": comment, "plan_hash": wf.plan_hash},
+        )
+    return wf
+
+
+@_audited_refusals(AuditAction.WORKFLOW_CANCELLED)
+def do_cancel_workflow(
+    workflow_id: Any, /, *, acting_user: Any, comment: Any = "", context: str | None = None
+) -> Workflow:
+    """Cancel before execution starts: the requester or an admin."""
+    comment = _clean_text(comment, "comment")
+    now = timezone.now()
+    with transaction.atomic():
+        wf = _locked(workflow_id)
+        if not (wf.requester_id == acting_user.pk or has_role(acting_user, Role.ADMIN)):
+            raise WorkflowError(
+                ErrorCode.FORBIDDEN, "Only the requester or an admin may cancel.", 403
+            )
+        if wf.state not in WorkflowState.CANCELLABLE:
+            raise WorkflowError(
+                ErrorCode.WORKFLOW_NOT_CANCELLABLE,
+                f"Workflow #{wf.pk} is {wf.state}: only a workflow that has not started can be cancelled.",
+                409,
+            )
+        before = workflow_snapshot(wf)
+        wf.state = WorkflowState.CANCELLED
+        wf.finished_at = now
+        wf.save(update_fields=["state", "finished_at", "updated_at"])
+        audit.record(
+            AuditAction.WORKFLOW_CANCELLED,
+            actor=acting_user,
+            context=context,
+            target_type="workflow",
+            target_id=wf.pk,
+            workflow=wf,
+            before=before,
+            after=workflow_snapshot(wf),
+            extra={"comment": comment},
+        )
+    return wf
+
+
+@_audited_refusals(AuditAction.WORKFLOW_CONFIRMED)
+def do_confirm_step(
+    workflow_id: Any, /, *, acting_user: Any, comment: Any = "", context: str | None = None
+) -> Workflow:
+    """Pass the human gate the workflow waits at (an operator confirms, e.g. disk replaced)."""
+    comment = _clean_text(comment, "comment")
+    now = timezone.now()
+    with transaction.atomic():
+        wf = _locked(workflow_id)
+        if not has_role(acting_user, Role.OPERATOR):
+            raise WorkflowError(ErrorCode.FORBIDDEN, "Confirming needs the operator role.", 403)
+        step = (
+            WorkflowStep.objects.select_for_update()
+            .filter(workflow=wf, gate=True, state=StepState.WAITING, confirmed_at__isnull=True)
+            .order_by("position")
+            .first()
+        )
+        if wf.state != WorkflowState.WAITING or step is None:
+            raise WorkflowError(
+                ErrorCode.NOT_WAITING_FOR_CONFIRMATION,
+                f"Workflow #{wf.pk} is {wf.state} and waits for no confirmation.",
+                409,
+            )
+        before = workflow_snapshot(wf)
+        step.confirmed_by = acting_user
+        step.confirmed_at = now
+        step.state = StepState.PENDING
+        step.save(update_fields=["confirmed_by", "confirmed_at", "state", "updated_at"])
+        wf.state = WorkflowState.RUNNING
+        wf.waiting_reason = ""
+        wf.resume_at = None
+        wf.lease_owner, wf.lease_expires_at = "", None
+        wf.save(
+            update_fields=[
+                "state",
+                "waiting_reason",
+                "resume_at",
+                "lease_owner",
+                "lease_expires_at",
+                "updated_at",
+            ]
+        )
+        audit.record(
+            AuditAction.WORKFLOW_CONFIRMED,
+            actor=acting_user,
+            context=context,
+            target_type="workflow",
+            target_id=wf.pk,
+            workflow=wf,
+            before=before,
+            after=workflow_snapshot(wf),
+            extra={"step": step.name, "position": step.position, "comment": comment},
+        )
+        enqueue_run(wf.pk)
+    return wf

@@ -1,0 +1,117 @@
+"""Choices of the write side, as classes of constants with their groupings (NetBox style).
+
+Never spell these values as bare strings elsewhere: import the class and use its attribute.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ApprovalDecision",
+    "AuditAction",
+    "AuditContext",
+    "AuditOutcome",
+    "StepState",
+    "WorkflowState",
+]
+
+
+class AuditContext:
+    """Where an audited change came from."""
+
+    WEB = "web"
+    API = "api"
+    WORKER = "worker"
+    BEAT = "beat"
+    CLI = "cli"
+
+    ALL = (WEB, API, WORKER, BEAT, CLI)
+    CHOICES = [(WEB, "Web"), (API, "API"), (WORKER, "Worker"), (BEAT, "Beat"), (CLI, "CLI")]
+
+
+class AuditOutcome:
+    """What became of the audited action. ``DENIED`` = refused by a rule or a role (nothing
+    changed); ``FAILURE`` = attempted and failed (a failed login, a failed step)."""
+
+    SUCCESS = "success"
+    DENIED = "denied"
+    FAILURE = "failure"
+
+    ALL = (SUCCESS, DENIED, FAILURE)
+    CHOICES = [(c, c.capitalize()) for c in ALL]
+
+
+class AuditAction:
+    """The audit actions the write side emits itself. Other apps and the workflow kinds add
+    their own dotted names (``tiering.disable_remote_topic``); the log accepts any."""
+
+    LOGIN = "auth.login"
+    LOGOUT = "auth.logout"
+    LOGIN_FAILED = "auth.login_failed"
+    USER_CREATED = "config.user_created"
+    ROLE_CHANGED = "config.role_changed"
+    TOKEN_ISSUED = "config.token_issued"  # noqa: S105 (an action name)
+    TOKEN_REVOKED = "config.token_revoked"  # noqa: S105
+
+    WORKFLOW_REQUESTED = "workflow.requested"
+    WORKFLOW_APPROVED = "workflow.approved"  # one approver's approval
+    WORKFLOW_REJECTED = "workflow.rejected"
+    WORKFLOW_READY = "workflow.ready"  # enough valid approvals (or break-glass): approved
+    WORKFLOW_CANCELLED = "workflow.cancelled"
+    WORKFLOW_PLAN_CHANGED = "workflow.plan_changed"
+    WORKFLOW_APPROVALS_EXPIRED = "workflow.approvals_expired"
+    WORKFLOW_STARTED = "workflow.started"
+    WORKFLOW_RESUMED = "workflow.resumed"
+    WORKFLOW_WAITING = "workflow.waiting"
+    WORKFLOW_CONFIRMED = "workflow.confirmed"
+    WORKFLOW_SUCCEEDED = "workflow.succeeded"
+    WORKFLOW_FAILED = "workflow.failed"
+    STEP_SUCCEEDED = "workflow.step_succeeded"
+    STEP_RETRY = "workflow.step_retry"
+    STEP_FAILED = "workflow.step_failed"
+    AUDIT_CHECKPOINT = "audit.checkpoint"
+
+
+class WorkflowState:
+    PENDING_APPROVAL = "pending_approval"
+    APPROVED = "approved"
+    RUNNING = "running"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+
+    ALL = (PENDING_APPROVAL, APPROVED, RUNNING, WAITING, SUCCEEDED, FAILED, REJECTED, CANCELLED)
+    #: Open workflows hold their target: at most one open workflow per (cluster, target).
+    OPEN = (PENDING_APPROVAL, APPROVED, RUNNING, WAITING)
+    TERMINAL = (SUCCEEDED, FAILED, REJECTED, CANCELLED)
+    #: Before execution started: the requester or an admin may still cancel.
+    CANCELLABLE = (PENDING_APPROVAL, APPROVED)
+    #: The engine owns these: a page polls while a workflow is in one of them.
+    ACTIVE = (APPROVED, RUNNING, WAITING)
+    CHOICES = [(s, s.replace("_", " ").capitalize()) for s in ALL]
+
+
+class StepState:
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    ALL = (PENDING, RUNNING, WAITING, SUCCEEDED, FAILED, CANCELLED)
+    DONE = (SUCCEEDED,)
+    TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
+    #: A step in one of these may be claimed by the run holding the workflow's lease
+    #: (RUNNING: the run that claimed it died before finishing it).
+    CLAIMABLE = (PENDING, RUNNING, WAITING)
+    CHOICES = [(s, s.capitalize()) for s in ALL]
+
+
+class ApprovalDecision:
+    APPROVE = "approve"
+    REJECT = "reject"
+
+    ALL = (APPROVE, REJECT)
+    CHOICES = [(APPROVE, "Approve"), (REJECT, "Reject")]

@@ -1,0 +1,614 @@
+"""The execution engine: runs an approved workflow's steps, one run per workflow at a time.
+
+How a run goes (``run(workflow_id)``, called by the Celery task ``run_workflow``):
+
+1. **Claim the lease** with a conditional UPDATE: only a workflow that is approved / running /
+   due for resumption and whose lease is free or expired. A run that loses the race exits.
+2. **Start** (approved → running): re-compute the plan; a refusal fails the workflow, a different
+   hash voids the approvals and returns it to ``pending_approval``, expired approvals likewise;
+   otherwise the steps are created from the kind's step definitions. One transaction + audit.
+3. **Steps in order.** Each step is claimed (``state`` PENDING/RUNNING/WAITING → RUNNING,
+   ``attempts + 1``) and its function runs outside any transaction. Its outcome is committed
+   together with its audit event, *fenced* by the lease: a run that lost its lease (it stalled
+   and the reconciler handed the workflow to another run) cannot commit anything.
+   - done → step succeeded; next step.
+   - ``StepResult.wait`` → step and workflow ``waiting`` until ``resume_at``.
+   - a gate step not yet confirmed → ``waiting`` until ``POST .../confirm``.
+   - exception → retried with exponential backoff (``resume_at``) up to ``max_attempts``,
+     then failed; ``StepResult.fail`` / a Refusal → failed at once.
+4. All steps succeeded → ``succeeded``.
+
+Crash safety: a run killed anywhere leaves a lease that expires; the beat reconciler
+(``reconcile()``) re-enqueues such workflows and the next run re-claims the interrupted step.
+A step interrupted after its effect but before its commit runs again: step functions are
+idempotent (idempotency keys), which is why ``attempts`` may exceed the effects.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import signal
+import socket
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from workflows import audit
+from workflows.actions.workflows import workflow_snapshot
+from workflows.choices import AuditAction, AuditContext, AuditOutcome, StepState, WorkflowState
+from workflows.errors import WorkflowError
+from workflows.kinds import StepDef, StepResult, get_kind, plan_hash
+from workflows.models import StepLog, Workflow, WorkflowStep
+
+__all__ = ["LeaseLost", "StepContext", "backoff_seconds", "reconcile", "run"]
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):
+    """This run no longer owns the workflow: stop without writing anything."""
+
+
+def _lease_delta() -> dt.timedelta:
+    return dt.timedelta(seconds=settings.STRATA_WORKFLOW_LEASE_SECONDS)
+
+
+def backoff_seconds(attempt: int) -> float:
+    """Exponential backoff: base * 2^(attempt-1), capped."""
+    base = settings.STRATA_STEP_RETRY_BASE_SECONDS
+    return min(settings.STRATA_STEP_RETRY_MAX_SECONDS, base * 2 ** max(0, attempt - 1))
+
+
+class StepContext:
+    """What a step function gets: the workflow, its step row, params, plan and helpers."""
+
+    def __init__(self, run: _Run, step: WorkflowStep, definition: StepDef) -> None:
+        self._run = run
+        self.workflow = run.wf
+        self.step = step
+        self.definition = definition
+        self.params: dict[str, Any] = run.wf.parameters
+        self.plan: dict[str, Any] = run.wf.plan
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.step.idempotency_key
+
+    @property
+    def confirmed(self) -> bool:
+        return self.step.confirmed_at is not None
+
+    def output_of(self, name: str, broker: int | None = None) -> dict[str, Any]:
+        row = self.workflow.steps.filter(name=name, broker=broker).values("output").first()
+        return row["output"] if row else {}
+
+    def progress(self, done: int, total: int | None = None, unit: str | None = None) -> None:
+        """Record progress (autocommit, visible at once) and renew the lease."""
+        fields: dict[str, Any] = {"progress_done": done, "updated_at": timezone.now()}
+        if total is not None:
+            fields["progress_total"] = total
+        if unit is not None:
+            fields["progress_unit"] = unit
+        WorkflowStep.objects.filter(pk=self.step.pk).update(**fields)
+        self._run.renew()
+
+    def log(self, message: str, level: str = "info") -> None:
+        """A step log line, written outside the step's transaction (kept on rollback)."""
+        StepLog.objects.create(workflow=self.workflow, step=self.step, level=level, message=message)
+
+
+def _fault_point(wf: Workflow, step: WorkflowStep, when: str) -> None:
+    """Test-only: SIGKILL this process at a step boundary named by STRATA_FAULT_KILL_AT
+    (``kind:step:before|after``, ``*`` matches any), once per workflow, step and boundary."""
+    spec = settings.STRATA_FAULT_KILL_AT
+    if not spec:
+        return
+    for item in spec.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 3:
+            continue
+        kind, name, boundary = parts
+        if kind in ("*", wf.kind) and name in ("*", step.name) and boundary == when:
+            folder = settings.STRATA_FAULT_DIR
+            folder.mkdir(parents=True, exist_ok=True)
+            marker = folder / f"wf{wf.pk}-step{step.position}-{when}"
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return
+            os.close(fd)
+            log.warning("fault injection: SIGKILL at %s %s %s", wf, step.name, when)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Run:
+    def __init__(self, workflow_id: int) -> None:
+        self.workflow_id = workflow_id
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.wf: Workflow
+
+    # --- lease -------------------------------------------------------------------------
+
+    def claim(self) -> bool:
+        now = timezone.now()
+        free = Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)
+        due = Q(resume_at__isnull=True) | Q(resume_at__lte=now)
+        runnable = Q(state__in=[WorkflowState.APPROVED, WorkflowState.RUNNING]) & due
+        resumable = Q(state=WorkflowState.WAITING, resume_at__lte=now)
+        claimed = (
+            Workflow.objects.filter(pk=self.workflow_id)
+            .filter(free)
+            .filter(runnable | resumable)
+            .update(lease_owner=self.owner, lease_expires_at=now + _lease_delta())
+        )
+        if claimed:
+            self.wf = Workflow.objects.get(pk=self.workflow_id)
+        return bool(claimed)
+
+    def renew(self) -> None:
+        renewed = Workflow.objects.filter(pk=self.wf.pk, lease_owner=self.owner).update(
+            lease_expires_at=timezone.now() + _lease_delta()
+        )
+        if not renewed:
+            raise LeaseLost(self.owner)
+
+    def locked(self) -> Workflow:
+        """Inside a transaction: lock the row and check we still own it (fencing)."""
+        wf = (
+            Workflow.objects.select_for_update()
+            .filter(pk=self.wf.pk, lease_owner=self.owner)
+            .first()
+        )
+        if wf is None:
+            raise LeaseLost(self.owner)
+        self.wf = wf
+        return wf
+
+    def release(self, wf: Workflow) -> None:
+        wf.lease_owner, wf.lease_expires_at = "", None
+
+    # --- transitions ------------------------------------------------------------------
+
+    def _transition(
+        self,
+        wf: Workflow,
+        action: str,
+        before: dict,
+        *,
+        outcome: str = AuditOutcome.SUCCESS,
+        extra: dict[str, Any] | None = None,
+        fields: tuple[str, ...] = (),
+    ) -> None:
+        wf.save(
+            update_fields=[
+                "state",
+                "lease_owner",
+                "lease_expires_at",
+                "resume_at",
+                "current_step",
+                "waiting_reason",
+                "error_code",
+                "error_message",
+                "updated_at",
+                *fields,
+            ]
+        )
+        audit.record(
+            action,
+            actor=None,
+            context=AuditContext.WORKER,
+            target_type="workflow",
+            target_id=wf.pk,
+            workflow=wf,
+            before=before,
+            after=workflow_snapshot(wf),
+            outcome=outcome,
+            extra=extra or {},
+        )
+
+    def start(self) -> bool:
+        """approved → running, or back to pending_approval / failed. True to go on."""
+        kind = get_kind(self.wf.kind)
+        refusal: WorkflowError | None = None
+        try:
+            plan = kind.preflight(self.wf.parameters)
+            new_hash = plan_hash(kind.name, self.wf.parameters, plan)
+        except WorkflowError as exc:
+            refusal, plan, new_hash = exc, {}, ""
+        now = timezone.now()
+        with transaction.atomic():
+            wf = self.locked()
+            if wf.state != WorkflowState.APPROVED:
+                return wf.state in (WorkflowState.RUNNING, WorkflowState.WAITING)
+            before = workflow_snapshot(wf)
+            self.release(wf)
+            if refusal is not None:
+                wf.state, wf.finished_at = WorkflowState.FAILED, now
+                wf.error_code, wf.error_message = refusal.code, refusal.message
+                self._transition(
+                    wf,
+                    AuditAction.WORKFLOW_FAILED,
+                    before,
+                    outcome=AuditOutcome.FAILURE,
+                    extra={"error": refusal.code, "message": refusal.message, "at": "preflight"},
+                    fields=("finished_at",),
+                )
+                return False
+            if new_hash != wf.plan_hash:
+                voided = wf.approvals.filter(voided_at__isnull=True).update(
+                    voided_at=now, void_reason="plan changed"
+                )
+                old_hash, old_plan = wf.plan_hash, wf.plan
+                wf.plan, wf.plan_hash = audit.normalise(plan), new_hash
+                wf.state, wf.approved_at = WorkflowState.PENDING_APPROVAL, None
+                wf.break_glass, wf.break_glass_reason = False, ""
+                self._transition(
+                    wf,
+                    AuditAction.WORKFLOW_PLAN_CHANGED,
+                    {**before, "plan": old_plan},
+                    extra={
+                        "old_plan_hash": old_hash,
+                        "new_plan_hash": new_hash,
+                        "approvals_voided": voided,
+                        "new_plan": wf.plan,
+                    },
+                    fields=(
+                        "plan",
+                        "plan_hash",
+                        "approved_at",
+                        "break_glass",
+                        "break_glass_reason",
+                    ),
+                )
+                return False
+            valid = wf.valid_approvals(now).count()
+            if not wf.break_glass and valid < wf.approvals_required:
+                wf.approvals.filter(voided_at__isnull=True).update(
+                    voided_at=now, void_reason="expired"
+                )
+                wf.state, wf.approved_at = WorkflowState.PENDING_APPROVAL, None
+                self._transition(
+                    wf,
+                    AuditAction.WORKFLOW_APPROVALS_EXPIRED,
+                    before,
+                    extra={"approvals_valid": valid, "approvals_required": wf.approvals_required},
+                    fields=("approved_at",),
+                )
+                return False
+            definitions = kind.steps(wf.parameters, wf.plan)
+            WorkflowStep.objects.bulk_create(
+                [
+                    WorkflowStep(
+                        workflow=wf,
+                        position=i,
+                        name=d.name,
+                        label=d.label or d.name,
+                        broker=d.broker,
+                        gate=d.gate,
+                        max_attempts=d.max_attempts,
+                        progress_unit=d.unit,
+                        progress_total=d.total,
+                        params=audit.normalise(d.params),
+                        idempotency_key=f"wf{wf.pk}:{i}:{d.name}"
+                        + (f":b{d.broker}" if d.broker is not None else ""),
+                    )
+                    for i, d in enumerate(definitions)
+                ]
+            )
+            wf.state, wf.started_at = WorkflowState.RUNNING, now
+            wf.lease_owner, wf.lease_expires_at = self.owner, now + _lease_delta()
+            self._transition(
+                wf,
+                AuditAction.WORKFLOW_STARTED,
+                before,
+                extra={"steps": [d.name for d in definitions], "break_glass": wf.break_glass},
+                fields=("started_at",),
+            )
+        return True
+
+    def resume_if_waiting(self) -> None:
+        with transaction.atomic():
+            wf = self.locked()
+            if wf.state != WorkflowState.WAITING:
+                return
+            before = workflow_snapshot(wf)
+            wf.state, wf.waiting_reason, wf.resume_at = WorkflowState.RUNNING, "", None
+            self._transition(wf, AuditAction.WORKFLOW_RESUMED, before)
+
+    def execute(self) -> str:
+        if self.wf.state == WorkflowState.APPROVED and not self.start():
+            return self.wf.state
+        self.resume_if_waiting()
+        kind = get_kind(self.wf.kind)
+        definitions = kind.steps(self.wf.parameters, self.wf.plan)
+        while True:
+            step = (
+                WorkflowStep.objects.filter(workflow_id=self.wf.pk)
+                .exclude(state=StepState.SUCCEEDED)
+                .order_by("position")
+                .first()
+            )
+            if step is None:
+                return self.finish()
+            definition = definitions[step.position]
+            if definition.name != step.name:  # the kind's code changed under a running workflow
+                return self.fail(
+                    step,
+                    "STEP_MISMATCH",
+                    f"step {step.position} is "
+                    f"{step.name!r} but the kind now defines {definition.name!r}",
+                )
+            if step.state in StepState.TERMINAL:  # failed/cancelled step left by a crash
+                return self.fail(step, "STEP_FAILED", step.last_error or "step failed")
+            if step.gate and step.confirmed_at is None:
+                return self.wait(
+                    step, definition.gate_prompt or "Waiting for a confirmation.", None
+                )
+            if step.not_before and step.not_before > timezone.now():
+                return self.defer(step.not_before)
+            if not self.claim_step(step):
+                continue
+            _fault_point(self.wf, step, "before")
+            ctx = StepContext(self, step, definition)
+            try:
+                result = definition.run(ctx) or StepResult.done()
+            except LeaseLost:
+                raise
+            except WorkflowError as exc:
+                return self.fail(step, exc.code, exc.message)
+            except Exception as exc:  # a step's failure, retried with backoff
+                log.warning("step %s of %s failed: %s", step.name, self.wf, exc, exc_info=True)
+                ctx.log(f"attempt {step.attempts} failed: {exc!r}", level="error")
+                if step.attempts >= step.max_attempts:
+                    return self.fail(step, "STEP_FAILED", f"{type(exc).__name__}: {exc}")
+                return self.retry(step, f"{type(exc).__name__}: {exc}")
+            if result.status == StepResult.FAIL:
+                return self.fail(step, result.code or "STEP_FAILED", result.reason)
+            if result.status == StepResult.WAIT:
+                return self.wait(step, result.reason, result.retry_in)
+            self.complete(step, result.output)
+            _fault_point(self.wf, step, "after")
+
+    def claim_step(self, step: WorkflowStep) -> bool:
+        self.renew()
+        now = timezone.now()
+        claimed = WorkflowStep.objects.filter(pk=step.pk, state__in=StepState.CLAIMABLE).update(
+            state=StepState.RUNNING,
+            attempts=F("attempts") + 1,
+            started_at=Coalesce(F("started_at"), now),
+            not_before=None,
+            updated_at=now,
+        )
+        Workflow.objects.filter(pk=self.wf.pk, lease_owner=self.owner).update(
+            current_step=step.label or step.name
+        )
+        step.refresh_from_db()
+        return bool(claimed)
+
+    def complete(self, step: WorkflowStep, output: dict[str, Any]) -> None:
+        now = timezone.now()
+        with transaction.atomic():
+            self.locked()
+            done = WorkflowStep.objects.filter(
+                pk=step.pk, state=StepState.RUNNING, attempts=step.attempts
+            ).update(
+                state=StepState.SUCCEEDED,
+                finished_at=now,
+                output=audit.normalise(output),
+                last_error="",
+                progress_done=Coalesce(F("progress_total"), F("progress_done")),
+                updated_at=now,
+            )
+            if not done:
+                raise LeaseLost(f"step {step.pk} was claimed by another run")
+            audit.record(
+                AuditAction.STEP_SUCCEEDED,
+                actor=None,
+                context=AuditContext.WORKER,
+                target_type="broker" if step.broker is not None else "workflow",
+                target_id=step.broker if step.broker is not None else self.wf.pk,
+                workflow=self.wf,
+                before={"state": StepState.RUNNING},
+                after={"state": StepState.SUCCEEDED, "output": audit.normalise(output)},
+                extra={
+                    "step": step.name,
+                    "position": step.position,
+                    "attempts": step.attempts,
+                    "idempotency_key": step.idempotency_key,
+                },
+            )
+
+    def _step_update(self, step: WorkflowStep, **fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(step, name, value)
+        step.save(update_fields=[*fields, "updated_at"])
+
+    def retry(self, step: WorkflowStep, error: str) -> str:
+        delay = backoff_seconds(step.attempts)
+        when = timezone.now() + dt.timedelta(seconds=delay)
+        with transaction.atomic():
+            wf = self.locked()
+            before = workflow_snapshot(wf)
+            self._step_update(step, state=StepState.PENDING, last_error=error, not_before=when)
+            self.release(wf)
+            wf.resume_at = when
+            wf.save(update_fields=["lease_owner", "lease_expires_at", "resume_at", "updated_at"])
+            audit.record(
+                AuditAction.STEP_RETRY,
+                actor=None,
+                context=AuditContext.WORKER,
+                target_type="workflow",
+                target_id=wf.pk,
+                workflow=wf,
+                before=before,
+                after=workflow_snapshot(wf),
+                outcome=AuditOutcome.FAILURE,
+                extra={
+                    "step": step.name,
+                    "position": step.position,
+                    "attempts": step.attempts,
+                    "error": error[:2000],
+                    "retry_in_seconds": delay,
+                },
+            )
+            _schedule(wf.pk, delay)
+        return wf.state
+
+    def wait(self, step: WorkflowStep, reason: str, retry_in: float | None) -> str:
+        when = timezone.now() + dt.timedelta(seconds=retry_in) if retry_in else None
+        with transaction.atomic():
+            wf = self.locked()
+            before = workflow_snapshot(wf)
+            self._step_update(step, state=StepState.WAITING, last_error=reason, not_before=when)
+            self.release(wf)
+            wf.state, wf.waiting_reason, wf.resume_at = WorkflowState.WAITING, reason, when
+            self._transition(
+                wf,
+                AuditAction.WORKFLOW_WAITING,
+                before,
+                extra={
+                    "step": step.name,
+                    "position": step.position,
+                    "reason": reason,
+                    "gate": step.gate and step.confirmed_at is None,
+                    "retry_in_seconds": retry_in,
+                },
+            )
+            if retry_in:
+                _schedule(wf.pk, retry_in)
+        return wf.state
+
+    def defer(self, when: dt.datetime) -> str:
+        with transaction.atomic():
+            wf = self.locked()
+            self.release(wf)
+            wf.resume_at = when
+            wf.save(update_fields=["lease_owner", "lease_expires_at", "resume_at", "updated_at"])
+            _schedule(wf.pk, max(0.0, (when - timezone.now()).total_seconds()))
+        return wf.state
+
+    def fail(self, step: WorkflowStep | None, code: str, message: str) -> str:
+        now = timezone.now()
+        with transaction.atomic():
+            wf = self.locked()
+            before = workflow_snapshot(wf)
+            if step is not None:
+                self._step_update(step, state=StepState.FAILED, last_error=message, finished_at=now)
+                WorkflowStep.objects.filter(workflow=wf, state=StepState.PENDING).update(
+                    state=StepState.CANCELLED
+                )
+            self.release(wf)
+            wf.state, wf.finished_at, wf.resume_at = WorkflowState.FAILED, now, None
+            wf.error_code, wf.error_message = code[:64], message
+            self._transition(
+                wf,
+                AuditAction.WORKFLOW_FAILED,
+                before,
+                outcome=AuditOutcome.FAILURE,
+                extra={
+                    "error": code,
+                    "message": message[:2000],
+                    "step": step.name if step else None,
+                },
+                fields=("finished_at",),
+            )
+        return wf.state
+
+    def finish(self) -> str:
+        now = timezone.now()
+        with transaction.atomic():
+            wf = self.locked()
+            before = workflow_snapshot(wf)
+            self.release(wf)
+            wf.state, wf.finished_at, wf.resume_at = WorkflowState.SUCCEEDED, now, None
+            wf.current_step, wf.waiting_reason = "", ""
+            self._transition(wf, AuditAction.WORKFLOW_SUCCEEDED, before, fields=("finished_at",))
+        return wf.state
+
+
+def _schedule(workflow_id: int, delay: float) -> None:
+    from workflows.tasks import run_workflow
+
+    transaction.on_commit(
+        lambda: run_workflow.apply_async((workflow_id,), countdown=max(0.0, delay))
+    )
+
+
+def run(workflow_id: int) -> str:
+    """Run the workflow as far as it goes now; returns its state, or ``not-claimed``."""
+    r = _Run(workflow_id)
+    if not r.claim():
+        return "not-claimed"
+    try:
+        return r.execute()
+    except LeaseLost:
+        log.warning("workflow %s: lease lost by %s; another run owns it", workflow_id, r.owner)
+        return "lease-lost"
+    except BaseException:
+        # Unexpected (a bug, a soft time limit): give the lease back so the reconciler resumes.
+        Workflow.objects.filter(pk=workflow_id, lease_owner=r.owner).update(
+            lease_owner="", lease_expires_at=None
+        )
+        raise
+
+
+def reconcile(now: dt.datetime | None = None) -> list[int]:
+    """Find workflows that should be moving and are not; re-enqueue them. Returns their ids.
+
+    - running with an expired lease (its worker died): the lease is cleared (audited,
+      context beat) and the workflow re-enqueued;
+    - approved / running / waiting whose ``resume_at`` passed and that nobody holds: a lost
+      message (Redis restarted) or a backoff whose countdown task was lost.
+    A grace of one lease period keeps it from racing the tasks that are merely queued.
+    """
+    from workflows.tasks import run_workflow
+
+    now = now or timezone.now()
+    grace = now - _lease_delta()
+    expired = list(
+        Workflow.objects.filter(
+            state__in=WorkflowState.ACTIVE, lease_expires_at__lt=now
+        ).values_list("pk", flat=True)
+    )
+    for pk in expired:
+        with transaction.atomic():
+            wf = (
+                Workflow.objects.select_for_update().filter(pk=pk, lease_expires_at__lt=now).first()
+            )
+            if wf is None:
+                continue
+            dead_owner = wf.lease_owner
+            Workflow.objects.filter(pk=pk).update(lease_owner="", lease_expires_at=None)
+            audit.record(
+                AuditAction.WORKFLOW_RESUMED,
+                actor=None,
+                context=AuditContext.BEAT,
+                target_type="workflow",
+                target_id=pk,
+                workflow=pk,
+                before={"lease_owner": dead_owner},
+                after={"lease_owner": ""},
+                extra={"reason": "lease expired", "current_step": wf.current_step},
+            )
+    unheld = Q(lease_expires_at__isnull=True)
+    stalled = list(
+        Workflow.objects.filter(unheld)
+        .filter(
+            Q(state=WorkflowState.APPROVED, approved_at__lt=grace)
+            | Q(state=WorkflowState.RUNNING, updated_at__lt=grace)
+            & (Q(resume_at__isnull=True) | Q(resume_at__lte=now))
+            | Q(state=WorkflowState.WAITING, resume_at__lte=now)
+        )
+        .values_list("pk", flat=True)[:1000]
+    )
+    due = sorted(set(expired) | set(stalled))
+    for pk in due:
+        transaction.on_commit(lambda pk=pk: run_workflow.delay(pk))
+    return due

@@ -1,0 +1,282 @@
+"""The registry of workflow kinds: how a kind plugs into the framework.
+
+A kind is a subclass of :class:`WorkflowKind` decorated with :func:`register`::
+
+    @register
+    class DisableTiering(WorkflowKind):
+        name = "disable_tiering"
+        label = "Disable tiering"
+        fields = (Field.topic(), Field.choice("policy", ("retain", "delete"), default="retain"))
+
+        def target(self, params: dict) -> str:                 # what it holds while open
+            return f"topic:{params['topic']}"
+
+        def preflight(self, params: dict) -> dict:             # the plan, or raise Refusal
+            ...
+
+        def steps(self, params: dict, plan: dict) -> list[StepDef]:
+            return [StepDef("start_disablement", start),
+                    *[StepDef("disable_remote_topic", ack, broker=b) for b in plan["brokers"]],
+                    StepDef("finish", finish)]
+
+A step function takes a :class:`StepContext` and returns ``None`` / ``StepResult.done(output)``
+when its work is done, ``StepResult.wait(reason, retry_in=...)`` to wait (an unreachable broker;
+with ``gate=True`` on the StepDef the engine waits for a human confirmation before calling it),
+or ``StepResult.fail(code, message)`` to fail the workflow. Raising any other exception retries
+the step with exponential backoff up to ``max_attempts``. Step functions run *outside* a
+transaction and must be idempotent: a worker killed after the effect but before the engine
+recorded it runs the step again (use ``ctx.idempotency_key`` on agent commands).
+
+``params`` always holds ``cluster`` and the kind's cleaned fields. The plan must be a pure
+function of params and the cluster's current state: it is re-computed before execution and a
+different hash voids the approvals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django.conf import settings
+
+from workflows.errors import ErrorCode, WorkflowError
+
+if TYPE_CHECKING:
+    from workflows.engine import StepContext
+
+__all__ = [
+    "REQUEST_FIELDS",
+    "Field",
+    "Refusal",
+    "StepDef",
+    "StepResult",
+    "WorkflowKind",
+    "all_kinds",
+    "approvals_required",
+    "get_kind",
+    "plan_hash",
+    "register",
+]
+
+#: Every field ``POST /api/v1/workflows`` accepts besides kind, reason and break-glass.
+REQUEST_FIELDS = (
+    "cluster",
+    "topic",
+    "policy",
+    "broker",
+    "log_dir",
+    "mode",
+    "partitions",
+    "spark_run",
+)
+MAX_TEXT = 255
+
+
+class Refusal(WorkflowError):
+    """A pre-flight refusal: a clear code (KIP codes where they apply) and nothing changed."""
+
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(code, message, status)
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """A request field a kind uses: drives validation, the request form and the API docs."""
+
+    name: str
+    label: str
+    type: str = "str"  # str | int | choice
+    required: bool = True
+    choices: tuple[str, ...] = ()
+    default: Any = None
+    min_value: int | None = None
+    max_value: int | None = None
+    help: str = ""
+
+    @classmethod
+    def topic(cls, **kw: Any) -> Field:
+        return cls("topic", kw.pop("label", "Topic"), **kw)
+
+    @classmethod
+    def choice(cls, name: str, choices: tuple[str, ...], **kw: Any) -> Field:
+        return cls(
+            name,
+            kw.pop("label", name.replace("_", " ").capitalize()),
+            "choice",
+            choices=choices,
+            **kw,
+        )
+
+    def clean(self, raw: Any) -> Any:
+        if raw is None or raw == "":
+            if self.default is not None:
+                return self.default
+            if self.required:
+                raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} is required.")
+            return None
+        if self.type == "int":
+            if isinstance(raw, bool):
+                raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} must be an integer.")
+            try:
+                value = int(str(raw).strip())
+            except ValueError:
+                raise Refusal(
+                    ErrorCode.INVALID_REQUEST, f"{self.name} must be an integer."
+                ) from None
+            if self.min_value is not None and value < self.min_value:
+                raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} must be ≥ {self.min_value}.")
+            if self.max_value is not None and value > self.max_value:
+                raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} must be ≤ {self.max_value}.")
+            return value
+        if not isinstance(raw, str | int) or isinstance(raw, bool):
+            raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} must be a string.")
+        value = str(raw).strip()
+        if not value or len(value) > MAX_TEXT or any(ord(c) < 32 for c in value):
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"{self.name} must be 1 to {MAX_TEXT} printable characters.",
+            )
+        if self.type == "choice" and value not in self.choices:
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"{self.name} must be one of {', '.join(self.choices)} (got {value!r}).",
+            )
+        return value
+
+
+CLUSTER_FIELD = Field("cluster", "Cluster")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    status: str  # done | wait | fail
+    output: dict[str, Any] = dataclasses.field(default_factory=dict)
+    reason: str = ""
+    retry_in: float | None = None
+    code: str = ""
+
+    DONE: ClassVar[str] = "done"
+    WAIT: ClassVar[str] = "wait"
+    FAIL: ClassVar[str] = "fail"
+
+    @classmethod
+    def done(cls, output: dict[str, Any] | None = None) -> StepResult:
+        return cls(cls.DONE, output=output or {})
+
+    @classmethod
+    def wait(cls, reason: str, retry_in: float | None = 10.0) -> StepResult:
+        """Park the workflow in ``waiting`` (shown on its page); run the step again after
+        ``retry_in`` seconds (an unreachable broker)."""
+        return cls(cls.WAIT, reason=reason, retry_in=retry_in)
+
+    @classmethod
+    def fail(cls, code: str, message: str) -> StepResult:
+        return cls(cls.FAIL, code=code, reason=message)
+
+
+StepFunction = Callable[["StepContext"], "StepResult | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepDef:
+    name: str
+    run: StepFunction
+    label: str = ""
+    broker: int | None = None
+    gate: bool = False  # wait for a human confirmation (POST .../confirm) before running
+    gate_prompt: str = ""
+    max_attempts: int = 5
+    unit: str = ""  # progress unit: bytes, segments, replicas ...
+    total: int | None = None
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class WorkflowKind:
+    """Base class of a workflow kind; see the module docstring."""
+
+    name: ClassVar[str]
+    label: ClassVar[str]
+    description: ClassVar[str] = ""
+    fields: ClassVar[tuple[Field, ...]] = ()
+    #: Hidden kinds are not offered in the request form's kind picker (still requestable).
+    hidden: ClassVar[bool] = False
+
+    def clean(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Validate and normalise request fields; refuse fields the kind does not use."""
+        used = {f.name for f in self.fields}
+        extra = sorted(
+            k
+            for k in REQUEST_FIELDS
+            if k != "cluster" and k not in used and raw.get(k) not in (None, "")
+        )
+        if extra:
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"{', '.join(extra)} does not apply to {self.name}.",
+            )
+        params = {"cluster": CLUSTER_FIELD.clean(raw.get("cluster"))}
+        for field in self.fields:
+            value = field.clean(raw.get(field.name))
+            if value is not None:
+                params[field.name] = value
+        return params
+
+    def target(self, params: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+        raise NotImplementedError
+
+    def approvals_required(self, params: dict[str, Any]) -> int:
+        return approvals_required(self.name, params)
+
+
+_REGISTRY: dict[str, WorkflowKind] = {}
+
+
+def register(cls: type[WorkflowKind]) -> type[WorkflowKind]:
+    if cls.name in _REGISTRY and type(_REGISTRY[cls.name]) is not cls:
+        raise ValueError(f"workflow kind {cls.name!r} is registered twice")
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def get_kind(name: Any) -> WorkflowKind:
+    kind = _REGISTRY.get(name) if isinstance(name, str) else None
+    if kind is None:
+        known = ", ".join(sorted(k for k, v in _REGISTRY.items() if not v.hidden))
+        raise Refusal(ErrorCode.INVALID_REQUEST, f"Unknown workflow kind {name!r}; known: {known}.")
+    return kind
+
+
+def all_kinds(include_hidden: bool = False) -> list[WorkflowKind]:
+    return sorted(
+        (k for k in _REGISTRY.values() if include_hidden or not k.hidden), key=lambda k: k.name
+    )
+
+
+def approvals_required(kind: str, params: dict[str, Any]) -> int:
+    """From ``settings.STRATA_APPROVAL_POLICY``: the first matching ``"param=value"`` override,
+    else the kind's ``approvals``, else ``STRATA_APPROVALS_DEFAULT``."""
+    policy = settings.STRATA_APPROVAL_POLICY.get(kind, {})
+    for condition, count in policy.get("when", {}).items():
+        key, _, value = condition.partition("=")
+        if key in params and str(params[key]) == value:
+            return int(count)
+    return int(policy.get("approvals", settings.STRATA_APPROVALS_DEFAULT))
+
+
+def plan_hash(kind: str, params: dict[str, Any], plan: dict[str, Any]) -> str:
+    """SHA-256 over the canonical JSON of what is approved: kind, parameters and plan."""
+    from workflows.audit import canonical_json, normalise
+
+    body = canonical_json(normalise({"kind": kind, "params": params, "plan": plan}))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+from workflows.kinds import noop  # noqa: E402,F401  (register the built-in kinds)

@@ -1,0 +1,152 @@
+"""``noop_check``: the framework's self-test kind. It touches no cluster.
+
+Decision: the real kinds need the broker agents and the cluster inventory, which are built
+separately; this kind proves the framework end to end meanwhile (request, approval, execution by
+a real worker, per-broker progress, human gate, retries, crash recovery) and is what
+``bench/bench_workflows.py`` queues. It is hidden from the request form's kind picker but may be
+requested through the API, the CLI or ``/workflows/new?kind=noop_check``.
+
+Steps: ``check`` (progress over ``10 * partitions`` units) → ``confirm`` (mode ``gate`` only, a
+human gate) → ``apply`` once per pseudo-broker ``0 .. partitions-1`` (mode ``flaky``: the first
+attempt of each fails, to exercise backoff) → ``verify`` (every ``apply`` left exactly one
+effect). The effect of ``apply`` is one ``noop_check.applied`` audit event per idempotency key,
+so a step run twice would be visible.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from workflows import audit
+from workflows.choices import AuditContext
+from workflows.kinds import Field, StepDef, StepResult, WorkflowKind, register
+from workflows.models import AuditEvent, Workflow
+
+if TYPE_CHECKING:
+    from workflows.engine import StepContext
+
+APPLIED = "noop_check.applied"
+
+
+class NoopMode:
+    PLAIN = "plain"
+    GATE = "gate"
+    FLAKY = "flaky"
+    ALL = (PLAIN, GATE, FLAKY)
+
+
+class TransientNoopError(RuntimeError):
+    """The simulated transient failure of mode ``flaky``."""
+
+
+def check(ctx: StepContext) -> None:
+    total = ctx.plan["units"]
+    for done in range(0, total + 1, max(1, total // 5)):
+        ctx.progress(done, total, "units")
+    ctx.progress(total, total, "units")
+
+
+def gate(ctx: StepContext) -> StepResult:
+    return StepResult.done({"confirmed_by": ctx.step.confirmed_by_id})
+
+
+def apply(ctx: StepContext) -> StepResult:
+    if ctx.plan["mode"] == NoopMode.FLAKY and ctx.step.attempts == 1:
+        raise TransientNoopError("simulated transient failure (mode flaky, first attempt)")
+    with transaction.atomic():
+        # The workflow row lock serialises two runs of the same step (a zombie and its successor).
+        Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).first()
+        exists = AuditEvent.objects.filter(
+            action=APPLIED, extra__idempotency_key=ctx.idempotency_key
+        ).exists()
+        if not exists:
+            audit.record(
+                APPLIED,
+                actor=None,
+                context=AuditContext.WORKER,
+                target_type="broker",
+                target_id=ctx.step.broker,
+                workflow=ctx.workflow,
+                after={"applied": True},
+                extra={"idempotency_key": ctx.idempotency_key},
+            )
+    ctx.progress(1, 1, "effects")
+    return StepResult.done({"already_applied": exists})
+
+
+def verify(ctx: StepContext) -> StepResult:
+    keys = list(ctx.workflow.steps.filter(name="apply").values_list("idempotency_key", flat=True))
+    counts = {
+        key: AuditEvent.objects.filter(action=APPLIED, extra__idempotency_key=key).count()
+        for key in keys
+    }
+    wrong = {k: n for k, n in counts.items() if n != 1}
+    if wrong:
+        return StepResult.fail("EFFECT_NOT_EXACTLY_ONCE", f"effects per step: {wrong}")
+    return StepResult.done({"effects": len(keys)})
+
+
+@register
+class NoopCheck(WorkflowKind):
+    name = "noop_check"
+    label = "Framework self-test (no cluster)"
+    description = (
+        "Runs check → (confirm) → apply per pseudo-broker → verify without touching a cluster: "
+        "a self-test of approvals, execution, progress, human gates and crash recovery."
+    )
+    hidden = True
+    fields = (
+        Field.topic(label="Label", help="Any name; the workflow's target."),
+        Field(
+            "partitions",
+            "Pseudo-brokers",
+            "int",
+            required=False,
+            default=2,
+            min_value=1,
+            max_value=50,
+            help="How many per-broker apply steps.",
+        ),
+        Field.choice(
+            "mode",
+            NoopMode.ALL,
+            default=NoopMode.PLAIN,
+            help="gate: wait for a human confirmation; flaky: retry each apply once.",
+        ),
+    )
+
+    def target(self, params: dict[str, Any]) -> str:
+        return f"noop:{params['topic']}"
+
+    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+        brokers = list(range(params["partitions"]))
+        steps = ["check", *(["confirm"] if params["mode"] == NoopMode.GATE else [])]
+        steps += [f"apply@{b}" for b in brokers] + ["verify"]
+        return {
+            "summary": f"Self-test over {len(brokers)} pseudo-brokers; changes nothing.",
+            "brokers": brokers,
+            "units": 10 * len(brokers),
+            "mode": params["mode"],
+            "steps": steps,
+        }
+
+    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+        steps = [StepDef("check", check, label="Check", unit="units", total=plan["units"])]
+        if plan["mode"] == NoopMode.GATE:
+            steps.append(
+                StepDef(
+                    "confirm",
+                    gate,
+                    label="Human confirmation",
+                    gate=True,
+                    gate_prompt="Confirm that the self-test may continue.",
+                )
+            )
+        steps += [
+            StepDef("apply", apply, label=f"Apply on {b}", broker=b, unit="effects", total=1)
+            for b in plan["brokers"]
+        ]
+        steps.append(StepDef("verify", verify, label="Verify exactly-once"))
+        return steps

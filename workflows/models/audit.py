@@ -1,0 +1,83 @@
+"""The tamper-evident audit log.
+
+Decisions:
+- Append only, enforced by PostgreSQL: a pgtrigger ``Protect`` trigger refuses UPDATE and DELETE
+  on every row, whoever connects. TRUNCATE is not refused (Django's test flush uses it); the
+  production database role should not hold the TRUNCATE privilege on this table.
+- Hash-chained: ``hash = sha256(canonical JSON of the event's fields + prev_hash)`` and ``seq``
+  counts 1, 2, 3, ... without gaps, so an edited, deleted or re-ordered row breaks the chain even
+  when someone disabled the trigger. ``workflows.audit.verify_chain`` walks it.
+- Written only through ``workflows.audit.record()``, inside the transaction of the change it
+  describes, under an advisory lock that serialises appends (a linear chain).
+"""
+
+from __future__ import annotations
+
+import pgtrigger
+from django.conf import settings
+from django.db import models
+
+from workflows.choices import AuditContext, AuditOutcome
+
+__all__ = ["AuditEvent"]
+
+
+class AuditEventQuerySet(models.QuerySet):
+    def for_workflow(self, workflow_id: int) -> AuditEventQuerySet:
+        return self.filter(workflow_id=workflow_id)
+
+
+class AuditEvent(models.Model):
+    seq = models.BigIntegerField(unique=True, help_text="1, 2, 3, ... in append order.")
+    created_at = models.DateTimeField(db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,  # users with history are deactivated, never deleted
+        related_name="audit_events",
+    )
+    actor_name = models.CharField(
+        max_length=150, db_index=True, help_text="Username, or the process (worker, beat)."
+    )
+    context = models.CharField(max_length=16, choices=AuditContext.CHOICES)
+    action = models.CharField(max_length=100, db_index=True)
+    target_type = models.CharField(max_length=50, blank=True)
+    target_id = models.CharField(max_length=255, blank=True)
+    workflow = models.ForeignKey(
+        "workflows.Workflow",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="audit_events",
+        help_text="The workflow this event belongs to, for its timeline.",
+    )
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=16, choices=AuditOutcome.CHOICES, default=AuditOutcome.SUCCESS, db_index=True
+    )
+    extra = models.JSONField(default=dict, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64, unique=True)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-seq"]
+        indexes = [
+            models.Index(fields=["target_type", "target_id"], name="audit_target_idx"),
+        ]
+        triggers = [
+            pgtrigger.Protect(
+                name="audit_append_only",
+                operation=pgtrigger.Update | pgtrigger.Delete,
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.action} by {self.actor_name}"
+
+    @property
+    def target_label(self) -> str:
+        return f"{self.target_type}:{self.target_id}" if self.target_type else self.target_id

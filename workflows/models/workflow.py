@@ -1,0 +1,211 @@
+"""Workflows, their steps, approvals and step logs: the source of truth of the write side.
+
+Decisions:
+- The row is the truth; Celery carries only primary keys. A run holds the workflow's *lease*
+  (``lease_owner`` + ``lease_expires_at``) while it executes; the beat reconciler resumes a
+  running workflow whose lease expired (its worker died).
+- One open workflow per ``(cluster, target)``: a partial unique index in PostgreSQL, so two
+  concurrent requests cannot both pass a Python check.
+- Steps are created when execution starts, from the plan re-computed at that moment, so they
+  always describe the plan the approvers approved.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from workflows.choices import ApprovalDecision, StepState, WorkflowState
+
+__all__ = ["Approval", "StepLog", "Workflow", "WorkflowStep"]
+
+
+class WorkflowQuerySet(models.QuerySet):
+    def open(self) -> WorkflowQuerySet:
+        return self.filter(state__in=WorkflowState.OPEN)
+
+    def past(self) -> WorkflowQuerySet:
+        return self.filter(state__in=WorkflowState.TERMINAL)
+
+
+class Workflow(models.Model):
+    kind = models.CharField(max_length=50, db_index=True)
+    cluster = models.CharField(max_length=100)
+    target = models.CharField(
+        max_length=255, help_text="What the workflow changes, e.g. topic:orders, logdir:2:/d1."
+    )
+    parameters = models.JSONField(default=dict)
+    plan = models.JSONField(default=dict)
+    plan_hash = models.CharField(max_length=64)
+    state = models.CharField(
+        max_length=20, choices=WorkflowState.CHOICES, default=WorkflowState.PENDING_APPROVAL
+    )
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workflows_requested"
+    )
+    reason = models.TextField(blank=True)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    break_glass = models.BooleanField(default=False)
+    break_glass_reason = models.TextField(blank=True)
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    current_step = models.CharField(max_length=100, blank=True)
+    waiting_reason = models.TextField(blank=True)
+    error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    resume_at = models.DateTimeField(
+        null=True, blank=True, help_text="Earliest time the engine continues (backoff, wait)."
+    )
+
+    objects = WorkflowQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "target"],
+                condition=Q(state__in=WorkflowState.OPEN),
+                name="workflow_one_open_per_target",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=WorkflowState.ALL), name="workflow_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(break_glass=False) | ~Q(break_glass_reason=""),
+                name="workflow_break_glass_has_reason",
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "lease_expires_at"], name="workflow_lease_idx")]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.kind} {self.cluster}/{self.target} ({self.state})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in WorkflowState.OPEN
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in WorkflowState.TERMINAL
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in WorkflowState.ACTIVE
+
+    def valid_approvals(self, now: dt.datetime | None = None) -> models.QuerySet[Approval]:
+        """Approvals that still count: for the current plan hash, not voided, not expired."""
+        now = now or timezone.now()
+        ttl = dt.timedelta(hours=settings.STRATA_APPROVAL_TTL_HOURS)
+        return self.approvals.filter(
+            decision=ApprovalDecision.APPROVE,
+            plan_hash=self.plan_hash,
+            voided_at__isnull=True,
+            created_at__gt=now - ttl,
+        )
+
+
+class WorkflowStep(models.Model):
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
+    position = models.PositiveIntegerField()
+    name = models.CharField(max_length=100)
+    label = models.CharField(max_length=200, blank=True)
+    broker = models.IntegerField(null=True, blank=True, help_text="Broker id, when per broker.")
+    state = models.CharField(max_length=20, choices=StepState.CHOICES, default=StepState.PENDING)
+    gate = models.BooleanField(default=False, help_text="Waits for a human confirmation.")
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=5)
+    last_error = models.TextField(blank=True)
+    progress_done = models.BigIntegerField(default=0)
+    progress_total = models.BigIntegerField(null=True, blank=True)
+    progress_unit = models.CharField(max_length=20, blank=True)
+    params = models.JSONField(default=dict, blank=True, help_text="From the step definition.")
+    output = models.JSONField(default=dict, blank=True, help_text="What the step returned.")
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    not_before = models.DateTimeField(null=True, blank=True)
+    confirmed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["workflow", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "position"], name="step_position_unique"),
+        ]
+
+    def __str__(self) -> str:
+        where = f" broker {self.broker}" if self.broker is not None else ""
+        return f"{self.name}{where} ({self.state})"
+
+    @property
+    def progress_percent(self) -> int | None:
+        if self.state == StepState.SUCCEEDED:
+            return 100
+        if not self.progress_total:
+            return None
+        return max(0, min(100, int(100 * self.progress_done / self.progress_total)))
+
+
+class Approval(models.Model):
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="approvals")
+    approver = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approvals"
+    )
+    decision = models.CharField(max_length=10, choices=ApprovalDecision.CHOICES)
+    plan_hash = models.CharField(max_length=64)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    voided_at = models.DateTimeField(null=True, blank=True)
+    void_reason = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            # Nobody decides twice on the same workflow (until a plan change voids decisions).
+            models.UniqueConstraint(
+                fields=["workflow", "approver"],
+                condition=Q(voided_at__isnull=True),
+                name="approval_once_per_approver",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.decision} by {self.approver} on #{self.workflow_id}"
+
+    def is_expired(self, now: dt.datetime | None = None) -> bool:
+        ttl = dt.timedelta(hours=settings.STRATA_APPROVAL_TTL_HOURS)
+        return (now or timezone.now()) - self.created_at >= ttl
+
+
+class StepLog(models.Model):
+    """A line of a step's log. Written in autocommit, outside the step's transaction, so a
+    rolled-back step keeps its log (Nautobot's JobResult.log)."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="logs")
+    step = models.ForeignKey(
+        WorkflowStep, null=True, blank=True, on_delete=models.CASCADE, related_name="logs"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    level = models.CharField(max_length=10, default="info")
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"[{self.level}] {self.message[:60]}"

@@ -1,0 +1,27 @@
+"""Template helpers of the workflow and audit pages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def short_hash(value: str | None) -> str:
+    return (value or "")[:12]
+
+
+@register.filter
+def compact_json(value: Any) -> str:
+    if value in (None, "", {}, []):
+        return "—"
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
