@@ -159,6 +159,12 @@ SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
 SPARK_WORK_DIR = Path(env_str("SPARK_WORK_DIR", str(RUN_DIR / "spark")))
 SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "1g")
 SPARK_JOB_TIMEOUT_SECONDS = env_int("SPARK_JOB_TIMEOUT_SECONDS", 3000)
+# A Spark run's task runs up to two spark-submits (plan, then delete) plus metadata calls.
+SPARK_TASK_HARD_TIME_LIMIT = SPARK_JOB_TIMEOUT_SECONDS * 2 + 420
+# Redis must never redeliver a task that is still running: stay above the longest hard limit.
+CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = (
+    max(CELERY_TASK_HARD_TIME_LIMIT, SPARK_TASK_HARD_TIME_LIMIT) + 600
+)
 # The jobs reach a cluster's remote-log metadata through its broker agents (controller URL and
 # secret from console's Cluster registration; see spark_tasks/agent_remote.py).
 SPARK_REMOTE_METADATA = env_str("SPARK_REMOTE_METADATA", "spark_tasks.agent_remote.for_cluster")

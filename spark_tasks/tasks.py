@@ -66,8 +66,8 @@ METADATA_JOBS = (SparkJob.RETENTION, SparkJob.PURGE)
 NEEDS_PARTITIONS = (SparkJob.RETENTION, SparkJob.PURGE, SparkJob.STORAGE_REPORT)
 
 STALE_AFTER = dt.timedelta(minutes=15)  # heartbeats come every 2 s while a job runs
-SOFT_LIMIT = settings.SPARK_JOB_TIMEOUT_SECONDS * 2 + 300
-HARD_LIMIT = SOFT_LIMIT + 120
+HARD_LIMIT = settings.SPARK_TASK_HARD_TIME_LIMIT
+SOFT_LIMIT = HARD_LIMIT - 120
 
 
 class RunFailed(Exception):
