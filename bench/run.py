@@ -3,6 +3,10 @@
 Usage: ``python -m bench.run [name ...]`` (names filter modules, e.g. ``agent``). Each module has a
 ``TITLE`` and a ``run(ctx)`` returning rows (dicts). Figures are measured here, on this machine;
 nothing in ``make test`` asserts a timing.
+
+Each module's section is kept in ``bench/results/<module>.md`` with the machine and date it was
+measured on, and ``RESULTS.md`` is assembled from all of them: running one module refreshes its
+section and keeps the others' last figures.
 """
 
 from __future__ import annotations
