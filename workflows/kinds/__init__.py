@@ -279,4 +279,4 @@ def plan_hash(kind: str, params: dict[str, Any], plan: dict[str, Any]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-from workflows.kinds import noop  # noqa: E402,F401  (register the built-in kinds)
+from workflows.kinds import disks, noop, spark, tiering, topology  # noqa: E402,F401  (register the built-in kinds)

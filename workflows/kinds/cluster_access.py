@@ -47,7 +47,7 @@ def broker_urls(cluster_name: str) -> dict[int, str]:
 
 @contextmanager
 def agent(cluster_name: str, broker_id: int) -> Iterator[AgentClient]:
-    cluster, secret = cluster_secret(cluster_name)
+    _, secret = cluster_secret(cluster_name)
     url = broker_urls(cluster_name).get(broker_id)
     if url is None:
         raise LookupError(

@@ -1,0 +1,172 @@
+"""The simulated cluster's real processes for the workflow kinds' integration tests.
+
+``sim_cluster(data, ...)`` runs ``python -m broker_agent sim up`` in a temporary data dir and
+always runs ``sim down`` (and kills what is left of its process groups) when the block ends.
+Disks fail as in KIP-112's system tests: the folder is replaced by a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from broker_agent.client import AgentClient, ControllerClient, Producer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Sim:
+    def __init__(self, data: Path, urls: dict[str, Any]) -> None:
+        self.data = data
+        self.urls = urls
+        self.secret_file = Path(urls.get("secret_file") or data / "secret")
+        self.secret = self.secret_file.read_text().strip()
+        self.controller = ControllerClient(urls["controller"], self.secret, timeout=15)
+
+    def cli(self, *args: str, timeout: float = 60) -> str:
+        return _cli(self.data, *args, timeout=timeout)
+
+    def agent(self, broker_id: int) -> AgentClient:
+        return AgentClient(self.urls["brokers"][str(broker_id)], self.secret, timeout=15)
+
+    def register(self, name: str):
+        """The console's registration of this cluster (rows are flushed between tests)."""
+        from console.models import Cluster
+
+        return Cluster.objects.create(
+            name=name, controller_url=self.urls["controller"], secret_ref=str(self.secret_file)
+        )
+
+    def produce(self, topic: str, records: list[dict[str, Any]]) -> list[tuple[int, int]]:
+        producer = Producer(self.controller, self.secret)
+        try:
+            return producer.send(topic, records)
+        finally:
+            producer.close()
+
+    def read_values(self, topic: str) -> list[str]:
+        from broker_agent.client import Consumer
+
+        consumer = Consumer(self.controller, self.secret)
+        try:
+            return [r.value for recs in consumer.read_topic(topic).values() for r in recs]
+        finally:
+            consumer.close()
+
+    def dir_of(self, broker_id: int, topic: str, partition: int) -> str | None:
+        with self.agent(broker_id) as a:
+            snap = a.snapshot()
+        return next(
+            (r.log_dir for r in snap.replicas if (r.topic, r.partition) == (topic, partition)),
+            None,
+        )
+
+    def dir_state(self, broker_id: int, name: str) -> str:
+        with self.agent(broker_id) as a:
+            return next((d.state for d in a.log_dirs() if d.name == name), "REMOVED")
+
+    def log_dir_path(self, broker_id: int, name: str) -> Path:
+        return self.data / f"broker-{broker_id}" / name
+
+    def break_log_dir(self, broker_id: int, name: str) -> None:
+        """KIP-112's system tests: remove the log dir and create a file with the same path."""
+        path = self.log_dir_path(broker_id, name)
+        os.rename(path, f"{path}.failed")
+        path.write_text("not a directory")
+        wait_until(lambda: self.dir_state(broker_id, name) == "OFFLINE", 20, "the dir to fail")
+
+    def replace_disk(self, broker_id: int, name: str) -> None:
+        """A new, empty disk mounted at the dir's path (the old data is gone)."""
+        path = self.log_dir_path(broker_id, name)
+        path.unlink()
+        path.mkdir()
+
+    def set_probe_delay(self, broker_id: int, name: str, delay_ms: float) -> None:
+        """Test hook (``STRATA_AGENT_TEST_HOOKS=1``): slow every probe down → DEGRADED."""
+        with self.agent(broker_id) as a:
+            a.request("PUT", f"/v1/test/log-dirs/{name}/probe-delay", body={"delay_ms": delay_ms})
+
+    def close(self) -> None:
+        self.controller.close()
+
+
+def _cli(data: Path, *args: str, timeout: float = 60, env: dict[str, str] | None = None) -> str:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_AGENT_SECRET")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker_agent", "sim", *args, "--data", str(data)],
+        cwd=ROOT,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"sim {args[0]} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def _kill_all(data: Path) -> None:
+    for f in (data / "pids").glob("*.pid") if (data / "pids").is_dir() else []:
+        with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+            os.killpg(int(f.read_text().strip()), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def sim_cluster(
+    data: Path, *, brokers: int = 3, log_dirs: int = 2, extra: tuple[str, ...] = ()
+) -> Iterator[Sim]:
+    """A running simulated cluster (test hooks on, fast probes and session timeout)."""
+    args = ["up", "--brokers", str(brokers), "--log-dirs", str(log_dirs)]
+    args += ["--probe-interval", "0.5", "--session-timeout-ms", "3000", *extra]
+    sim = None
+    try:
+        out = _cli(data, *args, timeout=120, env={"STRATA_AGENT_TEST_HOOKS": "1"})
+        sim = Sim(data, json.loads(out.strip().splitlines()[-1]))
+        yield sim
+    finally:
+        if sim is not None:
+            sim.close()
+        with contextlib.suppress(Exception):
+            _cli(data, "down", timeout=60)
+        _kill_all(data)
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # transient while processes change state
+            last = exc
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last})")
+
+
+def wait_plan_stable(kind_name: str, params: dict[str, Any], timeout: float = 30.0) -> dict:
+    """Wait until two pre-flights a second apart give the same plan (the ISR shrink and the
+    leader election after a failure have settled), so the approved plan is the executed one."""
+    from workflows.kinds import get_kind, plan_hash
+
+    kind = get_kind(kind_name)
+    last: list[str] = []
+
+    def stable() -> dict | None:
+        plan = kind.preflight(params)
+        h = plan_hash(kind_name, params, plan)
+        same = bool(last) and last[-1] == h
+        last.append(h)
+        time.sleep(0.8)
+        return plan if same else None
+
+    return wait_until(stable, timeout, "a stable plan")

@@ -1,0 +1,172 @@
+"""``disable_tiering`` end to end through the API, with a real worker and the simulated
+cluster's real processes (KIP-950 disablement: retain and delete), and its pre-flight refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_agent.choices import RemoteSegmentState, TieredState
+from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
+from workflows.audit import verify_chain
+from workflows.choices import StepState, WorkflowState
+from workflows.kinds.tiering import TieringAction
+from workflows.models import Workflow
+
+from .conftest import wait_for
+from .tiering_sim import (
+    CLUSTER,
+    acks_per_broker,
+    register,
+    sim_cluster,
+    state_of,
+    sync,
+    tiered_topic,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    # external expiration: the Spark purge job, not the agents, deletes fenced segments
+    with sim_cluster(tmp_path_factory.mktemp("sim") / "data", "--expiration", "external") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def worker(workflow_worker):
+    return workflow_worker()
+
+
+@pytest.fixture
+def lab(sim, settings, tmp_path):
+    settings.SPARK_WORK_DIR = tmp_path / "spark"
+    register(sim)
+    return sim
+
+
+def _request(api, user, **body):
+    return api(user).post("/workflows", {"kind": "disable_tiering", "cluster": CLUSTER, **body})
+
+
+def test_bad_requests_are_refused_with_their_kip_codes_and_change_nothing(lab, api, operator):
+    sim = lab
+    tiered_topic(sim, "refusals", partitions=1, records=50)
+    sim.cli("create-topic", "plain", "--partitions", "1", "--replication-factor", "1")
+    tiered_topic(sim, "busy", partitions=1, records=50)
+    sim.controller.start_disable("busy", policy="retain")  # left DISABLING by someone else
+    sync()
+    epochs = {t: sim.controller.topic(t).tiered_epoch for t in ("refusals", "busy")}
+
+    cases = [
+        ({"topic": "refusals", "policy": "shred"}, 400, "INVALID_REQUEST"),
+        ({"topic": "no-such-topic"}, 400, "INVALID_REQUEST"),
+        ({"topic": "plain"}, 400, "INVALID_REQUEST"),  # not tiered
+        ({"topic": "refusals", "broker": 1}, 400, "INVALID_REQUEST"),  # field it does not take
+        ({"topic": "busy"}, 409, "TIERED_STORAGE_DISABLEMENT_IN_PROGRESS"),
+    ]
+    for body, status, code in cases:
+        resp = _request(api, operator, **body)
+        assert (resp.status_code, resp.json()["error"]) == (status, code), (body, resp.json())
+    assert not Workflow.objects.exists()
+    assert {t: sim.controller.topic(t).tiered_epoch for t in epochs} == epochs
+    assert sim.controller.topic("refusals").tiered_state == TieredState.ENABLED
+
+
+def test_retain_disables_on_every_broker_once_and_keeps_remote_data_readable(
+    lab, api, operator, approver, worker
+):
+    sim = lab
+    tiered_topic(sim, "orders", partitions=3)
+    leader = sim.partition("orders", 0).leader
+    wait_until(
+        lambda: sim.replica(leader, "orders", 0).local_log_start_offset > 0,
+        30,
+        what="local retention to trim what was tiered",
+    )
+    sync()
+    created = _request(api, operator, topic="orders", reason="cost").json()
+    plan = created["plan"]
+    assert created["state"] == WorkflowState.PENDING_APPROVAL and created["approvals_required"] == 1
+    assert plan["brokers"] == [1, 2, 3] and plan["policy"] == "retain"
+    assert (plan["tiered_epoch"], plan["new_tiered_epoch"]) == (0, 1)
+    assert plan["remote_segments"] > 0 and plan["remote_bytes"] > 0
+    growth = plan["disk_growth"]
+    assert "KIP-950" in growth["method"] and growth["all_fit"]
+    assert {(d["broker"]) for d in growth["log_dirs"]} == {1, 2, 3}
+    assert sum(d["replicas"] for d in growth["log_dirs"]) == 9  # 3 partitions x RF 3
+    assert all(d["projected_growth_bytes"] > 0 for d in growth["log_dirs"])
+
+    api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
+    wait_for(lambda: state_of(created["id"]) in WorkflowState.TERMINAL, 90, "the workflow to end")
+    body = api(operator).get(f"/workflows/{created['id']}").json()
+    assert body["state"] == WorkflowState.SUCCEEDED, body
+    assert [(s["name"], s["broker"]) for s in body["steps"]] == [
+        ("start_disablement", None),
+        ("disable_remote_topic", 1),
+        ("disable_remote_topic", 2),
+        ("disable_remote_topic", 3),
+        ("complete_disablement", None),
+    ]
+    assert all(s["state"] == StepState.SUCCEEDED for s in body["steps"])
+
+    topic = sim.controller.topic("orders")
+    assert (topic.tiered_state, topic.tiered_epoch, topic.disable_policy) == (
+        TieredState.DISABLED,
+        1,
+        "retain",
+    )
+    assert sorted(topic.tiering_acks) == [1, 2, 3]
+    assert acks_per_broker(created["id"], TieringAction.DISABLE_REMOTE_TOPIC) == {1: 1, 2: 1, 3: 1}
+    # retain: remote segments stay readable from the log start offset
+    fetched = sim.agent(leader).fetch("orders", 0, 0, max_records=10)
+    assert fetched.records and fetched.records[0].offset == 0 and fetched.remote_records > 0
+    # the console was synced by the last step: a new disable is refused as not tiered any more
+    again = _request(api, operator, topic="orders")
+    assert again.json()["error"] == "INVALID_REQUEST" and "DISABLED" in again.json()["message"]
+    assert verify_chain().ok
+
+
+def test_delete_needs_two_approvers_and_runs_the_spark_purge_to_the_end(
+    lab, api, operator, approver, second_approver, worker
+):
+    sim = lab
+    tiered_topic(sim, "clicks", partitions=1, records=300)
+    before = remote_segments_of(sim, "clicks")
+    assert before
+    sync()
+    created = _request(api, operator, topic="clicks", policy="delete").json()
+    assert created["approvals_required"] == 2 and "purge" in created["plan"]["effect"]
+    api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
+    assert state_of(created["id"]) == WorkflowState.PENDING_APPROVAL
+    api(second_approver).post(
+        f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]}
+    )
+    wait_for(lambda: state_of(created["id"]) in WorkflowState.TERMINAL, 240, "the purge to end")
+    body = api(operator).get(f"/workflows/{created['id']}").json()
+    assert body["state"] == WorkflowState.SUCCEEDED, body
+    purge = body["steps"][-1]
+    assert purge["name"] == "purge_remote_segments"
+    run = SparkJobRun.objects.get(
+        pk=Workflow.objects.get(pk=created["id"]).steps.last().output["spark_run"]
+    )
+    assert (run.job, run.dry_run, run.state) == (SparkJob.PURGE, False, SparkRunState.SUCCEEDED)
+    assert sim.controller.topic("clicks").tiered_state == TieredState.DISABLED
+    # every segment tiered below the new epoch is deleted (metadata finished, object gone)
+    leader = sim.partition("clicks", 0).leader
+    rows = [s for s in sim.agent(leader).inventory("clicks") if s.tiered_epoch < 1]
+    assert rows and all(s.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED for s in rows)
+    assert not any(_exists(s.object_path) for s in rows)
+    assert verify_chain().ok
+
+
+def remote_segments_of(sim, topic: str) -> list:
+    leader = sim.partition(topic, 0).leader
+    return list(sim.agent(leader).inventory(topic))
+
+
+def _exists(object_path: str) -> bool:
+    from pathlib import Path
+
+    return Path(object_path.removeprefix("file://")).exists()

@@ -1,0 +1,118 @@
+"""``remote_purge`` / ``orphan_sweep``: execute a reviewed Spark plan from a dry run, end to end
+through the API with a real worker, real Spark (local[2]) and the simulated cluster. The approval
+names the plan's hash; the plan is the dry run's summary + a hash of its ``plan/`` output."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from broker_agent.choices import RemoteSegmentState
+from spark_tasks.models import SparkJob, SparkRunState
+from spark_tasks.tasks import enqueue_run, execute_run
+from workflows.audit import verify_chain
+from workflows.choices import WorkflowState
+from workflows.kinds.spark import plan_digest
+
+from .conftest import wait_for
+from .tiering_sim import CLUSTER, register, sim_cluster, state_of, tiered_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    with sim_cluster(tmp_path_factory.mktemp("sim") / "data", "--expiration", "external") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def worker(workflow_worker):
+    return workflow_worker()
+
+
+@pytest.fixture
+def lab(sim, settings, tmp_path):
+    settings.SPARK_WORK_DIR = tmp_path / "spark"
+    register(sim)
+    return sim
+
+
+def _dry_run(job: str, **arguments):
+    run = enqueue_run(job, arguments, dry_run=True, cluster=CLUSTER)
+    assert execute_run.apply(args=[run.pk]).get() == SparkRunState.SUCCEEDED
+    run.refresh_from_db()
+    return run
+
+
+def _exists(object_path: str) -> bool:
+    return Path(object_path.removeprefix("file://")).exists()
+
+
+def _execute(api, operator, approver, kind: str, run_id: int) -> dict:
+    created = api(operator).post(
+        "/workflows", {"kind": kind, "cluster": CLUSTER, "spark_run": run_id}
+    )
+    assert created.status_code == 201, created.json()
+    body = created.json()
+    api(approver).post(f"/workflows/{body['id']}/approve", {"plan_hash": body["plan_hash"]})
+    wait_for(lambda: state_of(body["id"]) in WorkflowState.TERMINAL, 180, f"{kind} to end")
+    done = api(operator).get(f"/workflows/{body['id']}").json()
+    assert done["state"] == WorkflowState.SUCCEEDED, done
+    return {**body, "steps": done["steps"]}
+
+
+def test_remote_purge_deletes_exactly_the_reviewed_plan(lab, api, operator, approver, worker):
+    sim = lab
+    tiered_topic(sim, "fenced", partitions=1, records=200)
+    sim.cli("disable-tiering", "fenced", "--policy", "delete")
+    leader = sim.partition("fenced", 0).leader
+    planned = [s for s in sim.agent(leader).inventory("fenced")]
+    assert planned
+    run = _dry_run(SparkJob.PURGE)
+    # refusals: no such run, the wrong kind of run
+    for kind, run_id in (("remote_purge", 10**9), ("orphan_sweep", run.pk)):
+        resp = api(operator).post(
+            "/workflows", {"kind": kind, "cluster": CLUSTER, "spark_run": run_id}
+        )
+        assert (resp.status_code, resp.json()["error"]) == (400, "INVALID_REQUEST")
+    digest = plan_digest(Path(run.output_dir) / "plan")
+    body = _execute(api, operator, approver, "remote_purge", run.pk)
+    plan = body["plan"]
+    assert (plan["spark_run"], plan["plan_rows"], plan["plan_sha256"]) == (
+        run.pk,
+        len(planned),
+        digest["sha256"],
+    )
+    assert [s["name"] for s in body["steps"]] == [
+        "publish_log_start_offsets",
+        "mark_delete_started",
+        "delete_objects",
+        "mark_delete_finished",
+    ]
+    after = list(sim.agent(leader).inventory("fenced"))
+    assert all(s.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED for s in after)
+    assert not any(_exists(s.object_path) for s in after)
+    assert verify_chain().ok
+
+
+def test_orphan_sweep_deletes_the_reviewed_orphans_and_nothing_referenced(
+    lab, api, operator, approver, worker
+):
+    sim = lab
+    tiered_topic(sim, "kept", partitions=1, records=100)
+    leader = sim.partition("kept", 0).leader
+    referenced = list(sim.agent(leader).inventory("kept"))
+    orphan = Path(referenced[0].object_path.removeprefix("file://")).parent / "orphan-0001.log"
+    orphan.write_bytes(b"x" * 1000)
+    now_ms = int(time.time() * 1000) + 2 * HOUR_MS  # the orphan is "older than 1 h" then
+    run = _dry_run(SparkJob.ORPHANS, older_than="1h", now_ms=now_ms)
+    body = _execute(api, operator, approver, "orphan_sweep", run.pk)
+    # the plan also holds garbage earlier tests left (objects of finished deletes)
+    assert body["plan"]["plan_rows"] >= 1 and body["plan"]["plan_bytes"] >= 1000
+    assert not orphan.exists()
+    assert all(_exists(s.object_path) for s in referenced)
+    assert verify_chain().ok

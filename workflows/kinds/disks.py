@@ -1,0 +1,698 @@
+"""``recover_log_dir``: KIP-112 "the disk (or log directory) gets fixed", as a tracked runbook.
+
+KIP-112 gives two ways out of a failed JBOD log directory: *replace* the bad disk with a good
+one ("the disk can either be empty or contain the old data"), or *remove* the bad log directory
+from the broker's config — "bad log directories should only be removed from broker config if
+there is enough space on the good log directories". Either way the broker's entries are reset
+(LogDirReset: the controller drops the broker from every partition's ``created`` list) and the
+replicas are re-created on good dirs, catching up from their leaders.
+
+Parameters: ``broker``, ``log_dir``, ``mode`` (``replace`` | ``remove``, default replace).
+
+Pre-flight refusals (nothing changes):
+
+- ``UNKNOWN_BROKER`` — the controller does not know the broker id;
+- ``LOG_DIR_NOT_FOUND`` (Kafka's code, KIP-113) — the broker has no such log dir;
+- ``LOG_DIR_NOT_OFFLINE`` (409) — the dir is ONLINE and healthy. **Decision:** a DEGRADED dir
+  (online, but its probe is far slower than its peers') *is* accepted: the workflow cordons it
+  first, which takes its replicas offline exactly as an I/O error would (leaders move, the ISR
+  shrinks), so an operator can retire a dying disk before it fails outright. A healthy dir is
+  refused: Strata has no evidence that anything is wrong with it;
+- ``LAST_LOG_DIR`` (remove mode) — the broker's only dir cannot be removed;
+- ``INSUFFICIENT_SPACE`` (409, remove mode) — the good dirs lack usable space for the replicas
+  that must move there. For an OFFLINE dir the agent's removal plan decides (replicas sized by
+  their leaders' local size, largest first onto the dir with most room); for a DEGRADED dir the
+  same placement over the replicas' own sizes. The message carries the numbers;
+- ``BROKER_NOT_AVAILABLE`` (503) — the controller or the agent did not answer.
+
+Plan: the replicas on the dir (``topic``, ``partition``, ``leader``, ``isr_size``,
+``min_insync_replicas``, ``leader_lost``, ``under_min_isr``, ``bytes``), the affected partitions
+(``partitions_leader_lost``: no leader, the data is only on this dir; ``partitions_under_min_isr``
+now, and after the cordon of a DEGRADED dir), ``bytes_to_recreate`` and per good dir
+``usable_bytes`` (and in remove mode ``needed_bytes`` and ``fits``).
+
+**Decision — approximate byte figures.** The plan is re-computed before execution and any
+difference voids the approvals. Sizes and free space move with ordinary traffic, so every byte
+figure in the plan is rounded to two significant digits (needs up, free space down). A change
+big enough to show there re-asks the approvers; the exact space check happens at execution (the
+agent refuses a removal that does not fit) and the exact byte progress is on the step.
+
+Steps, replace mode: ``cordon_log_dir`` → ``confirm_disk_replaced`` (human gate: an operator
+confirms the disk was replaced, ``POST /api/v1/workflows/{id}/confirm`` or the button on the
+workflow page) → ``probe_log_dir`` (re-probe: ONLINE again, lifts the cordon) →
+``log_dir_reset`` → ``recreate_replicas`` → ``verify``. Remove mode: ``cordon_log_dir`` →
+``remove_log_dir`` (persisted in the broker's config) → ``log_dir_reset`` →
+``recreate_replicas`` → ``verify``.
+
+``recreate_replicas`` reports progress in bytes (the re-created replicas' local size against
+their leaders') and waits (``StepResult.wait``) until every one is ONLINE and back in the ISR.
+``verify`` checks the broker's OfflineReplicaCount is 0 and produces a known batch with acks=all
+to each affected partition (at most :data:`VERIFY_MAX_PARTITIONS`), reads it back from the
+leader and confirms the recovered replica holds it: nothing acknowledged may be lost.
+
+Every agent / controller command is audited (``disks.*`` actions, before / after) and applied
+at most once per step (:mod:`workflows.kinds.commands`). A step waits instead of failing while
+the broker's agent does not answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from broker_agent.choices import ErrorCode as AgentErrorCode
+from broker_agent.choices import LogDirState, ReplicaState, TopicConfig
+from broker_agent.client import AgentError
+from broker_agent.models import BrokerSnapshot, ClusterMetadata, PartitionMetadata, TopicMetadata
+from workflows.choices import AuditOutcome
+from workflows.kinds import Field, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds.cluster_access import agent, controller
+from workflows.kinds.commands import (
+    applied_before,
+    preflight_reads,
+    record_command,
+    run_command,
+    waits_when_unreachable,
+)
+
+if TYPE_CHECKING:
+    from workflows.engine import StepContext
+
+__all__ = ["DiskAction", "DiskRefusal", "RecoverLogDir", "RecoveryMode", "approx"]
+
+#: ``verify`` checks at most this many affected partitions with a produce / consume round trip.
+VERIFY_MAX_PARTITIONS = 50
+VERIFY_RECORDS = 5
+#: ``probe_log_dir`` gives up after this many probes that still fail (every 5 s: ~10 minutes).
+PROBE_MAX_ATTEMPTS = 120
+#: ``verify`` waits this many attempts (every 2 s) for OfflineReplicaCount to reach 0.
+VERIFY_MAX_ATTEMPTS = 30
+POLL_SECONDS = 2.0
+
+
+class RecoveryMode:
+    """KIP-112 "the disk gets fixed": replace the bad disk, or remove the dir from the config."""
+
+    REPLACE = "replace"
+    REMOVE = "remove"
+    ALL = (REPLACE, REMOVE)
+
+
+class DiskAction:
+    """Audit actions of the commands this kind sends."""
+
+    CORDON = "disks.cordon_log_dir"
+    PROBE = "disks.probe_log_dir"
+    REMOVE = "disks.remove_log_dir"
+    LOG_DIR_RESET = "disks.log_dir_reset"
+    VERIFY_PRODUCE = "disks.verify_produce_consume"
+
+
+class DiskRefusal:
+    """Pre-flight and step refusal codes of this kind (Kafka's names where it has one)."""
+
+    UNKNOWN_BROKER = "UNKNOWN_BROKER"
+    LOG_DIR_NOT_FOUND = "LOG_DIR_NOT_FOUND"  # KIP-113
+    LOG_DIR_NOT_OFFLINE = AgentErrorCode.LOG_DIR_NOT_OFFLINE
+    LAST_LOG_DIR = AgentErrorCode.LAST_LOG_DIR
+    INSUFFICIENT_SPACE = AgentErrorCode.INSUFFICIENT_SPACE
+    LOG_DIR_STILL_OFFLINE = "LOG_DIR_STILL_OFFLINE"
+    OFFLINE_REPLICAS_REMAIN = "OFFLINE_REPLICAS_REMAIN"
+    RECORDS_LOST = "RECORDS_LOST"
+
+
+def approx(n: int, *, up: bool) -> int:
+    """``n`` rounded to two significant digits (up for needs, down for free space): plan
+    figures that ordinary traffic between request and execution does not change."""
+    if n <= 0:
+        return 0
+    step = 10 ** max(0, len(str(n)) - 2)
+    return (-(-n // step) if up else n // step) * step
+
+
+def _key(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def _min_isr(topic: TopicMetadata) -> int:
+    default = TopicConfig.DEFAULTS[TopicConfig.MIN_INSYNC_REPLICAS]
+    return int(topic.configs.get(TopicConfig.MIN_INSYNC_REPLICAS, default))
+
+
+def _partitions(md: ClusterMetadata) -> dict[str, tuple[TopicMetadata, PartitionMetadata]]:
+    return {_key(t.name, p.partition): (t, p) for t in md.topics for p in t.partitions}
+
+
+def _leader_sizes(cluster: str, md: ClusterMetadata, keys: set[str], broker: int) -> dict:
+    """Local size of each partition on its current leader (what catching up will write)."""
+    by_leader: dict[int, set[str]] = {}
+    parts = _partitions(md)
+    for key in keys:
+        if key in parts and parts[key][1].leader not in (-1, broker):
+            by_leader.setdefault(parts[key][1].leader, set()).add(key)
+    sizes: dict[str, int] = {}
+    for leader, wanted in sorted(by_leader.items()):
+        with agent(cluster, leader) as a:
+            snap = a.snapshot()
+        for r in snap.replicas:
+            key = _key(r.topic, r.partition)
+            if key in wanted and r.is_leader:
+                sizes[key] = r.size_bytes
+    return sizes
+
+
+def _replicas_on(snap: BrokerSnapshot, log_dir: str) -> list:
+    """Replicas on the dir, plus offline replicas whose dir the broker could not read (it
+    booted with the dir already bad), as the agent's removal plan counts them."""
+    return sorted(
+        (
+            r
+            for r in snap.replicas
+            if r.log_dir == log_dir or (r.log_dir is None and r.state == ReplicaState.OFFLINE)
+        ),
+        key=lambda r: (r.topic, r.partition),
+    )
+
+
+def _place(sizes: dict[str, int], room: dict[str, int]) -> tuple[dict[str, int], list[str]]:
+    """The agent's placement: largest first onto the good dir with the most room left.
+    Returns bytes needed per dir and the replicas that fit nowhere."""
+    room = dict(room)
+    needed = dict.fromkeys(room, 0)
+    unplaced = []
+    for key, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
+        best = max(room, key=lambda n: (room[n], n), default=None)
+        if best is None or room[best] < size:
+            unplaced.append(key)
+        if best is not None:
+            room[best] -= size
+            needed[best] += size
+    return needed, unplaced
+
+
+def _space_refusal(needed: int, good: list[dict[str, Any]], unplaced: int, total: int) -> Refusal:
+    per_dir = "; ".join(
+        f"{d['name']}: {d['usable_bytes_exact']} usable, {d['needed_bytes_exact']} needed"
+        for d in good
+    )
+    return Refusal(
+        DiskRefusal.INSUFFICIENT_SPACE,
+        f"The good log dirs lack usable space for {unplaced} of {total} replicas: "
+        f"{needed} bytes needed, {sum(d['usable_bytes_exact'] for d in good)} usable "
+        f"({per_dir or 'no good dir'}). KIP-112: remove a bad dir only when the good dirs "
+        "have room; replace the disk instead.",
+        409,
+    )
+
+
+# --- pre-flight -----------------------------------------------------------------------------
+
+
+def plan_recovery(params: dict[str, Any]) -> dict[str, Any]:
+    """The pre-flight of ``recover_log_dir`` (see the module docstring): refuse, or the plan.
+
+    Reads the controller's metadata, the broker's snapshot (and for an OFFLINE dir its removal
+    plan) and the leaders' snapshots for the sizes to re-create; changes nothing."""
+    cluster, broker = params["cluster"], params["broker"]
+    name, mode = params["log_dir"], params["mode"]
+    with preflight_reads(cluster):
+        with controller(cluster) as ctl:
+            md = ctl.metadata()
+        if broker not in {b.broker_id for b in md.brokers}:
+            known = ", ".join(str(b.broker_id) for b in md.brokers)
+            raise Refusal(
+                DiskRefusal.UNKNOWN_BROKER,
+                f"Broker {broker} is not registered with the controller of {cluster} "
+                f"(brokers: {known}).",
+            )
+        with agent(cluster, broker) as a:
+            snap = a.snapshot()
+            dirs = {d.name: d for d in snap.log_dirs}
+            if name not in dirs:
+                raise Refusal(
+                    DiskRefusal.LOG_DIR_NOT_FOUND,
+                    f"Broker {broker} has no log dir {name!r} (log dirs: "
+                    f"{', '.join(sorted(dirs)) or 'none'}).",
+                )
+            state = dirs[name].state
+            if state == LogDirState.ONLINE:
+                raise Refusal(
+                    DiskRefusal.LOG_DIR_NOT_OFFLINE,
+                    f"{name} on broker {broker} is ONLINE and healthy: only an OFFLINE "
+                    "(failed) or DEGRADED (slow) log dir is recovered.",
+                    409,
+                )
+            if mode == RecoveryMode.REMOVE and len(dirs) == 1:
+                raise Refusal(
+                    DiskRefusal.LAST_LOG_DIR,
+                    f"{name} is broker {broker}'s only log dir: replace the disk instead.",
+                )
+            removal = a.log_dir_removal_plan(name) if state == LogDirState.OFFLINE else None
+        replicas = _replicas_on(snap, name)
+        keys = {_key(r.topic, r.partition) for r in replicas}
+        leader_sizes = _leader_sizes(cluster, md, keys, broker)
+    removal_sizes = {
+        _key(r.topic, r.partition): r.size_bytes for r in (removal.replicas if removal else [])
+    }
+    parts = _partitions(md)
+    rows, sizes = [], {}
+    for r in replicas:
+        key = _key(r.topic, r.partition)
+        t, p = parts.get(key, (None, None))
+        if t is None or p is None:
+            continue  # the partition is gone (topic deleted, KIP-253 partition removed)
+        size = leader_sizes.get(key, removal_sizes.get(key, r.size_bytes))
+        sizes[key] = size
+        min_isr = _min_isr(t)
+        isr_after = [b for b in p.isr if b != broker]
+        rows.append(
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "replica_state": r.state,
+                "leader": p.leader,
+                "isr_size": len(p.isr),
+                "min_insync_replicas": min_isr,
+                "leader_lost": p.leader < 0 or (state != LogDirState.OFFLINE and p.isr == [broker]),
+                "under_min_isr": len(p.isr) < min_isr,
+                "under_min_isr_after_cordon": len(isr_after) < min_isr,
+                "bytes": approx(size, up=True),
+            }
+        )
+    good = []
+    targets = {
+        d.name: d.usable_bytes
+        for d in snap.log_dirs
+        if d.name != name and d.state in LogDirState.GOOD
+    }
+    needed_per_dir, unplaced = _place(sizes, targets)
+    if removal is not None:  # the agent's own plan decides for an OFFLINE dir
+        needed_per_dir = {g.name: g.needed_bytes for g in removal.good_dirs}
+        targets = {g.name: g.usable_bytes for g in removal.good_dirs}
+        unplaced = [_key(x.topic, x.partition) for x in removal.replicas if x.target_dir is None]
+    for d in snap.log_dirs:
+        if d.name == name or d.state not in LogDirState.GOOD:
+            continue
+        entry: dict[str, Any] = {
+            "name": d.name,
+            "state": d.state,
+            "usable_bytes": approx(d.usable_bytes, up=False),
+            "replica_count": d.replica_count,
+        }
+        if mode == RecoveryMode.REMOVE and d.name in targets:
+            entry["needed_bytes"] = approx(needed_per_dir.get(d.name, 0), up=True)
+            entry["fits"] = needed_per_dir.get(d.name, 0) <= targets[d.name]
+            entry["usable_bytes_exact"] = targets[d.name]
+            entry["needed_bytes_exact"] = needed_per_dir.get(d.name, 0)
+        good.append(entry)
+    total = sum(sizes.values())
+    if mode == RecoveryMode.REMOVE and unplaced:
+        raise _space_refusal(total, [g for g in good if "fits" in g], len(unplaced), len(sizes))
+    for entry in good:  # exact figures only decide; the approved plan keeps rounded ones
+        entry.pop("usable_bytes_exact", None)
+        entry.pop("needed_bytes_exact", None)
+    leader_lost = [f"{x['topic']}:{x['partition']}" for x in rows if x["leader_lost"]]
+    under_min = [f"{x['topic']}:{x['partition']}" for x in rows if x["under_min_isr"]]
+    under_after = [
+        f"{x['topic']}:{x['partition']}" for x in rows if x["under_min_isr_after_cordon"]
+    ]
+    steps = ["cordon_log_dir"]
+    steps += (
+        ["confirm_disk_replaced", "probe_log_dir"]
+        if mode == RecoveryMode.REPLACE
+        else ["remove_log_dir"]
+    )
+    steps += ["log_dir_reset", "recreate_replicas", "verify"]
+    how = (
+        "wait for an operator to confirm the disk was replaced, re-probe it"
+        if mode == RecoveryMode.REPLACE
+        else "remove it from the broker's configuration"
+    )
+    summary = (
+        f"Recover {name} ({state}) on broker {broker} by {mode}: cordon it, {how}, LogDirReset, "
+        f"re-create {len(rows)} replica(s) (~{approx(total, up=True)} bytes) from their "
+        f"leaders and verify OfflineReplicaCount = 0 and a produce / consume round trip."
+    )
+    if leader_lost:
+        summary += (
+            f" WARNING: {len(leader_lost)} partition(s) have no other in-sync replica; their "
+            "data is only on this dir."
+        )
+    return {
+        "summary": summary,
+        "broker": broker,
+        "log_dir": name,
+        "mode": mode,
+        "log_dir_state": state,
+        "cordon_first": state == LogDirState.DEGRADED,
+        "replica_count": len(rows),
+        "replicas": rows,
+        "partitions_leader_lost": leader_lost,
+        "partitions_under_min_isr": under_min,
+        "partitions_under_min_isr_after_cordon": under_after,
+        "bytes_to_recreate": approx(total, up=True),
+        "good_log_dirs": good,
+        "byte_figures": "rounded to 2 significant digits (needs up, usable space down)",
+        "steps": steps,
+    }
+
+
+# --- steps ------------------------------------------------------------------------------------
+
+
+def _dir_state(cluster: str, broker: int, name: str) -> dict[str, Any]:
+    with agent(cluster, broker) as a:
+        dirs = {d.name: d for d in a.log_dirs()}
+    d = dirs.get(name)
+    return {"log_dir": name, "state": d.state if d else "REMOVED", "error": d.error if d else None}
+
+
+@waits_when_unreachable
+def cordon_log_dir(ctx: StepContext) -> StepResult:
+    """Cordon: the dir goes OFFLINE as on an I/O error and no new replica lands on it."""
+    cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
+
+    def call() -> dict[str, Any]:
+        with agent(cluster, broker) as a:
+            return a.cordon_log_dir(name).model_dump()
+
+    after, now = run_command(
+        ctx,
+        DiskAction.CORDON,
+        call,
+        target_type="log_dir",
+        target_id=f"{broker}:{name}",
+        before=lambda: _dir_state(cluster, broker, name),
+    )
+    return StepResult.done({"state": after.get("state"), "applied_now": now})
+
+
+def confirm_disk_replaced(ctx: StepContext) -> StepResult:
+    """The human gate: the engine runs this only after an operator confirmed."""
+    return StepResult.done({"confirmed_by": ctx.step.confirmed_by_id})
+
+
+@waits_when_unreachable
+def probe_log_dir(ctx: StepContext) -> StepResult:
+    """Re-probe the replaced disk: ONLINE again (the cordon is lifted). A probe that still
+    fails waits and probes again (the operator may still be at work), up to a limit."""
+    cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
+    prior = applied_before(ctx, DiskAction.PROBE)
+    if prior is not None:
+        return StepResult.done({"state": prior.get("state"), "applied_now": False})
+    before = _dir_state(cluster, broker, name)
+    with agent(cluster, broker) as a:
+        after = a.probe_log_dir(name).model_dump()
+    healthy = after["state"] in LogDirState.GOOD
+    record_command(
+        ctx,
+        DiskAction.PROBE,
+        target_type="log_dir",
+        target_id=f"{broker}:{name}",
+        before=before,
+        after=after,
+        outcome=AuditOutcome.SUCCESS if healthy else AuditOutcome.FAILURE,
+    )
+    if healthy:
+        return StepResult.done({"state": after["state"], "applied_now": True})
+    if ctx.step.attempts >= PROBE_MAX_ATTEMPTS:
+        return StepResult.fail(
+            DiskRefusal.LOG_DIR_STILL_OFFLINE,
+            f"{name} on broker {broker} still fails its probe: {after.get('error')}",
+        )
+    return StepResult.wait(
+        f"{name} on broker {broker} still fails its probe ({after.get('error')}); "
+        "is the new disk mounted at the dir's path?",
+        retry_in=5.0,
+    )
+
+
+@waits_when_unreachable
+def remove_log_dir(ctx: StepContext) -> StepResult:
+    """KIP-112 option 2: remove the bad dir from the broker's config (the agent re-checks the
+    space and refuses ``INSUFFICIENT_SPACE`` with its plan)."""
+    cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
+    before = _dir_state(cluster, broker, name)
+
+    def call() -> dict[str, Any]:
+        if before["state"] == "REMOVED":  # removed by a run that died before auditing it
+            return {"log_dir": name, "removed": True, "already_removed": True}
+        with agent(cluster, broker) as a:
+            return a.remove_log_dir(name).model_dump()
+
+    try:
+        after, now = run_command(
+            ctx,
+            DiskAction.REMOVE,
+            call,
+            target_type="log_dir",
+            target_id=f"{broker}:{name}",
+            before=before,
+        )
+    except AgentError as exc:
+        if exc.status >= 500:
+            raise
+        plan = exc.body.get("plan") or {}
+        numbers = (
+            f" ({plan.get('needed_bytes')} bytes needed, {plan.get('available_bytes')} usable)"
+            if plan
+            else ""
+        )
+        return StepResult.fail(exc.error, f"{exc.message}{numbers}")
+    return StepResult.done(
+        {
+            "removed": after.get("removed"),
+            "needed_bytes": after.get("needed_bytes"),
+            "applied_now": now,
+        }
+    )
+
+
+@waits_when_unreachable
+def log_dir_reset(ctx: StepContext) -> StepResult:
+    """LogDirReset: the controller drops the broker from every ``created`` list, so the broker
+    re-creates its missing replicas on good dirs."""
+    cluster, broker = ctx.params["cluster"], ctx.params["broker"]
+
+    def created_count() -> dict[str, Any]:
+        with controller(cluster) as ctl:
+            md = ctl.metadata()
+        keys = {f"{r['topic']}:{r['partition']}" for r in ctx.plan["replicas"]}
+        parts = _partitions(md)
+        return {
+            "planned_replicas": len(keys),
+            "in_created": sum(1 for k in keys if k in parts and broker in parts[k][1].created),
+        }
+
+    def call() -> dict[str, Any]:
+        with agent(cluster, broker) as a:
+            return a.log_dir_reset()
+
+    after, now = run_command(
+        ctx,
+        DiskAction.LOG_DIR_RESET,
+        call,
+        target_type="broker",
+        target_id=broker,
+        before=created_count,
+    )
+    return StepResult.done({"topics": len(after.get("topics", [])), "applied_now": now})
+
+
+def _planned_keys(ctx: StepContext, md: ClusterMetadata) -> list[str]:
+    """The plan's replicas that still exist on this broker (a partition may be gone since)."""
+    broker, parts = ctx.params["broker"], _partitions(md)
+    keys = [f"{r['topic']}:{r['partition']}" for r in ctx.plan["replicas"]]
+    return [k for k in keys if k in parts and broker in parts[k][1].replicas]
+
+
+@waits_when_unreachable
+def recreate_replicas(ctx: StepContext) -> StepResult:
+    """Follow re-creation (``/v1/recreate-status``), progress in bytes against the leaders'
+    local size, until every replica is ONLINE and back in the ISR."""
+    cluster, broker = ctx.params["cluster"], ctx.params["broker"]
+    with controller(cluster) as ctl:
+        md = ctl.metadata()
+    keys = _planned_keys(ctx, md)
+    parts = _partitions(md)
+    with agent(cluster, broker) as a:
+        status = {_key(r["topic"], r["partition"]): r for r in a.recreate_status().replicas}
+        mine = {_key(r.topic, r.partition): r for r in a.snapshot().replicas}
+    leaders = _leader_sizes(cluster, md, set(keys), broker)
+    total = done = 0
+    in_sync: list[str] = []
+    dirs: dict[str, int] = {}
+    for key in keys:
+        row, replica = status.get(key), mine.get(key)
+        online = bool(row and row["state"] == ReplicaState.ONLINE and replica)
+        size = replica.size_bytes if online and replica else 0
+        target = leaders.get(key, size)
+        total += target
+        done += min(size, target)
+        if online and row and row["in_isr"] and broker in parts[key][1].isr:
+            in_sync.append(key)
+            dirs[row["log_dir"]] = dirs.get(row["log_dir"], 0) + 1
+    ctx.progress(done, total, "bytes")
+    if len(in_sync) == len(keys):
+        return StepResult.done({"replicas": len(keys), "bytes": done, "replicas_per_log_dir": dirs})
+    return StepResult.wait(
+        f"Re-creating replicas on broker {broker}: {len(in_sync)} of {len(keys)} back in the "
+        f"ISR, {done} of {total} bytes copied.",
+        retry_in=POLL_SECONDS,
+    )
+
+
+def _round_trip(
+    cluster: str, broker: int, md: ClusterMetadata, keys: list[str], tag: str
+) -> dict[str, Any]:
+    """Produce a known batch (acks=all) to each partition's leader, read it back from the
+    leader, and check the recovered replica on ``broker`` holds it too."""
+    parts = _partitions(md)
+    with controller(cluster) as ctl:
+        producer_id = ctl.allocate_producer_id()
+    checked, lost, missing_on_broker = [], [], []
+    ends: dict[str, int] = {}
+    for key in keys:
+        t, p = parts[key]
+        values = [f"{tag}:{key}:{i}" for i in range(VERIFY_RECORDS)]
+        with agent(cluster, p.leader) as leader:
+            resp = leader.produce(
+                t.name,
+                p.partition,
+                [{"key": f"strata-verify:{tag}", "value": v} for v in values],
+                producer_id=producer_id,
+                base_sequence=0,
+                undeleted_partition_count=t.undeleted_partition_count,
+                acks=-1,
+            )
+            got = leader.fetch(t.name, p.partition, resp.base_offset, VERIFY_RECORDS)
+        read = [r.value for r in got.records[:VERIFY_RECORDS]]
+        if read != values:
+            lost.append({"partition": key, "expected": len(values), "read": len(read)})
+        ends[key] = resp.base_offset + len(values)
+        checked.append(key)
+    with agent(cluster, broker) as a:
+        mine = {_key(r.topic, r.partition): r for r in a.snapshot().replicas}
+    for key in checked:
+        r = mine.get(key)
+        if r is None or r.log_end_offset < ends[key]:
+            missing_on_broker.append(key)
+    return {
+        "partitions_checked": len(checked),
+        "records_per_partition": VERIFY_RECORDS,
+        "lost": lost,
+        "missing_on_recovered_replica": missing_on_broker,
+    }
+
+
+@waits_when_unreachable
+def verify(ctx: StepContext) -> StepResult:
+    """OfflineReplicaCount (KIP-112 metric) of the broker is 0, and a produce / consume round
+    trip on the affected partitions loses nothing."""
+    cluster, broker = ctx.params["cluster"], ctx.params["broker"]
+    prior = applied_before(ctx, DiskAction.VERIFY_PRODUCE)
+    if prior is not None:
+        return StepResult.done({**prior, "applied_now": False})
+    with agent(cluster, broker) as a:
+        snap = a.snapshot()
+    with controller(cluster) as ctl:
+        md = ctl.metadata()
+    info = next(b for b in md.brokers if b.broker_id == broker)
+    offline = max(snap.offline_replica_count, info.offline_replica_count)
+    keys = _planned_keys(ctx, md)
+    parts = _partitions(md)
+    not_ready = [k for k in keys if parts[k][1].leader < 0 or broker not in parts[k][1].isr]
+    if offline or not_ready:
+        if ctx.step.attempts >= VERIFY_MAX_ATTEMPTS:
+            return StepResult.fail(
+                DiskRefusal.OFFLINE_REPLICAS_REMAIN,
+                f"Broker {broker}: OfflineReplicaCount is {offline}; not in the ISR: "
+                f"{', '.join(not_ready[:10]) or 'none'}.",
+            )
+        return StepResult.wait(
+            f"Broker {broker}: OfflineReplicaCount is {offline}, {len(not_ready)} affected "
+            "partition(s) not in sync yet.",
+            retry_in=POLL_SECONDS,
+        )
+    sample = [k for k in keys if not parts[k][1].marked_for_deletion][:VERIFY_MAX_PARTITIONS]
+    result = _round_trip(cluster, broker, md, sample, f"wf{ctx.workflow.pk}")
+    result["offline_replica_count"] = offline
+    ok = not result["lost"] and not result["missing_on_recovered_replica"]
+    record_command(
+        ctx,
+        DiskAction.VERIFY_PRODUCE,
+        target_type="broker",
+        target_id=broker,
+        before={"offline_replica_count": offline, "partitions": sample},
+        after=result,
+        outcome=AuditOutcome.SUCCESS if ok else AuditOutcome.FAILURE,
+    )
+    if not ok:
+        return StepResult.fail(
+            DiskRefusal.RECORDS_LOST,
+            f"Produce / consume check failed: lost {result['lost'][:5]}, not on the recovered "
+            f"replica: {result['missing_on_recovered_replica'][:5]}.",
+        )
+    return StepResult.done({**result, "applied_now": True})
+
+
+@register
+class RecoverLogDir(WorkflowKind):
+    name = "recover_log_dir"
+    label = "Recover a log dir (KIP-112)"
+    description = (
+        "Cordon a failed or degraded log dir, replace the disk (human gate) or remove the dir "
+        "from the broker's config, LogDirReset, re-create the replicas from their leaders and "
+        "verify nothing was lost."
+    )
+    fields = (
+        Field("broker", "Broker", "int", min_value=0, max_value=2**31 - 1, help="Broker id."),
+        Field("log_dir", "Log dir", help="The log dir's name, e.g. logdir-0."),
+        Field.choice(
+            "mode",
+            RecoveryMode.ALL,
+            default=RecoveryMode.REPLACE,
+            help="replace: a new disk at the same path (human gate); remove: drop the dir from "
+            "the broker's config (needs room on the good dirs, two approvals).",
+        ),
+    )
+
+    def target(self, params: dict[str, Any]) -> str:
+        # One recovery per broker at a time: LogDirReset is broker-wide.
+        return f"broker:{params['broker']}"
+
+    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+        return plan_recovery(params)
+
+    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+        broker, name = params["broker"], params["log_dir"]
+        steps = [StepDef("cordon_log_dir", cordon_log_dir, label=f"Cordon {name}")]
+        if params["mode"] == RecoveryMode.REPLACE:
+            steps += [
+                StepDef(
+                    "confirm_disk_replaced",
+                    confirm_disk_replaced,
+                    label="Disk replaced",
+                    gate=True,
+                    gate_prompt=(
+                        f"Replace the disk of {name} on broker {broker} (an empty or the old "
+                        "disk mounted at the dir's path), then confirm."
+                    ),
+                ),
+                StepDef("probe_log_dir", probe_log_dir, label=f"Re-probe {name}"),
+            ]
+        else:
+            steps.append(
+                StepDef("remove_log_dir", remove_log_dir, label=f"Remove {name} from config")
+            )
+        steps += [
+            StepDef("log_dir_reset", log_dir_reset, label="LogDirReset"),
+            StepDef(
+                "recreate_replicas",
+                recreate_replicas,
+                label="Re-create replicas",
+                unit="bytes",
+                total=plan.get("bytes_to_recreate"),
+            ),
+            StepDef("verify", verify, label="Verify OfflineReplicaCount = 0 and produce / consume"),
+        ]
+        return steps

@@ -1,0 +1,498 @@
+"""``remote_purge`` and ``orphan_sweep``: execute a reviewed Spark plan (DESIGN.md "Spark job
+contract"; KIP-950 "delete" policy; KIP-405 remote-log metadata).
+
+An operator starts a *dry run* on the Spark jobs page (``purge`` or ``orphans``); it writes
+``plan/`` (one row per segment / object to delete), ``partitions/`` and ``summary.json`` and
+deletes nothing. The operator then requests ``remote_purge`` / ``orphan_sweep`` naming that dry
+run (field ``spark_run``). What is approved:
+
+- **the plan** = the dry run's summary (segments, bytes, per topic) + ``plan_sha256``, a hash of
+  its ``plan/`` output. The hash is order-independent and streamed (the sum modulo 2^256 of the
+  SHA-256 of each row's canonical JSON, plus the row count), so it never loads a plan whole and
+  does not depend on how Spark split the plan into files.
+- **re-check at execution**: the engine re-computes the plan before the first step (the
+  framework's rule); a plan output that changed or vanished gives another hash, which voids the
+  approvals and returns the workflow to ``pending_approval`` (``workflow.plan_changed``), and a
+  dry run that is gone or no longer succeeded is refused. The first step checks the hash once
+  more right before anything is deleted and fails with ``PLAN_CHANGED`` if it moved in between.
+
+Decision: execution deletes **exactly the reviewed plan**, not a fresh re-plan: a fresh plan
+would be a different plan nobody reviewed. That is safe for these two jobs because what they plan
+stays garbage: segments below a delete-policy disablement's tiered epoch are fenced for good
+(KIP-950: unreadable at once, never readable again), and an orphaned object older than the
+orphan window (at least 1 h) is never referenced later. Steps are idempotent: log start offsets
+never move backwards, a segment already DELETE_SEGMENT_FINISHED counts as past, an object already
+gone counts as deleted.
+
+Steps, in Kafka's order (``spark_tasks.remote``): ``remote_purge`` = publish the new log start
+offsets → mark every planned segment DELETE_SEGMENT_STARTED → the ``delete_objects`` Spark job on
+the reviewed ``plan/`` → mark the deleted ones DELETE_SEGMENT_FINISHED. ``orphan_sweep`` (objects
+without metadata) = the ``delete_objects`` job only.
+
+Helpers shared with :mod:`workflows.kinds.tiering`: :func:`record_once` (one audit event per
+step idempotency key, whatever the number of attempts) and :func:`follow_spark_run` (queue a
+Spark run once per step and follow it to the end with progress on the workflow page).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.urls import reverse
+
+from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
+from workflows import audit
+from workflows.choices import AuditContext
+from workflows.errors import ErrorCode
+from workflows.kinds import Field, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.models import AuditEvent, Workflow
+
+if TYPE_CHECKING:
+    from workflows.engine import StepContext
+
+__all__ = [
+    "OrphanSweep",
+    "RemotePurge",
+    "SparkStepAction",
+    "follow_spark_run",
+    "plan_digest",
+    "record_once",
+]
+
+#: How long a step follows a Spark run in one go (progress renews the lease) before it parks the
+#: workflow in ``waiting`` and gives its worker slot back (a Spark job needs a slot to run).
+FOLLOW_SLICE_SECONDS = 20.0
+FOLLOW_POLL_SECONDS = 1.0
+#: Columns of a plan row that the hash covers (DESIGN.md "Outputs: plan/").
+PLAN_COLUMNS = (
+    "segment_id",
+    "cluster",
+    "topic",
+    "partition",
+    "reason",
+    "size_bytes",
+    "object_path",
+)
+#: Topics listed in a plan (the rest are summed up as "others"): the plan stays small.
+PLAN_TOPICS_SHOWN = 20
+
+
+class SparkStepAction:
+    """Audit actions of the Spark-backed steps (dotted names, as the audit log expects)."""
+
+    RUN_QUEUED = "spark.run_queued_by_workflow"
+    PUBLISH_LOG_START_OFFSETS = "spark.publish_log_start_offsets"
+    MARK_DELETE_STARTED = "spark.mark_delete_segment_started"
+    MARK_DELETE_FINISHED = "spark.mark_delete_segment_finished"
+
+
+# --- shared step helpers ---------------------------------------------------------------------
+
+
+def record_once(
+    ctx: StepContext,
+    action: str,
+    *,
+    target_type: str,
+    target_id: str | int,
+    before: Any = None,
+    after: Any = None,
+    extra: dict[str, Any] | None = None,
+    key: str | None = None,
+) -> bool:
+    """Record ``action`` for this step's idempotency key once (True if recorded now).
+
+    A worker killed after an agent command but before the step's commit runs the step again; the
+    agent answers the repeat (``applied: false``) and this writes the one audit event of the
+    command then. The workflow row lock serialises a zombie run and its successor."""
+    key = key or ctx.idempotency_key
+    with transaction.atomic():
+        Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).first()
+        if AuditEvent.objects.filter(
+            workflow_id=ctx.workflow.pk, action=action, extra__idempotency_key=key
+        ).exists():
+            return False
+        audit.record(
+            action,
+            actor=None,
+            context=AuditContext.WORKER,
+            target_type=target_type,
+            target_id=target_id,
+            workflow=ctx.workflow,
+            before=before,
+            after=after,
+            extra={**(extra or {}), "idempotency_key": key, "step": ctx.step.name},
+        )
+    return True
+
+
+def _queued_run(ctx: StepContext, key: str) -> SparkJobRun | None:
+    event = (
+        AuditEvent.objects.filter(
+            workflow_id=ctx.workflow.pk,
+            action=SparkStepAction.RUN_QUEUED,
+            extra__idempotency_key=key,
+        )
+        .values("extra")
+        .first()
+    )
+    if event is None:
+        return None
+    return SparkJobRun.objects.filter(pk=event["extra"]["spark_run"]).first()
+
+
+def follow_spark_run(
+    ctx: StepContext, job: str, arguments: dict[str, Any], *, dry_run: bool
+) -> StepResult:
+    """Queue ``job`` once for this step, then follow it to the end.
+
+    The run is queued in one transaction with a ``spark.run_queued_by_workflow`` audit event that
+    names the step's idempotency key: a step run again after a crash finds its run instead of
+    queueing a second one. While the run is active the step's progress is the run's Spark tasks
+    (done / total, shown as the step's progress bar) and the step log links to the run page;
+    after ``FOLLOW_SLICE_SECONDS`` the workflow waits (visible) and looks again. A failed or
+    cancelled run fails the step with ``SPARK_RUN_FAILED``."""
+    from spark_tasks.tasks import enqueue_run
+
+    key = f"{ctx.idempotency_key}:spark"
+    run = _queued_run(ctx, key)
+    if run is None:
+        with transaction.atomic():
+            Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).first()
+            run = _queued_run(ctx, key)
+            if run is None:
+                run = enqueue_run(
+                    job,
+                    arguments,
+                    dry_run=dry_run,
+                    cluster=ctx.params["cluster"],
+                    requested_by=None,
+                    audit_context=AuditContext.WORKER,
+                )
+                audit.record(
+                    SparkStepAction.RUN_QUEUED,
+                    actor=None,
+                    context=AuditContext.WORKER,
+                    target_type="spark_run",
+                    target_id=run.pk,
+                    workflow=ctx.workflow,
+                    after={"job": job, "arguments": arguments, "dry_run": dry_run},
+                    extra={"idempotency_key": key, "spark_run": run.pk, "step": ctx.step.name},
+                )
+        ctx.log(
+            f"Spark {job} run #{run.pk} queued: {reverse('spark_tasks:run-detail', args=[run.pk])}"
+        )
+    deadline = time.monotonic() + FOLLOW_SLICE_SECONDS
+    while True:
+        run.refresh_from_db()
+        ctx.progress(run.tasks_done, max(run.tasks_total, run.tasks_done, 1), "tasks")
+        if run.state == SparkRunState.SUCCEEDED:
+            return StepResult.done(
+                {
+                    "spark_run": run.pk,
+                    "spark_run_url": reverse("spark_tasks:run-detail", args=[run.pk]),
+                    "summary": _small(run.output_summary or {}),
+                    "output_dir": run.output_dir,
+                }
+            )
+        if run.state in SparkRunState.TERMINAL:
+            return StepResult.fail(
+                "SPARK_RUN_FAILED", f"Spark {job} run #{run.pk} {run.state}: {run.error[:500]}"
+            )
+        if time.monotonic() > deadline:
+            return StepResult.wait(
+                f"Spark {job} run #{run.pk} {run.state}: {run.tasks_done}/{run.tasks_total} "
+                f"tasks, stage {run.stages_done}/{run.stages_total}",
+                retry_in=FOLLOW_POLL_SECONDS,
+            )
+        time.sleep(FOLLOW_POLL_SECONDS)
+
+
+def _small(summary: dict[str, Any]) -> dict[str, Any]:
+    """The scalar part of a job summary (what a step output and the audit event keep)."""
+    return {
+        k: v
+        for k, v in summary.items()
+        if isinstance(v, int | float | str | bool) or (isinstance(v, dict) and len(v) <= 20)
+    }
+
+
+# --- the reviewed plan ---------------------------------------------------------------------
+
+
+def plan_digest(plan_dir: Path) -> dict[str, Any]:
+    """Rows, bytes, per-topic totals and the order-independent SHA-256 of a ``plan/`` dir."""
+    import pyarrow.dataset as ds
+
+    total = 0
+    rows = 0
+    size = 0
+    topics: dict[str, list[int]] = {}
+    dataset = ds.dataset(str(plan_dir), format="parquet")
+    present = [c for c in PLAN_COLUMNS if c in dataset.schema.names]
+    for batch in dataset.to_batches(columns=present, batch_size=65_536):
+        cols = batch.to_pydict()
+        for i in range(batch.num_rows):
+            row = {c: cols[c][i] for c in present}
+            body = json.dumps(row, sort_keys=True, separators=(",", ":"), default=str)
+            total = (total + int.from_bytes(hashlib.sha256(body.encode()).digest(), "big")) % (
+                1 << 256
+            )
+            rows += 1
+            size += int(row.get("size_bytes") or 0)
+            entry = topics.setdefault(str(row.get("topic") or "(no topic)"), [0, 0])
+            entry[0] += 1
+            entry[1] += int(row.get("size_bytes") or 0)
+    digest = hashlib.sha256(f"{rows}:{total:064x}".encode()).hexdigest()
+    ranked = sorted(topics.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    shown = [{"topic": t, "segments": n, "bytes": b} for t, (n, b) in ranked[:PLAN_TOPICS_SHOWN]]
+    rest = ranked[PLAN_TOPICS_SHOWN:]
+    return {
+        "rows": rows,
+        "bytes": size,
+        "sha256": digest,
+        "by_topic": shown,
+        "other_topics": {
+            "topics": len(rest),
+            "segments": sum(v[0] for _, v in rest),
+            "bytes": sum(v[1] for _, v in rest),
+        },
+    }
+
+
+class _ReviewedPlanKind(WorkflowKind):
+    """A kind that executes the plan of one succeeded dry run of ``job``."""
+
+    job: str
+    fields = (
+        Field(
+            "spark_run",
+            "Dry run #",
+            "int",
+            min_value=1,
+            max_value=2**62,
+            help="The succeeded dry run whose plan was reviewed (Spark jobs page).",
+        ),
+    )
+
+    def target(self, params: dict[str, Any]) -> str:
+        # One execution of this job per cluster at a time: two would delete the same objects.
+        return f"spark:{self.job}"
+
+    def dry_run(self, params: dict[str, Any]) -> SparkJobRun:
+        run = SparkJobRun.objects.filter(pk=params["spark_run"]).first()
+        if run is None:
+            raise Refusal(ErrorCode.INVALID_REQUEST, f"No Spark run #{params['spark_run']}.")
+        if run.job != self.job:
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"Spark run #{run.pk} is a {run.job} run; {self.name} executes a {self.job} plan.",
+            )
+        if not run.dry_run:
+            raise Refusal(ErrorCode.INVALID_REQUEST, f"Spark run #{run.pk} is not a dry run.")
+        if run.state != SparkRunState.SUCCEEDED:
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"Spark run #{run.pk} is {run.state}; only a succeeded dry run has a plan.",
+            )
+        if (run.cluster or "") != params["cluster"]:
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"Spark run #{run.pk} planned cluster {run.cluster!r}, not {params['cluster']!r}.",
+            )
+        return run
+
+    def plan_dir(self, run: SparkJobRun) -> Path:
+        path = Path(run.output_dir or "/nonexistent") / "plan"
+        if not path.is_dir():
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"The plan of Spark run #{run.pk} is gone ({path}); start a new dry run.",
+            )
+        return path
+
+    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+        run = self.dry_run(params)
+        try:
+            digest = plan_digest(self.plan_dir(run))
+        except (OSError, ValueError) as exc:
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST, f"The plan of Spark run #{run.pk} is unreadable: {exc}"
+            ) from None
+        if digest["rows"] == 0:
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST, f"Spark run #{run.pk} planned nothing to delete."
+            )
+        summary = {
+            k: v
+            for k, v in (run.output_summary or {}).items()
+            if k not in ("seconds", "plan_seconds", "delete_seconds")
+        }
+        return {
+            "summary": (
+                f"Delete the {digest['rows']} objects ({digest['bytes']} bytes) that {self.job} "
+                f"dry run #{run.pk} planned, exactly as reviewed."
+            ),
+            "spark_run": run.pk,
+            "job": self.job,
+            "plan_dir": str(self.plan_dir(run)),
+            "plan_rows": digest["rows"],
+            "plan_bytes": digest["bytes"],
+            "plan_sha256": digest["sha256"],
+            "by_topic": digest["by_topic"],
+            "other_topics": digest["other_topics"],
+            "dry_run_summary": _small(summary),
+            "steps": [s.name for s in self.steps(params, {})],
+        }
+
+
+def _check_plan(ctx: StepContext) -> None:
+    """Right before the first deletion: the reviewed plan output is still what was approved."""
+    digest = plan_digest(Path(ctx.plan["plan_dir"]))
+    if digest["sha256"] != ctx.plan["plan_sha256"]:
+        raise Refusal(
+            ErrorCode.PLAN_CHANGED,
+            f"The plan of Spark run #{ctx.plan['spark_run']} changed since it was approved "
+            f"({ctx.plan['plan_sha256'][:12]} → {digest['sha256'][:12]}).",
+            409,
+        )
+
+
+def _backend(ctx: StepContext):
+    from spark_tasks import remote
+
+    return remote.get_remote_metadata(ctx.params["cluster"])
+
+
+def _close(backend: Any) -> None:
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()
+
+
+def publish_log_start_offsets(ctx: StepContext) -> StepResult:
+    """Kafka's order, step 1: the new log start offsets go out before any object is deleted."""
+    from spark_tasks import remote
+
+    _check_plan(ctx)
+    backend = _backend(ctx)
+    try:
+        published = remote.publish_log_start_offsets(backend, Path(ctx.plan["plan_dir"]).parent)
+    finally:
+        _close(backend)
+    record_once(
+        ctx,
+        SparkStepAction.PUBLISH_LOG_START_OFFSETS,
+        target_type="spark_run",
+        target_id=ctx.plan["spark_run"],
+        after={"partitions": published},
+    )
+    return StepResult.done({"partitions": published})
+
+
+def mark_delete_started(ctx: StepContext) -> StepResult:
+    """Every planned segment → DELETE_SEGMENT_STARTED (unreadable at once; KIP-405 states)."""
+    from spark_tasks import remote
+
+    backend = _backend(ctx)
+    try:
+        marked = remote.mark_planned(backend, Path(ctx.plan["plan_dir"]).parent)
+    finally:
+        _close(backend)
+    record_once(
+        ctx,
+        SparkStepAction.MARK_DELETE_STARTED,
+        target_type="spark_run",
+        target_id=ctx.plan["spark_run"],
+        before={"state": "COPY_SEGMENT_FINISHED"},
+        after={"state": "DELETE_SEGMENT_STARTED", "segments": marked},
+    )
+    ctx.progress(marked, marked, "segments")
+    return StepResult.done({"segments": marked})
+
+
+def delete_objects(ctx: StepContext) -> StepResult:
+    """The ``delete_objects`` Spark job over the reviewed ``plan/`` (executors delete)."""
+    if ctx.workflow.kind == OrphanSweep.name:
+        _check_plan(ctx)
+    return follow_spark_run(
+        ctx, SparkJob.DELETE_OBJECTS, {"plan": ctx.plan["plan_dir"]}, dry_run=False
+    )
+
+
+def mark_delete_finished(ctx: StepContext) -> StepResult:
+    """Segments whose object is gone → DELETE_SEGMENT_FINISHED."""
+    from spark_tasks import remote
+
+    out = ctx.output_of("delete_objects").get("output_dir")
+    if not out:
+        raise RuntimeError("the delete_objects step left no output directory")
+    backend = _backend(ctx)
+    try:
+        finished = remote.mark_deleted(backend, Path(out))
+    finally:
+        _close(backend)
+    record_once(
+        ctx,
+        SparkStepAction.MARK_DELETE_FINISHED,
+        target_type="spark_run",
+        target_id=ctx.plan["spark_run"],
+        before={"state": "DELETE_SEGMENT_STARTED"},
+        after={"state": "DELETE_SEGMENT_FINISHED", "segments": finished},
+    )
+    return StepResult.done({"segments": finished})
+
+
+@register
+class RemotePurge(_ReviewedPlanKind):
+    name = "remote_purge"
+    label = "Purge remote segments (reviewed Spark plan)"
+    description = (
+        "Executes the plan of a reviewed purge dry run: publish log start offsets, mark "
+        "DELETE_SEGMENT_STARTED, delete the objects, mark DELETE_SEGMENT_FINISHED (KIP-950 "
+        "delete policy)."
+    )
+    job = SparkJob.PURGE
+
+    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+        return [
+            StepDef(
+                "publish_log_start_offsets",
+                publish_log_start_offsets,
+                label="Publish log start offsets",
+            ),
+            StepDef(
+                "mark_delete_started",
+                mark_delete_started,
+                label="Mark DELETE_SEGMENT_STARTED",
+                unit="segments",
+                total=plan.get("plan_rows"),
+            ),
+            StepDef("delete_objects", delete_objects, label="Delete objects (Spark)", unit="tasks"),
+            StepDef(
+                "mark_delete_finished",
+                mark_delete_finished,
+                label="Mark DELETE_SEGMENT_FINISHED",
+            ),
+        ]
+
+
+@register
+class OrphanSweep(_ReviewedPlanKind):
+    name = "orphan_sweep"
+    label = "Sweep orphaned remote objects (reviewed Spark plan)"
+    description = (
+        "Deletes the objects a reviewed orphans dry run found in the remote store without any "
+        "metadata record (older than its window)."
+    )
+    job = SparkJob.ORPHANS
+
+    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+        return [
+            StepDef("delete_objects", delete_objects, label="Delete objects (Spark)", unit="tasks")
+        ]

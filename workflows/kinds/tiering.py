@@ -1,0 +1,754 @@
+"""``disable_tiering`` and ``enable_tiering``: KIP-950 tiered-storage disablement and
+re-enablement, driven as durable workflows against the controller and every hosting broker.
+
+KIP-950 rules these kinds follow (seed 000, DESIGN.md "Domain rules"):
+
+- States ENABLED → DISABLING → DISABLED → (re-enable) ENABLED. Disabling increments the tiered
+  epoch; re-enabling keeps it. A disable while DISABLING is refused with
+  ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS`` (the KIP spells it ``TIERED_STORAGET_…``; the agent
+  and we use the corrected spelling); an unknown policy or malformed request with
+  ``INVALID_REQUEST``. ``remote.log.disable.policy`` defaults to ``retain``; re-enable takes no
+  policy. Compacted topics cannot be tiered.
+- DISABLING becomes DISABLED only once every broker hosting the topic acknowledged
+  DisableRemoteTopic for the current tiered epoch; an unreachable broker is retried until it
+  answers (KIP-950 "Failure Modes": "the controller will retry the operation until it receives a
+  successful response"). After a crash of whatever drives it, a topic left DISABLING is driven on
+  ("Controller Failover in DISABLING State") — here the engine's lease + reconciler.
+
+Decisions (where the KIP leaves room):
+
+- **Pre-flight reads PostgreSQL only** (the console's synced inventory), as DESIGN.md asks of
+  requests ("a request never calls an agent"); the plan is a pure function of the parameters and
+  that state. The controller is the authority at execution: ``start_disablement`` sends the
+  plan's tiered epoch as ``expected_tiered_epoch``, so a topic that moved since the plan was made
+  is never disabled on a stale view.
+- **Exactly one epoch increment.** ``start_disablement`` first reads the topic: ENABLED at the
+  plan's epoch → start with the expected-epoch check; DISABLING / DISABLED at the plan's epoch
+  + 1 with our policy → our own earlier attempt (a worker killed after the controller answered),
+  driven on as KIP-950 asks. Anything else fails the workflow with the controller's code.
+- **Fan-out.** One step per hosting broker (its acknowledgement, its audit event, its visible
+  state). Commands go out in parallel windows of :data:`FANOUT_CONCURRENCY`: the step of the
+  first pending broker also sends the command (with *their* step's idempotency key) to the next
+  pending brokers; their own steps then repeat it, the agent answers the repeat without applying
+  it again (``applied: false``) and the step records the acknowledgement. An unreachable broker
+  parks the workflow in ``waiting`` (shown on its page with the reason) and is retried with
+  exponential backoff capped at :data:`UNREACHABLE_RETRY_CAP_SECONDS`, without limit.
+  ``STALE_TIERED_EPOCH`` (the broker applied a newer epoch: someone else's disablement or
+  re-enablement overtook this one) fails the workflow: it is fenced, not retried.
+- **Delete policy.** After DISABLED the Spark ``purge`` job runs (non-dry-run: it plans, publishes
+  log start offsets, marks DELETE_SEGMENT_STARTED, deletes, marks DELETE_SEGMENT_FINISHED). The
+  job works cluster-wide on every segment fenced by a delete-policy disablement (``tiered_epoch <
+  purge_below_tiered_epoch``); this topic's are among them and segments of the current epoch are
+  never touched, so purging other fenced topics' garbage too is never wrong. The run is linked
+  from the step log and its Spark task progress is the step's progress bar.
+- **Disk growth projection (retain).** Once copying stops, local segments expire only when no
+  remote data is left (KIP-950 "Data expiry"), so a broker keeps locally everything produced from
+  now on until the remote log has expired by the topic-wide retention. In steady state the local
+  log then holds what remote + local hold now: the projected growth of each replica is its
+  partition's current remote bytes, capped at ``retention.bytes`` minus the replica's local bytes
+  when ``retention.bytes`` is set. Summed per log dir and compared with its usable bytes
+  (``fits``). Replicas on an offline dir (no dir known) are listed under ``unplaced_replicas``.
+- **Rounding.** Byte and segment figures in the plan are rounded to two significant digits so the
+  normal growth of a live topic between request and execution does not void the approval; any
+  structural change (brokers, epoch, state, partition count, a log dir that no longer fits) does.
+- **Console sync.** The last step syncs the cluster's inventory (best effort), so the topic page
+  and the next pre-flight see the new state without waiting for beat.
+- **enable_tiering verification.** After EnableRemoteTopic on every broker, ``verify_tiering``
+  produces :data:`VERIFY_RECORDS` marker records (key ``strata.verify``) to the lowest-numbered
+  partition with a leader, rolls its active segment and waits for the copier: the segment holding
+  them must be COPY_SEGMENT_FINISHED with the topic's current tiered epoch, and reading from the
+  record before that segment up to the last marker must give consecutive offsets (no gap at the
+  boundary between data tiered before and after the re-enable) with the markers' values. The
+  plan says so: it writes to the topic. A re-run after a crash writes another batch of markers.
+
+Audit: every controller and agent command writes one event (``tiering.*``) with before / after,
+once per step idempotency key (:func:`~workflows.kinds.spark.record_once`); the step's outcome is
+committed with the engine's ``workflow.step_succeeded`` event carrying the same before / after.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from broker_agent.choices import (
+    DisablePolicy,
+    LogDirState,
+    RemoteSegmentState,
+    TieredState,
+    TopicConfig,
+)
+from broker_agent.choices import ErrorCode as AgentCode
+from broker_agent.client import AgentError
+from console.models import Cluster, LogDir, Partition, Replica, Topic
+from spark_tasks.models import SparkJob
+from workflows.errors import ErrorCode
+from workflows.kinds import Field, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds.cluster_access import agent, controller
+from workflows.kinds.spark import follow_spark_run, record_once
+from workflows.models import WorkflowStep
+
+if TYPE_CHECKING:
+    from broker_agent.models import TopicMetadata
+    from workflows.engine import StepContext
+
+__all__ = [
+    "FANOUT_CONCURRENCY",
+    "DisableTiering",
+    "EnableTiering",
+    "TieringAction",
+    "project_disk_growth",
+]
+
+log = logging.getLogger(__name__)
+
+FANOUT_CONCURRENCY = 8
+UNREACHABLE_RETRY_CAP_SECONDS = 15.0
+VERIFY_RECORDS = 5
+VERIFY_KEY = "strata.verify"
+VERIFY_TIMEOUT_SECONDS = 60.0
+COMPACT = "compact"
+
+
+class TieringAction:
+    """Audit actions of the tiering kinds."""
+
+    START_DISABLEMENT = "tiering.start_disablement"
+    DISABLE_REMOTE_TOPIC = "tiering.disable_remote_topic"
+    COMPLETE_DISABLEMENT = "tiering.complete_disablement"
+    ENABLE = "tiering.enable"
+    ENABLE_REMOTE_TOPIC = "tiering.enable_remote_topic"
+    VERIFY_PRODUCE = "tiering.verify_produce"
+
+
+# --- pre-flight helpers ----------------------------------------------------------------------
+
+
+def approx(value: int) -> int:
+    """``value`` rounded to two significant digits (see the module docstring, "Rounding")."""
+    if value <= 0:
+        return 0
+    digits = math.floor(math.log10(value)) - 1
+    return int(round(value, -digits)) if digits > 0 else int(value)
+
+
+def _topic(params: dict[str, Any]) -> Topic:
+    cluster = Cluster.objects.filter(name=params["cluster"]).first()
+    if cluster is None:
+        raise Refusal(ErrorCode.INVALID_REQUEST, f"Unknown cluster {params['cluster']!r}.")
+    topic = Topic.objects.filter(cluster=cluster, name=params["topic"]).first()
+    if topic is None:
+        raise Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"Unknown topic {params['topic']!r} on {cluster.name} (as of the last sync).",
+        )
+    return topic
+
+
+def _partitions(topic: Topic) -> list[Partition]:
+    return list(
+        Partition.objects.filter(topic=topic)
+        .order_by("partition")
+        .only("partition", "replicas", "leader", "remote_bytes", "remote_segments")
+    )
+
+
+def _hosting_brokers(partitions: list[Partition]) -> list[int]:
+    """Brokers hosting a replica of the topic: whose acknowledgements KIP-950 waits for."""
+    return sorted({b for p in partitions for b in p.replicas})
+
+
+def _is_compacted(topic: Topic) -> bool:
+    policy = (topic.configs or {}).get(TopicConfig.CLEANUP_POLICY, "")
+    return COMPACT in {p.strip() for p in str(policy).split(",")}
+
+
+def project_disk_growth(topic: Topic, partitions: list[Partition]) -> dict[str, Any]:
+    """Per log dir: projected local growth once copying stops (method in the module docstring)."""
+    remote = {p.partition: p.remote_bytes for p in partitions}
+    retention_bytes = int((topic.configs or {}).get(TopicConfig.RETENTION_BYTES, "-1") or -1)
+    per_dir: dict[tuple[int, str], dict[str, Any]] = {}
+    unplaced: list[str] = []
+    replicas = Replica.objects.filter(partition__topic=topic).values(
+        "partition__partition", "broker__broker_id", "log_dir_id", "size_bytes"
+    )
+    dirs = {
+        d["pk"]: d
+        for d in LogDir.objects.filter(broker__cluster=topic.cluster).values(
+            "pk", "name", "state", "usable_bytes", "broker__broker_id"
+        )
+    }
+    for r in replicas:
+        growth = remote.get(r["partition__partition"], 0)
+        if retention_bytes >= 0:
+            growth = max(0, min(growth, retention_bytes - r["size_bytes"]))
+        d = dirs.get(r["log_dir_id"])
+        if d is None:
+            unplaced.append(f"{r['partition__partition']}@{r['broker__broker_id']}")
+            continue
+        entry = per_dir.setdefault(
+            (d["broker__broker_id"], d["name"]),
+            {"growth": 0, "local": 0, "replicas": 0, "usable": d["usable_bytes"], "dir": d},
+        )
+        entry["growth"] += growth
+        entry["local"] += r["size_bytes"]
+        entry["replicas"] += 1
+    rows = [
+        {
+            "broker": broker,
+            "log_dir": name,
+            "replicas": e["replicas"],
+            "local_bytes": approx(e["local"]),
+            "projected_growth_bytes": approx(e["growth"]),
+            "fits": e["dir"]["state"] != LogDirState.OFFLINE and e["growth"] <= e["usable"],
+        }
+        for (broker, name), e in sorted(per_dir.items())
+    ]
+    return {
+        "method": (
+            "Once copying stops, local segments expire only when no remote data is left "
+            "(KIP-950), so each replica grows by its partition's current remote bytes (capped at "
+            "retention.bytes minus its local bytes when set); summed per log dir and compared "
+            "with the dir's usable bytes. Figures rounded to 2 significant digits."
+        ),
+        "log_dirs": rows,
+        "all_fit": all(r["fits"] for r in rows),
+        "unplaced_replicas": sorted(unplaced),
+    }
+
+
+# --- step helpers ----------------------------------------------------------------------------
+
+
+def _unreachable_wait(ctx: StepContext, broker: int, exc: BaseException) -> StepResult:
+    from workflows.engine import backoff_seconds
+
+    delay = min(backoff_seconds(ctx.step.attempts), UNREACHABLE_RETRY_CAP_SECONDS)
+    ctx.log(f"broker {broker} did not acknowledge: {exc}; retrying in {delay:.1f}s", "warning")
+    return StepResult.wait(
+        f"Broker {broker} unreachable ({type(exc).__name__}: {str(exc)[:200]}); retrying until "
+        "it acknowledges.",
+        retry_in=delay,
+    )
+
+
+def _is_unreachable(exc: BaseException) -> bool:
+    if isinstance(exc, httpx.HTTPError | LookupError | OSError):
+        return True
+    return isinstance(exc, AgentError) and exc.retriable
+
+
+def _topic_state(t: TopicMetadata) -> dict[str, Any]:
+    return {
+        "tiered_state": t.tiered_state,
+        "tiered_epoch": t.tiered_epoch,
+        "disable_policy": t.disable_policy,
+        "tiering_acks": list(t.tiering_acks),
+    }
+
+
+def _sync_console(ctx: StepContext) -> None:
+    """Best effort: refresh the console's inventory so pages and the next pre-flight see it."""
+    from console.choices import SyncTrigger
+    from console.sync import do_sync_cluster
+
+    try:
+        do_sync_cluster(
+            Cluster.objects.get(name=ctx.params["cluster"]), trigger=SyncTrigger.COMMAND
+        )
+    except Exception as exc:  # the workflow's change is done; beat will sync later
+        ctx.log(f"console sync after the change failed: {exc}", "warning")
+
+
+# --- disable_tiering steps -------------------------------------------------------------------
+
+
+def start_disablement(ctx: StepContext) -> StepResult:
+    """ENABLED → DISABLING at the controller, tiered epoch + 1, exactly once."""
+    topic, epoch, policy = ctx.params["topic"], ctx.plan["tiered_epoch"], ctx.params["policy"]
+    new_epoch = epoch + 1
+    with controller(ctx.params["cluster"]) as ctl:
+        before = ctl.topic(topic)
+        if before.topic_id != ctx.plan["topic_id"]:
+            return StepResult.fail(
+                ErrorCode.PLAN_CHANGED, f"{topic} was re-created (topic id {before.topic_id})."
+            )
+        ours = (
+            before.tiered_epoch == new_epoch
+            and before.tiered_state in (TieredState.DISABLING, TieredState.DISABLED)
+            and (before.disable_policy or DisablePolicy.DEFAULT) == policy
+        )
+        if ours:
+            after = before
+            ctx.log(f"already {before.tiered_state} at tiered epoch {new_epoch}: driving it on")
+        elif before.tiered_state == TieredState.ENABLED and before.tiered_epoch == epoch:
+            try:
+                after = ctl.start_disable(topic, policy=policy, expected_tiered_epoch=epoch)
+            except AgentError as exc:
+                return StepResult.fail(exc.error, f"controller refused: {exc.message}")
+        else:
+            code = (
+                AgentCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS
+                if before.tiered_state == TieredState.DISABLING
+                else AgentCode.STALE_TIERED_EPOCH
+            )
+            return StepResult.fail(
+                code,
+                f"{topic} is {before.tiered_state} at tiered epoch {before.tiered_epoch}; the "
+                f"plan expected ENABLED at {epoch}.",
+            )
+    record_once(
+        ctx,
+        TieringAction.START_DISABLEMENT,
+        target_type="topic",
+        target_id=f"{ctx.params['cluster']}/{topic}",
+        before=_topic_state(before)
+        if not ours
+        else {"tiered_state": TieredState.ENABLED, "tiered_epoch": epoch},
+        after=_topic_state(after),
+        extra={"policy": policy, "expected_tiered_epoch": epoch},
+    )
+    return StepResult.done({"tiered_epoch": after.tiered_epoch, "tiered_state": after.tiered_state})
+
+
+def _pending_window(ctx: StepContext) -> list[WorkflowStep]:
+    """This step and the next pending steps of the same name (the fan-out window)."""
+    return list(
+        WorkflowStep.objects.filter(
+            workflow_id=ctx.workflow.pk,
+            name=ctx.step.name,
+            position__gt=ctx.step.position,
+            state="pending",
+        ).order_by("position")[: FANOUT_CONCURRENCY - 1]
+    )
+
+
+def _fan_out(ctx: StepContext, send) -> Any:
+    """Send this step's command and, in parallel, the next pending brokers' commands (their
+    own idempotency keys); return this step's answer or raise its error."""
+    others = _pending_window(ctx)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1 + len(others)) as pool:
+        mine = pool.submit(send, ctx.step.broker, ctx.idempotency_key)
+        for step in others:
+            pool.submit(send, step.broker, step.idempotency_key)
+        return mine.result()
+
+
+def _sender(ctx: StepContext, command: str):
+    cluster, topic = ctx.params["cluster"], ctx.params["topic"]
+    topic_id = ctx.plan["topic_id"]
+    epoch = ctx.plan.get("new_tiered_epoch", ctx.plan["tiered_epoch"])
+    policy = ctx.params.get("policy")
+
+    def send(broker: int, key: str):
+        try:
+            with agent(cluster, broker) as a:
+                if command == "disable":
+                    return a.disable_remote_topic(topic, topic_id, epoch, policy, key)
+                return a.enable_remote_topic(topic, topic_id, epoch, key)
+        except Exception as exc:
+            if broker == ctx.step.broker:
+                raise
+            log.info("fan-out to broker %s deferred to its own step: %s", broker, exc)
+            return None
+
+    return send
+
+
+def _broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
+    broker = ctx.step.broker
+    try:
+        result = _fan_out(ctx, _sender(ctx, command))
+    except Exception as exc:
+        if isinstance(exc, AgentError) and exc.error == AgentCode.STALE_TIERED_EPOCH:
+            return StepResult.fail(
+                AgentCode.STALE_TIERED_EPOCH,
+                f"broker {broker} fenced the command: {exc.message} (a newer tiering change "
+                "overtook this workflow)",
+            )
+        if _is_unreachable(exc):
+            return _unreachable_wait(ctx, broker, exc)
+        if isinstance(exc, AgentError):
+            return StepResult.fail(exc.error, f"broker {broker}: {exc.message}")
+        raise
+    answer = result.model_dump()
+    record_once(
+        ctx,
+        action,
+        target_type="broker",
+        target_id=broker,
+        before={"tiered_epoch": ctx.plan["tiered_epoch"], "tiered_state": ctx.plan["tiered_state"]},
+        after=answer,
+        extra={"topic": ctx.params["topic"], "cluster": ctx.params["cluster"]},
+    )
+    ctx.progress(1, 1, "acks")
+    return StepResult.done(answer)
+
+
+def disable_remote_topic(ctx: StepContext) -> StepResult:
+    """DisableRemoteTopic to one hosting broker at the new tiered epoch, until it acknowledges."""
+    return _broker_command(ctx, "disable", TieringAction.DISABLE_REMOTE_TOPIC)
+
+
+def complete_disablement(ctx: StepContext) -> StepResult:
+    """DISABLING → DISABLED once every hosting broker acknowledged (the controller checks)."""
+    topic, epoch = ctx.params["topic"], ctx.plan["new_tiered_epoch"]
+    with controller(ctx.params["cluster"]) as ctl:
+        before = ctl.topic(topic)
+        try:
+            after = ctl.complete_disable(topic, expected_tiered_epoch=epoch)
+        except AgentError as exc:
+            if exc.error != AgentCode.TIERED_STORAGE_DISABLEMENT_INCOMPLETE:
+                return StepResult.fail(exc.error, f"controller refused: {exc.message}")
+            # Brokers the controller still waits for (a replica moved since the plan, or an ack
+            # the controller lost): send them the command too, then try again.
+            pending = [int(b) for b in exc.body.get("pending_brokers", [])]
+            for b in pending:
+                try:
+                    with agent(ctx.params["cluster"], b) as a:
+                        a.disable_remote_topic(
+                            topic,
+                            ctx.plan["topic_id"],
+                            epoch,
+                            ctx.params["policy"],
+                            f"{ctx.idempotency_key}:b{b}",
+                        )
+                except Exception as send_exc:
+                    if _is_unreachable(send_exc):
+                        return _unreachable_wait(ctx, b, send_exc)
+                    raise
+            raise RuntimeError(f"brokers {pending} had not acknowledged; sent again") from None
+    record_once(
+        ctx,
+        TieringAction.COMPLETE_DISABLEMENT,
+        target_type="topic",
+        target_id=f"{ctx.params['cluster']}/{topic}",
+        before=_topic_state(before),
+        after=_topic_state(after),
+        extra={"expected_tiered_epoch": epoch},
+    )
+    _sync_console(ctx)
+    return StepResult.done({"tiered_state": after.tiered_state, "tiered_epoch": after.tiered_epoch})
+
+
+def purge_remote_segments(ctx: StepContext) -> StepResult:
+    """Delete policy: the Spark purge job, followed to the end (progress on the page)."""
+    return follow_spark_run(ctx, SparkJob.PURGE, {}, dry_run=False)
+
+
+# --- enable_tiering steps --------------------------------------------------------------------
+
+
+def enable_at_controller(ctx: StepContext) -> StepResult:
+    """DISABLED (or never tiered) → ENABLED at the controller; the tiered epoch is kept."""
+    topic, epoch = ctx.params["topic"], ctx.plan["tiered_epoch"]
+    with controller(ctx.params["cluster"]) as ctl:
+        before = ctl.topic(topic)
+        if before.topic_id != ctx.plan["topic_id"]:
+            return StepResult.fail(
+                ErrorCode.PLAN_CHANGED, f"{topic} was re-created (topic id {before.topic_id})."
+            )
+        if before.tiered_state == TieredState.ENABLED and before.tiered_epoch == epoch:
+            after = before  # our earlier attempt (or an idempotent repeat)
+        else:
+            try:
+                after = ctl.enable(topic, expected_tiered_epoch=epoch)
+            except AgentError as exc:
+                return StepResult.fail(exc.error, f"controller refused: {exc.message}")
+    record_once(
+        ctx,
+        TieringAction.ENABLE,
+        target_type="topic",
+        target_id=f"{ctx.params['cluster']}/{topic}",
+        before={"tiered_state": ctx.plan["tiered_state"], "tiered_epoch": epoch},
+        after=_topic_state(after),
+        extra={"expected_tiered_epoch": epoch},
+    )
+    return StepResult.done({"tiered_state": after.tiered_state, "tiered_epoch": after.tiered_epoch})
+
+
+def enable_remote_topic(ctx: StepContext) -> StepResult:
+    """EnableRemoteTopic to one hosting broker at the (unchanged) tiered epoch."""
+    return _broker_command(ctx, "enable", TieringAction.ENABLE_REMOTE_TOPIC)
+
+
+def verify_tiering(ctx: StepContext) -> StepResult:
+    """New segments tier with the current epoch and offsets continue without a gap."""
+    cluster, topic, epoch = ctx.params["cluster"], ctx.params["topic"], ctx.plan["tiered_epoch"]
+    with controller(cluster) as ctl:
+        meta = ctl.topic(topic)
+    part = next(
+        (p for p in sorted(meta.partitions, key=lambda p: p.partition) if p.leader >= 0), None
+    )
+    if part is None:
+        raise RuntimeError(f"{topic} has no partition with a leader to verify on")
+    p, leader = part.partition, part.leader
+    marker = f"wf{ctx.workflow.pk}:{ctx.step.attempts}"
+    records = [{"key": VERIFY_KEY, "value": f"{marker}:{i}"} for i in range(VERIFY_RECORDS)]
+    with agent(cluster, leader) as a:
+        produced = a.produce(topic, p, records)
+        last = produced.base_offset + VERIFY_RECORDS - 1
+        record_once(
+            ctx,
+            TieringAction.VERIFY_PRODUCE,
+            target_type="topic",
+            target_id=f"{cluster}/{topic}",
+            after={"partition": p, "base_offset": produced.base_offset, "records": VERIFY_RECORDS},
+            key=f"{ctx.idempotency_key}:{ctx.step.attempts}",
+        )
+        a.roll(topic, p)
+        deadline = time.monotonic() + VERIFY_TIMEOUT_SECONDS
+        segment = None
+        while segment is None:
+            segment = next(
+                (
+                    s
+                    for s in a.inventory(topic)
+                    if s.partition == p
+                    and s.state == RemoteSegmentState.COPY_SEGMENT_FINISHED
+                    and s.start_offset <= last <= s.end_offset
+                ),
+                None,
+            )
+            if segment is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{topic}-{p}: offset {last} was not tiered within "
+                        f"{VERIFY_TIMEOUT_SECONDS:.0f}s (copier stopped?)"
+                    )
+                ctx.progress(0, 1, "segments")
+                time.sleep(0.5)
+        if segment.tiered_epoch != epoch:
+            return StepResult.fail(
+                "TIERED_EPOCH_MISMATCH",
+                f"{topic}-{p}: new segment {segment.segment_id} tiered at epoch "
+                f"{segment.tiered_epoch}, the topic's is {epoch}",
+            )
+        start = max(segment.start_offset - 1, a.fetch(topic, p, last).log_start_offset)
+        offsets: list[int] = []
+        values: dict[int, str] = {}
+        offset = start
+        while offset <= last:
+            fetched = a.fetch(topic, p, offset, max_records=last - offset + 1)
+            if not fetched.records:
+                break
+            for rec in fetched.records:
+                if rec.offset <= last:
+                    offsets.append(rec.offset)
+                    values[rec.offset] = rec.value
+            offset = fetched.records[-1].offset + 1
+    if offsets != list(range(start, last + 1)):
+        return StepResult.fail(
+            "OFFSET_GAP",
+            f"{topic}-{p}: offsets {start}..{last} read back as {offsets[:20]}…",
+        )
+    expected = {produced.base_offset + i: r["value"] for i, r in enumerate(records)}
+    if any(values.get(o) != v for o, v in expected.items()):
+        return StepResult.fail("VERIFY_MISMATCH", f"{topic}-{p}: marker records read back wrong")
+    ctx.progress(1, 1, "segments")
+    _sync_console(ctx)
+    return StepResult.done(
+        {
+            "partition": p,
+            "segment_id": segment.segment_id,
+            "segment_tiered_epoch": segment.tiered_epoch,
+            "segment_offsets": [segment.start_offset, segment.end_offset],
+            "checked_offsets": [start, last],
+        }
+    )
+
+
+# --- the kinds -------------------------------------------------------------------------------
+
+
+@register
+class DisableTiering(WorkflowKind):
+    name = "disable_tiering"
+    label = "Disable tiering (KIP-950)"
+    description = (
+        "ENABLED → DISABLING (tiered epoch + 1) → DisableRemoteTopic to every hosting broker → "
+        "DISABLED; with policy delete, then the Spark purge job."
+    )
+    fields = (
+        Field.topic(),
+        Field.choice(
+            "policy",
+            DisablePolicy.ALL,
+            default=DisablePolicy.DEFAULT,
+            label="Disable policy",
+            help="remote.log.disable.policy: retain keeps remote data readable; delete purges it.",
+        ),
+    )
+
+    def target(self, params: dict[str, Any]) -> str:
+        return f"topic:{params['topic']}"
+
+    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+        topic = _topic(params)
+        if topic.tiered_state == TieredState.DISABLING:
+            raise Refusal(
+                AgentCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
+                f"Disablement of {topic.name} at tiered epoch {topic.tiered_epoch} is in progress.",
+                409,
+            )
+        if topic.tiered_state != TieredState.ENABLED:
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"{topic.name} is not tiered (tiered state {topic.tiered_state}).",
+            )
+        partitions = _partitions(topic)
+        brokers = _hosting_brokers(partitions)
+        policy = params["policy"]
+        plan: dict[str, Any] = {
+            "summary": (
+                f"Disable tiering of {topic.name} with policy {policy}: tiered epoch "
+                f"{topic.tiered_epoch} → {topic.tiered_epoch + 1}, DisableRemoteTopic to "
+                f"{len(brokers)} brokers."
+            ),
+            "topic": topic.name,
+            "topic_id": topic.topic_id,
+            "policy": policy,
+            "tiered_state": topic.tiered_state,
+            "tiered_epoch": topic.tiered_epoch,
+            "new_tiered_epoch": topic.tiered_epoch + 1,
+            "partitions": len(partitions),
+            "brokers": brokers,
+            "replicas_per_broker": {
+                str(b): sum(1 for p in partitions if b in p.replicas) for b in brokers
+            },
+            "remote_segments": approx(sum(p.remote_segments for p in partitions)),
+            "remote_bytes": approx(sum(p.remote_bytes for p in partitions)),
+        }
+        if policy == DisablePolicy.RETAIN:
+            plan["effect"] = (
+                "Copying stops; remote segments stay readable and keep expiring by the topic-wide "
+                "retention; local segments expire only once no remote data is left."
+            )
+            plan["disk_growth"] = project_disk_growth(topic, partitions)
+        else:
+            plan["effect"] = (
+                "Copying and remote expiration stop; the log start offset moves to the local log "
+                "start offset; every remote segment below the new tiered epoch becomes unreadable "
+                "at once and is deleted by the Spark purge job."
+            )
+        plan["steps"] = [
+            "start_disablement",
+            *(f"disable_remote_topic@{b}" for b in brokers),
+            "complete_disablement",
+            *(["purge_remote_segments"] if policy == DisablePolicy.DELETE else []),
+        ]
+        return plan
+
+    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+        steps = [
+            StepDef(
+                "start_disablement",
+                start_disablement,
+                label=f"Start disablement (epoch {plan['new_tiered_epoch']})",
+            )
+        ]
+        steps += [
+            StepDef(
+                "disable_remote_topic",
+                disable_remote_topic,
+                label=f"DisableRemoteTopic on broker {b}",
+                broker=b,
+                unit="acks",
+                total=1,
+            )
+            for b in plan["brokers"]
+        ]
+        steps.append(StepDef("complete_disablement", complete_disablement, label="DISABLED"))
+        if params["policy"] == DisablePolicy.DELETE:
+            steps.append(
+                StepDef(
+                    "purge_remote_segments",
+                    purge_remote_segments,
+                    label="Spark purge job",
+                    unit="tasks",
+                )
+            )
+        return steps
+
+
+@register
+class EnableTiering(WorkflowKind):
+    name = "enable_tiering"
+    label = "Enable tiering (KIP-950 re-enablement)"
+    description = (
+        "ENABLED at the controller (tiered epoch kept), EnableRemoteTopic to every hosting "
+        "broker, then a produced batch must tier with the current epoch without an offset gap."
+    )
+    fields = (Field.topic(),)  # re-enablement takes no policy (KIP-950)
+
+    def target(self, params: dict[str, Any]) -> str:
+        return f"topic:{params['topic']}"
+
+    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+        topic = _topic(params)
+        if _is_compacted(topic):
+            raise Refusal(
+                AgentCode.REMOTE_STORAGE_NOT_SUPPORTED_FOR_COMPACTED_TOPIC,
+                f"{topic.name} is compacted (cleanup.policy "
+                f"{topic.configs.get(TopicConfig.CLEANUP_POLICY)}); compacted topics cannot be "
+                "tiered.",
+            )
+        if topic.tiered_state == TieredState.DISABLING:
+            raise Refusal(
+                AgentCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
+                f"Disablement of {topic.name} is in progress; re-enable once it is DISABLED.",
+                409,
+            )
+        if topic.tiered_state == TieredState.ENABLED:
+            raise Refusal(ErrorCode.INVALID_REQUEST, f"{topic.name} is already tiered.")
+        partitions = _partitions(topic)
+        brokers = _hosting_brokers(partitions)
+        verify_on = next((p.partition for p in partitions if p.leader >= 0), None)
+        return {
+            "summary": (
+                f"Enable tiering of {topic.name} at tiered epoch {topic.tiered_epoch} on "
+                f"{len(brokers)} brokers, then verify with {VERIFY_RECORDS} marker records."
+            ),
+            "topic": topic.name,
+            "topic_id": topic.topic_id,
+            "tiered_state": topic.tiered_state,
+            "tiered_epoch": topic.tiered_epoch,
+            "partitions": len(partitions),
+            "brokers": brokers,
+            "remote_segments": approx(sum(p.remote_segments for p in partitions)),
+            "remote_bytes": approx(sum(p.remote_bytes for p in partitions)),
+            "verification": (
+                f"Writes {VERIFY_RECORDS} records with key {VERIFY_KEY!r} to partition "
+                f"{verify_on}, rolls it, waits for the copier: the new segment must carry tiered "
+                f"epoch {topic.tiered_epoch} and offsets must continue without a gap."
+            ),
+            "steps": [
+                "enable_at_controller",
+                *(f"enable_remote_topic@{b}" for b in brokers),
+                "verify_tiering",
+            ],
+        }
+
+    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+        return [
+            StepDef("enable_at_controller", enable_at_controller, label="ENABLED at controller"),
+            *(
+                StepDef(
+                    "enable_remote_topic",
+                    enable_remote_topic,
+                    label=f"EnableRemoteTopic on broker {b}",
+                    broker=b,
+                    unit="acks",
+                    total=1,
+                )
+                for b in plan["brokers"]
+            ),
+            StepDef(
+                "verify_tiering", verify_tiering, label="Verify new segments tier", unit="segments"
+            ),
+        ]

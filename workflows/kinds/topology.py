@@ -1,0 +1,353 @@
+"""``expand_partitions`` / ``shrink_partitions``: KIP-253 partition expansion and deletion.
+
+Both take ``topic`` and ``partitions``, the new ``undeleted_partition_count`` U' (the count
+producers hash keys over; KIP-253 "undeleted_partition_count").
+
+Linear hashing (KIP-253, DESIGN.md): N = initial_partition_count, L the largest integer with
+N·2^L <= U, S = U - N·2^L; a key goes to p = h mod N·2^L, and if p < S to h mod N·2^(L+1). So
+growing U by one splits exactly one partition: partition q (q >= N) takes part of the keys of
+its parent q - N·2^⌊log2(q/N)⌋, and no other key moves. Shrinking runs the same tree backwards:
+a partition marked for deletion gives its keys back to its parent (or, if the parent is marked
+too, to the first surviving ancestor).
+
+``expand_partitions`` refusals (nothing changes):
+
+- ``UNKNOWN_TOPIC_OR_PARTITION`` — no such topic;
+- ``INVALID_PARTITIONS`` — U' is not above the current undeleted_partition_count;
+- ``PARTITIONS_MARKED_FOR_DELETION`` (409) — KIP-253: "user can not expand partitions of an
+  existing topic when there is still partition marked for deletion for that topic";
+- ``INVALID_REPLICATION_FACTOR`` — fewer live brokers than the topic's replication factor.
+
+Plan: N, U, U', ``new_partitions`` (each with the ``parent`` it splits), ``split_parents``,
+replication factor. Steps: ``alter_partition_count`` (the controller records every existing
+partition's leader epoch in the new partitions' leaderEpochAfterCreation and bumps those epochs)
+→ ``await_new_partitions`` (waits until every new partition has a leader and a full ISR;
+progress in partitions).
+
+``shrink_partitions`` refusals: ``UNKNOWN_TOPIC_OR_PARTITION``; ``INVALID_PARTITIONS`` when U'
+is not below U, or below initial_partition_count (KIP-253: never below N). Plan: N, U, U',
+``partitions_to_mark`` (each with ``keys_move_to``), partitions already marked, and
+``records_to_drain`` (two significant digits, see :func:`workflows.kinds.disks.approx`,
+so that traffic between request and execution does not void the approvals). Steps:
+``mark_partitions`` (the controller writes leaderEpochBeforeDeletion and bumps the survivors'
+leader epochs) → ``drain`` (follows the marked partitions until the controller removed them;
+progress in records, ``StepResult.wait`` while draining).
+
+**Draining needs retention or DeleteRecords.** KIP-253 removes a marked partition once it is
+empty (log_start_offset == log_end_offset) "due to either retention or
+AdminClient.deleteRecords(...)". No new data arrives in a marked partition, so its records age
+out by the topic's retention.ms / retention.bytes — the workflow waits for that (possibly days)
+and does not delete records itself: whether consumers still need them is the operator's call,
+made with DeleteRecords (the agent's ``log-start-offset`` endpoint) outside this workflow.
+
+Every controller command is audited (``topology.alter_partition_count``, before / after) and
+applied at most once per step (:mod:`workflows.kinds.commands`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from broker_agent.choices import ErrorCode as AgentErrorCode
+from broker_agent.client import AgentError
+from broker_agent.hashing import parent_partition
+from broker_agent.models import ClusterMetadata, TopicMetadata
+from workflows.kinds import Field, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds.cluster_access import agent, controller
+from workflows.kinds.commands import preflight_reads, run_command, waits_when_unreachable
+from workflows.kinds.disks import approx
+
+if TYPE_CHECKING:
+    from workflows.engine import StepContext
+
+__all__ = [
+    "ExpandPartitions",
+    "ShrinkPartitions",
+    "TopologyAction",
+    "keys_move_to",
+    "remaining_records",
+]
+
+POLL_SECONDS = 2.0
+MAX_PARTITIONS = 100_000
+
+
+class TopologyAction:
+    ALTER_PARTITION_COUNT = "topology.alter_partition_count"
+
+
+def keys_move_to(q: int, initial_partition_count: int, undeleted_partition_count: int) -> int:
+    """Where the keys of a partition marked for deletion go under the new count: its parent,
+    or the parent's parent while that is marked too (linear hashing run backwards)."""
+    p = q
+    while p >= undeleted_partition_count:
+        p = parent_partition(p, initial_partition_count)
+    return p
+
+
+def _topic(cluster: str, name: str) -> tuple[TopicMetadata, ClusterMetadata]:
+    with controller(cluster) as ctl:
+        md = ctl.metadata()
+    t = next((x for x in md.topics if x.name == name), None)
+    if t is None:
+        raise Refusal(AgentErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unknown topic {name!r}.", 404)
+    return t, md
+
+
+def remaining_records(cluster: str, t: TopicMetadata, partitions: set[int]) -> dict[int, int]:
+    """Records left in each of ``partitions`` (log_end_offset - log_start_offset on its
+    leader); a partition without a leader counts -1 (unknown)."""
+    by_leader: dict[int, set[int]] = {}
+    left: dict[int, int] = {}
+    for p in t.partitions:
+        if p.partition in partitions:
+            if p.leader < 0:
+                left[p.partition] = -1
+            else:
+                by_leader.setdefault(p.leader, set()).add(p.partition)
+    for leader, wanted in sorted(by_leader.items()):
+        with agent(cluster, leader) as a:
+            snap = a.snapshot()
+        for r in snap.replicas:
+            if r.topic == t.name and r.partition in wanted and r.is_leader:
+                left[r.partition] = max(0, r.log_end_offset - r.log_start_offset)
+    return left
+
+
+def _alter(ctx: StepContext) -> StepResult:
+    """Set the controller's undeleted_partition_count to the requested value (at most once;
+    the controller treats an unchanged count as a no-op)."""
+    cluster, topic, target = ctx.params["cluster"], ctx.params["topic"], ctx.params["partitions"]
+
+    def before() -> dict[str, Any]:
+        with controller(cluster) as ctl:
+            t = ctl.topic(topic)
+        return {
+            "undeleted_partition_count": t.undeleted_partition_count,
+            "marked_for_deletion": [p.partition for p in t.partitions if p.marked_for_deletion],
+        }
+
+    def call() -> dict[str, Any]:
+        with controller(cluster) as ctl:
+            t = ctl.alter_partition_count(topic, target)
+        return {
+            "undeleted_partition_count": t.undeleted_partition_count,
+            "partitions": len(t.partitions),
+            "marked_for_deletion": [p.partition for p in t.partitions if p.marked_for_deletion],
+        }
+
+    try:
+        after, now = run_command(
+            ctx,
+            TopologyAction.ALTER_PARTITION_COUNT,
+            call,
+            target_type="topic",
+            target_id=topic,
+            before=before,
+        )
+    except AgentError as exc:
+        if exc.status >= 500:
+            raise
+        return StepResult.fail(exc.error, exc.message)
+    return StepResult.done({**after, "applied_now": now})
+
+
+alter_partition_count = waits_when_unreachable(_alter)
+
+
+@waits_when_unreachable
+def await_new_partitions(ctx: StepContext) -> StepResult:
+    """Every new partition has a leader and all its replicas in the ISR."""
+    t, _md = _topic(ctx.params["cluster"], ctx.params["topic"])
+    new = {x["partition"] for x in ctx.plan["new_partitions"]}
+    ready = [
+        p.partition
+        for p in t.partitions
+        if p.partition in new and p.leader >= 0 and set(p.isr) == set(p.replicas)
+    ]
+    ctx.progress(len(ready), len(new), "partitions")
+    if len(ready) == len(new):
+        return StepResult.done({"partitions_ready": sorted(ready)})
+    return StepResult.wait(
+        f"{len(ready)} of {len(new)} new partitions have a leader and a full ISR.",
+        retry_in=POLL_SECONDS,
+    )
+
+
+@waits_when_unreachable
+def drain(ctx: StepContext) -> StepResult:
+    """Follow the marked partitions until the controller removed them (each once empty:
+    log_start_offset == log_end_offset). Progress: records drained of the most seen."""
+    cluster = ctx.params["cluster"]
+    t, _md = _topic(cluster, ctx.params["topic"])
+    marked = {x["partition"] for x in ctx.plan["partitions_to_mark"]}
+    still = {p.partition for p in t.partitions if p.partition in marked}
+    left = remaining_records(cluster, t, still)
+    remaining = sum(max(0, n) for n in left.values())
+    total = max(ctx.step.progress_total or 0, remaining)
+    ctx.progress(total - remaining, total, "records")
+    if not still:
+        return StepResult.done({"removed": sorted(marked), "records_drained": total})
+    unknown = sorted(p for p, n in left.items() if n < 0)
+    ctx.log(f"draining: {remaining} records left in partitions {sorted(still)}")
+    return StepResult.wait(
+        f"Draining {len(still)} partition(s) marked for deletion: {remaining} records left"
+        + (f", partitions {unknown} have no leader" if unknown else "")
+        + ". Each is removed once empty, by retention or DeleteRecords (KIP-253).",
+        retry_in=POLL_SECONDS,
+    )
+
+
+def _fields() -> tuple[Field, ...]:
+    return (
+        Field.topic(),
+        Field(
+            "partitions",
+            "New undeleted_partition_count",
+            "int",
+            min_value=1,
+            max_value=MAX_PARTITIONS,
+            help="The partition count producers will hash keys over (KIP-253).",
+        ),
+    )
+
+
+class _PartitionCountKind(WorkflowKind):
+    fields = _fields()
+
+    def target(self, params: dict[str, Any]) -> str:
+        return f"topic:{params['topic']}"
+
+    def _current(self, params: dict[str, Any]) -> tuple[TopicMetadata, ClusterMetadata]:
+        with preflight_reads(params["cluster"]):
+            return _topic(params["cluster"], params["topic"])
+
+
+@register
+class ExpandPartitions(_PartitionCountKind):
+    name = "expand_partitions"
+    label = "Expand partitions (KIP-253)"
+    description = (
+        "Raise undeleted_partition_count: each new partition splits one parent (linear "
+        "hashing), so keys keep their order. Refused while partitions are marked for deletion."
+    )
+
+    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+        t, md = self._current(params)
+        n, u, target = t.initial_partition_count, t.undeleted_partition_count, params["partitions"]
+        if target <= u:
+            raise Refusal(
+                AgentErrorCode.INVALID_PARTITIONS,
+                f"{t.name} has undeleted_partition_count {u}: expansion needs more "
+                f"(got {target}); use shrink_partitions to reduce it.",
+            )
+        marked = sorted(p.partition for p in t.partitions if p.marked_for_deletion)
+        if marked:
+            raise Refusal(
+                AgentErrorCode.PARTITIONS_MARKED_FOR_DELETION,
+                f"Partitions {marked} of {t.name} are marked for deletion: KIP-253 refuses an "
+                "expansion until they are drained and removed.",
+                409,
+            )
+        rf = max((len(p.replicas) for p in t.partitions), default=1)
+        alive = sum(1 for b in md.brokers if b.alive)
+        if rf > alive:
+            raise Refusal(
+                AgentErrorCode.INVALID_REPLICATION_FACTOR,
+                f"{t.name} has replication factor {rf} but only {alive} live brokers.",
+            )
+        new = [{"partition": q, "parent": parent_partition(q, n)} for q in range(u, target)]
+        return {
+            "summary": (
+                f"Expand {t.name} from {u} to {target} partitions (initial_partition_count "
+                f"{n}): {len(new)} new partition(s), each splitting one parent; every existing "
+                "partition's leader epoch is bumped and recorded in leaderEpochAfterCreation."
+            ),
+            "topic": t.name,
+            "topic_id": t.topic_id,
+            "initial_partition_count": n,
+            "undeleted_partition_count": u,
+            "new_undeleted_partition_count": target,
+            "replication_factor": rf,
+            "new_partitions": new,
+            "split_parents": sorted({x["parent"] for x in new}),
+            "steps": ["alter_partition_count", "await_new_partitions"],
+        }
+
+    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+        return [
+            StepDef(
+                "alter_partition_count",
+                alter_partition_count,
+                label=f"Set undeleted_partition_count = {params['partitions']}",
+            ),
+            StepDef(
+                "await_new_partitions",
+                await_new_partitions,
+                label="New partitions online",
+                unit="partitions",
+                total=len(plan["new_partitions"]),
+            ),
+        ]
+
+
+@register
+class ShrinkPartitions(_PartitionCountKind):
+    name = "shrink_partitions"
+    label = "Shrink partitions (KIP-253)"
+    description = (
+        "Lower undeleted_partition_count: the highest partitions are marked for deletion "
+        "(never below initial_partition_count) and removed once drained."
+    )
+
+    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+        t, _md = self._current(params)
+        n, u, target = t.initial_partition_count, t.undeleted_partition_count, params["partitions"]
+        if target >= u:
+            raise Refusal(
+                AgentErrorCode.INVALID_PARTITIONS,
+                f"{t.name} has undeleted_partition_count {u}: a shrink needs fewer (got "
+                f"{target}); use expand_partitions to raise it.",
+            )
+        if target < n:
+            raise Refusal(
+                AgentErrorCode.INVALID_PARTITIONS,
+                f"KIP-253 never shrinks below initial_partition_count: {t.name} has {n} "
+                f"(got {target}).",
+            )
+        to_mark = [
+            {"partition": q, "keys_move_to": keys_move_to(q, n, target)} for q in range(target, u)
+        ]
+        with preflight_reads(params["cluster"]):
+            left = remaining_records(params["cluster"], t, {x["partition"] for x in to_mark})
+        records = sum(max(0, v) for v in left.values())
+        already = sorted(p.partition for p in t.partitions if p.marked_for_deletion)
+        return {
+            "summary": (
+                f"Shrink {t.name} from {u} to {target} partitions: mark {len(to_mark)} "
+                f"partition(s) for deletion (leaderEpochBeforeDeletion), then wait until each "
+                f"is empty and removed (~{approx(records, up=True)} records to drain, by "
+                "retention or DeleteRecords)."
+            ),
+            "topic": t.name,
+            "topic_id": t.topic_id,
+            "initial_partition_count": n,
+            "undeleted_partition_count": u,
+            "new_undeleted_partition_count": target,
+            "partitions_to_mark": to_mark,
+            "already_marked_for_deletion": already,
+            "records_to_drain": approx(records, up=True),
+            "draining": "a marked partition is removed once log_start_offset == log_end_offset: "
+            "by retention (retention.ms / retention.bytes) or DeleteRecords",
+            "steps": ["mark_partitions", "drain"],
+        }
+
+    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+        return [
+            StepDef(
+                "mark_partitions",
+                alter_partition_count,
+                label=f"Mark partitions ≥ {params['partitions']} for deletion",
+            ),
+            StepDef("drain", drain, label="Drain marked partitions", unit="records"),
+        ]
