@@ -51,6 +51,105 @@ print("queued", n)
 """
 
 
+TIERING = r"""
+import django, json, sys, time
+django.setup()
+from django.contrib.auth.models import Group
+from django.contrib.auth import get_user_model
+from console.models import Cluster
+from console.sync import do_sync_cluster
+from workflows.actions import do_approve_workflow, do_request_workflow
+from workflows.choices import AuditContext, WorkflowState
+from workflows.models import Workflow
+urls, secret_file, topic = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+User = get_user_model()
+def user(name, role):
+    u, _ = User.objects.get_or_create(username=name)
+    u.groups.add(Group.objects.get_or_create(name=role)[0])
+    return u
+op, ap = user("bench-operator", "operator"), user("bench-approver", "approver")
+cluster, _ = Cluster.objects.get_or_create(
+    name="bench-tiering", defaults={"controller_url": urls["controller"], "secret_ref": secret_file})
+do_sync_cluster(cluster)
+t0 = time.monotonic()
+wf = do_request_workflow(acting_user=op, kind="disable_tiering", context=AuditContext.CLI,
+    params={"cluster": "bench-tiering", "topic": topic, "policy": "retain"})
+t_plan = time.monotonic() - t0
+do_approve_workflow(wf.pk, acting_user=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
+t_approved = time.monotonic()
+while Workflow.objects.values_list("state", flat=True).get(pk=wf.pk) not in WorkflowState.TERMINAL:
+    time.sleep(0.1)
+wf.refresh_from_db()
+print(json.dumps({"state": wf.state, "error": wf.error_message, "plan_seconds": t_plan,
+    "approve_to_end_seconds": time.monotonic() - t_approved,
+    "run_seconds": (wf.finished_at - wf.started_at).total_seconds(),
+    "steps": wf.steps.count(), "brokers": len(wf.plan["brokers"])}))
+"""
+
+
+def _tiering_bench(ctx, env: dict[str, str]) -> dict:
+    """``disable_tiering`` end to end on a real (non-synthetic) simulated cluster: the synthetic
+    scale mode answers metadata and snapshots only (no tiering endpoints, no DisableRemoteTopic),
+    so the 60-broker synthetic cluster cannot run it."""
+    import json
+
+    brokers = _env_int("BENCH_WF_TIERING_BROKERS", 12)
+    data = ctx.work_dir / "sim-tiering"
+    py = sys.executable
+    sim = [py, "-m", "broker_agent", "sim"]
+    sim_env = {k: v for k, v in env.items() if not k.startswith("STRATA_AGENT_SECRET")}
+    try:
+        up = subprocess.run(
+            [*sim, "up", "--brokers", str(brokers), "--log-dirs", "2", "--data", str(data)],
+            cwd=ctx.root,
+            env=sim_env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        urls = up.stdout.strip().splitlines()[-1]
+        topic = "bench.tiering"
+        subprocess.run(
+            [
+                *sim,
+                "create-topic",
+                topic,
+                "--partitions",
+                str(2 * brokers),
+                "--replication-factor",
+                "3",
+                "--tiered",
+                "--data",
+                str(data),
+            ],
+            cwd=ctx.root,
+            env=sim_env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        out = subprocess.run(
+            [py, "-c", TIERING, urls, str(data / "secret"), topic],
+            cwd=ctx.root,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        subprocess.run(
+            [*sim, "down", "--data", str(data)],
+            cwd=ctx.root,
+            env=sim_env,
+            capture_output=True,
+            timeout=120,
+        )
+    return result
+
+
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
@@ -147,6 +246,7 @@ def run(ctx) -> list[dict]:
         last = max(r[2] for r in succeeded)
         span = (last - first).total_seconds()
         durations = sorted((r[2] - r[1]).total_seconds() for r in succeeded)
+        tiering = _tiering_bench(ctx, env)
         verify_started = time.monotonic()
         verify = subprocess.run(
             [py, "manage.py", "verify_audit"], cwd=ctx.root, env=env, capture_output=True, text=True
@@ -164,7 +264,31 @@ def run(ctx) -> list[dict]:
         f"{count} noop_check workflows (4 steps each) queued in Redis, then 1 worker "
         f"(prefork, concurrency {concurrency}); times from the rows"
     )
+    tiering_rows = [
+        {
+            "metric": f"disable_tiering end to end, {tiering['brokers']} brokers (s)",
+            "value": f"{tiering['approve_to_end_seconds']:.2f} ({tiering['state']})",
+            "target": "",
+            "method": f"real simulated cluster ({tiering['brokers']} broker processes, "
+            f"{2 * tiering['brokers']} partitions RF 3, retain): approval -> succeeded, "
+            f"{tiering['steps']} steps, same worker; run alone {tiering['run_seconds']:.2f} s",
+        },
+        {
+            "metric": "disable_tiering pre-flight (plan) (s)",
+            "value": round(tiering["plan_seconds"], 3),
+            "target": "",
+            "method": "do_request_workflow: pre-flight from the synced inventory + hash",
+        },
+        {
+            "metric": "disable_tiering on the 60-broker synthetic cluster",
+            "value": "not measurable",
+            "target": "",
+            "method": "synthetic mode has no tiering / DisableRemoteTopic endpoints "
+            "(broker_agent/README.md, Synthetic scale mode)",
+        },
+    ]
     return [
+        *tiering_rows,
         {
             "metric": "workflows succeeded",
             "value": f"{len(succeeded)} / {count}",
