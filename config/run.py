@@ -143,41 +143,15 @@ def main() -> int:
         logins = _manage("demo_users", "--file", str(RUN_DIR / "demo-users.json"))
         print(logins, end="")
 
-        procs["web"] = _spawn(
-            "web server",
-            [
-                str(BIN / "gunicorn"),
-                "config.wsgi",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "2",
-                "--threads",
-                "4",
-                "--timeout",
-                "60",
-                "--access-logfile",
-                "-",
-            ],
-        )
-        procs["worker"] = _spawn(
-            "Celery worker",
-            [
-                str(BIN / "celery"),
-                "-A",
-                "config",
-                "worker",
-                "--loglevel",
-                "INFO",
-                "--concurrency",
-                "2",
-                "--hostname",
-                "strata@%h",
-            ],
-        )
-        procs["beat"] = _spawn(
-            "Celery beat", [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO"]
-        )
+        commands = {
+            "web": [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}",
+                    "--workers", "2", "--threads", "4", "--timeout", "60", "--access-logfile", "-"],
+            "worker": [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO",
+                       "--concurrency", "2", "--hostname", "strata@%h"],
+            "beat": [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO"],
+        }  # fmt: skip
+        for name, cmd in commands.items():
+            procs[name] = _spawn(name, cmd)
         health = f"http://127.0.0.1:{port}/api/v1/health"
         if _wait_http(health, 60):
             print(
@@ -190,15 +164,29 @@ def main() -> int:
                 file=sys.stderr,
                 flush=True,
             )
+        restarts: dict[str, list[float]] = {name: [] for name in commands}
         while not stopping:
             for name, proc in procs.items():
-                if proc.poll() is not None:
-                    print(
-                        f"make run: {name} exited with code {proc.returncode}; stopping everything.",
-                        file=sys.stderr,
-                    )
+                if proc.poll() is None:
+                    continue
+                # Supervise like systemd's Restart=always: a Celery worker exits when its Redis
+                # connection is lost (e.g. Redis restarted); workflow state is in PostgreSQL, so a
+                # restarted worker picks up where the old one stopped. Give up on a crash loop.
+                recent = [t for t in restarts[name] if time.monotonic() - t < 60] + [
+                    time.monotonic()
+                ]
+                restarts[name] = recent
+                if len(recent) > 5:
+                    print(f"make run: {name} keeps exiting (code {proc.returncode}); stopping everything.",
+                          file=sys.stderr)  # fmt: skip
                     stopping = True
                     break
+                print(
+                    f"make run: {name} exited with code {proc.returncode}; restarting it.",
+                    file=sys.stderr,
+                )
+                time.sleep(1)
+                procs[name] = _spawn(name, commands[name])
             time.sleep(0.5)
         return 0
     except subprocess.CalledProcessError as exc:
