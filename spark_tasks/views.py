@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from console.models import Cluster
 from console.roles import Role, has_role, require_role
 from spark_tasks.models import SparkJob, SparkJobRun
 from spark_tasks.tasks import enqueue_run
@@ -30,7 +31,9 @@ class DryRunForm(forms.Form):
     job = forms.ChoiceField(
         choices=[(j, label) for j, label in SparkJob.CHOICES if j in SparkJob.OPERATOR_DRY_RUN]
     )
-    cluster = forms.CharField(max_length=200, required=False)
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.order_by("name"), to_field_name="name", empty_label=None
+    )
 
 
 def _page_number(request: HttpRequest) -> str:
@@ -67,13 +70,13 @@ def run_list(request: HttpRequest) -> HttpResponse:
 def start_dry_run(request: HttpRequest) -> HttpResponse:
     form = DryRunForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Choose a job to run.")
+        messages.error(request, "Choose a job and a registered cluster.")
         return redirect("spark_tasks:run-list")
     run = enqueue_run(
         form.cleaned_data["job"],
         {},
         dry_run=True,
-        cluster=form.cleaned_data["cluster"] or None,
+        cluster=form.cleaned_data["cluster"].name,
         requested_by=request.user,
     )
     messages.success(request, f"Dry run #{run.pk} of {run.get_job_display()} queued.")

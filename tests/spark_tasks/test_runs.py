@@ -215,7 +215,12 @@ def test_viewer_cannot_start_a_dry_run(client, viewer):
     assert not SparkJobRun.objects.exists()
 
 
-def test_operator_starts_a_dry_run(client, operator, django_capture_on_commit_callbacks):
+def test_operator_starts_a_dry_run_on_a_registered_cluster(
+    client, operator, django_capture_on_commit_callbacks
+):
+    from console.models import Cluster
+
+    Cluster.objects.create(name="sim", controller_url="http://127.0.0.1:1", secret_ref="env:NONE")
     client.force_login(operator)
     with mock.patch.object(execute_run, "delay"), django_capture_on_commit_callbacks(execute=True):
         response = client.post(
@@ -223,8 +228,13 @@ def test_operator_starts_a_dry_run(client, operator, django_capture_on_commit_ca
         )
     run = SparkJobRun.objects.get()
     assert response.status_code == 302 and run.dry_run and run.requested_by == operator
-    bad = client.post(reverse("spark_tasks:start-dry-run"), {"job": "rm -rf"})
-    assert bad.status_code == 302 and SparkJobRun.objects.count() == 1
+    assert run.cluster == "sim"
+    bad = client.post(reverse("spark_tasks:start-dry-run"), {"job": "rm -rf", "cluster": "sim"})
+    unknown = client.post(
+        reverse("spark_tasks:start-dry-run"), {"job": "retention", "cluster": "nope"}
+    )
+    assert bad.status_code == unknown.status_code == 302
+    assert SparkJobRun.objects.count() == 1
 
 
 def test_plan_page_sums_segments_and_bytes_per_topic(client, viewer, finished_run, tmp_path):
