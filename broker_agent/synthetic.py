@@ -36,6 +36,7 @@ life: every partition is newer than it. A ticker advances 1% of the log end offs
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import random
 import threading
@@ -61,6 +62,42 @@ __all__ = ["SyntheticCluster", "create_app"]
 _DIR_TOTAL = 4 << 40
 _DIR_USABLE = 2 << 40
 _CACHE_BYTES = 256 << 20
+
+
+class _ChangeLog:
+    """Which partitions changed at which version, so ``since`` answers cost O(changed)
+    instead of a scan of every partition. Bounded: once the logged indexes exceed ``limit``
+    the oldest versions are dropped, and a ``since`` older than what is kept answers ``None``
+    (the caller then scans, as before)."""
+
+    def __init__(self, start: int, limit: int):
+        self.floor = start  # every change after ``floor`` is logged
+        self.limit = max(1, limit)
+        self.versions: list[int] = []
+        self.changes: list[array] = []
+        self.size = 0
+
+    def add(self, version: int, indexes) -> None:
+        changed = array("i", indexes)
+        if self.versions and self.versions[-1] == version:
+            self.changes[-1].extend(changed)
+        else:
+            self.versions.append(version)
+            self.changes.append(changed)
+        self.size += len(changed)
+        while self.size > self.limit and len(self.versions) > 1:
+            self.floor = self.versions.pop(0)
+            self.size -= len(self.changes.pop(0))
+
+    def since(self, since: int) -> list[int] | None:
+        """Sorted distinct partition indexes changed after ``since``; None if not logged."""
+        if since < self.floor:
+            return None
+        start = bisect.bisect_right(self.versions, since)
+        out: set[int] = set()
+        for changed in self.changes[start:]:
+            out.update(changed)
+        return sorted(out)
 
 
 def _ints(values) -> str:
@@ -119,6 +156,11 @@ class SyntheticCluster:
         # re-renders 1% and joins the rest).
         self._meta_entry: list[str | None] = [None] * n
         self._snap_entry: list[str | None] = [None] * n
+        # A broker's replica entry differs between brokers only by leader / follower.
+        self._replica_entry: list[list[str | None]] = [[None] * n, [None] * n]
+        # Changed partitions per version (snapshots: tick and churn; metadata: churn only).
+        self._snap_log = _ChangeLog(start, 4 * n)
+        self._meta_log = _ChangeLog(start, 4 * n)
         self._cache: dict[tuple, tuple[bytes, int]] = {}
         self._cache_bytes = 0
         # Static placement: broker -> its partition indexes, and replicas per (broker, dir).
@@ -154,16 +196,34 @@ class SyntheticCluster:
     def _invalidate(self, i: int) -> None:
         self._meta_entry[i] = None
         self._snap_entry[i] = None
+        self._replica_entry[0][i] = self._replica_entry[1][i] = None
+
+    def _changed_since(self, since: int, *, metadata: bool = False) -> list[int]:
+        """Sorted indexes of partitions whose (metadata or snapshot) version is after
+        ``since``: from the change log when it reaches back that far, else by a scan."""
+        versions = self.mversion if metadata else self.pversion
+        logged = (self._meta_log if metadata else self._snap_log).since(since)
+        if logged is None:
+            return [i for i in range(self.n) if versions[i] > since]
+        return [i for i in logged if versions[i] > since]
+
+    def _hosts(self, broker_id: int, i: int) -> bool:
+        """Whether ``broker_id`` holds a replica of partition ``i`` (see ``replicas``)."""
+        return (broker_id - 1 - i) % self.brokers < self.rf
 
     def tick(self, fraction: float = 0.01) -> int:
         """Advance log end offsets of ``fraction`` of the partitions (snapshots only)."""
         with self.lock:
             self.version += 1
+            ticked = []
             for _ in range(max(1, int(self.n * fraction))):
                 i = self._rnd.randrange(self.n)
                 self.leo[i] += self._rnd.randrange(1, 1000)
                 self.pversion[i] = self.version
                 self._snap_entry[i] = None
+                self._replica_entry[0][i] = self._replica_entry[1][i] = None
+                ticked.append(i)
+            self._snap_log.add(self.version, ticked)
             self._cache.clear()
             self._cache_bytes = 0
             return self.version
@@ -180,7 +240,8 @@ class SyntheticCluster:
             v = self.version
             full_mask = (1 << self.rf) - 1
             leader_moves = isr_changes = 0
-            for i in rnd.sample(range(self.n), k):
+            changed = rnd.sample(range(self.n), k)
+            for i in changed:
                 mask = self.isr_mask[i]
                 if mask != full_mask:
                     self.isr_mask[i] = full_mask
@@ -199,6 +260,8 @@ class SyntheticCluster:
                 self.pversion[i] = v
                 self.mversion[i] = v
                 self._invalidate(i)
+            self._snap_log.add(v, changed)
+            self._meta_log.add(v, changed)
             self.metadata_version = v
             self._cache.clear()
             self._cache_bytes = 0
@@ -270,14 +333,14 @@ class SyntheticCluster:
             is_delta = delta and known
             brokers = ",".join(self._broker_json(b) for b in range(1, self.brokers + 1))
             topics = []
-            for t in range(len(self.topics)):
-                rng = range(t * self.ppt, (t + 1) * self.ppt)
-                if is_delta:
-                    changed = [i for i in rng if self.mversion[i] > since]
-                    if changed:
-                        topics.append(self._topic_json(t, changed))
-                else:
-                    topics.append(self._topic_json(t, rng))
+            if is_delta:
+                by_topic: dict[int, list[int]] = {}
+                for i in self._changed_since(since, metadata=True):
+                    by_topic.setdefault(i // self.ppt, []).append(i)
+                topics = [self._topic_json(t, changed) for t, changed in by_topic.items()]
+            else:
+                for t in range(len(self.topics)):
+                    topics.append(self._topic_json(t, range(t * self.ppt, (t + 1) * self.ppt)))
             return (
                 f'{{"cluster_id":"{self.cluster_id}","version":{self.metadata_version},'
                 f'"brokers":[{brokers}],"topics":[{",".join(topics)}],"changed":true,'
@@ -327,7 +390,7 @@ class SyntheticCluster:
         """JSON bytes (uncompressed) of the cluster-wide snapshot."""
         with self.lock:
             full = not self._known(since)
-            idx = range(self.n) if full else [i for i in range(self.n) if self.pversion[i] > since]
+            idx = range(self.n) if full else self._changed_since(since)
             head = (
                 f'{{"cluster_id":"{self.cluster_id}","version":{self.version},'
                 f'"since":{"null" if full else since},"full":{"true" if full else "false"},'
@@ -338,6 +401,34 @@ class SyntheticCluster:
     def _check_broker(self, broker_id: int) -> None:
         if not 1 <= broker_id <= self.brokers:
             raise ApiError(404, ErrorCode.NOT_FOUND, f"no synthetic broker {broker_id}")
+
+    def _replica_json(self, i: int, is_leader: bool) -> str:
+        """One replica entry of a broker snapshot (the same for every follower of ``i``)."""
+        cache = self._replica_entry[1 if is_leader else 0]
+        s = cache[i]
+        if s is None:
+            t, p = divmod(i, self.ppt)
+            tiered = self.tiered(t)
+            tstate = TieredState.ENABLED if tiered else TieredState.NONE
+            if is_leader:
+                copier = TaskState.RUNNING if tiered else TaskState.STOPPED
+                expiration = copier
+            else:
+                copier = expiration = TaskState.NOT_LEADER
+            leo, lso = self.leo[i], self.lso[i]
+            s = (
+                f'{{"topic":"{self.topics[t]}","topic_id":"{self.topic_ids[t]}",'
+                f'"partition":{p},"log_dir":"logdir-{i % self.log_dirs}",'
+                f'"state":"{ReplicaState.ONLINE}",'
+                f'"is_leader":{"true" if is_leader else "false"},"leader":{self.leader(i)},'
+                f'"leader_epoch":{self.leader_epoch[i]},"isr":{_ints(self.isr(i))},'
+                f'"log_start_offset":{lso},"local_log_start_offset":{lso},'
+                f'"log_end_offset":{leo},"high_watermark":{leo},"size_bytes":0,'
+                f'"tiered_state":"{tstate}","tiered_epoch":0,"copier_state":"{copier}",'
+                f'"expiration_state":"{expiration}","version":{self.pversion[i]}}}'
+            )
+            cache[i] = s
+        return s
 
     def log_dirs_body(self, broker_id: int) -> bytes:
         self._check_broker(broker_id)
@@ -351,31 +442,11 @@ class SyntheticCluster:
         with self.lock:
             full = not self._known(since)
             b = broker_id
-            parts = []
-            for i in self.hosted[b]:
-                if not full and self.pversion[i] <= since:
-                    continue
-                t, p = divmod(i, self.ppt)
-                leader = self.leader(i)
-                tiered = self.tiered(t)
-                tstate = TieredState.ENABLED if tiered else TieredState.NONE
-                if leader == b:
-                    copier = TaskState.RUNNING if tiered else TaskState.STOPPED
-                    expiration = copier
-                else:
-                    copier = expiration = TaskState.NOT_LEADER
-                leo, lso = self.leo[i], self.lso[i]
-                parts.append(
-                    f'{{"topic":"{self.topics[t]}","topic_id":"{self.topic_ids[t]}",'
-                    f'"partition":{p},"log_dir":"logdir-{i % self.log_dirs}",'
-                    f'"state":"{ReplicaState.ONLINE}",'
-                    f'"is_leader":{"true" if leader == b else "false"},"leader":{leader},'
-                    f'"leader_epoch":{self.leader_epoch[i]},"isr":{_ints(self.isr(i))},'
-                    f'"log_start_offset":{lso},"local_log_start_offset":{lso},'
-                    f'"log_end_offset":{leo},"high_watermark":{leo},"size_bytes":0,'
-                    f'"tiered_state":"{tstate}","tiered_epoch":0,"copier_state":"{copier}",'
-                    f'"expiration_state":"{expiration}","version":{self.pversion[i]}}}'
-                )
+            if full:
+                indexes = self.hosted[b]
+            else:
+                indexes = [i for i in self._changed_since(since) if self._hosts(b, i)]
+            parts = [self._replica_json(i, self.leader(i) == b) for i in indexes]
             dirs = ",".join(self._dir_json(b, d) for d in range(self.log_dirs))
             return (
                 f'{{"broker_id":{b},"version":{self.version},'
@@ -521,4 +592,7 @@ def create_app(
     def broker_log_dirs(request: Request, broker_id: int):
         return Response(cluster.log_dirs_body(broker_id), media_type="application/json")
 
+    from broker_agent.synthetic_tiering import install_tiering_routes  # KIP-950 endpoints
+
+    install_tiering_routes(app, cluster)
     return app

@@ -194,12 +194,21 @@ def _topic_actions(c: Cluster, t: Topic) -> list[tuple[str, str]]:
         actions.append(
             ("Re-enable tiering…", _workflow_url("enable_tiering", cluster=c.name, topic=t.name))
         )
+    # KIP-253: ``partitions`` is the new undeleted_partition_count, one more / one fewer.
+    u = t.undeleted_partition_count
     actions.append(
         (
-            "Change partition count…",
-            _workflow_url("alter_partition_count", cluster=c.name, topic=t.name),
+            "Expand partitions…",
+            _workflow_url("expand_partitions", cluster=c.name, topic=t.name, partitions=u + 1),
         )
     )
+    if u > 1:
+        actions.append(
+            (
+                "Shrink partitions…",
+                _workflow_url("shrink_partitions", cluster=c.name, topic=t.name, partitions=u - 1),
+            )
+        )
     return actions
 
 
@@ -227,8 +236,14 @@ def brokers(request: HttpRequest) -> HttpResponse:
                 "log_dir": selected.name,
             }
             context["incident_actions"] = [
-                ("Recover log dir…", _workflow_url("recover_log_dir", **params)),
-                ("Remove log dir from config…", _workflow_url("remove_log_dir", **params)),
+                (
+                    "Recover log dir (replace disk)…",
+                    _workflow_url("recover_log_dir", **params, mode="replace"),
+                ),
+                (
+                    "Remove log dir from config…",
+                    _workflow_url("recover_log_dir", **params, mode="remove"),
+                ),
             ]
     return _render(
         request,
@@ -308,7 +323,7 @@ def topology(request: HttpRequest) -> HttpResponse:
             "offline",
             "marked_for_deletion",
         )
-        page = selectors.paginate(qs, request.GET.get("page"), TOPOLOGY_PER_PAGE)
+        page = selectors.topology_page(cluster, f, qs, request.GET.get("page"), TOPOLOGY_PER_PAGE)
         rows = [
             (p, list(zip(broker_ids, selectors.partition_cells(p, broker_ids), strict=True)))
             for p in page.object_list

@@ -24,6 +24,7 @@ Design (console issue, "Sync"):
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 import zlib
@@ -33,25 +34,26 @@ from datetime import timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from broker_agent.models import BrokerSnapshot, ClusterMetadata
-from console.choices import BrokerState, LogDirState, SyncTrigger
-from console.models import Broker, Cluster, SyncRun, Topic
+from console.choices import BrokerState, LogDirState, SyncTrigger, TopicConfig
+from console.models import Broker, Cluster, SyncRun
 from console.sync.rows import (
     BROKER_COLUMNS,
     LOGDIR_COLUMNS,
+    MIN_ISR_DEFAULT,
     PARTITION_COLUMNS,
     REMOVED_COLUMNS,
     REPLICA_COLUMNS,
     REPLICA_DATA,
+    STAGE_PARTITIONS_SQL,
+    STAGE_SNAPSHOT_SQL,
+    STAGE_TOPICS_SQL,
     TOPIC_COLUMNS,
-    partition_rows,
     removed_rows,
-    replica_rows,
-    topic_digest,
-    topic_row,
 )
-from console.sync.sources import ClusterSource, HttpClusterSource
+from console.sync.sources import ClusterSource, HttpClusterSource, metadata_json, snapshot_json
 from console.sync.staging import StageTable
 
 __all__ = ["SyncBusy", "SyncResult", "do_sync_cluster", "source_for"]
@@ -80,6 +82,24 @@ def source_for(cluster: Cluster) -> HttpClusterSource:
 def _error_text(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"[:2000]
+
+
+def _raw_json(body: bytes) -> Jsonb:
+    """A JSON answer as a ``jsonb`` parameter, sent as the bytes it came as (never re-encoded)."""
+    return Jsonb(body, dumps=bytes)
+
+
+def _loads(value: object) -> dict:
+    """A small ``jsonb`` result (Django's connection hands ``jsonb`` back as text)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+class MalformedAnswer(ValueError):
+    """A controller or agent answer that lacks required fields."""
+
+
+class _Backwards(Exception):
+    """An agent answered from a version older than the one asked from (it restarted)."""
 
 
 def _lock_key(cluster_pk: int) -> int:
@@ -125,12 +145,81 @@ class _Sync:
             else (self.cluster.metadata_version)
         )
         try:
-            md = self.source.metadata(since)
+            body = metadata_json(self.source, since)
+            with transaction.atomic():  # a savepoint: a malformed answer fails the controller only
+                md = self.stage_metadata(body)
         except Exception as exc:  # any failure of the controller marks it stale, nothing else
             log.warning("cluster %s: controller failed: %s", self.cluster.name, exc)
             self.errors["controller"] = _error_text(exc)
             self.run_stats["controller_ok"] = False
             return None
+        return md
+
+    def raw(self, statement: str, params: dict | None = None):
+        """Execute on the psycopg cursor itself: its parameters are whole JSON answers (tens of
+        MB), which Django's debug wrapper would format into its query log."""
+        raw = self.cur.cursor
+        raw.execute(statement, {"cluster": self.cluster.pk, "now": self.now, **(params or {})})
+        return raw
+
+    def stage_metadata(self, body: bytes) -> ClusterMetadata:
+        """Hand the controller's answer to PostgreSQL: its topics (those that changed) into
+        ``stage_topic`` and their partitions into ``stage_partition``. Answers the metadata
+        without its topics (validated by pydantic); :meth:`apply_metadata` merges."""
+        # STORAGE EXTERNAL: the topics' JSON is read once, compressing it would be wasted.
+        self.cur.execute(
+            "DROP TABLE IF EXISTS pg_temp.raw_topic; "
+            "CREATE TEMP TABLE raw_topic (name text, digest text, j jsonb) ON COMMIT DROP; "
+            "ALTER TABLE raw_topic ALTER COLUMN j SET STORAGE EXTERNAL"
+        )
+        envelope = self.raw(
+            """
+            WITH raw AS (SELECT %(body)s::jsonb AS j),
+            ins AS (INSERT INTO raw_topic (name, digest, j)
+                    SELECT t ->> 'name', md5(t::text), t
+                    FROM raw, jsonb_array_elements(raw.j -> 'topics') t)
+            SELECT raw.j - 'topics' FROM raw
+            """,
+            {"body": _raw_json(body)},
+        ).fetchone()[0]
+        md = ClusterMetadata.model_validate({**_loads(envelope), "topics": []})
+        if not md.changed:
+            return md
+        delta = not md.full
+        self.gone_topics: list[str] = sorted(md.removed_topics) if delta else []
+        if not delta:
+            self.cur.execute(
+                "SELECT name FROM console_topic WHERE cluster_id = %s AND name NOT IN "
+                "(SELECT name FROM raw_topic WHERE name IS NOT NULL) ORDER BY name",
+                [self.cluster.pk],
+            )
+            self.gone_topics = [row[0] for row in self.cur.fetchall()]
+            if not self.full:  # only topics whose metadata digest changed are rewritten
+                self.sql(
+                    """
+                    DELETE FROM raw_topic r USING console_topic t
+                    WHERE t.cluster_id = %(cluster)s AND t.name = r.name
+                      AND t.metadata_digest = r.digest
+                    """
+                )
+        self.topics = StageTable(self.cur, "stage_topic", TOPIC_COLUMNS)
+        self.parts = StageTable(self.cur, "stage_partition", PARTITION_COLUMNS)
+        # A delta's topic is partial: its digest is blanked so a later full answer rewrites it.
+        bad = self.raw(
+            STAGE_TOPICS_SQL,
+            {
+                "delta": delta,
+                "min_isr_key": TopicConfig.MIN_INSYNC_REPLICAS,
+                "min_isr_default": MIN_ISR_DEFAULT,
+            },
+        ).fetchall()
+        self.topics.rows = len(bad)
+        if any(b for (b,) in bad):
+            raise MalformedAnswer("controller metadata: a topic lacks a required field")
+        bad = self.raw(STAGE_PARTITIONS_SQL).fetchall()
+        self.parts.rows = len(bad)
+        if any(b for (b,) in bad):
+            raise MalformedAnswer("controller metadata: a partition lacks a required field")
         return md
 
     def apply_metadata(self, md: ClusterMetadata) -> None:
@@ -175,28 +264,18 @@ class _Sync:
             for d in b.log_dirs
         )
 
+        # A partition-level delta lists every changed topic, with only its changed partitions;
+        # deletions come as explicit lists. A full answer was cut to the changed topics when
+        # it was staged (stage_metadata).
         delta = not md.full
-        if delta:
-            # A partition-level delta: every topic listed changed, but lists only its changed
-            # partitions; deletions come as explicit lists.
-            changed, gone = list(md.topics), sorted(md.removed_topics)
-        else:
-            existing = dict(
-                Topic.objects.filter(cluster=self.cluster).values_list("name", "metadata_digest")
-            )
-            wanted = {t.name for t in md.topics}
-            changed = [t for t in md.topics if self.full or existing.get(t.name) != topic_digest(t)]
-            gone = sorted(set(existing) - wanted)
-        self.run_stats["topics_changed"] = len(changed) + len(gone)
+        gone = self.gone_topics
+        self.run_stats["topics_changed"] = self.topics.rows + len(gone)
         if gone:
             self._delete_topics(gone)
         if delta and md.removed_partitions:
             self._delete_partitions(md.removed_partitions)
-        if not changed:
+        if not self.topics.rows:
             return
-        topics = StageTable(self.cur, "stage_topic", TOPIC_COLUMNS)
-        # A delta's topic is partial: its digest is blanked so a later full answer rewrites it.
-        topics.copy(topic_row(t, digest=not delta) for t in changed)
         self.sql(
             """
             INSERT INTO console_topic (cluster_id, name, topic_id, configs, tiered_state,
@@ -231,10 +310,11 @@ class _Sync:
                 metadata_digest = EXCLUDED.metadata_digest, updated_at = EXCLUDED.updated_at
             """
         )
-        parts = StageTable(self.cur, "stage_partition", PARTITION_COLUMNS)
-        for t in changed:
-            parts.copy(partition_rows(t))
-        parts.analyze()
+        self.parts.analyze()
+        self.replicas.analyze()
+        # New partitions take their offsets from their leader's replica staged in this sync
+        # (KIP-950: a partition's offsets are its leader's), so a full sync writes each
+        # partition once; existing ones are brought up to date by derive().
         self.run_stats["partitions_upserted"] = self.sql(
             """
             INSERT INTO console_partition (cluster_id, topic_id, topic_name, partition, leader,
@@ -248,9 +328,15 @@ class _Sync:
                 s.partition_epoch, s.replicas, s.isr, s.offline_replicas, s.created,
                 s.leader_epoch_after_creation, s.leader_epoch_before_deletion,
                 s.marked_for_deletion, s.under_replicated, s.under_min_isr, s.offline,
-                s.has_offline_replicas, 0, 0, 0, 0, -1, -1, 0, 0, 0
+                s.has_offline_replicas, coalesce(r.log_start_offset, 0),
+                coalesce(r.local_log_start_offset, 0), coalesce(r.log_end_offset, 0),
+                coalesce(r.high_watermark, 0), coalesce(r.remote_log_start_offset, -1),
+                coalesce(r.remote_log_end_offset, -1), coalesce(r.remote_bytes, 0),
+                coalesce(r.size_bytes, 0), coalesce(r.remote_segments, 0)
             FROM stage_partition s
             JOIN console_topic t ON t.cluster_id = %(cluster)s AND t.name = s.topic_name
+            LEFT JOIN stage_replica r ON r.topic = s.topic_name AND r.partition = s.partition
+                AND r.broker_id = s.leader
             ON CONFLICT (topic_id, partition) DO UPDATE SET
                 previous_leader = CASE WHEN console_partition.leader <> EXCLUDED.leader
                     THEN console_partition.leader ELSE console_partition.previous_leader END,
@@ -291,6 +377,16 @@ class _Sync:
             INSERT INTO touched_topic (id)
             SELECT t.id FROM console_topic t JOIN stage_topic s ON s.name = t.name
             WHERE t.cluster_id = %(cluster)s
+            """
+        )
+        # Only the partitions listed (a delta lists only changed ones) need their offsets
+        # looked at again; their topics' aggregates are recomputed in derive().
+        self.sql(
+            """
+            INSERT INTO touched_partition (id)
+            SELECT p.id FROM stage_partition s
+            JOIN console_partition p ON p.cluster_id = %(cluster)s
+                AND p.topic_name = s.topic_name AND p.partition = s.partition
             """
         )
 
@@ -361,28 +457,35 @@ class _Sync:
             out.append((bid, url, since))
         return out
 
-    def stage_snapshot(self, snap: BrokerSnapshot, since: int | None) -> None:
-        self.logdirs.copy(
-            (
-                snap.broker_id,
-                d.name,
-                d.path,
-                d.state,
-                d.total_bytes,
-                d.usable_bytes,
-                d.probe_latency_ms,
-                d.error or "",
-                d.replica_count,
-                d.offline_replica_count,
+    def stage_snapshot(self, body: bytes, since: int | None) -> BrokerSnapshot:
+        """Hand one agent's answer to PostgreSQL (its replicas into ``stage_replica``), in a
+        savepoint so that a malformed answer fails that agent only."""
+        with transaction.atomic():
+            envelope, bad = self.raw(STAGE_SNAPSHOT_SQL, {"body": _raw_json(body)}).fetchone()
+            if bad:
+                raise MalformedAnswer(f"agent snapshot: {bad} replicas lack a required field")
+            snap = BrokerSnapshot.model_validate({**_loads(envelope), "replicas": []})
+            if since is not None and not snap.full and snap.version < since:
+                raise _Backwards  # rolls the savepoint back
+            self.logdirs.copy(
+                (
+                    snap.broker_id,
+                    d.name,
+                    d.path,
+                    d.state,
+                    d.total_bytes,
+                    d.usable_bytes,
+                    d.probe_latency_ms,
+                    d.error or "",
+                    d.replica_count,
+                    d.offline_replica_count,
+                )
+                for d in snap.log_dirs
             )
-            for d in snap.log_dirs
-        )
-        if snap.replicas:  # an empty COPY is still a round trip; idle syncs skip them
-            self.replicas.copy(replica_rows(snap))
+            if snap.removed and not snap.full:
+                self.removed.copy(removed_rows(snap))
         if snap.full:
             self.full_brokers.append(snap.broker_id)
-        elif snap.removed:
-            self.removed.copy(removed_rows(snap))
         self.good_brokers.append(
             (
                 snap.broker_id,
@@ -391,6 +494,7 @@ class _Sync:
                 snap.expiration_mode,
             )
         )
+        return snap
 
     def apply_snapshots(self) -> None:
         self.logdirs.analyze()
@@ -441,7 +545,6 @@ class _Sync:
             self.sql(f"DELETE FROM console_logdir WHERE id IN ({gone_dirs})", {"good": good_ids})  # noqa: S608
 
         # Replicas: resolve names to ids once, then merge and delete against that.
-        self.replicas.analyze()
         self.sql("DROP TABLE IF EXISTS pg_temp.resolved_replica")
         self.sql(
             """
@@ -548,12 +651,6 @@ class _Sync:
 
     def derive(self) -> None:
         """Offsets from the leader's replica, then topic, broker and cluster aggregates."""
-        self.sql(
-            """
-            INSERT INTO touched_partition (id)
-            SELECT p.id FROM console_partition p JOIN touched_topic t ON t.id = p.topic_id
-            """
-        )
         self.sql("ANALYZE touched_partition")
         # KIP-950's offsets of a partition are its leader's: remote Rx..Ry, local Lx..end.
         self.sql(
@@ -604,8 +701,9 @@ class _Sync:
                     sum(cardinality(p.offline_replicas)) AS orc,
                     count(*) FILTER (WHERE p.marked_for_deletion) AS marked
                 FROM console_partition p
-                WHERE p.topic_id IN (SELECT DISTINCT p2.topic_id FROM console_partition p2
-                                     JOIN touched_partition tp ON tp.id = p2.id)
+                WHERE p.topic_id IN (SELECT p2.topic_id FROM console_partition p2
+                                     JOIN touched_partition tp ON tp.id = p2.id
+                                     UNION SELECT id FROM touched_topic)
                 GROUP BY p.topic_id
             ) a
             WHERE t.id = a.topic_id
@@ -671,12 +769,8 @@ class _Sync:
 
     # -- the run -----------------------------------------------------------------------------
 
-    def fetch_snapshot(self, broker_id: int, url: str, since: int | None) -> BrokerSnapshot:
-        snap = self.source.snapshot(broker_id, url, since)
-        if since is not None and not snap.full and snap.version < since:
-            # The agent's versions went backwards (it restarted): start over from a full one.
-            snap = self.source.snapshot(broker_id, url, None)
-        return snap
+    def fetch_snapshot(self, broker_id: int, url: str, since: int | None) -> bytes:
+        return snapshot_json(self.source, broker_id, url, since)
 
     def run(self) -> SyncResult:
         started = time.monotonic()
@@ -693,29 +787,51 @@ class _Sync:
                 raise SyncBusy(f"a sync of {self.cluster.name} is running")
             # Read under the lock: a sync that ran meanwhile moved the versions on.
             self.cluster.refresh_from_db()
+            cur.execute(
+                "DROP TABLE IF EXISTS pg_temp.touched_topic, pg_temp.touched_partition; "
+                "CREATE TEMP TABLE touched_topic (id bigint) ON COMMIT DROP; "
+                "CREATE TEMP TABLE touched_partition (id bigint) ON COMMIT DROP"
+            )
+            self.logdirs = StageTable(cur, "stage_logdir", LOGDIR_COLUMNS)
+            self.replicas = StageTable(cur, "stage_replica", REPLICA_COLUMNS)
+            self.removed = StageTable(cur, "stage_removed", REMOVED_COLUMNS)
             md = self.fetch_metadata()
             polls = self.brokers_to_poll(md)
             workers = max(1, min(MAX_PARALLEL_AGENTS, len(polls)))
+            # Agents are read in parallel and each answer is staged as it arrives; at most
+            # ``workers`` answers are in flight. Metadata is merged once the replicas are
+            # staged, so new partitions are written with their offsets in one go.
             with ThreadPoolExecutor(workers, thread_name_prefix="strata-sync") as pool:
-                futures: list[tuple[int, int | None, Future]] = [
-                    (bid, since, pool.submit(self.fetch_snapshot, bid, url, since))
-                    for bid, url, since in polls
-                ]
-                for temp in ("touched_topic", "touched_partition"):
-                    cur.execute(f"DROP TABLE IF EXISTS pg_temp.{temp}")
-                    cur.execute(f"CREATE TEMP TABLE {temp} (id bigint) ON COMMIT DROP")
-                self.logdirs = StageTable(cur, "stage_logdir", LOGDIR_COLUMNS)
-                self.replicas = StageTable(cur, "stage_replica", REPLICA_COLUMNS)
-                self.removed = StageTable(cur, "stage_removed", REMOVED_COLUMNS)
-                if md is not None:
-                    self.apply_metadata(md)
-                for bid, since, future in futures:
+                pending = iter(polls)
+                window: list[tuple[int, str, int | None, Future]] = []
+
+                def submit_next() -> None:
+                    for bid, url, since in pending:
+                        window.append(
+                            (bid, url, since, pool.submit(self.fetch_snapshot, bid, url, since))
+                        )
+                        return
+
+                for _ in range(2 * workers):
+                    submit_next()
+                while window:
+                    bid, url, since, future = window.pop(0)
+                    submit_next()
                     try:
-                        self.stage_snapshot(future.result(), since)
+                        try:
+                            self.stage_snapshot(future.result(), since)
+                        except _Backwards:
+                            # The agent's versions went backwards (it restarted): start over
+                            # from a full one.
+                            self.stage_snapshot(self.fetch_snapshot(bid, url, None), None)
                     except Exception as exc:  # one agent failing never stops the others
                         log.warning("cluster %s: agent %s failed: %s", self.cluster.name, bid, exc)
                         self.failed_brokers[bid] = _error_text(exc)
                         self.errors[f"broker {bid}"] = _error_text(exc)
+                    del future  # the answer's bytes go once staged
+            if md is not None:
+                self.apply_metadata(md)
+            self.replicas.analyze()
             self.apply_snapshots()
             self.derive()
             self.run_stats["brokers_synced"] = len(self.good_brokers)

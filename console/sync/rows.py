@@ -1,42 +1,25 @@
-"""Stage-table layouts of the sync and the rows they are filled with, from the pydantic
-models the controller and agents send (:mod:`broker_agent.models`)."""
+"""Stage-table layouts of the sync and the SQL that fills them from the JSON the controller
+and agents send (shaped as :mod:`broker_agent.models`)."""
 
 from __future__ import annotations
 
-import hashlib
-
-from broker_agent.models import BrokerSnapshot, TopicMetadata
+from broker_agent.models import BrokerSnapshot
 from console.choices import TopicConfig
-from console.sync.staging import jsonb
 
 __all__ = [
     "BROKER_COLUMNS",
     "LOGDIR_COLUMNS",
+    "MIN_ISR_DEFAULT",
     "PARTITION_COLUMNS",
     "REMOVED_COLUMNS",
     "REPLICA_COLUMNS",
     "REPLICA_DATA",
+    "STAGE_PARTITIONS_SQL",
+    "STAGE_SNAPSHOT_SQL",
+    "STAGE_TOPICS_SQL",
     "TOPIC_COLUMNS",
-    "partition_rows",
     "removed_rows",
-    "replica_rows",
-    "topic_digest",
-    "topic_row",
 ]
-
-
-def topic_digest(topic: TopicMetadata) -> str:
-    return hashlib.blake2b(topic.model_dump_json().encode(), digest_size=16).hexdigest()
-
-
-def _min_isr(configs: dict[str, str]) -> int:
-    raw = configs.get(TopicConfig.MIN_INSYNC_REPLICAS) or TopicConfig.DEFAULTS.get(
-        TopicConfig.MIN_INSYNC_REPLICAS, "1"
-    )
-    try:
-        return int(raw)
-    except ValueError:
-        return 1
 
 
 # -- stage table layouts -----------------------------------------------------------------------
@@ -116,69 +99,86 @@ REMOVED_COLUMNS = [("broker_id", "int4"), ("topic", "text"), ("partition", "int4
 REPLICA_DATA = [c for c, _ in REPLICA_COLUMNS[4:]]
 
 
-def topic_row(t: TopicMetadata, *, digest: bool = True) -> tuple:
-    return (
-        t.name,
-        t.topic_id,
-        jsonb(t.configs),
-        t.tiered_state,
-        t.tiered_epoch,
-        t.disable_policy or "",
-        list(t.tiering_acks),
-        t.initial_partition_count,
-        t.undeleted_partition_count,
-        _min_isr(t.configs),
-        topic_digest(t) if digest else "",
+# -- filling the stage tables from the JSON answers, in PostgreSQL --------------------------------
+#
+# The controller's and agents' JSON goes to PostgreSQL unparsed and is expanded there with
+# ``jsonb_to_recordset``: no Python object per partition or replica. Defaults are the pydantic
+# models' (broker_agent.models); a missing required field shows as NULL and is refused.
+
+MIN_ISR_DEFAULT = TopicConfig.DEFAULTS.get(TopicConfig.MIN_INSYNC_REPLICAS, "1")
+
+#: raw_topic (name, digest, j) -> stage_topic; ``%(delta)s``: digests blanked (partial topics).
+STAGE_TOPICS_SQL = """
+    INSERT INTO stage_topic (name, topic_id, configs, tiered_state, tiered_epoch,
+        disable_policy, tiering_acks, initial_partition_count, undeleted_partition_count,
+        min_insync_replicas, metadata_digest)
+    SELECT r.name, t.topic_id, coalesce(t.configs, '{}'), t.tiered_state, t.tiered_epoch,
+        coalesce(t.disable_policy, ''), coalesce(t.tiering_acks, '{}'),
+        t.initial_partition_count, t.undeleted_partition_count,
+        CASE WHEN m.v ~ '^\\s*[+-]?[0-9]{1,9}\\s*$' THEN m.v::int ELSE 1 END,
+        CASE WHEN %(delta)s THEN '' ELSE r.digest END
+    FROM raw_topic r,
+        jsonb_to_record(r.j) AS t(topic_id text, configs jsonb, tiered_state text,
+            tiered_epoch int4, disable_policy text, tiering_acks int4[],
+            initial_partition_count int4, undeleted_partition_count int4),
+        LATERAL (SELECT coalesce(nullif(t.configs ->> %(min_isr_key)s, ''),
+                                 %(min_isr_default)s) AS v) m
+    RETURNING (name IS NULL OR topic_id IS NULL OR tiered_state IS NULL
+               OR tiered_epoch IS NULL OR initial_partition_count IS NULL
+               OR undeleted_partition_count IS NULL) AS bad
+"""
+
+#: The staged topics' partitions (from raw_topic) -> stage_partition.
+STAGE_PARTITIONS_SQL = """
+    INSERT INTO stage_partition (topic_name, partition, leader, leader_epoch, partition_epoch,
+        replicas, isr, offline_replicas, created, leader_epoch_after_creation,
+        leader_epoch_before_deletion, marked_for_deletion, under_replicated, under_min_isr,
+        offline, has_offline_replicas)
+    SELECT s.name, p.partition, coalesce(p.leader, -1), coalesce(p.leader_epoch, 0),
+        coalesce(p.partition_epoch, 0), p.replicas, p.isr, coalesce(p.offline_replicas, '{}'),
+        coalesce(p.created, '{}'), coalesce(p.leader_epoch_after_creation, '{}'),
+        coalesce(p.leader_epoch_before_deletion, '{}'), coalesce(p.marked_for_deletion, false),
+        cardinality(p.isr) < cardinality(p.replicas),
+        cardinality(p.isr) < s.min_insync_replicas, coalesce(p.leader, -1) < 0,
+        cardinality(p.offline_replicas) > 0
+    FROM raw_topic r JOIN stage_topic s ON s.name = r.name,
+        jsonb_to_recordset(r.j -> 'partitions') AS p(partition int4, replicas int4[],
+            leader int4, leader_epoch int4, partition_epoch int4, isr int4[],
+            offline_replicas int4[], created int4[], leader_epoch_after_creation jsonb,
+            leader_epoch_before_deletion jsonb, marked_for_deletion bool)
+    RETURNING (partition IS NULL OR replicas IS NULL OR isr IS NULL) AS bad
+"""
+
+#: One agent's snapshot (``%(body)s``, jsonb) -> stage_replica; answers the snapshot without
+#: its replicas (validated in Python) and how many rows lacked a required field.
+STAGE_SNAPSHOT_SQL = """
+    WITH raw AS (SELECT %(body)s::jsonb AS j),
+    ins AS (
+        INSERT INTO stage_replica (broker_id, topic, partition, log_dir, state, is_leader,
+            leader_epoch, log_start_offset, local_log_start_offset, log_end_offset,
+            high_watermark, size_bytes, tiered_epoch, copier_state, expiration_state,
+            remote_log_start_offset, remote_log_end_offset, remote_bytes, remote_segments,
+            version)
+        SELECT (raw.j ->> 'broker_id')::int4, r.topic, r.partition, coalesce(r.log_dir, ''),
+            r.state, r.is_leader, r.leader_epoch, r.log_start_offset,
+            r.local_log_start_offset, r.log_end_offset, r.high_watermark, r.size_bytes,
+            r.tiered_epoch, r.copier_state, r.expiration_state,
+            coalesce(r.remote_log_start_offset, -1), coalesce(r.remote_log_end_offset, -1),
+            coalesce(r.remote_bytes, 0), coalesce(r.remote_segments, 0), coalesce(r.version, 0)
+        FROM raw, jsonb_to_recordset(raw.j -> 'replicas') AS r(topic text, partition int4,
+            log_dir text, state text, is_leader bool, leader_epoch int4, log_start_offset int8,
+            local_log_start_offset int8, log_end_offset int8, high_watermark int8,
+            size_bytes int8, tiered_epoch int4, copier_state text, expiration_state text,
+            remote_log_start_offset int8, remote_log_end_offset int8, remote_bytes int8,
+            remote_segments int4, version int8)
+        RETURNING (topic IS NULL OR partition IS NULL OR state IS NULL OR is_leader IS NULL
+                   OR leader_epoch IS NULL OR log_start_offset IS NULL
+                   OR local_log_start_offset IS NULL OR log_end_offset IS NULL
+                   OR high_watermark IS NULL OR size_bytes IS NULL OR tiered_epoch IS NULL
+                   OR copier_state IS NULL OR expiration_state IS NULL) AS bad
     )
-
-
-def partition_rows(t: TopicMetadata):
-    min_isr = _min_isr(t.configs)
-    for p in t.partitions:
-        yield (
-            t.name,
-            p.partition,
-            p.leader,
-            p.leader_epoch,
-            p.partition_epoch,
-            p.replicas,
-            p.isr,
-            p.offline_replicas,
-            p.created,
-            jsonb(p.leader_epoch_after_creation),
-            jsonb(p.leader_epoch_before_deletion),
-            p.marked_for_deletion,
-            len(p.isr) < len(p.replicas),
-            len(p.isr) < min_isr,
-            p.leader < 0,
-            bool(p.offline_replicas),
-        )
-
-
-def replica_rows(snap: BrokerSnapshot):
-    for r in snap.replicas:
-        yield (
-            snap.broker_id,
-            r.topic,
-            r.partition,
-            r.log_dir or "",
-            r.state,
-            r.is_leader,
-            r.leader_epoch,
-            r.log_start_offset,
-            r.local_log_start_offset,
-            r.log_end_offset,
-            r.high_watermark,
-            r.size_bytes,
-            r.tiered_epoch,
-            r.copier_state,
-            r.expiration_state,
-            r.remote_log_start_offset,
-            r.remote_log_end_offset,
-            r.remote_bytes,
-            r.remote_segments,
-            r.version,
-        )
+    SELECT raw.j - 'replicas', (SELECT count(*) FILTER (WHERE bad) FROM ins) FROM raw
+"""
 
 
 def removed_rows(snap: BrokerSnapshot):

@@ -10,10 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+import httpx
+
 from broker_agent.client import AgentClient, ControllerClient
 from broker_agent.models import BrokerSnapshot, ClusterMetadata
 
-__all__ = ["ClusterSource", "HttpClusterSource", "SourceError", "StaticClusterSource"]
+__all__ = [
+    "ClusterSource",
+    "HttpClusterSource",
+    "SourceError",
+    "StaticClusterSource",
+    "metadata_json",
+    "snapshot_json",
+]
 
 
 class SourceError(Exception):
@@ -31,6 +40,21 @@ class ClusterSource(Protocol):
     def close(self) -> None: ...
 
 
+def metadata_json(source: ClusterSource, since: int | None) -> bytes:
+    """The controller's answer as JSON bytes: the source's own bytes when it has them (the sync
+    hands them to PostgreSQL unparsed), else its pydantic answer serialised."""
+    raw = getattr(source, "metadata_json", None)
+    return raw(since) if raw else source.metadata(since).model_dump_json().encode()
+
+
+def snapshot_json(source: ClusterSource, broker_id: int, url: str, since: int | None) -> bytes:
+    """One agent's snapshot as JSON bytes (see :func:`metadata_json`)."""
+    raw = getattr(source, "snapshot_json", None)
+    if raw:
+        return raw(broker_id, url, since)
+    return source.snapshot(broker_id, url, since).model_dump_json().encode()
+
+
 class HttpClusterSource:
     """Controller and agents over HTTP, HMAC-signed with the cluster's secret.
 
@@ -45,19 +69,43 @@ class HttpClusterSource:
         self.timeout = timeout
         self.retries = retries
         self.controller = ControllerClient(controller_url, secret, timeout=timeout, retries=retries)
+        # One connection pool for every agent: a client of its own per agent would build a TLS
+        # context each (~35 ms, most of an idle sync of 60 brokers) and reuse no connection.
+        self._agents = httpx.HTTPTransport()
+
+    def _agent(self, url: str) -> AgentClient:
+        """A client of one agent on the shared pool (not to be closed: the pool is shared)."""
+        return AgentClient(
+            url, self.secret, timeout=self.timeout, retries=self.retries, transport=self._agents
+        )
 
     def metadata(self, since: int | None) -> ClusterMetadata:
         """Asks for a partition-level delta; a controller that cannot answers in full."""
         return self.controller.metadata(since=since, delta=since is not None)
 
+    def metadata_json(self, since: int | None) -> bytes:
+        """:meth:`metadata` as the controller's JSON bytes, unparsed (the sync's path: at
+        200,000 partitions PostgreSQL parses them far faster than pydantic)."""
+        params = {"since": since, "delta": "true" if since is not None else None}
+        return self.controller.request(
+            "GET", "/v1/metadata", params=params, timeout=30.0, raw=True
+        ).content
+
     def snapshot(self, broker_id: int, url: str, since: int | None) -> BrokerSnapshot:
         if not url:
             raise SourceError(f"broker {broker_id} has no agent URL yet")
-        with AgentClient(url, self.secret, timeout=self.timeout, retries=self.retries) as agent:
-            return agent.snapshot(since=since)
+        return self._agent(url).snapshot(since=since)
+
+    def snapshot_json(self, broker_id: int, url: str, since: int | None) -> bytes:
+        """:meth:`snapshot` as the agent's JSON bytes, unparsed."""
+        if not url:
+            raise SourceError(f"broker {broker_id} has no agent URL yet")
+        agent = self._agent(url)
+        return agent.request("GET", "/v1/snapshot", params={"since": since}, raw=True).content
 
     def close(self) -> None:
         self.controller.close()
+        self._agents.close()
 
 
 class StaticClusterSource:

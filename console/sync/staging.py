@@ -70,8 +70,9 @@ class StageTable:
         cols = ", ".join(f"{c} {t}" for c, t in self.columns)
         # Dropped first: inside an outer transaction (tests, a caller's atomic block) the
         # previous sync's tables are still there, ON COMMIT DROP notwithstanding.
-        cursor.execute(f"DROP TABLE IF EXISTS pg_temp.{name}")
-        cursor.execute(f"CREATE TEMP TABLE {name} ({cols}) ON COMMIT DROP")
+        cursor.execute(
+            f"DROP TABLE IF EXISTS pg_temp.{name}; CREATE TEMP TABLE {name} ({cols}) ON COMMIT DROP"
+        )
 
     def copy(self, rows: Iterable[Sequence[object]]) -> int:
         """Append ``rows`` (tuples in column order); returns how many were written.

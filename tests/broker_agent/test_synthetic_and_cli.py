@@ -198,3 +198,41 @@ def test_external_expiration_exposes_inventory_and_marking(sim_factory):
     with pytest.raises(AgentError) as exc:
         agent.mark_segment(victim.segment_id, RemoteSegmentState.DELETE_SEGMENT_STARTED)
     assert exc.value.error == "INVALID_STATE_TRANSITION"
+
+
+def _scan(versions, since):
+    return [i for i in range(len(versions)) if versions[i] > since]
+
+
+def test_synthetic_since_answers_match_a_full_scan_of_versions():
+    """The per-version change log answers ``since`` with exactly the partitions a scan of every
+    partition would find, for metadata and for each broker's snapshot, and falls back to the
+    scan once the log no longer reaches back to ``since``."""
+    from broker_agent.synthetic import SyntheticCluster
+
+    c = SyntheticCluster("c", brokers=5, log_dirs=2, topics=4, partitions_per_topic=10)
+    start = c.version
+    c.churn(0.1, seed=1)
+    mid = c.version
+    c.tick(0.05)
+    c.churn(0.2, seed=2)
+    for since in (start, mid, c.version - 1, c.version):
+        assert c._changed_since(since) == _scan(c.pversion, since)
+        assert c._changed_since(since, metadata=True) == _scan(c.mversion, since)
+        for b in range(1, 6):
+            body = json.loads(c.broker_snapshot(b, since))
+            got = [(r["topic"], r["partition"]) for r in body["replicas"]]
+            want = [
+                (c.topics[i // c.ppt], i % c.ppt)
+                for i in _scan(c.pversion, since)
+                if b in c.replicas(i)
+            ]
+            assert got == want and body["full"] is False
+        md = json.loads(c.metadata_body(since, delta=True))
+        got = sorted((t["name"], p["partition"]) for t in md["topics"] for p in t["partitions"])
+        want = [(c.topics[i // c.ppt], i % c.ppt) for i in _scan(c.mversion, since)]
+        assert got == sorted(want)
+    c._snap_log.limit = 1  # only the newest version is kept: older ``since`` scans
+    c.tick(0.05)
+    assert c._snap_log.since(start) is None
+    assert c._changed_since(start) == _scan(c.pversion, start)

@@ -94,6 +94,37 @@ def test_topology_offline_only_filter(browser_client, synced, builder):
     assert "audit.log-0" not in html or "offline" in html
 
 
+def _matrix_rows(html: str) -> list[str]:
+    return re.findall(r'<th scope="row"><a href="[^"]*">([^<]+)</a>', html)
+
+
+@pytest.mark.parametrize("query", ["", "&topic=t1"])
+def test_topology_deep_pages_list_partitions_in_order_without_gaps(browser_client, cluster, query):
+    """Pages found from the topics' partition counts (not an OFFSET) still walk every
+    partition in (topic, partition) order exactly once, and a page past the end shows the
+    last."""
+    b = ClusterBuilder(brokers=3, log_dirs=1)
+    sizes = {"t0": 7, "t1": 30, "t10": 3, "t2": 45, "t3": 1}
+    for name, n in sizes.items():
+        b.add_topic(name, partitions=n, rf=2)
+    sync(cluster, b)
+    wanted = sorted(
+        (name, p) for name, n in sizes.items() for p in range(n) if "t1" in name or not query
+    )
+    seen = []
+    for page in range(1, 10):
+        html = browser_client.get(f"/topology/?page={page}{query}").content.decode()
+        rows = _matrix_rows(html)
+        if not rows or (seen and rows[0] == seen[0]):
+            break
+        seen += rows
+        if len(rows) < 50:
+            break
+    assert seen == [f"{name}-{p}" for name, p in wanted]
+    last = _matrix_rows(browser_client.get(f"/topology/?page=999{query}").content.decode())
+    assert last == seen[len(seen) - len(last) :] and last
+
+
 def test_pages_without_a_cluster_explain_how_to_register_one(browser_client):
     for url in ("/", "/topics/", "/brokers/", "/topology/"):
         assert "register_cluster" in browser_client.get(url).content.decode()
@@ -123,3 +154,28 @@ def test_page_queries_are_bounded_whatever_the_cluster_size(
     sync(cluster, b, down={3})
     with django_assert_max_num_queries(16):
         assert browser_client.get(url).status_code == 200
+
+
+def test_workflow_buttons_name_real_workflow_kinds(client, operator, synced, builder):
+    """The request buttons open forms of kinds the workflows app registers, with their fields
+    filled in: a tiered topic offers disable_tiering and KIP-253 expand / shrink by one; an
+    offline dir offers recover_log_dir in both modes."""
+    from workflows.kinds import get_kind
+
+    builder.fail_log_dir(1, "logdir-0")
+    sync(synced, builder)
+    client.force_login(operator)
+    topic = client.get("/topics/local/orders/").content.decode()
+    brokers = client.get("/brokers/").content.decode()
+    links = re.findall(r'href="/workflows/new\?([^"]+)"', topic + brokers)
+    kinds = {re.search(r"kind=(\w+)", link).group(1) for link in links}
+    for kind in kinds:
+        get_kind(kind)  # raises for a kind nobody registered
+    assert "kind=disable_tiering&amp;cluster=local&amp;topic=orders" in topic
+    assert "kind=expand_partitions&amp;cluster=local&amp;topic=orders&amp;partitions=7" in topic
+    assert "kind=shrink_partitions&amp;cluster=local&amp;topic=orders&amp;partitions=5" in topic
+    for mode in ("replace", "remove"):
+        assert (
+            f"kind=recover_log_dir&amp;cluster=local&amp;broker=1&amp;log_dir=logdir-0&amp;mode={mode}"
+            in brokers
+        )
