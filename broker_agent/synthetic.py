@@ -173,6 +173,7 @@ class SyntheticCluster:
             for i in self.hosted[b]:
                 self.dir_counts[b][i % log_dirs] += 1
         self.started_ms = start
+        self.tiering = None  # SyntheticTiering (synthetic_tiering.py): live KIP-950 state
 
     # -- state -------------------------------------------------------------------------------
 
@@ -306,6 +307,8 @@ class SyntheticCluster:
         return s
 
     def _topic_head(self, t: int) -> str:
+        if self.tiering is not None:
+            return self.tiering.topic_head(t)
         if self.tiered(t):
             configs = f'{{"{TopicConfig.REMOTE_STORAGE_ENABLE}":"true"}}'
             state = TieredState.ENABLED
@@ -594,5 +597,5 @@ def create_app(
 
     from broker_agent.synthetic_tiering import install_tiering_routes  # KIP-950 endpoints
 
-    install_tiering_routes(app, cluster)
+    cluster.tiering = install_tiering_routes(app, cluster)
     return app

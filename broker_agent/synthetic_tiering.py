@@ -1,0 +1,421 @@
+"""KIP-950 tiering for the synthetic scale mode: controller and per-broker agent endpoints.
+
+Mounted on the synthetic app by :func:`install_tiering_routes` (from
+:func:`broker_agent.synthetic.create_app`), so ``ControllerClient`` / ``AgentClient`` and the
+``disable_tiering`` / ``enable_tiering`` workflows run unchanged against the one-process
+synthetic cluster. Paths, request / response models, error codes and transitions are those of
+the real controller (:mod:`broker_agent.controller`) and agent (:mod:`broker_agent.agent_app`,
+:meth:`broker_agent.broker.Broker.disable_remote_topic`):
+
+Controller (``/v1``):
+
+- ``POST /v1/topics/{t}/tiering/disable`` (:class:`~broker_agent.models.TieringCommandRequest`):
+  ENABLED -> DISABLING, tiered epoch + 1, acks cleared, ``remote.storage.enable=false`` and
+  ``remote.log.disable.policy`` in the configs. 400 ``INVALID_REQUEST`` for an unknown policy,
+  409 ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS`` while DISABLING, 409 ``STALE_TIERED_EPOCH``
+  (with ``tiered_epoch``) when ``expected_tiered_epoch`` differs, 409
+  ``INVALID_STATE_TRANSITION`` when not ENABLED.
+- ``POST /v1/topics/{t}/tiering/complete``: DISABLING -> DISABLED once every hosting broker
+  acknowledged the current epoch, else 409 ``TIERED_STORAGE_DISABLEMENT_INCOMPLETE`` with
+  ``pending_brokers``; DISABLED again is an idempotent answer; anything else 409
+  ``INVALID_STATE_TRANSITION``; expected-epoch check first.
+- ``POST /v1/topics/{t}/tiering/enable``: DISABLED / NONE -> ENABLED (epoch kept, policy cleared);
+  a policy is 400 ``INVALID_REQUEST``; 409 ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS`` while
+  DISABLING.
+- ``POST /v1/topics/{t}/tiering/ack?broker_id&tiered_epoch``: recorded only for the current
+  epoch while DISABLING (otherwise ignored, as the real controller does).
+
+Agents (``/brokers/{id}/v1``): ``POST commands/disable-remote-topic`` and
+``commands/enable-remote-topic`` (:class:`~broker_agent.models.RemoteTopicCommand` ->
+:class:`~broker_agent.models.CommandResult`). Fencing as the real broker: a tiered epoch below the
+broker's applied one is 409 ``STALE_TIERED_EPOCH``; a disable at the applied epoch is a repeat
+only if the last command there was a disable (a re-enable keeps the epoch, so a disable must bring
+a new one). An idempotency key is applied once per broker and answered again with
+``applied: false``. Like the real agent, a disable acknowledges **itself** to the controller state
+(in-process here; every repeat re-sends the ack), so the workflow never calls ``/ack``.
+
+Versions: every controller change (and every ack) is one new metadata version, so
+``/v1/metadata?since=`` answers ``changed: true``; the topic's first partition is marked changed
+so a ``delta=true`` answer carries the topic (with its topic-level fields). A broker command
+applied also bumps the snapshot version of the partitions that broker hosts.
+
+Known gap: ``SyntheticCluster`` renders topic heads (``/v1/metadata``, ``GET /v1/topics[/{t}]``)
+and replica entries from its fixed layout (even topics ENABLED at epoch 0), not from this state;
+only the answers of the endpoints above carry the live tiering state until
+``SyntheticCluster._topic_head`` asks :meth:`SyntheticTiering.topic_head` (see the README).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI, Query
+from fastapi.responses import Response
+
+from broker_agent.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
+from broker_agent.models import CommandResult, RemoteTopicCommand, TieringCommandRequest
+from broker_agent.web import ApiError
+
+if TYPE_CHECKING:
+    from broker_agent.synthetic import SyntheticCluster
+
+__all__ = ["SyntheticTiering", "install_tiering_routes"]
+
+_EPOCH_Q = {"ge": 0, "le": 2**31}
+
+
+class SyntheticTiering:
+    """Controller-side tiering state per topic and agent-side state per (broker, topic), over a
+    :class:`~broker_agent.synthetic.SyntheticCluster`. Topics never touched keep the cluster's
+    layout (even topics ENABLED, others NONE, epoch 0). Guarded by the cluster's lock."""
+
+    def __init__(self, cluster: SyntheticCluster):
+        self.cluster = cluster
+        self.index = {name: t for t, name in enumerate(cluster.topics)}
+        self.topics: dict[int, dict] = {}
+        self.brokers: dict[tuple[int, int], dict] = {}
+        self.applied: dict[int, dict[str, dict]] = {}
+
+    # -- state -------------------------------------------------------------------------------
+
+    def _t(self, name: str) -> int:
+        t = self.index.get(name)
+        if t is None:
+            raise ApiError(404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        return t
+
+    def _initial_state(self, t: int) -> str:
+        return TieredState.ENABLED if self.cluster.tiered(t) else TieredState.NONE
+
+    def topic(self, t: int) -> dict:
+        st = self.topics.get(t)
+        if st is None:
+            tiered = self.cluster.tiered(t)
+            st = self.topics[t] = {
+                "configs": {TopicConfig.REMOTE_STORAGE_ENABLE: "true"} if tiered else {},
+                "tiered_state": self._initial_state(t),
+                "tiered_epoch": 0,
+                "disable_policy": None,
+                "tiering_acks": set(),
+            }
+        return st
+
+    def _range(self, t: int) -> range:
+        ppt = self.cluster.ppt
+        return range(t * ppt, (t + 1) * ppt)
+
+    def _hosts(self, broker_id: int, i: int) -> bool:
+        c = self.cluster
+        return (broker_id - 1 - i) % c.brokers < c.rf
+
+    def hosting_brokers(self, t: int) -> set[int]:
+        c = self.cluster
+        first = self._range(t)
+        # Replicas of i are (i + k) % brokers + 1: brokers consecutive partitions cover them all.
+        sample = first[: min(len(first), c.brokers)]
+        return {((i + k) % c.brokers) + 1 for i in sample for k in range(c.rf)}
+
+    def _bump(self, t: int, snapshot_broker: int | None = None, metadata: bool = True) -> None:
+        """One new version: the topic's head changed (its first partition is marked so a delta
+        lists the topic) and / or ``snapshot_broker``'s replicas of it changed."""
+        c = self.cluster
+        c.version += 1
+        v = c.version
+        if metadata:
+            anchor = self._range(t).start
+            c.mversion[anchor] = v
+            c._invalidate(anchor)
+            c._meta_log.add(v, [anchor])
+            c.metadata_version = v
+        if snapshot_broker is not None:
+            changed = [i for i in self._range(t) if self._hosts(snapshot_broker, i)]
+            for i in changed:
+                c.pversion[i] = v
+                c._invalidate(i)
+            c._snap_log.add(v, changed)
+        c._cache.clear()
+        c._cache_bytes = 0
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def topic_head(self, t: int) -> str:
+        """A ``TopicMetadata`` object up to ``"partitions":[`` (same shape as
+        ``SyntheticCluster._topic_head``), from the live tiering state."""
+        c, st = self.cluster, self.topic(t)
+        head = json.dumps(
+            {
+                "name": c.topics[t],
+                "topic_id": c.topic_ids[t],
+                "configs": st["configs"],
+                "tiered_state": st["tiered_state"],
+                "tiered_epoch": st["tiered_epoch"],
+                "disable_policy": st["disable_policy"],
+                "tiering_acks": sorted(st["tiering_acks"]),
+                "initial_partition_count": c.ppt,
+                "undeleted_partition_count": c.ppt,
+            },
+            separators=(",", ":"),
+        )
+        return head[:-1] + ',"partitions":['
+
+    def topic_body(self, t: int) -> bytes:
+        c = self.cluster
+        parts = ",".join(c._partition_json(i) for i in self._range(t))
+        return (self.topic_head(t) + parts + "]}").encode()
+
+    # -- controller --------------------------------------------------------------------------
+
+    @staticmethod
+    def _in_progress(name: str, st: dict) -> ApiError:
+        return ApiError(
+            409,
+            ErrorCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
+            f"tiered storage disablement of {name} at tiered epoch {st['tiered_epoch']} "
+            "is in progress",
+        )
+
+    @staticmethod
+    def _check_epoch(st: dict, expected: int | None) -> None:
+        if expected is not None and expected != st["tiered_epoch"]:
+            raise ApiError(
+                409,
+                ErrorCode.STALE_TIERED_EPOCH,
+                f"expected tiered epoch {expected}, topic is at {st['tiered_epoch']}",
+                tiered_epoch=st["tiered_epoch"],
+            )
+
+    def start_disable(self, name: str, req: TieringCommandRequest) -> bytes:
+        with self.cluster.lock:
+            t = self._t(name)
+            st = self.topic(t)
+            if req.policy is not None and req.policy not in DisablePolicy.ALL:
+                raise ApiError(
+                    400,
+                    ErrorCode.INVALID_REQUEST,
+                    f"unsupported remote.log.disable.policy {req.policy!r}",
+                )
+            if st["tiered_state"] == TieredState.DISABLING:
+                raise self._in_progress(name, st)
+            self._check_epoch(st, req.expected_tiered_epoch)
+            if st["tiered_state"] != TieredState.ENABLED:
+                raise ApiError(
+                    409,
+                    ErrorCode.INVALID_STATE_TRANSITION,
+                    f"{name} is {st['tiered_state']}, not ENABLED",
+                )
+            policy = req.policy or DisablePolicy.DEFAULT
+            st["tiered_epoch"] += 1
+            st["tiered_state"] = TieredState.DISABLING
+            st["disable_policy"] = policy
+            st["tiering_acks"] = set()
+            st["configs"] = {
+                **st["configs"],
+                TopicConfig.REMOTE_STORAGE_ENABLE: "false",
+                TopicConfig.REMOTE_LOG_DISABLE_POLICY: policy,
+            }
+            self._bump(t)
+            return self.topic_body(t)
+
+    def _ack(self, t: int, broker_id: int, tiered_epoch: int, snapshot: bool = False) -> None:
+        st = self.topic(t)
+        recorded = (
+            tiered_epoch == st["tiered_epoch"] and st["tiered_state"] == TieredState.DISABLING
+        )
+        if recorded:
+            st["tiering_acks"].add(broker_id)
+        if recorded or snapshot:
+            self._bump(t, broker_id if snapshot else None, metadata=recorded)
+
+    def ack(self, name: str, broker_id: int, tiered_epoch: int) -> bytes:
+        with self.cluster.lock:
+            t = self._t(name)
+            self._ack(t, broker_id, tiered_epoch)
+            return self.topic_body(t)
+
+    def complete_disable(self, name: str, req: TieringCommandRequest) -> bytes:
+        with self.cluster.lock:
+            t = self._t(name)
+            st = self.topic(t)
+            self._check_epoch(st, req.expected_tiered_epoch)
+            if st["tiered_state"] == TieredState.DISABLED:
+                return self.topic_body(t)  # idempotent
+            if st["tiered_state"] != TieredState.DISABLING:
+                raise ApiError(409, ErrorCode.INVALID_STATE_TRANSITION, f"{name} is not DISABLING")
+            pending = sorted(self.hosting_brokers(t) - st["tiering_acks"])
+            if pending:
+                raise ApiError(
+                    409,
+                    ErrorCode.TIERED_STORAGE_DISABLEMENT_INCOMPLETE,
+                    f"brokers {pending} have not acknowledged DisableRemoteTopic at tiered epoch "
+                    f"{st['tiered_epoch']}",
+                    pending_brokers=pending,
+                )
+            st["tiered_state"] = TieredState.DISABLED
+            self._bump(t)
+            return self.topic_body(t)
+
+    def enable(self, name: str, req: TieringCommandRequest) -> bytes:
+        """The real controller's ``enable``: AlterConfigs ``remote.storage.enable=true`` with the
+        expected-epoch check (synthetic topics are never compacted)."""
+        with self.cluster.lock:
+            t = self._t(name)
+            st = self.topic(t)
+            if req.policy is not None:
+                raise ApiError(400, ErrorCode.INVALID_REQUEST, "re-enablement takes no policy")
+            self._check_epoch(st, req.expected_tiered_epoch)
+            if st["tiered_state"] == TieredState.DISABLING:
+                raise self._in_progress(name, st)
+            if st["tiered_state"] in (TieredState.DISABLED, TieredState.NONE):
+                st["tiered_state"] = TieredState.ENABLED
+                st["disable_policy"] = None
+            st["configs"] = {**st["configs"], TopicConfig.REMOTE_STORAGE_ENABLE: "true"}
+            self._bump(t)
+            return self.topic_body(t)
+
+    # -- agents ------------------------------------------------------------------------------
+
+    def _broker_topic(self, broker_id: int, cmd: RemoteTopicCommand) -> int:
+        self.cluster._check_broker(broker_id)
+        t = self.index.get(cmd.topic)
+        if t is None or self.cluster.topic_ids[t] != cmd.topic_id:
+            raise ApiError(
+                404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {cmd.topic!r} / id"
+            )
+        return t
+
+    def _broker_state(self, broker_id: int, t: int) -> dict:
+        cur = self.brokers.get((broker_id, t))
+        if cur is None:  # adopted from metadata, as a real broker does at topic creation
+            cur = {
+                "state": self._initial_state(t),
+                "tiered_epoch": 0,
+                "policy": None,
+                "last_command": None,
+            }
+        return cur
+
+    def _partitions(self, broker_id: int, t: int) -> list[int]:
+        r = self._range(t)
+        return [i - r.start for i in r if self._hosts(broker_id, i)]
+
+    def disable_remote_topic(self, broker_id: int, cmd: RemoteTopicCommand) -> dict:
+        if cmd.policy is not None and cmd.policy not in DisablePolicy.ALL:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, f"unsupported policy {cmd.policy!r}")
+        policy = cmd.policy or DisablePolicy.DEFAULT
+        with self.cluster.lock:
+            t = self._broker_topic(broker_id, cmd)
+            applied = self.applied.setdefault(broker_id, {})
+            done = applied.get(cmd.idempotency_key)
+            if done is not None:
+                self._ack(t, broker_id, done["tiered_epoch"])
+                return dict(done, applied=False)
+            cur = self._broker_state(broker_id, t)
+            epoch = cur["tiered_epoch"]
+            if cmd.tiered_epoch < epoch or (
+                cmd.tiered_epoch == epoch and cur["last_command"] != "disable"
+            ):
+                raise ApiError(
+                    409,
+                    ErrorCode.STALE_TIERED_EPOCH,
+                    f"DisableRemoteTopic at tiered epoch {cmd.tiered_epoch}; broker applied {epoch}",
+                    tiered_epoch=epoch,
+                )
+            repeat = cmd.tiered_epoch == epoch
+            if not repeat:
+                self.brokers[(broker_id, t)] = {
+                    "state": TieredState.DISABLED,
+                    "tiered_epoch": cmd.tiered_epoch,
+                    "policy": policy,
+                    "last_command": "disable",
+                }
+            result = {
+                "topic": cmd.topic,
+                "tiered_epoch": cmd.tiered_epoch,
+                "applied": not repeat,
+                "tiered_state": TieredState.DISABLED,
+                "partitions": self._partitions(broker_id, t),
+            }
+            applied[cmd.idempotency_key] = result
+            self._ack(t, broker_id, cmd.tiered_epoch, snapshot=not repeat)
+            return result
+
+    def enable_remote_topic(self, broker_id: int, cmd: RemoteTopicCommand) -> dict:
+        if cmd.policy is not None:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, "re-enablement takes no policy")
+        with self.cluster.lock:
+            t = self._broker_topic(broker_id, cmd)
+            applied = self.applied.setdefault(broker_id, {})
+            done = applied.get(cmd.idempotency_key)
+            if done is not None:
+                return dict(done, applied=False)
+            cur = self._broker_state(broker_id, t)
+            if cmd.tiered_epoch < cur["tiered_epoch"]:
+                raise ApiError(
+                    409,
+                    ErrorCode.STALE_TIERED_EPOCH,
+                    f"EnableRemoteTopic at tiered epoch {cmd.tiered_epoch}; broker applied "
+                    f"{cur['tiered_epoch']}",
+                    tiered_epoch=cur["tiered_epoch"],
+                )
+            repeat = cur["state"] == TieredState.ENABLED and cmd.tiered_epoch == cur["tiered_epoch"]
+            if not repeat:
+                self.brokers[(broker_id, t)] = {
+                    "state": TieredState.ENABLED,
+                    "tiered_epoch": cmd.tiered_epoch,
+                    "policy": None,
+                    "last_command": "enable",
+                }
+                self._bump(t, broker_id, metadata=False)
+            result = {
+                "topic": cmd.topic,
+                "tiered_epoch": cmd.tiered_epoch,
+                "applied": not repeat,
+                "tiered_state": TieredState.ENABLED,
+                "partitions": self._partitions(broker_id, t),
+            }
+            applied[cmd.idempotency_key] = result
+            return result
+
+
+def install_tiering_routes(app: FastAPI, cluster: SyntheticCluster) -> SyntheticTiering:
+    """Register the tiering endpoints of the controller and of every synthetic broker on ``app``
+    (signed like every other route by :func:`broker_agent.web.install`); returns the state."""
+    tiering = SyntheticTiering(cluster)
+
+    def _json(body: bytes) -> Response:
+        return Response(body, media_type="application/json")
+
+    @app.post("/v1/topics/{topic}/tiering/disable")
+    def start_disable(topic: str, req: TieringCommandRequest):
+        """ENABLED -> DISABLING, tiered epoch + 1 (``TopicMetadata``)."""
+        return _json(tiering.start_disable(topic, req))
+
+    @app.post("/v1/topics/{topic}/tiering/complete")
+    def complete_disable(topic: str, req: TieringCommandRequest):
+        """DISABLING -> DISABLED once every hosting broker acknowledged (``TopicMetadata``)."""
+        return _json(tiering.complete_disable(topic, req))
+
+    @app.post("/v1/topics/{topic}/tiering/enable")
+    def enable(topic: str, req: TieringCommandRequest):
+        """DISABLED -> ENABLED, tiered epoch kept, no policy (``TopicMetadata``)."""
+        return _json(tiering.enable(topic, req))
+
+    @app.post("/v1/topics/{topic}/tiering/ack")
+    def ack(
+        topic: str,
+        broker_id: int = Query(**_EPOCH_Q),
+        tiered_epoch: int = Query(**_EPOCH_Q),
+    ):
+        """A broker acknowledges DisableRemoteTopic (``TopicMetadata``)."""
+        return _json(tiering.ack(topic, broker_id, tiered_epoch))
+
+    @app.post("/brokers/{broker_id}/v1/commands/disable-remote-topic", response_model=CommandResult)
+    def disable_remote_topic(broker_id: int, cmd: RemoteTopicCommand):
+        return tiering.disable_remote_topic(broker_id, cmd)
+
+    @app.post("/brokers/{broker_id}/v1/commands/enable-remote-topic", response_model=CommandResult)
+    def enable_remote_topic(broker_id: int, cmd: RemoteTopicCommand):
+        return tiering.enable_remote_topic(broker_id, cmd)
+
+    return tiering

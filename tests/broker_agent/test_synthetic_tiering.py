@@ -1,0 +1,234 @@
+"""KIP-950 tiering on the synthetic scale cluster (broker_agent/synthetic_tiering.py): the real
+controller's and agent's paths, codes and transitions, served by the one synthetic process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from broker_agent.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
+from broker_agent.client import AgentClient, AgentError, ControllerClient
+
+from .conftest import _kill_all, run_cli
+
+pytestmark = pytest.mark.integration
+
+BROKERS = 6
+TOPICS = 8  # synthetic.topic-0000 .. -0007; even ones tiered
+PPT = 50
+
+
+class _Syn:
+    def __init__(self, data, urls):
+        self.data = data
+        self.urls = urls
+        self.secret = (data / "secret").read_bytes().strip()
+        self.ctl = ControllerClient(urls["controller"], self.secret, retries=0)
+        self._agents: dict[int, AgentClient] = {}
+
+    def agent(self, b: int) -> AgentClient:
+        if b not in self._agents:
+            self._agents[b] = AgentClient(self.urls["brokers"][str(b)], self.secret, retries=0)
+        return self._agents[b]
+
+    def state(self, topic: str) -> dict:
+        """The controller's live tiering state: an ack at an epoch it never had is ignored and
+        answers the topic (``TopicMetadata``) unchanged."""
+        return self.ctl.ack_disable(topic, 1, 2**31)
+
+    def close(self) -> None:
+        self.ctl.close()
+        for a in self._agents.values():
+            a.close()
+
+
+@pytest.fixture(scope="module")
+def syn(tmp_path_factory):
+    data = tmp_path_factory.mktemp("syn-tiering")
+    s = None
+    try:
+        out = run_cli(
+            data,
+            "up",
+            "--brokers",
+            str(BROKERS),
+            "--log-dirs",
+            "2",
+            "--synthetic-topics",
+            str(TOPICS),
+            "--partitions-per-topic",
+            str(PPT),
+            "--synthetic-tick-interval",
+            "0",
+        )
+        s = _Syn(data, json.loads(out.stdout.strip().splitlines()[-1]))
+        yield s
+    finally:
+        if s is not None:
+            s.close()
+        run_cli(data, "down", check=False)
+        _kill_all(data)
+
+
+def _refused(fn, *args, **kw) -> AgentError:
+    with pytest.raises(AgentError) as info:
+        fn(*args, **kw)
+    return info.value
+
+
+def test_disable_acks_complete_and_metadata_versions(syn):
+    topic = "synthetic.topic-0000"
+    md = syn.ctl.metadata()
+    t0 = next(t for t in md.topics if t.name == topic)
+    assert t0.tiered_state == TieredState.ENABLED and t0.tiered_epoch == 0
+    hosts = sorted({r for p in t0.partitions for r in p.replicas})
+    assert hosts == list(range(1, BROKERS + 1))
+
+    t = syn.ctl.start_disable(topic, DisablePolicy.RETAIN, expected_tiered_epoch=0)
+    assert (t.tiered_state, t.tiered_epoch, t.disable_policy) == ("DISABLING", 1, "retain")
+    assert t.configs[TopicConfig.REMOTE_STORAGE_ENABLE] == "false"
+    assert t.configs[TopicConfig.REMOTE_LOG_DISABLE_POLICY] == "retain"
+    assert t.tiering_acks == [] and len(t.partitions) == PPT and t.topic_id == t0.topic_id
+
+    # one new metadata version; an incremental sync is told, and the delta lists the topic
+    delta = syn.ctl.metadata(since=md.version, delta=True)
+    assert delta.changed and not delta.full and delta.version > md.version
+    assert [x.name for x in delta.topics] == [topic]
+
+    # complete before every host acknowledged: INCOMPLETE with the pending brokers
+    err = _refused(syn.ctl.complete_disable, topic, 1)
+    assert err.status == 409 and err.error == ErrorCode.TIERED_STORAGE_DISABLEMENT_INCOMPLETE
+    assert err.body["pending_brokers"] == hosts
+
+    for b in hosts:
+        res = syn.agent(b).disable_remote_topic(topic, t.topic_id, 1, "retain", f"k-{b}")
+        assert res.applied and res.tiered_epoch == 1 and res.tiered_state == "DISABLED"
+        mine = sorted(p.partition for p in t.partitions if b in p.replicas)
+        assert res.partitions == mine
+        # the agent acknowledged to the controller itself (as the real agent does)
+        assert b in syn.state(topic)["tiering_acks"]
+        if b != hosts[-1]:
+            err = _refused(syn.ctl.complete_disable, topic, 1)
+            assert err.body["pending_brokers"] == hosts[hosts.index(b) + 1 :]
+    acked = syn.ctl.metadata(since=delta.version, delta=True)
+    assert acked.changed and acked.version >= delta.version + len(hosts)
+
+    done = syn.ctl.complete_disable(topic, expected_tiered_epoch=1)
+    assert (done.tiered_state, done.tiered_epoch, done.tiering_acks) == ("DISABLED", 1, hosts)
+    # idempotent, and the broker commands too
+    assert syn.ctl.complete_disable(topic, 1).tiered_state == "DISABLED"
+    again = syn.agent(hosts[0]).disable_remote_topic(topic, t.topic_id, 1, "retain", "k-1")
+    assert not again.applied and again.tiered_epoch == 1
+    fresh_key = syn.agent(hosts[0]).disable_remote_topic(topic, t.topic_id, 1, "retain", "other")
+    assert not fresh_key.applied
+
+
+def test_controller_refusals_use_the_kip_codes(syn):
+    topic, never_tiered = "synthetic.topic-0002", "synthetic.topic-0001"
+    err = _refused(syn.ctl.start_disable, topic, "shred")
+    assert (err.status, err.error) == (400, ErrorCode.INVALID_REQUEST)
+    err = _refused(syn.ctl.start_disable, topic, None, 7)
+    assert (err.status, err.error) == (409, ErrorCode.STALE_TIERED_EPOCH)
+    assert err.body["tiered_epoch"] == 0
+    err = _refused(syn.ctl.start_disable, never_tiered)
+    assert (err.status, err.error) == (409, ErrorCode.INVALID_STATE_TRANSITION)
+    err = _refused(syn.ctl.start_disable, "no.such.topic")
+    assert (err.status, err.error) == (404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    err = _refused(syn.ctl.complete_disable, topic)
+    assert (err.status, err.error) == (409, ErrorCode.INVALID_STATE_TRANSITION)
+
+    t = syn.ctl.start_disable(topic)  # default policy
+    assert (t.tiered_state, t.tiered_epoch, t.disable_policy) == ("DISABLING", 1, "retain")
+    err = _refused(syn.ctl.start_disable, topic, "retain", 1)
+    assert (err.status, err.error) == (409, ErrorCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS)
+    err = _refused(syn.ctl.enable, topic)
+    assert err.error == ErrorCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS
+    err = _refused(syn.ctl.complete_disable, topic, 0)
+    assert err.error == ErrorCode.STALE_TIERED_EPOCH and err.body["tiered_epoch"] == 1
+    err = _refused(
+        syn.ctl.request,
+        "POST",
+        f"/v1/topics/{topic}/tiering/enable",
+        body={"policy": "retain"},
+    )
+    assert (err.status, err.error) == (400, ErrorCode.INVALID_REQUEST)
+    err = _refused(
+        syn.ctl.request, "POST", f"/v1/topics/{topic}/tiering/disable", body={"policy": 3}
+    )
+    assert (err.status, err.error) == (422, ErrorCode.INVALID_REQUEST)
+    # an ack for an older epoch is ignored, as the real controller does
+    assert syn.ctl.ack_disable(topic, 1, 0)["tiering_acks"] == []
+    assert syn.ctl.ack_disable(topic, 1, 1)["tiering_acks"] == [1]
+
+
+def test_agents_fence_stale_epochs_and_apply_keys_once(syn):
+    topic = "synthetic.topic-0004"
+    t = syn.ctl.start_disable(topic, DisablePolicy.DELETE, 0)
+    a = syn.agent(2)
+    # epoch 0 is what the broker adopted at creation: a disable there is stale
+    err = _refused(a.disable_remote_topic, topic, t.topic_id, 0, "delete", "s0")
+    assert (err.status, err.error, err.body["tiered_epoch"]) == (409, "STALE_TIERED_EPOCH", 0)
+    first = a.disable_remote_topic(topic, t.topic_id, 1, "delete", "key-a")
+    assert first.applied
+    assert a.disable_remote_topic(topic, t.topic_id, 1, "delete", "key-a") == first.model_copy(
+        update={"applied": False}
+    )
+    err = _refused(a.enable_remote_topic, topic, t.topic_id, 0, "e0")
+    assert (err.error, err.body["tiered_epoch"]) == (ErrorCode.STALE_TIERED_EPOCH, 1)
+    err = _refused(a.disable_remote_topic, topic, "wrong-id", 1, "delete", "x")
+    assert (err.status, err.error) == (404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    err = _refused(a.disable_remote_topic, topic, t.topic_id, 1, "shred", "y")
+    assert (err.status, err.error) == (400, ErrorCode.INVALID_REQUEST)
+    with AgentClient(
+        syn.urls["controller"] + f"/brokers/{BROKERS + 1}", syn.secret, retries=0
+    ) as ghost:
+        err = _refused(ghost.disable_remote_topic, topic, t.topic_id, 1, None, "z")
+        assert (err.status, err.error) == (404, ErrorCode.NOT_FOUND)
+    assert syn.state(topic)["tiering_acks"] == [2]
+
+
+def test_enable_after_disabled_keeps_the_epoch(syn):
+    topic = "synthetic.topic-0000"  # DISABLED at epoch 1 by the first test, or do it here
+    st = syn.state(topic)
+    if st["tiered_state"] != "DISABLED":
+        out = run_cli(syn.data, "disable-tiering", topic)
+        assert json.loads(out.stdout.strip().splitlines()[-1])["tiered_state"] == "DISABLED"
+        st = syn.state(topic)
+    epoch = st["tiered_epoch"]
+    err = _refused(syn.ctl.enable, topic, epoch + 5)
+    assert err.error == ErrorCode.STALE_TIERED_EPOCH
+    t = syn.ctl.enable(topic, expected_tiered_epoch=epoch)
+    assert (t.tiered_state, t.tiered_epoch, t.disable_policy) == ("ENABLED", epoch, None)
+    assert t.configs[TopicConfig.REMOTE_STORAGE_ENABLE] == "true"
+    res = syn.agent(3).enable_remote_topic(topic, t.topic_id, epoch, "en-3")
+    assert res.applied and res.tiered_state == "ENABLED"
+    assert not syn.agent(3).enable_remote_topic(topic, t.topic_id, epoch, "en-3").applied
+    assert not syn.agent(3).enable_remote_topic(topic, t.topic_id, epoch, "en-3b").applied
+    # the next disablement brings a new epoch; the broker refuses a disable at the re-enabled one
+    err = _refused(syn.agent(3).disable_remote_topic, topic, t.topic_id, epoch, None, "d-old")
+    assert err.error == ErrorCode.STALE_TIERED_EPOCH
+    again = syn.ctl.start_disable(topic, None, epoch)
+    assert (again.tiered_state, again.tiered_epoch) == ("DISABLING", epoch + 1)
+
+
+def test_cli_disable_tiering_runs_against_the_synthetic_cluster(syn):
+    """``sim disable-tiering`` (start, DisableRemoteTopic to every host, complete) works here."""
+    out = run_cli(syn.data, "disable-tiering", "synthetic.topic-0006", "--policy", "delete")
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "topic": "synthetic.topic-0006",
+        "tiered_state": "DISABLED",
+        "tiered_epoch": 1,
+    }
+    st = syn.state("synthetic.topic-0006")
+    assert st["tiering_acks"] == list(range(1, BROKERS + 1)) and st["disable_policy"] == "delete"
+
+
+def test_metadata_and_topic_render_the_live_tiering_state(syn):
+    topic = "synthetic.topic-0006"
+    if syn.state(topic)["tiered_state"] == "ENABLED":
+        run_cli(syn.data, "disable-tiering", topic)
+    live = syn.state(topic)
+    assert syn.ctl.topic(topic).tiered_state == live["tiered_state"]
+    md = syn.ctl.metadata()
+    assert next(t for t in md.topics if t.name == topic).tiered_epoch == live["tiered_epoch"]
