@@ -1,9 +1,13 @@
 """How workflow steps reach a registered cluster: its controller and broker agents.
 
 Steps talk to the cluster only through ``broker_agent``'s signed client (never by importing the
-agent's code). The registration (controller URL, secret reference) is console's ``Cluster``;
-broker URLs come from the controller, the source of truth for membership, so a broker that was
-re-registered on a new port is found without waiting for the next console sync.
+agent's code). The registration (controller URL, secret reference) is console's ``Cluster``.
+
+Broker URLs come from console's synced ``Broker`` rows: one indexed query, where asking the
+controller means fetching the whole cluster metadata (48 MB on a 200,000-partition cluster) for
+every agent call, which made a 60-broker fan-out take minutes. The controller, the source of
+truth for membership, is asked only when the inventory does not know the broker yet (a broker
+registered since the last sync).
 """
 
 from __future__ import annotations
@@ -12,9 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from broker_agent.client import AgentClient, ControllerClient
-from console.models import Cluster
+from console.models import Broker, Cluster
 
-__all__ = ["agent", "broker_urls", "cluster_secret", "controller"]
+__all__ = ["agent", "broker_url", "broker_urls", "cluster_secret", "controller"]
 
 # Steps retry themselves through the engine's backoff; the client's own retries stay short so a
 # down broker turns into a visible "waiting" quickly instead of a long blocked call.
@@ -45,10 +49,20 @@ def broker_urls(cluster_name: str) -> dict[int, str]:
         return {b.broker_id: b.url for b in ctl.metadata().brokers}
 
 
+def broker_url(cluster_name: str, broker_id: int) -> str | None:
+    """The agent URL of one broker: the synced inventory's, else the controller's."""
+    url = (
+        Broker.objects.filter(cluster__name=cluster_name, broker_id=broker_id)
+        .values_list("url", flat=True)
+        .first()
+    )
+    return url or broker_urls(cluster_name).get(broker_id)
+
+
 @contextmanager
 def agent(cluster_name: str, broker_id: int) -> Iterator[AgentClient]:
     _, secret = cluster_secret(cluster_name)
-    url = broker_urls(cluster_name).get(broker_id)
+    url = broker_url(cluster_name, broker_id)
     if url is None:
         raise LookupError(
             f"broker {broker_id} is not registered with the controller of {cluster_name}"
