@@ -32,6 +32,13 @@ PARTITIONS_PER_TOPIC = 100
 BENCH_DB = "strata_bench"
 
 
+def _bench_db(url: str) -> str:
+    """The database the children use: the one ``DATABASE_URL`` names if it is a bench database
+    (``strata_bench...``, so parallel checkouts do not share one), else ``strata_bench``."""
+    name = url.rsplit("/", 1)[1].split("?", 1)[0]
+    return name if name.startswith(BENCH_DB) else BENCH_DB
+
+
 def _sim(data: Path, *args: str, timeout: float = 600) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", "broker_agent", "sim", *args, "--data", str(data)],
@@ -48,7 +55,7 @@ def _sim(data: Path, *args: str, timeout: float = 600) -> str:
 def _child(mode: str, info: Path) -> dict:
     env = dict(os.environ)
     base = env.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/strata")
-    env["DATABASE_URL"] = base.rsplit("/", 1)[0] + "/" + BENCH_DB
+    env["DATABASE_URL"] = base.rsplit("/", 1)[0] + "/" + _bench_db(base)
     env["LOG_LEVEL"] = "WARNING"
     proc = subprocess.run(
         [sys.executable, "-m", "bench.bench_console", mode, str(info)],
@@ -153,13 +160,12 @@ def run(ctx) -> list[dict]:
 def _setup(info: dict):
     import psycopg
 
-    base = os.environ["DATABASE_URL"].rsplit("/", 1)[0]
+    url = os.environ["DATABASE_URL"]
+    base, db = url.rsplit("/", 1)[0], _bench_db(url)
     with psycopg.connect(base + "/postgres", autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (BENCH_DB,)
-        ).fetchone()
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,)).fetchone()
         if not exists:
-            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+            conn.execute(f'CREATE DATABASE "{db}"')
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
@@ -179,7 +185,9 @@ def _child_sync(info: dict) -> dict:
     from console.sync import do_sync_cluster
 
     with connection.cursor() as cur:
-        cur.execute("TRUNCATE console_cluster CASCADE")
+        # Partition and Replica have no FK constraints (sync-owned), so CASCADE does not reach
+        # them: they are named.
+        cur.execute("TRUNCATE console_cluster, console_partition, console_replica CASCADE")
     cluster = Cluster.objects.create(
         name="bench", controller_url=info["controller"], secret_ref=info["secret_file"]
     )

@@ -201,3 +201,65 @@ def test_a_partition_level_delta_touches_only_what_it_lists(synced, builder):
     p2 = Partition.objects.get(topic_name="orders", partition=2)
     assert p2.leader == part.leader and p2.previous_leader == 3
     assert Topic.objects.get(name="orders").metadata_digest == ""  # a full answer rewrites it
+
+
+# Partition's and Replica's foreign keys have no database constraint (sync-owned, see
+# console.models.topology): nothing but the sync and the ORM's cascades keeps them whole.
+DANGLING_SQL = {
+    "replica -> partition": "SELECT count(*) FROM console_replica r WHERE NOT EXISTS "
+    "(SELECT 1 FROM console_partition p WHERE p.id = r.partition_id)",
+    "replica -> broker": "SELECT count(*) FROM console_replica r WHERE NOT EXISTS "
+    "(SELECT 1 FROM console_broker b WHERE b.id = r.broker_id)",
+    "replica -> log dir": "SELECT count(*) FROM console_replica r WHERE r.log_dir_id IS NOT NULL "
+    "AND NOT EXISTS (SELECT 1 FROM console_logdir d WHERE d.id = r.log_dir_id)",
+    "replica -> cluster": "SELECT count(*) FROM console_replica r WHERE NOT EXISTS "
+    "(SELECT 1 FROM console_cluster c WHERE c.id = r.cluster_id)",
+    "partition -> topic": "SELECT count(*) FROM console_partition p WHERE NOT EXISTS "
+    "(SELECT 1 FROM console_topic t WHERE t.id = p.topic_id)",
+    "partition -> cluster": "SELECT count(*) FROM console_partition p WHERE NOT EXISTS "
+    "(SELECT 1 FROM console_cluster c WHERE c.id = p.cluster_id)",
+}
+
+
+def dangling() -> dict[str, int]:
+    from django.db import connection
+
+    out = {}
+    with connection.cursor() as cur:
+        for name, statement in DANGLING_SQL.items():
+            cur.execute(statement)
+            out[name] = cur.fetchone()[0]
+    return {k: v for k, v in out.items() if v}
+
+
+def test_no_dangling_rows_after_topic_partition_and_log_dir_removal(synced, builder):
+    before = Replica.objects.count()
+    builder.delete_topic("payments")  # a whole topic
+    builder.alter_partition_count("orders", 4)
+    builder.remove_partition("orders", 5)  # one drained partition (KIP-253)
+    builder.dirs[2].pop("logdir-1")  # a log dir removed from broker 2's config
+    builder._touch(2)
+    run = sync(synced, builder)
+    assert run.ok
+    assert Replica.objects.count() < before
+    assert dangling() == {}
+    # A full sync deletes unlisted partitions the other way (not a delta's removed list).
+    builder.alter_partition_count("orders", 3)
+    builder.remove_partition("orders", 4)
+    builder.remove_partition("orders", 3)
+    sync(synced, builder, full=True)
+    assert not Partition.objects.filter(topic_name="orders", partition__gte=3).exists()
+    assert dangling() == {}
+
+
+def test_no_dangling_rows_after_orm_deletes(synced, builder):
+    """Deleting through the ORM still cascades (Django's on_delete, not the database's)."""
+    Broker.objects.get(cluster=synced, broker_id=3).delete()
+    assert dangling() == {}
+    Topic.objects.get(cluster=synced, name="orders").delete()
+    assert dangling() == {}
+    LogDir.objects.filter(broker__cluster=synced).first().delete()
+    assert dangling() == {}
+    synced.delete()
+    assert dangling() == {}
+    assert not Replica.objects.exists() and not Partition.objects.exists()
