@@ -14,7 +14,8 @@ Method of the purge figure: the plan (all live objects of a generated inventory,
 a real plan) goes to ``spark-submit delete_objects`` exactly as the Celery task runs it. Two
 times are taken: **end to end** = the spark-submit process's wall clock (JVM start, session,
 warm-up, deletes, exit); **delete phase** = ``delete_seconds`` from the job's summary, the wall
-time of the delete stage (see ``jobkit.delete_planned_objects``). ``find DIR -type f -delete``
+time of the delete stage (see ``jobkit.delete_planned_objects``; unchanged definition: the whole
+Spark stage incl. task dispatch, reading the plan rows and writing ``deleted/``). ``find DIR -type f -delete``
 runs over a second, identical tree generated the same way on the same filesystem. The machine is
 shared with whatever else runs on it; the load average is printed beside the figures.
 """
@@ -272,8 +273,9 @@ def _purge_rows(work: Path, master: str, objects: int, repeats: int) -> list[dic
             "target": "",
             "method": f"delete_objects ({master}): delete stage wall time from the job's summary "
             f"(`delete_seconds` {phase_s:.2f} s; runs {', '.join(f'{x:.2f}' for x in phase)}), "
-            f"{runs}; executors unlink in {master} tasks over (file, row group, row range) "
-            f"units; {_load()}",
+            f"{runs}; the executor unlinks with unlinkat() relative to each directory, one "
+            f"delete task in local mode (one machine's filesystem serialises unlinks; one "
+            f"task per core on a cluster); {_load()}",
         },
         {
             "metric": f"purge {n_objects:,} objects, end to end",

@@ -2,8 +2,12 @@
 
 The inventory and the partition state are co-grouped by (cluster, topic, partition) and each group
 goes, as two Arrow tables, to ``rules.plan_retention`` / ``rules.plan_purge`` on an executor
-(``cogroup(...).applyInArrow``). The driver never sees a segment: it only reads the counts that
-go into ``summary.json``.
+(``cogroup(...).applyInArrow``). Retention instead broadcasts the partition state (one row per
+partition) and groups the segments alone, after pruning in Spark SQL what ``plan_retention``
+provably ignores, and plans each partition with ``vector_rules`` (numpy over the Arrow columns)
+where that is provably the pure planner, else with ``rules`` (see ``_staged_retention``). The
+driver never sees a segment: it only reads the partition state and the counts that go into
+``summary.json``.
 
 Outputs (DESIGN.md "Spark job contract"): ``plan/`` (segment_id, cluster, topic, partition, reason,
 size_bytes, object_path), ``partitions/`` (cluster, topic, partition, new_log_start_offset,
@@ -22,12 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from spark_tasks import jobkit, rules
+from spark_tasks import jobkit, rules, vector_rules
 from spark_tasks.schema import (
     PARTITION_KEY,
     PARTITIONS_OUT_SCHEMA,
     PLAN_SCHEMA,
+    SegmentState,
     spark_ddl,
 )
 
@@ -159,6 +165,134 @@ def _planner(kind: str, now_ms: int, in_flight_ms: int):
     return plan_group
 
 
+def _retention_planner(states, now_ms: int, in_flight_ms: int):
+    """The retention UDF over groups keyed by ``_pid`` (an index into the broadcast ``states``:
+    (key, PartitionState) per partition-state row). A null ``_pid`` is the group of segments
+    without partition state: counted, never planned. Plans with ``vector_rules`` where its domain
+    holds, else with the pure planner; the rows are the same either way."""
+
+    def plan_group(table: pa.Table) -> pa.Table:
+        if table.num_rows == 0:
+            return STAGED_SCHEMA.empty_table()
+        pid = table.column("_pid")[0].as_py()
+        if pid is None:
+            return pa.Table.from_pylist(
+                [{"kind": RowKind.NO_STATE, "segments_deleted": table.num_rows}],
+                schema=STAGED_SCHEMA,
+            )
+        key, part = states.value[pid]
+        vplan = vector_rules.plan_retention_columns(part, table, now_ms, in_flight_ms)
+        if vplan is None:
+            plan = rules.plan_retention(part, segments_from_table(table), now_ms, in_flight_ms)
+            rows_idx = None
+            reasons = [d.reason for d in plan.deletions]
+            new_lso = plan.new_log_start_offset
+            seg_ids = [d.segment.segment_id for d in plan.deletions]
+            sizes = [d.segment.size_bytes for d in plan.deletions]
+            paths = [d.segment.object_path for d in plan.deletions]
+        else:
+            rows_idx = pa.array(vplan.rows, pa.int64())
+            reasons = vplan.reasons
+            new_lso = vplan.new_log_start_offset
+            seg_ids = table.column("segment_id").take(rows_idx)
+            sizes = pc.fill_null(table.column("size_bytes").take(rows_idx), 0)
+            paths = pc.fill_null(table.column("object_path").take(rows_idx), "")
+        n = len(reasons)
+        if not n and new_lso == part.log_start_offset:
+            return STAGED_SCHEMA.empty_table()
+        total = sum(sizes) if rows_idx is None else (pc.sum(sizes).as_py() or 0)
+        count = n + 1  # the segment rows, then the partition row
+
+        def col(values, typ):
+            return pa.concat_arrays(
+                [
+                    pa.array(values, typ)
+                    if not isinstance(values, pa.ChunkedArray)
+                    else values.combine_chunks().cast(typ),
+                    pa.nulls(1, typ),
+                ]
+            )
+
+        return pa.table(
+            {
+                "kind": pa.array([RowKind.SEGMENT] * n + [RowKind.PARTITION], pa.string()),
+                "cluster": pa.array([key[0]] * count, pa.string()),
+                "topic": pa.array([key[1]] * count, pa.string()),
+                "partition": pa.array([key[2]] * count, pa.int32()),
+                "segment_id": col(seg_ids, pa.string()),
+                "reason": col(reasons, pa.string()),
+                "size_bytes": col(sizes, pa.int64()),
+                "object_path": col(paths, pa.string()),
+                "new_log_start_offset": pa.array([None] * n + [new_lso], pa.int64()),
+                "segments_deleted": pa.array([None] * n + [n], pa.int64()),
+                "bytes_deleted": pa.array([None] * n + [total], pa.int64()),
+            },
+            schema=STAGED_SCHEMA,
+        )
+
+    return plan_group
+
+
+def _staged_retention(spark, inv, parts, now_ms: int, in_flight_ms: int):
+    """The retention plan's staged rows, without a co-group: the partition state (one row per
+    partition, never a segment) is collected and broadcast, each segment gets its partition's
+    index ``_pid`` by a broadcast join, and the segments are grouped by ``_pid`` alone.
+
+    Pruned in Spark SQL before the Python step, for partitions that have a state row only:
+    DELETE_SEGMENT_FINISHED segments and segments with ``tiered_epoch`` below the partition's
+    fence (``purge_below_tiered_epoch``, null = 0; a null ``tiered_epoch`` is 0). Proof that this
+    changes no plan: ``rules.plan_retention`` starts by reducing its input to ``live`` =
+    exactly the segments that are *not* pruned here, and every later step (the lineage listing,
+    the size estimate and sum, the scan, the sweep) reads ``live`` only; a partition whose
+    ``live`` is empty plans nothing, as does a partition left without any segment here (it gets
+    no group, hence no row, as its empty plan would give). Segments of partitions without a state
+    row are not pruned, so ``segments_without_partition_state`` still counts all of them.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    states: list[tuple[tuple[str, str, int], rules.PartitionState]] = []
+    seen: set[tuple[str, str, int]] = set()
+    for row in parts.collect():
+        key = (row["cluster"], row["topic"], row["partition"])
+        if key in seen:
+            continue  # a duplicate state row: the co-group also judged by one row
+        seen.add(key)
+        states.append((key, partition_from_row(row.asDict(recursive=True))))
+    keys = spark.createDataFrame(
+        [(*key, pid, part.purge_below_tiered_epoch or 0) for pid, (key, part) in enumerate(states)],
+        T.StructType(
+            [
+                T.StructField("_k_cluster", T.StringType()),
+                T.StructField("_k_topic", T.StringType()),
+                T.StructField("_k_partition", T.IntegerType()),
+                T.StructField("_pid", T.IntegerType()),
+                T.StructField("_fence", T.IntegerType()),
+            ]
+        ),
+    )
+    pruned = (
+        # null-safe, as the co-group's grouping treats null keys as equal
+        inv.join(
+            F.broadcast(keys),
+            [inv[k].eqNullSafe(keys[f"_k_{k}"]) for k in PARTITION_KEY],
+            "left",
+        )
+        .filter(
+            F.col("_pid").isNull()
+            | (
+                ~F.col("state").eqNullSafe(SegmentState.DELETE_SEGMENT_FINISHED)
+                & (F.coalesce(F.col("tiered_epoch"), F.lit(0)) >= F.col("_fence"))
+            )
+        )
+        .select("_pid", *SEGMENT_COLUMNS)
+    )
+    bc = spark.sparkContext.broadcast(states)
+    return pruned.groupBy("_pid").applyInArrow(
+        _retention_planner(bc, now_ms, in_flight_ms), spark_ddl(STAGED_SCHEMA)
+    )
+
+
 def run_plan_job(
     spark,
     kind: str,
@@ -177,11 +311,14 @@ def run_plan_job(
     out_dir = jobkit.prepare_out(out)
     inv = spark.read.parquet(inventory).select(*PARTITION_KEY, *SEGMENT_COLUMNS)
     parts = spark.read.parquet(partitions)
-    staged = (
-        inv.groupBy(*PARTITION_KEY)
-        .cogroup(parts.groupBy(*PARTITION_KEY))
-        .applyInArrow(_planner(kind, now_ms, in_flight_ms), spark_ddl(STAGED_SCHEMA))
-    )
+    if kind == PlanKind.RETENTION:
+        staged = _staged_retention(spark, inv, parts, now_ms, in_flight_ms)
+    else:
+        staged = (
+            inv.groupBy(*PARTITION_KEY)
+            .cogroup(parts.groupBy(*PARTITION_KEY))
+            .applyInArrow(_planner(kind, now_ms, in_flight_ms), spark_ddl(STAGED_SCHEMA))
+        )
     staged_dir = out_dir / "_staged"
     staged.write.parquet(str(staged_dir))
     st = spark.read.parquet(str(staged_dir))

@@ -54,3 +54,46 @@ def test_a_one_file_plan_is_split_between_the_cores_from_metadata(tmp_path, monk
     )
     units = jobkit.plan_units(tmp_path / "plan", parallelism=2)
     assert [(first, end) for _, _, first, end in units] == [(0, 23), (23, 45)]
+
+
+def test_the_unlinkat_loop_handles_directories_and_bounds_its_descriptors(tmp_path, monkeypatch):
+    """Objects are unlinked relative to a cached directory descriptor: a directory object (with
+    or without a trailing slash) still goes through the careful path, a missing directory means
+    already gone, a file where a directory should be fails, and the cache stays bounded."""
+    import os
+
+    monkeypatch.setattr(jobkit, "MAX_OPEN_DIRS", 3)
+    files = []
+    for d in range(7):
+        (tmp_path / f"d{d}").mkdir()
+        for f in range(3):
+            path = tmp_path / f"d{d}" / f"{f}.log"
+            path.write_bytes(b"x")
+            files.append(str(path))
+    seg = tmp_path / "seg"
+    seg.mkdir()
+    (seg / "index").write_bytes(b"y")
+    seg2 = tmp_path / "seg2"
+    seg2.mkdir()
+    plain = tmp_path / "plain.log"
+    plain.write_bytes(b"z")
+    fds_before = len(os.listdir("/proc/self/fd"))
+    paths = [
+        *files,
+        f"{seg}/",
+        str(seg2),
+        str(tmp_path / "gone-dir" / "x.log"),
+        f"{plain}/x.log",
+    ]
+    outcomes, errors = jobkit.unlink_paths(paths)
+    assert outcomes[: len(files)] == [DeleteOutcome.DELETED] * len(files)
+    assert outcomes[len(files) :] == [
+        DeleteOutcome.DELETED,
+        DeleteOutcome.DELETED,
+        DeleteOutcome.ALREADY_GONE,
+        DeleteOutcome.FAILED,
+    ]
+    assert errors[-1] and not any(errors[:-1])
+    assert not seg.exists() and not seg2.exists() and plain.exists()
+    assert not any(os.path.exists(p) for p in files)
+    assert len(os.listdir("/proc/self/fd")) == fds_before
