@@ -76,16 +76,9 @@ def main(argv: list[str]) -> int:
         modules = [m for m in modules if any(a in m for a in argv)]
     work = ROOT / ".run" / "bench"
     work.mkdir(parents=True, exist_ok=True)
-    lines = [
-        "# Benchmark results",
-        "",
-        "Written by `make bench` (`python -m bench.run`).",
-        "",
-        "## Machine",
-        "",
-        *_machine(),
-        "",
-    ]
+    sections = BENCH_DIR / "results"
+    sections.mkdir(exist_ok=True)
+    machine = _machine()
     failed = 0
     for name in modules:
         mod = importlib.import_module(f"bench.{name}")
@@ -98,18 +91,27 @@ def main(argv: list[str]) -> int:
         except Exception:  # a failing benchmark is reported, the others still run
             failed += 1
             body = ["```", traceback.format_exc(), "```"]
-        lines += [
-            f"## {title}",
-            "",
-            f"(module `bench/{name}.py`, {time.monotonic() - started:.1f} s)",
-            "",
-            *body,
-            "",
-        ]
+        elapsed = time.monotonic() - started
+        section = [f"## {title}", "", f"(module `bench/{name}.py`, {elapsed:.1f} s; measured on:)", "",
+                   *machine, "", *body, ""]  # fmt: skip
+        (sections / f"{name}.md").write_text("\n".join(section) + "\n")
         print("\n".join(body), flush=True)
-    (BENCH_DIR / "RESULTS.md").write_text("\n".join(lines) + "\n")
+    assemble()
     print(f"wrote {BENCH_DIR / 'RESULTS.md'}")
     return 1 if failed else 0
+
+
+def assemble() -> None:
+    """Write RESULTS.md from every module's last section in ``bench/results/``."""
+    lines = [
+        "# Benchmark results",
+        "",
+        "Written by `make bench` (`python -m bench.run`). Each section is a module's last run and",
+        "says when and on which machine it was measured (kept in `bench/results/`).",
+        "",
+    ]
+    lines += [part.read_text() for part in sorted((BENCH_DIR / "results").glob("bench_*.md"))]
+    (BENCH_DIR / "RESULTS.md").write_text("\n".join(lines))
 
 
 if __name__ == "__main__":
