@@ -8,13 +8,21 @@ concurrency ``BENCH_WF_CONCURRENCY``, default 2) starts. Throughput = workflows 
 workflow has 4 steps (check, apply on 2 pseudo-brokers, verify) and writes ~10 audit events;
 the chain is verified afterwards (``verify_audit``, timed too).
 
+``disable_tiering`` end to end, with the same worker: on a real simulated cluster
+(``BENCH_WF_TIERING_BROKERS`` broker processes, 12) and on the synthetic scale cluster
+(``BENCH_WF_SYN_BROKERS`` 60 brokers x ``BENCH_WF_SYN_TOPICS`` 100 topics x ``BENCH_WF_SYN_PPT``
+2000 partitions; KIP-950 endpoints in ``broker_agent/synthetic_tiering.py``), registered with
+``manage.py register_cluster`` and synced with ``manage.py sync_cluster`` first.
+
 Environment: ``BENCH_WF_COUNT`` (500), ``BENCH_WF_CONCURRENCY`` (2), ``BENCH_WF_REDIS_URL``
-(redis://127.0.0.1:6379/13), ``DATABASE_URL`` (server to create the scratch database on).
+(redis://127.0.0.1:6379/13), ``DATABASE_URL`` (server to create the scratch database on; the
+scratch database is ``<its database name>_bench_workflows``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -87,10 +95,24 @@ print(json.dumps({"state": wf.state, "error": wf.error_message, "plan_seconds": 
 """
 
 
+def _fresh_sim_dir(ctx, data, sim: list[str], sim_env: dict[str, str]) -> None:
+    """A previous run's cluster (``sim up`` on its data dir would restart *that* layout, with
+    its topics) is stopped and removed, so every run starts from an empty cluster."""
+    if data.exists():
+        subprocess.run(
+            [*sim, "down", "--data", str(data)],
+            cwd=ctx.root,
+            env=sim_env,
+            capture_output=True,
+            timeout=120,
+        )
+        shutil.rmtree(data)
+
+
 def _tiering_bench(ctx, env: dict[str, str]) -> dict:
-    """``disable_tiering`` end to end on a real (non-synthetic) simulated cluster: the synthetic
-    scale mode answers metadata and snapshots only (no tiering endpoints, no DisableRemoteTopic),
-    so the 60-broker synthetic cluster cannot run it."""
+    """``disable_tiering`` end to end on a real (non-synthetic) simulated cluster (broker
+    processes with logs and a remote store); the synthetic scale run is
+    :func:`_synthetic_tiering_bench`."""
     import json
 
     brokers = _env_int("BENCH_WF_TIERING_BROKERS", 12)
@@ -98,6 +120,7 @@ def _tiering_bench(ctx, env: dict[str, str]) -> dict:
     py = sys.executable
     sim = [py, "-m", "broker_agent", "sim"]
     sim_env = {k: v for k, v in env.items() if not k.startswith("STRATA_AGENT_SECRET")}
+    _fresh_sim_dir(ctx, data, sim, sim_env)
     try:
         up = subprocess.run(
             [*sim, "up", "--brokers", str(brokers), "--log-dirs", "2", "--data", str(data)],
@@ -150,6 +173,151 @@ def _tiering_bench(ctx, env: dict[str, str]) -> dict:
     return result
 
 
+SYNTHETIC_TIERING = r"""
+import django, json, sys, time
+django.setup()
+from django.contrib.auth.models import Group
+from django.contrib.auth import get_user_model
+from workflows.actions import do_approve_workflow, do_request_workflow
+from workflows.choices import AuditContext, WorkflowState
+from workflows.models import Workflow
+cluster, topic = sys.argv[1], sys.argv[2]
+User = get_user_model()
+def user(name, role):
+    u, _ = User.objects.get_or_create(username=name)
+    u.groups.add(Group.objects.get_or_create(name=role)[0])
+    return u
+op, ap = user("bench-operator", "operator"), user("bench-approver", "approver")
+t0 = time.monotonic()
+wf = do_request_workflow(acting_user=op, kind="disable_tiering", context=AuditContext.CLI,
+    params={"cluster": cluster, "topic": topic, "policy": "retain"})
+t_plan = time.monotonic() - t0
+do_approve_workflow(wf.pk, acting_user=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
+t_approved = time.monotonic()
+while Workflow.objects.values_list("state", flat=True).get(pk=wf.pk) not in WorkflowState.TERMINAL:
+    time.sleep(0.1)
+end = time.monotonic()
+wf.refresh_from_db()
+steps = list(wf.steps.order_by("position").values(
+    "name", "state", "attempts", "started_at", "finished_at", "output"))
+def span(rows):
+    rows = [r for r in rows if r["started_at"] and r["finished_at"]]
+    if not rows:
+        return None
+    return (max(r["finished_at"] for r in rows) - min(r["started_at"] for r in rows)).total_seconds()
+by = lambda name: [r for r in steps if r["name"] == name]
+complete = by("complete_disablement")
+print(json.dumps({"state": wf.state, "error": wf.error_message, "plan_seconds": t_plan,
+    "approve_to_end_seconds": end - t_approved,
+    "run_seconds": (wf.finished_at - wf.started_at).total_seconds(),
+    "start_seconds": span(by("start_disablement")),
+    "fanout_seconds": span(by("disable_remote_topic")),
+    "complete_seconds": span(complete),
+    "final": complete[0]["output"] if complete else None,
+    "attempts": sum(r["attempts"] for r in steps),
+    "steps": len(steps), "brokers": len(wf.plan["brokers"]),
+    "partitions": wf.plan["partitions"], "new_tiered_epoch": wf.plan["new_tiered_epoch"]}))
+"""
+
+
+def _synthetic_tiering_bench(ctx, env: dict[str, str]) -> dict:
+    """``disable_tiering`` end to end on the synthetic scale cluster (one process answering as
+    the controller and as every broker, KIP-950 endpoints included): ``sim up`` with the ticker
+    off, ``manage.py register_cluster`` + ``manage.py sync_cluster`` (timed: the first, full
+    sync), then request + approve through ``workflows.actions`` and wait for the worker that is
+    already running. ``synthetic.topic-0000`` (even topics are tiered) has its partitions'
+    replicas placed round robin, so with at least as many partitions as brokers it spans them
+    all."""
+    import json
+
+    brokers = _env_int("BENCH_WF_SYN_BROKERS", 60)
+    topics = _env_int("BENCH_WF_SYN_TOPICS", 100)
+    ppt = _env_int("BENCH_WF_SYN_PPT", 2000)
+    data = ctx.work_dir / "sim-synthetic"
+    py = sys.executable
+    sim = [py, "-m", "broker_agent", "sim"]
+    sim_env = {k: v for k, v in env.items() if not k.startswith("STRATA_AGENT_SECRET")}
+    name, topic = "bench-synthetic", "synthetic.topic-0000"
+    _fresh_sim_dir(ctx, data, sim, sim_env)
+    try:
+        up = subprocess.run(
+            [
+                *sim,
+                "up",
+                "--brokers",
+                str(brokers),
+                "--log-dirs",
+                "2",
+                "--synthetic-topics",
+                str(topics),
+                "--partitions-per-topic",
+                str(ppt),
+                "--synthetic-tick-interval",
+                "0",
+                "--data",
+                str(data),
+            ],
+            cwd=ctx.root,
+            env=sim_env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        urls = json.loads(up.stdout.strip().splitlines()[-1])
+        manage = [py, "manage.py"]
+        subprocess.run(
+            [
+                *manage,
+                "register_cluster",
+                name,
+                "--controller",
+                urls["controller"],
+                "--secret-file",
+                str(data / "secret"),
+            ],
+            cwd=ctx.root,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        sync_started = time.monotonic()
+        subprocess.run(
+            [*manage, "sync_cluster", name],
+            cwd=ctx.root,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=1800,
+        )
+        sync_seconds = time.monotonic() - sync_started
+        out = subprocess.run(
+            [py, "-c", SYNTHETIC_TIERING, name, topic],
+            cwd=ctx.root,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        subprocess.run(
+            [*sim, "down", "--data", str(data)],
+            cwd=ctx.root,
+            env=sim_env,
+            capture_output=True,
+            timeout=120,
+        )
+    return dict(
+        result,
+        sync_seconds=sync_seconds,
+        cluster_brokers=brokers,
+        cluster_partitions=topics * ppt,
+    )
+
+
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
@@ -167,7 +335,7 @@ def run(ctx) -> list[dict]:
     concurrency = _env_int("BENCH_WF_CONCURRENCY", 2)
     base_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/strata")
     redis_url = os.environ.get("BENCH_WF_REDIS_URL", "redis://127.0.0.1:6379/13")
-    db_name = "strata_bench_workflows"
+    db_name = f"{urlsplit(base_url).path.lstrip('/') or 'strata'}_bench_workflows"
     db_url = _with_db(base_url, db_name)
     admin_url = _with_db(base_url, "postgres")
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
@@ -247,6 +415,7 @@ def run(ctx) -> list[dict]:
         span = (last - first).total_seconds()
         durations = sorted((r[2] - r[1]).total_seconds() for r in succeeded)
         tiering = _tiering_bench(ctx, env)
+        synthetic = _synthetic_tiering_bench(ctx, env)
         verify_started = time.monotonic()
         verify = subprocess.run(
             [py, "manage.py", "verify_audit"], cwd=ctx.root, env=env, capture_output=True, text=True
@@ -280,11 +449,27 @@ def run(ctx) -> list[dict]:
             "method": "do_request_workflow: pre-flight from the synced inventory + hash",
         },
         {
-            "metric": "disable_tiering on the 60-broker synthetic cluster",
-            "value": "not measurable",
+            "metric": f"disable_tiering end to end, {synthetic['cluster_brokers']}-broker "
+            f"synthetic cluster, {synthetic['cluster_partitions']:,} partitions (s)",
+            "value": f"{synthetic['approve_to_end_seconds']:.2f} ({synthetic['state']})",
             "target": "",
-            "method": "synthetic mode has no tiering / DisableRemoteTopic endpoints "
-            "(broker_agent/README.md, Synthetic scale mode)",
+            "method": f"synthetic scale cluster (one process, KIP-950 endpoints of "
+            f"broker_agent/synthetic_tiering.py), registered + synced with manage.py "
+            f"(first sync {synthetic['sync_seconds']:.1f} s); topic of "
+            f"{synthetic['partitions']} partitions RF 3 on all {synthetic['brokers']} brokers, "
+            f"retain; request + approve via workflows.actions, run by the same celery worker "
+            f"(prefork, concurrency {concurrency}): approval -> succeeded, {synthetic['steps']} "
+            f"steps ({synthetic['attempts']} attempts); run alone {synthetic['run_seconds']:.2f} s"
+            f" = start {synthetic['start_seconds'] or 0:.2f} + DisableRemoteTopic fan-out "
+            f"{synthetic['fanout_seconds'] or 0:.2f} + complete and console sync "
+            f"{synthetic['complete_seconds'] or 0:.2f}",
+        },
+        {
+            "metric": "disable_tiering pre-flight (plan), synthetic cluster (s)",
+            "value": round(synthetic["plan_seconds"], 3),
+            "target": "",
+            "method": f"do_request_workflow on the synced {synthetic['cluster_partitions']:,}-"
+            "partition inventory: pre-flight (disk growth projection) + hash",
         },
     ]
     return [
