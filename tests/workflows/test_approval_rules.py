@@ -118,6 +118,19 @@ def test_approvals_expire(api, operator, approver, second_approver, settings):
     assert _approve(api, approver, wf).json()["state"] == WorkflowState.APPROVED
 
 
+def test_an_approver_whose_approval_expired_may_still_reject(api, operator, approver, settings):
+    settings.STRATA_APPROVAL_POLICY = {"noop_check": {"approvals": 2}}
+    wf = request_noop(operator)
+    approve(wf, approver)
+    Approval.objects.filter(workflow=wf).update(
+        created_at=timezone.now()
+        - dt.timedelta(hours=settings.STRATA_APPROVAL_TTL_HOURS, minutes=1)
+    )
+    response = api(approver).post(f"/workflows/{wf.pk}/reject", {"comment": "changed my mind"})
+    assert response.status_code == 200, response.content
+    assert response.json()["state"] == WorkflowState.REJECTED
+
+
 def test_the_requester_can_cancel_before_it_runs(api, operator):
     wf = request_noop(operator)
     response = api(operator).post(f"/workflows/{wf.pk}/cancel", {"comment": "wrong topic"})

@@ -305,7 +305,9 @@ def _void_expired(wf: Workflow, now: dt.datetime) -> int:
     ).update(voided_at=now, void_reason="expired")
 
 
-def _check_decider(wf: Workflow, acting_user: Any, plan_hash_: Any) -> None:
+def _check_decider(wf: Workflow, acting_user: Any, plan_hash_: Any, now: dt.datetime) -> None:
+    """Refuse a decision the rules forbid. Expired approvals are voided first, so an approver
+    whose approval aged out may decide again (approve anew or reject)."""
     if not has_role(acting_user, settings.STRATA_APPROVER_ROLE):
         raise WorkflowError(
             ErrorCode.FORBIDDEN, "Deciding on a workflow needs the approver role.", 403
@@ -328,6 +330,9 @@ def _check_decider(wf: Workflow, acting_user: Any, plan_hash_: Any) -> None:
             f"The plan changed: its hash is now {wf.plan_hash}; review it again.",
             409,
         )
+    _void_expired(wf, now)
+    if wf.approvals.filter(approver=acting_user, voided_at__isnull=True).exists():
+        raise WorkflowError(ErrorCode.ALREADY_DECIDED, "You already decided on this workflow.", 409)
 
 
 @_audited_refusals(AuditAction.WORKFLOW_APPROVED)
@@ -349,12 +354,7 @@ def do_approve_workflow(
     now = timezone.now()
     with transaction.atomic():
         wf = _locked(workflow_id)
-        _check_decider(wf, acting_user, plan_hash)
-        _void_expired(wf, now)
-        if wf.approvals.filter(approver=acting_user, voided_at__isnull=True).exists():
-            raise WorkflowError(
-                ErrorCode.ALREADY_DECIDED, "You already decided on this workflow.", 409
-            )
+        _check_decider(wf, acting_user, plan_hash, now)
         before = workflow_snapshot(wf)
         approval = Approval.objects.create(
             workflow=wf,
@@ -410,11 +410,7 @@ def do_reject_workflow(
     now = timezone.now()
     with transaction.atomic():
         wf = _locked(workflow_id)
-        _check_decider(wf, acting_user, plan_hash or None)
-        if wf.approvals.filter(approver=acting_user, voided_at__isnull=True).exists():
-            raise WorkflowError(
-                ErrorCode.ALREADY_DECIDED, "You already decided on this workflow.", 409
-            )
+        _check_decider(wf, acting_user, plan_hash or None, now)
         before = workflow_snapshot(wf)
         Approval.objects.create(
             workflow=wf,
