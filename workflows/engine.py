@@ -12,7 +12,8 @@ How a run goes (``run(workflow_id)``, called by the Celery task ``run_workflow``
    together with its audit event, *fenced* by the lease: a run that lost its lease (it stalled
    and the reconciler handed the workflow to another run) cannot commit anything.
    - done → step succeeded; next step.
-   - ``StepResult.wait`` → step and workflow ``waiting`` until ``resume_at``.
+   - ``StepResult.wait`` → step and workflow ``waiting`` until ``resume_at``; the workflow
+     stays ``waiting`` while that step is re-tried and turns ``running`` when it succeeds.
    - a gate step not yet confirmed → ``waiting`` until ``POST .../confirm``.
    - exception → retried with exponential backoff (``resume_at``) up to ``max_attempts``,
      then failed; ``StepResult.fail`` / a Refusal → failed at once.
@@ -314,9 +315,25 @@ class _Run:
         return True
 
     def resume_if_waiting(self) -> None:
+        """waiting → running, unless this run only re-tries the step it waits on.
+
+        A workflow waiting for an unreachable broker (or any ``StepResult.wait``) stays
+        ``waiting`` while its step is re-tried, and becomes ``running`` in :meth:`complete`
+        once the step gets through: an SRE watching the page sees one steady "Waiting"
+        instead of a flicker to "Running" on every attempt, and the audit log records one
+        resumption when the wait ended, not one per attempt.
+        """
         with transaction.atomic():
             wf = self.locked()
             if wf.state != WorkflowState.WAITING:
+                return
+            step = (
+                WorkflowStep.objects.filter(workflow_id=wf.pk)
+                .exclude(state=StepState.SUCCEEDED)
+                .order_by("position")
+                .first()
+            )
+            if step is not None and step.state == StepState.WAITING and not step.gate:
                 return
             before = workflow_snapshot(wf)
             wf.state, wf.waiting_reason, wf.resume_at = WorkflowState.RUNNING, "", None
@@ -395,7 +412,7 @@ class _Run:
     def complete(self, step: WorkflowStep, output: dict[str, Any]) -> None:
         now = timezone.now()
         with transaction.atomic():
-            self.locked()
+            wf = self.locked()
             done = WorkflowStep.objects.filter(
                 pk=step.pk, state=StepState.RUNNING, attempts=step.attempts
             ).update(
@@ -408,6 +425,10 @@ class _Run:
             )
             if not done:
                 raise LeaseLost(f"step {step.pk} was claimed by another run")
+            if wf.state == WorkflowState.WAITING:  # the step it waited on got through
+                before = workflow_snapshot(wf)
+                wf.state, wf.waiting_reason, wf.resume_at = WorkflowState.RUNNING, "", None
+                self._transition(wf, AuditAction.WORKFLOW_RESUMED, before)
             audit.record(
                 AuditAction.STEP_SUCCEEDED,
                 actor=None,

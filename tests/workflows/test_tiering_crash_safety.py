@@ -137,11 +137,9 @@ def test_a_broker_down_for_30s_mid_fan_out_makes_it_wait_visibly_then_complete(
         wait_for(lambda: state_of(wf_id) == WorkflowState.WAITING, 60, "the workflow to wait")
         wf = Workflow.objects.get(pk=wf_id)
         assert "Broker 3 unreachable" in wf.waiting_reason
-        assert [s.state for s in wf.steps.filter(name="disable_remote_topic")] == [
-            "succeeded",
-            "succeeded",
-            "waiting",
-        ]
+        fan_out = [s.state for s in wf.steps.filter(name="disable_remote_topic")]
+        # the third step is re-tried while the workflow waits: briefly running, then waiting
+        assert fan_out[:2] == ["succeeded", "succeeded"] and fan_out[2] in ("waiting", "running")
         client.force_login(operator)
         page = client.get(f"/workflows/{wf_id}/").content.decode()
         assert "Waiting" in page and "Broker 3 unreachable" in page
