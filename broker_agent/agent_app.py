@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Body, FastAPI, Query
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from broker_agent.choices import ErrorCode, ExpirationMode
 from broker_agent.models import (
+    SNAPSHOT_TSV_MEDIA_TYPE,
     BrokerSnapshot,
     CommandResult,
     FetchResponse,
@@ -26,6 +27,7 @@ from broker_agent.models import (
     RemoteSegmentRow,
     RemoteTopicCommand,
     SegmentStateRequest,
+    snapshot_tsv,
 )
 from broker_agent.web import ApiError, install
 
@@ -63,9 +65,25 @@ def create_app(broker_factory, secret: bytes) -> FastAPI:
     def health() -> dict:
         return {"status": "ok", "role": "broker", "broker_id": b().broker_id, "online": b().online}
 
-    @app.get("/v1/snapshot", response_model=BrokerSnapshot)
-    def snapshot(since: int | None = Query(None, ge=0, le=2**62)):
-        return b().snapshot(since)
+    @app.get(
+        "/v1/snapshot",
+        response_model=BrokerSnapshot,
+        responses={200: {"content": {SNAPSHOT_TSV_MEDIA_TYPE: {}}}},
+    )
+    def snapshot(
+        since: int | None = Query(None, ge=0, le=2**62),
+        format: Literal["json", "tsv"] = Query(
+            "json",
+            description="json (default): a BrokerSnapshot. tsv: line 1 the snapshot without "
+            "its replicas as JSON plus replica_columns, then one replica per line in "
+            "PostgreSQL COPY text format (what the console's sync loads).",
+        ),
+    ):
+        snap = b().snapshot(since)
+        if format == "tsv":  # the broker answers a dict: validated as the JSON answer would be
+            body = snapshot_tsv(BrokerSnapshot.model_validate(snap))
+            return Response(body, media_type=SNAPSHOT_TSV_MEDIA_TYPE)
+        return snap
 
     @app.post("/v1/commands/disable-remote-topic", response_model=CommandResult)
     def disable_remote_topic(cmd: RemoteTopicCommand):

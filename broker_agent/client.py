@@ -291,6 +291,13 @@ class AgentClient(_SignedClient):
         with _gc_paused():
             return BrokerSnapshot.model_validate_json(resp.content)
 
+    def snapshot_tsv(self, since: int | None = None) -> bytes:
+        """The snapshot in ``format=tsv`` as the agent sent it (see ``models.snapshot_tsv``;
+        ``models.split_snapshot_tsv`` reads it)."""
+        return self.request(
+            "GET", "/v1/snapshot", params={"since": since, "format": "tsv"}, raw=True
+        ).content
+
     def disable_remote_topic(
         self,
         topic: str,

@@ -6,11 +6,14 @@ Names follow Kafka: ``tiered_epoch``, ``log_start_offset``, ``local_log_start_of
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "SNAPSHOT_TSV_COLUMNS",
+    "SNAPSHOT_TSV_MEDIA_TYPE",
     "AlterConfigsRequest",
     "AlterIsrRequest",
     "AlterPartitionCountRequest",
@@ -44,6 +47,8 @@ __all__ = [
     "TieringCommandRequest",
     "TopicMetadata",
     "WebhookEvent",
+    "snapshot_tsv",
+    "split_snapshot_tsv",
 ]
 
 Int32 = Field(ge=-(2**31), le=2**31 - 1)
@@ -424,3 +429,83 @@ class WebhookEvent(_Model):
 
 
 BrokerInfo.model_rebuild()
+
+
+# -- the snapshot as rows: ``GET /v1/snapshot?format=tsv`` ----------------------------------------
+#
+# A 200,000-partition cluster's 60 snapshots are 600,000 replicas: ~250 MB of JSON, whose parsing
+# was half of the console's full sync. The same snapshot as rows is a third of the bytes and goes
+# into PostgreSQL with ``COPY`` (measured: 10,000 replicas in 17 ms against 200 ms as jsonb).
+# JSON stays the default answer; ``format=tsv`` is an addition.
+
+SNAPSHOT_TSV_MEDIA_TYPE = "text/tab-separated-values"
+
+#: The row layout of ``format=tsv`` (line 1 repeats it as ``replica_columns``).
+SNAPSHOT_TSV_COLUMNS = (
+    "broker_id",
+    "topic",
+    "partition",
+    "log_dir",
+    "state",
+    "is_leader",
+    "leader_epoch",
+    "log_start_offset",
+    "local_log_start_offset",
+    "log_end_offset",
+    "high_watermark",
+    "size_bytes",
+    "tiered_epoch",
+    "copier_state",
+    "expiration_state",
+    "remote_log_start_offset",
+    "remote_log_end_offset",
+    "remote_bytes",
+    "remote_segments",
+    "version",
+)
+
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _tsv_value(value: object) -> str:
+    if value is None:
+        return "\\N"
+    if value is True:
+        return "t"
+    if value is False:
+        return "f"
+    return str(value).translate(_TSV_ESCAPES)
+
+
+def snapshot_tsv(snap: BrokerSnapshot) -> bytes:
+    """``snap`` as ``format=tsv``: line 1 is the snapshot without ``replicas`` as one line of
+    JSON, plus ``replica_columns`` (:data:`SNAPSHOT_TSV_COLUMNS`); then one line per replica in
+    PostgreSQL's COPY text format (tab-separated, ``\\N`` for null, ``t`` / ``f``, backslash,
+    tab, newline and carriage return escaped with a backslash)."""
+    head = snap.model_dump(mode="json", exclude={"replicas"})
+    head["replica_columns"] = list(SNAPSHOT_TSV_COLUMNS)
+    lines = [json.dumps(head, separators=(",", ":"))]
+    broker = str(snap.broker_id)
+    for r in snap.replicas:
+        row = r.model_dump()
+        lines.append("\t".join([broker, *(_tsv_value(row[c]) for c in SNAPSHOT_TSV_COLUMNS[1:])]))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def split_snapshot_tsv(body: bytes) -> tuple[BrokerSnapshot, memoryview] | None:
+    """A ``format=tsv`` answer as (the snapshot without its replicas, the replica rows as they
+    came); ``None`` when ``body`` is a JSON snapshot instead (an agent that predates the format
+    ignores the parameter). Raises ``ValueError`` for an envelope that is not one."""
+    end = body.find(b"\n")
+    if end < 0 or not body.startswith(b"{"):
+        return None
+    try:
+        head = json.loads(body[:end])
+    except ValueError:  # JSON spread over lines: not this format
+        return None
+    if not isinstance(head, dict) or "replica_columns" not in head:
+        return None
+    columns = tuple(head.pop("replica_columns"))
+    if columns != SNAPSHOT_TSV_COLUMNS:
+        raise ValueError(f"unexpected replica columns {list(columns)}")
+    return BrokerSnapshot.model_validate({**head, "replicas": []}), memoryview(body)[end + 1 :]

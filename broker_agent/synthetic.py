@@ -16,7 +16,8 @@ Controller-compatible endpoints (same models as :mod:`broker_agent.controller`):
 - ``GET /v1/topics``, ``GET /v1/topics/{t}``: :class:`~broker_agent.models.TopicMetadata`.
 
 Agent-compatible endpoints, one per synthetic broker (``AgentClient(".../brokers/<id>")`` works
-unchanged): ``GET /brokers/<id>/v1/health``, ``/v1/snapshot[?since=]`` and ``/v1/log-dirs``.
+unchanged): ``GET /brokers/<id>/v1/health``, ``/v1/snapshot[?since=][&format=tsv]`` and
+``/v1/log-dirs``.
 
 Synthetic-only endpoints:
 
@@ -43,6 +44,7 @@ import threading
 import time
 import zlib
 from array import array
+from typing import Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import Response
@@ -55,6 +57,7 @@ from broker_agent.choices import (
     TieredState,
     TopicConfig,
 )
+from broker_agent.models import SNAPSHOT_TSV_COLUMNS, SNAPSHOT_TSV_MEDIA_TYPE
 from broker_agent.web import ApiError, install
 
 __all__ = ["SyntheticCluster", "create_app"]
@@ -157,7 +160,8 @@ class SyntheticCluster:
         self._meta_entry: list[str | None] = [None] * n
         self._snap_entry: list[str | None] = [None] * n
         # A broker's replica entry differs between brokers only by leader / follower.
-        self._replica_entry: list[list[str | None]] = [[None] * n, [None] * n]
+        # [follower JSON, leader JSON, follower row, leader row] per partition
+        self._replica_entry: list[list[str | None]] = [[None] * n for _ in range(4)]
         # Changed partitions per version (snapshots: tick and churn; metadata: churn only).
         self._snap_log = _ChangeLog(start, 4 * n)
         self._meta_log = _ChangeLog(start, 4 * n)
@@ -197,7 +201,8 @@ class SyntheticCluster:
     def _invalidate(self, i: int) -> None:
         self._meta_entry[i] = None
         self._snap_entry[i] = None
-        self._replica_entry[0][i] = self._replica_entry[1][i] = None
+        for entries in self._replica_entry:
+            entries[i] = None
 
     def _changed_since(self, since: int, *, metadata: bool = False) -> list[int]:
         """Sorted indexes of partitions whose (metadata or snapshot) version is after
@@ -222,7 +227,8 @@ class SyntheticCluster:
                 self.leo[i] += self._rnd.randrange(1, 1000)
                 self.pversion[i] = self.version
                 self._snap_entry[i] = None
-                self._replica_entry[0][i] = self._replica_entry[1][i] = None
+                for entries in self._replica_entry:
+                    entries[i] = None
                 ticked.append(i)
             self._snap_log.add(self.version, ticked)
             self._cache.clear()
@@ -405,19 +411,22 @@ class SyntheticCluster:
         if not 1 <= broker_id <= self.brokers:
             raise ApiError(404, ErrorCode.NOT_FOUND, f"no synthetic broker {broker_id}")
 
+    def _task_states(self, t: int, is_leader: bool) -> tuple[str, str, bool]:
+        """(copier state, expiration state, tiered) of a replica of topic ``t``."""
+        tiered = self.tiered(t)
+        if not is_leader:
+            return TaskState.NOT_LEADER, TaskState.NOT_LEADER, tiered
+        state = TaskState.RUNNING if tiered else TaskState.STOPPED
+        return state, state, tiered
+
     def _replica_json(self, i: int, is_leader: bool) -> str:
         """One replica entry of a broker snapshot (the same for every follower of ``i``)."""
         cache = self._replica_entry[1 if is_leader else 0]
         s = cache[i]
         if s is None:
             t, p = divmod(i, self.ppt)
-            tiered = self.tiered(t)
+            copier, expiration, tiered = self._task_states(t, is_leader)
             tstate = TieredState.ENABLED if tiered else TieredState.NONE
-            if is_leader:
-                copier = TaskState.RUNNING if tiered else TaskState.STOPPED
-                expiration = copier
-            else:
-                copier = expiration = TaskState.NOT_LEADER
             leo, lso = self.leo[i], self.lso[i]
             s = (
                 f'{{"topic":"{self.topics[t]}","topic_id":"{self.topic_ids[t]}",'
@@ -433,14 +442,33 @@ class SyntheticCluster:
             cache[i] = s
         return s
 
+    def _replica_row(self, i: int, is_leader: bool) -> str:
+        """:meth:`_replica_json` as a ``format=tsv`` row, without its leading broker id:
+        ``SNAPSHOT_TSV_COLUMNS[1:]`` (topic ... version)."""
+        cache = self._replica_entry[3 if is_leader else 2]
+        s = cache[i]
+        if s is None:
+            t, p = divmod(i, self.ppt)
+            copier, expiration, _ = self._task_states(t, is_leader)
+            leo, lso = self.leo[i], self.lso[i]
+            s = (
+                f"{self.topics[t]}\t{p}\tlogdir-{i % self.log_dirs}\t{ReplicaState.ONLINE}\t"
+                f"{'t' if is_leader else 'f'}\t{self.leader_epoch[i]}\t{lso}\t{lso}\t"
+                f"{leo}\t{leo}\t0\t0\t{copier}\t{expiration}\t-1\t-1\t0\t0\t"
+                f"{self.pversion[i]}"
+            )
+            cache[i] = s
+        return s
+
     def log_dirs_body(self, broker_id: int) -> bytes:
         self._check_broker(broker_id)
         return (
             "[" + ",".join(self._dir_json(broker_id, d) for d in range(self.log_dirs)) + "]"
         ).encode()
 
-    def broker_snapshot(self, broker_id: int, since: int | None) -> bytes:
-        """JSON bytes of one synthetic broker's :class:`~broker_agent.models.BrokerSnapshot`."""
+    def broker_snapshot(self, broker_id: int, since: int | None, *, rows: bool = False) -> bytes:
+        """One synthetic broker's :class:`~broker_agent.models.BrokerSnapshot` as JSON bytes,
+        or with ``rows`` in ``format=tsv`` (see ``broker_agent.models.snapshot_tsv``)."""
         self._check_broker(broker_id)
         with self.lock:
             full = not self._known(since)
@@ -449,16 +477,22 @@ class SyntheticCluster:
                 indexes = self.hosted[b]
             else:
                 indexes = [i for i in self._changed_since(since) if self._hosts(b, i)]
-            parts = [self._replica_json(i, self.leader(i) == b) for i in indexes]
             dirs = ",".join(self._dir_json(b, d) for d in range(self.log_dirs))
-            return (
+            head = (
                 f'{{"broker_id":{b},"version":{self.version},'
                 f'"since":{"null" if full else since},"full":{"true" if full else "false"},'
                 f'"state":"ONLINE","expiration_mode":"internal","log_dirs":[{dirs}],'
-                f'"replicas":[{",".join(parts)}],"removed":[],'
-                f'"offline_log_directory_count":0,"offline_replica_count":0,'
-                f'"generated_at_ms":{int(time.time() * 1000)}}}'
-            ).encode()
+                f'"removed":[],"offline_log_directory_count":0,"offline_replica_count":0,'
+                f'"generated_at_ms":{int(time.time() * 1000)},'
+            )
+            if rows:
+                columns = ",".join(f'"{c}"' for c in SNAPSHOT_TSV_COLUMNS)
+                lines = "".join(
+                    f"{b}\t{self._replica_row(i, self.leader(i) == b)}\n" for i in indexes
+                )
+                return (f'{head}"replica_columns":[{columns}]}}\n{lines}').encode()
+            parts = ",".join(self._replica_json(i, self.leader(i) == b) for i in indexes)
+            return f'{head}"replicas":[{parts}]}}'.encode()
 
     # -- response cache ----------------------------------------------------------------------
 
@@ -516,16 +550,18 @@ def create_app(
     )
     install(app, secret)
 
-    def _respond(request: Request, key: tuple, build) -> Response:
+    def _respond(
+        request: Request, key: tuple, build, media_type: str = "application/json"
+    ) -> Response:
         gz = "gzip" in request.headers.get("accept-encoding", "")
         body, length = cluster.cached(key, build, gz)
         if gz:
             return Response(
                 body,
-                media_type="application/json",
+                media_type=media_type,
                 headers={"Content-Encoding": "gzip", "X-Uncompressed-Length": str(length)},
             )
-        return Response(body, media_type="application/json")
+        return Response(body, media_type=media_type)
 
     since_q = Query(None, ge=-1, le=2**62)
 
@@ -583,8 +619,20 @@ def create_app(
         return {"status": "ok", "role": "broker", "broker_id": broker_id, "online": True}
 
     @app.get("/brokers/{broker_id}/v1/snapshot")
-    def broker_snapshot(request: Request, broker_id: int, since: int | None = since_q):
+    def broker_snapshot(
+        request: Request,
+        broker_id: int,
+        since: int | None = since_q,
+        format: Literal["json", "tsv"] = Query("json"),
+    ):
         cluster._check_broker(broker_id)
+        if format == "tsv":
+            return _respond(
+                request,
+                ("broker-tsv", broker_id, since),
+                lambda: cluster.broker_snapshot(broker_id, since, rows=True),
+                SNAPSHOT_TSV_MEDIA_TYPE,
+            )
         return _respond(
             request,
             ("broker", broker_id, since),

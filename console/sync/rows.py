@@ -14,6 +14,7 @@ __all__ = [
     "REMOVED_COLUMNS",
     "REPLICA_COLUMNS",
     "REPLICA_DATA",
+    "REPLICA_NOT_NULL",
     "STAGE_PARTITIONS_SQL",
     "STAGE_SNAPSHOT_SQL",
     "STAGE_TOPICS_SQL",
@@ -97,12 +98,17 @@ REPLICA_COLUMNS = [
 ]
 REMOVED_COLUMNS = [("broker_id", "int4"), ("topic", "text"), ("partition", "int4")]
 REPLICA_DATA = [c for c, _ in REPLICA_COLUMNS[4:]]
+#: Every replica column is required but the log dir (agents' format=tsv rows are COPY-ed into
+#: stage_replica as they come, and these constraints refuse a row that lacks a field).
+REPLICA_NOT_NULL = [c for c, _ in REPLICA_COLUMNS if c != "log_dir"]
 
 
 # -- filling the stage tables from the JSON answers, in PostgreSQL --------------------------------
 #
-# The controller's and agents' JSON goes to PostgreSQL unparsed and is expanded there with
-# ``jsonb_to_recordset``: no Python object per partition or replica. Defaults are the pydantic
+# The controller's JSON goes to PostgreSQL unparsed and is expanded there with
+# ``jsonb_to_recordset``: no Python object per partition or replica. Agents answer their
+# snapshots as COPY rows (``format=tsv``, loaded by ``StageTable.copy_text``);
+# ``STAGE_SNAPSHOT_SQL`` is for an agent that still answers JSON. Defaults are the pydantic
 # models' (broker_agent.models); a missing required field shows as NULL and is refused.
 
 MIN_ISR_DEFAULT = TopicConfig.DEFAULTS.get(TopicConfig.MIN_INSYNC_REPLICAS, "1")

@@ -13,7 +13,7 @@ from typing import Protocol
 import httpx
 
 from broker_agent.client import AgentClient, ControllerClient
-from broker_agent.models import BrokerSnapshot, ClusterMetadata
+from broker_agent.models import BrokerSnapshot, ClusterMetadata, snapshot_tsv
 
 __all__ = [
     "ClusterSource",
@@ -22,6 +22,7 @@ __all__ = [
     "StaticClusterSource",
     "metadata_json",
     "snapshot_json",
+    "snapshot_rows",
 ]
 
 
@@ -53,6 +54,16 @@ def snapshot_json(source: ClusterSource, broker_id: int, url: str, since: int | 
     if raw:
         return raw(broker_id, url, since)
     return source.snapshot(broker_id, url, since).model_dump_json().encode()
+
+
+def snapshot_rows(source: ClusterSource, broker_id: int, url: str, since: int | None) -> bytes:
+    """One agent's snapshot as the sync stages it: ``format=tsv`` (the replicas as COPY rows,
+    see ``broker_agent.models.snapshot_tsv``), the source's own bytes when it has them. An agent
+    that predates the format answers JSON, which the sync also takes."""
+    raw = getattr(source, "snapshot_tsv", None)
+    if raw:
+        return raw(broker_id, url, since)
+    return snapshot_tsv(source.snapshot(broker_id, url, since))
 
 
 class HttpClusterSource:
@@ -102,6 +113,12 @@ class HttpClusterSource:
             raise SourceError(f"broker {broker_id} has no agent URL yet")
         agent = self._agent(url)
         return agent.request("GET", "/v1/snapshot", params={"since": since}, raw=True).content
+
+    def snapshot_tsv(self, broker_id: int, url: str, since: int | None) -> bytes:
+        """:meth:`snapshot` in ``format=tsv``, as the agent sent it."""
+        if not url:
+            raise SourceError(f"broker {broker_id} has no agent URL yet")
+        return self._agent(url).snapshot_tsv(since=since)
 
     def close(self) -> None:
         self.controller.close()

@@ -62,12 +62,21 @@ _FORMATTERS = {
 class StageTable:
     """A temporary table with typed columns, filled by ``COPY ... FROM STDIN``."""
 
-    def __init__(self, cursor, name: str, columns: Sequence[Column]):
+    def __init__(
+        self,
+        cursor,
+        name: str,
+        columns: Sequence[Column],
+        *,
+        not_null: Sequence[str] = (),
+    ):
         self.cursor = cursor
         self.name = name
         self.columns = list(columns)
         self.rows = 0
-        cols = ", ".join(f"{c} {t}" for c, t in self.columns)
+        cols = ", ".join(
+            f"{c} {t}" + (" NOT NULL" if c in not_null else "") for c, t in self.columns
+        )
         # Dropped first: inside an outer transaction (tests, a caller's atomic block) the
         # previous sync's tables are still there, ON COMMIT DROP notwithstanding.
         cursor.execute(
@@ -96,6 +105,20 @@ class StageTable:
                     buf.clear()
             if buf:
                 copy.write("\n".join(buf) + "\n")
+        self.rows += n
+        return n
+
+    def copy_text(self, data: bytes | memoryview, chunk: int = 1 << 20) -> int:
+        """Append rows that already are COPY text format, one per line, in column order (an
+        agent's ``format=tsv`` snapshot); returns how many were written. A malformed row raises
+        the database's error (``psycopg.DataError`` / ``IntegrityError``) and writes nothing."""
+        names = ", ".join(c for c, _ in self.columns)
+        raw = self.cursor.cursor
+        view = memoryview(data)
+        with raw.copy(f"COPY {self.name} ({names}) FROM STDIN") as copy:
+            for start in range(0, len(view), chunk):
+                copy.write(view[start : start + chunk])
+        n = max(0, raw.rowcount)
         self.rows += n
         return n
 

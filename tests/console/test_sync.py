@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from broker_agent.models import snapshot_tsv
 from console.choices import BrokerState, LogDirState, TieredState
 from console.models import Broker, Cluster, LogDir, Partition, Replica, SyncRun, Topic
+from console.sync import do_sync_cluster
 from tests.console.conftest import sync
-from tests.console.factories import ClusterBuilder
+from tests.console.factories import BuilderSource, ClusterBuilder
 
 pytestmark = pytest.mark.django_db
 
@@ -263,3 +265,88 @@ def test_no_dangling_rows_after_orm_deletes(synced, builder):
     synced.delete()
     assert dangling() == {}
     assert not Replica.objects.exists() and not Partition.objects.exists()
+
+
+# -- agents' answers as rows (format=tsv), and the JSON they may still send ----------------------
+
+
+class _Rewritten(BuilderSource):
+    """The builder's answers in format=tsv, passed through ``rewrite(broker_id, body)``."""
+
+    def __init__(self, builder: ClusterBuilder, rewrite):
+        super().__init__(builder, set())
+        self.rewrite = rewrite
+
+    def snapshot_tsv(self, broker_id: int, url: str, since: int | None) -> bytes:
+        return self.rewrite(broker_id, snapshot_tsv(self.snapshot(broker_id, url, since)))
+
+
+def _inventory(cluster) -> list[tuple]:
+    return sorted(
+        Replica.objects.filter(cluster=cluster).values_list(
+            "partition__topic_name",
+            "partition__partition",
+            "broker__broker_id",
+            "log_dir__name",
+            "state",
+            "is_leader",
+            "log_start_offset",
+            "log_end_offset",
+            "remote_log_start_offset",
+            "remote_log_end_offset",
+            "remote_bytes",
+            "copier_state",
+        )
+    )
+
+
+def _with_row(body: bytes, change) -> bytes:
+    head, _, rows = body.partition(b"\n")
+    lines = rows.decode().splitlines()
+    lines[0] = "\t".join(change(lines[0].split("\t")))
+    return head + b"\n" + "\n".join(lines).encode() + b"\n"
+
+
+def test_a_json_answer_from_an_older_agent_syncs_the_same_inventory(cluster, builder):
+    assert sync(cluster, builder).ok
+    by_rows = _inventory(cluster)
+    Cluster.objects.filter(pk=cluster.pk).delete()
+    again = Cluster.objects.create(
+        name="again", controller_url="http://127.0.0.1:1", secret_ref="env:STRATA_TEST_SECRET"
+    )
+    as_json = _Rewritten(
+        builder,
+        lambda b, body: builder.snapshot(b, None).model_dump_json().encode(),
+    )
+    run = do_sync_cluster(again, source=as_json, full=True).run
+    assert run.ok and run.brokers_synced == 3
+    assert _inventory(again) == by_rows and by_rows
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda f: [*f[:4], "\\N", *f[5:]], "bad replica row"),  # state missing
+        (lambda f: f[:-1], "bad replica row"),  # a column short
+        (lambda f: [*f[:2], "zero", *f[3:]], "bad replica row"),  # partition not a number
+    ],
+)
+def test_a_malformed_row_fails_that_agent_only(synced, builder, change, error):
+    builder.produce("orders", 0, 10)
+    source = _Rewritten(builder, lambda b, body: _with_row(body, change) if b == 2 else body)
+    run = do_sync_cluster(synced, source=source).run
+    assert run.brokers_failed == 1 and run.brokers_synced == 2
+    b2 = Broker.objects.get(cluster=synced, broker_id=2)
+    assert b2.stale and error in b2.error
+    assert not Broker.objects.get(cluster=synced, broker_id=1).stale
+    assert Partition.objects.get(topic_name="orders", partition=0).log_end_offset == 1010
+
+
+def test_an_answer_for_another_broker_is_refused(synced, builder):
+    source = _Rewritten(
+        builder,
+        lambda b, body: snapshot_tsv(builder.snapshot(1, None)) if b == 3 else body,
+    )
+    run = do_sync_cluster(synced, source=source).run
+    b3 = Broker.objects.get(cluster=synced, broker_id=3)
+    assert run.brokers_failed == 1 and "broker 1 answered for broker 3" in b3.error
