@@ -5,15 +5,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('console', '0004_sync_owned_foreign_keys'),
+        ("console", "0004_sync_owned_foreign_keys"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='replica',
-            name='broker',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='replicas', to='console.broker'),
+            model_name="replica",
+            name="broker",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="replicas",
+                to="console.broker",
+            ),
         ),
     ]
