@@ -10,7 +10,10 @@ Design (console issue, "Sync"):
 2. **Bulk.** Every kind of row is ``COPY``-ed into a temporary table and merged with one
    statement (:mod:`console.sync.staging`); unchanged rows are not rewritten. Derived values
    (partition offsets from the leader's replica, topic / broker / cluster aggregates) are then
-   recomputed with set-based ``UPDATE ... FROM`` over the partitions this sync touched.
+   recomputed with set-based ``UPDATE ... FROM`` over the partitions this sync touched. Agents
+   answer as COPY rows (``format=tsv``), so their replicas are never parsed as JSON. A
+   cluster's first sync has nothing to merge with: it inserts plainly and skips the
+   comparisons and deletes (``fresh``).
 3. **One transaction, one sync at a time.** All writes of a sync commit together, so a page
    never sees half a sync; a transaction-level advisory lock per cluster makes a concurrent
    sync (beat and webhook at once) return :class:`SyncBusy` instead of waiting.
@@ -582,27 +585,40 @@ class _Sync:
             )
             self.sql(f"DELETE FROM console_logdir WHERE id IN ({gone_dirs})", {"good": good_ids})  # noqa: S608
 
-        # Replicas: resolve names to ids once, then merge and delete against that.
-        self.sql("DROP TABLE IF EXISTS pg_temp.resolved_replica")
-        self.sql(
-            """
-            CREATE TEMP TABLE resolved_replica ON COMMIT DROP AS
+        # Replicas: resolve names to ids once, then merge and delete against that. A first
+        # sync reads the resolution once only (its insert; nothing to delete or compare), so
+        # it inserts from the join itself rather than from a 600,000-row table written,
+        # analysed and read back (~1 s of a 200,000-partition first sync).
+        resolve = """
             SELECT p.id AS partition_id, b.id AS broker_pk, d.id AS log_dir_id, s.*
             FROM stage_replica s
             JOIN console_broker b ON b.cluster_id = %(cluster)s AND b.broker_id = s.broker_id
             LEFT JOIN console_topic t ON t.cluster_id = %(cluster)s AND t.name = s.topic
             LEFT JOIN console_partition p ON p.topic_id = t.id AND p.partition = s.partition
             LEFT JOIN console_logdir d ON d.broker_id = b.id AND d.name = s.log_dir
-            """
-        )
-        self.cur.execute(
-            "SELECT broker_id, count(*) FROM resolved_replica WHERE partition_id IS NULL "
-            "GROUP BY broker_id"
-        )
-        self.behind = dict(self.cur.fetchall())
+        """
+        self.sql("DROP TABLE IF EXISTS pg_temp.resolved_replica")
+        if self.fresh:
+            resolved = f"({resolve}) r WHERE r.partition_id IS NOT NULL"
+            self.cur.execute(
+                "SELECT s.broker_id, count(*) FROM stage_replica s WHERE NOT EXISTS ("
+                " SELECT 1 FROM console_topic t JOIN console_partition p ON p.topic_id = t.id"
+                " WHERE t.cluster_id = %s AND t.name = s.topic AND p.partition = s.partition)"
+                " GROUP BY s.broker_id",
+                [self.cluster.pk],
+            )
+            self.behind = dict(self.cur.fetchall())
+        else:
+            self.sql(f"CREATE TEMP TABLE resolved_replica ON COMMIT DROP AS {resolve}")
+            resolved = "resolved_replica"
+            self.cur.execute(
+                "SELECT broker_id, count(*) FROM resolved_replica WHERE partition_id IS NULL "
+                "GROUP BY broker_id"
+            )
+            self.behind = dict(self.cur.fetchall())
+            self.sql("DELETE FROM resolved_replica WHERE partition_id IS NULL")
+            self.sql("ANALYZE resolved_replica")
         self.unknown_replicas = sum(self.behind.values())
-        self.sql("DELETE FROM resolved_replica WHERE partition_id IS NULL")
-        self.sql("ANALYZE resolved_replica")
         cols = ", ".join(REPLICA_DATA)
         excluded = ", ".join(f"EXCLUDED.{c}" for c in REPLICA_DATA)
         current = ", ".join(f"console_replica.{c}" for c in REPLICA_DATA if c != "version")
@@ -625,7 +641,7 @@ class _Sync:
         insert = f"""
             INSERT INTO console_replica (cluster_id, partition_id, broker_id, log_dir_id, {cols})
             SELECT %(cluster)s, partition_id, broker_pk, log_dir_id, {cols}
-            FROM resolved_replica
+            FROM {resolved}
             """  # noqa: S608
         upsert = f"""
             ON CONFLICT (partition_id, broker_id) DO UPDATE SET

@@ -350,3 +350,30 @@ def test_an_answer_for_another_broker_is_refused(synced, builder):
     run = do_sync_cluster(synced, source=source).run
     b3 = Broker.objects.get(cluster=synced, broker_id=3)
     assert run.brokers_failed == 1 and "broker 1 answered for broker 3" in b3.error
+
+
+GHOST_ROW = (
+    b"1\tghost\t0\tlogdir-0\tONLINE\tt\t0\t0\t0\t5\t5\t10\t0\tSTOPPED\tSTOPPED\t-1\t-1\t0\t0\t1\n"
+)
+
+
+@pytest.mark.parametrize("first_sync", [True, False])
+def test_a_replica_of_a_partition_the_controller_does_not_list_yet_is_fetched_again(
+    cluster, builder, first_sync
+):
+    """An agent ahead of the controller (a topic just created): its unknown replica is not
+    written and its version is not advanced, so the next sync asks it again."""
+    if not first_sync:
+        assert sync(cluster, builder).ok
+    before = (
+        Broker.objects.get(cluster=cluster, broker_id=1).snapshot_version if not first_sync else -1
+    )
+    known = Replica.objects.filter(cluster=cluster).count()
+    ahead = _Rewritten(builder, lambda b, body: body + GHOST_ROW if b == 1 else body)
+    run = do_sync_cluster(cluster, source=ahead, full=True).run
+    assert run.brokers_synced == 3
+    assert not Replica.objects.filter(cluster=cluster, partition__topic_name="ghost").exists()
+    assert Replica.objects.filter(cluster=cluster).count() == (known or 6 * 3 + 3 * 3 + 1)
+    b1 = Broker.objects.get(cluster=cluster, broker_id=1)
+    assert b1.snapshot_version == before  # asked from where it was next time
+    assert Broker.objects.get(cluster=cluster, broker_id=2).snapshot_version >= 0  # applied
