@@ -130,6 +130,7 @@ def _synthetic_metadata(ctx, data, urls, secret, get) -> list[dict]:
     after a 1% churn as a delta, plus all 60 broker snapshots, timed through the typed clients
     (request + gzip + pydantic parse), as the console uses them."""
     from broker_agent.client import AgentClient, ControllerClient
+    from broker_agent.signing import sign_headers
 
     r, raw, cold = get("/v1/metadata")
     _r, _raw, warm = get("/v1/metadata")
@@ -150,6 +151,20 @@ def _synthetic_metadata(ctx, data, urls, secret, get) -> list[dict]:
         with AgentClient(url, secret, timeout=120) as agent:
             replicas += len(agent.snapshot().replicas)
     snapshots_s = time.perf_counter() - started
+    # The same 60 snapshots as the console's sync asks for them (format=tsv), after a tick so
+    # that every agent renders cold again; bytes as they arrive uncompressed.
+    httpx.post(
+        urls["controller"] + "/v1/tick",
+        headers=sign_headers(secret, "POST", "/v1/tick"),
+        timeout=60,
+    ).raise_for_status()
+    started = time.perf_counter()
+    tsv_bytes = json_bytes = 0
+    for url in urls["brokers"].values():
+        with AgentClient(url, secret, timeout=120) as agent:
+            tsv_bytes += len(agent.snapshot_tsv())
+            json_bytes += len(agent.request("GET", "/v1/snapshot", raw=True).content)
+    tsv_s = time.perf_counter() - started
     method = (
         f"GET /v1/metadata of the synthetic cluster ({partitions:,} partitions, 60 brokers), "
         "gzip, loopback"
@@ -205,6 +220,20 @@ def _synthetic_metadata(ctx, data, urls, secret, get) -> list[dict]:
             "target": "",
             "method": f"sequential, first request each (render + gzip + parse); {replicas:,} "
             "replicas",
+        },
+        {
+            "metric": "60 full broker snapshots, format=tsv bytes / JSON bytes",
+            "value": f"{tsv_bytes:,} / {json_bytes:,} ({tsv_bytes / max(1, json_bytes):.2f})",
+            "target": "",
+            "method": "AgentClient.snapshot_tsv() (what the console's sync loads with COPY) and "
+            "the JSON answer of the same version, uncompressed",
+        },
+        {
+            "metric": "60 full broker snapshots via AgentClient.snapshot_tsv() + JSON, s",
+            "value": round(tsv_s, 3),
+            "target": "",
+            "method": "sequential, after a tick (cold): the rows (render + gzip, no parse) "
+            "and then the same version's JSON bytes (render + gzip, no parse)",
         },
     ]
 
