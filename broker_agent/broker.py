@@ -14,6 +14,7 @@ Threads (all daemons, one process per broker):
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import json
 import logging
@@ -56,6 +57,8 @@ __all__ = ["Broker"]
 
 log = logging.getLogger("broker_agent.broker")
 
+#: Consecutive slow probes that make a log dir DEGRADED (see ``Broker._grade``).
+DEGRADED_WINDOW = 3
 OFFSET_MOVED_TO_TIERED_STORAGE = "OFFSET_MOVED_TO_TIERED_STORAGE"
 
 
@@ -122,6 +125,8 @@ class Broker:
         self.expiration_mode = expiration_mode
         self.webhook_url = webhook_url
         self.probe_interval = probe_interval
+        #: the last DEGRADED_WINDOW probe latencies per good dir (see ``_grade``)
+        self._probe_history: dict[str, collections.deque[float]] = {}
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.task_interval = task_interval
         self.controller = ControllerClient(controller_url, secret, retries=0, timeout=10)
@@ -308,11 +313,23 @@ class Broker:
             self._grade(latencies)
 
     def _grade(self, latencies: dict[str, float]) -> None:
-        """DEGRADED: a probe more than 10x slower than the median of its peers (and > 50 ms)."""
+        """DEGRADED: a dir whose probes were *all* of the last ``DEGRADED_WINDOW`` more than 10x
+        slower than the median of its peers (and > 50 ms); each dir is judged by the fastest of
+        its recent probes. One slow fsync (a burst of writes, a busy host) is no sign of a
+        failing disk, and a single sample made a healthy dir flap to DEGRADED and back."""
+        for name in list(self._probe_history):
+            if name not in latencies:
+                del self._probe_history[name]
+        sustained = {}
         for name, ms in latencies.items():
+            window = self._probe_history.setdefault(name, collections.deque(maxlen=DEGRADED_WINDOW))
+            window.append(ms)
+            sustained[name] = min(window)
+        for name, ms in sustained.items():
             d = self.log_dirs[name]
-            peers = [v for k, v in latencies.items() if k != name]
-            slow = bool(peers) and ms > max(50.0, 10 * statistics.median(peers))
+            peers = [v for k, v in sustained.items() if k != name]
+            full = len(self._probe_history[name]) == DEGRADED_WINDOW
+            slow = full and bool(peers) and ms > max(50.0, 10 * statistics.median(peers))
             if d.good:
                 d.state = LogDirState.DEGRADED if slow else LogDirState.ONLINE
 

@@ -56,6 +56,7 @@ from console.sync.rows import (
     STAGE_SNAPSHOT_SQL,
     STAGE_TOPICS_SQL,
     TOPIC_COLUMNS,
+    logdir_rows,
     removed_rows,
 )
 from console.sync.sources import ClusterSource, HttpClusterSource, metadata_json, snapshot_rows
@@ -257,22 +258,7 @@ class _Sync:
         )
         # The controller's view of log dirs (from heartbeats); an agent's own snapshot, staged
         # afterwards, wins for the brokers whose agent answered.
-        self.logdirs.copy(
-            (
-                b.broker_id,
-                d.name,
-                d.path,
-                d.state,
-                d.total_bytes,
-                d.usable_bytes,
-                d.probe_latency_ms,
-                d.error or "",
-                d.replica_count,
-                d.offline_replica_count,
-            )
-            for b in md.brokers
-            for d in b.log_dirs
-        )
+        self.logdirs.copy(row for b in md.brokers for row in logdir_rows(b.broker_id, b.log_dirs))
 
         # A partition-level delta lists every changed topic, with only its changed partitions;
         # deletions come as explicit lists. A full answer was cut to the changed topics when
@@ -508,21 +494,7 @@ class _Sync:
                     raise MalformedAnswer(f"agent snapshot: bad replica row: {first}") from exc
             if since is not None and not snap.full and snap.version < since:
                 raise _Backwards  # rolls the savepoint back
-            self.logdirs.copy(
-                (
-                    snap.broker_id,
-                    d.name,
-                    d.path,
-                    d.state,
-                    d.total_bytes,
-                    d.usable_bytes,
-                    d.probe_latency_ms,
-                    d.error or "",
-                    d.replica_count,
-                    d.offline_replica_count,
-                )
-                for d in snap.log_dirs
-            )
+            self.logdirs.copy(logdir_rows(snap.broker_id, snap.log_dirs))
             if snap.removed and not snap.full:
                 self.removed.copy(removed_rows(snap))
         if snap.full:

@@ -3,7 +3,9 @@ and agents send (shaped as :mod:`broker_agent.models`)."""
 
 from __future__ import annotations
 
-from broker_agent.models import BrokerSnapshot
+from collections.abc import Iterable
+
+from broker_agent.models import BrokerSnapshot, LogDirInfo
 from console.choices import TopicConfig
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "STAGE_SNAPSHOT_SQL",
     "STAGE_TOPICS_SQL",
     "TOPIC_COLUMNS",
+    "logdir_rows",
     "removed_rows",
 ]
 
@@ -185,6 +188,24 @@ STAGE_SNAPSHOT_SQL = """
     )
     SELECT raw.j - 'replicas', (SELECT count(*) FILTER (WHERE bad) FROM ins) FROM raw
 """
+
+
+def logdir_rows(broker_id: int, dirs: Iterable[LogDirInfo]):
+    """``stage_logdir`` rows (LOGDIR_COLUMNS) of one broker's log dirs, as the controller's
+    heartbeats or the broker's own agent report them."""
+    for d in dirs:
+        yield (
+            broker_id,
+            d.name,
+            d.path,
+            d.state,
+            d.total_bytes,
+            d.usable_bytes,
+            d.probe_latency_ms,
+            d.error or "",
+            d.replica_count,
+            d.offline_replica_count,
+        )
 
 
 def removed_rows(snap: BrokerSnapshot):

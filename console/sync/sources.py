@@ -21,7 +21,6 @@ __all__ = [
     "SourceError",
     "StaticClusterSource",
     "metadata_json",
-    "snapshot_json",
     "snapshot_rows",
 ]
 
@@ -46,14 +45,6 @@ def metadata_json(source: ClusterSource, since: int | None) -> bytes:
     hands them to PostgreSQL unparsed), else its pydantic answer serialised."""
     raw = getattr(source, "metadata_json", None)
     return raw(since) if raw else source.metadata(since).model_dump_json().encode()
-
-
-def snapshot_json(source: ClusterSource, broker_id: int, url: str, since: int | None) -> bytes:
-    """One agent's snapshot as JSON bytes (see :func:`metadata_json`)."""
-    raw = getattr(source, "snapshot_json", None)
-    if raw:
-        return raw(broker_id, url, since)
-    return source.snapshot(broker_id, url, since).model_dump_json().encode()
 
 
 def snapshot_rows(source: ClusterSource, broker_id: int, url: str, since: int | None) -> bytes:
@@ -106,13 +97,6 @@ class HttpClusterSource:
         if not url:
             raise SourceError(f"broker {broker_id} has no agent URL yet")
         return self._agent(url).snapshot(since=since)
-
-    def snapshot_json(self, broker_id: int, url: str, since: int | None) -> bytes:
-        """:meth:`snapshot` as the agent's JSON bytes, unparsed."""
-        if not url:
-            raise SourceError(f"broker {broker_id} has no agent URL yet")
-        agent = self._agent(url)
-        return agent.request("GET", "/v1/snapshot", params={"since": since}, raw=True).content
 
     def snapshot_tsv(self, broker_id: int, url: str, since: int | None) -> bytes:
         """:meth:`snapshot` in ``format=tsv``, as the agent sent it."""

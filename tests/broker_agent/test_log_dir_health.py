@@ -94,3 +94,25 @@ def test_cordon_takes_a_dir_offline_like_an_io_error_and_probe_brings_it_back(si
     assert agent.probe_log_dir(target).state == LogDirState.ONLINE
     wait_until(lambda: 1 in sim.partition("fenced", led.partition).isr, 20, what="back in the ISR")
     assert agent.snapshot().offline_replica_count == 0
+
+
+def test_one_slow_probe_does_not_make_a_dir_degraded_but_a_sustained_one_does():
+    """A single slow fsync (a write burst) is not a failing disk: DEGRADED takes
+    DEGRADED_WINDOW slow probes in a row, and one normal probe makes the dir ONLINE again."""
+    from types import SimpleNamespace
+
+    from broker_agent.broker import DEGRADED_WINDOW, Broker
+
+    dirs = {n: SimpleNamespace(good=True, state=LogDirState.ONLINE) for n in ("a", "b", "c")}
+    fake = SimpleNamespace(log_dirs=dirs, _probe_history={})
+
+    def grade(a_ms: float) -> str:
+        Broker._grade(fake, {"a": a_ms, "b": 2.0, "c": 3.0})
+        return dirs["a"].state
+
+    assert grade(2.0) == LogDirState.ONLINE
+    assert grade(900.0) == LogDirState.ONLINE  # one slow probe
+    assert grade(2.0) == LogDirState.ONLINE
+    states = [grade(900.0) for _ in range(DEGRADED_WINDOW)]
+    assert states[-1] == LogDirState.DEGRADED and LogDirState.DEGRADED not in states[:-1]
+    assert grade(2.0) == LogDirState.ONLINE  # recovered at once
