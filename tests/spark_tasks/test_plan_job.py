@@ -6,9 +6,16 @@ the outcomes it adds to a keyed accumulator; both must be what ``rules.plan_rete
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
-from spark_tasks.plan_job import _KeyedOutcomes, _retention_planner
+from spark_tasks.plan_job import (
+    STATE_BY_CODE,
+    _KeyedOutcomes,
+    _restore_segment_columns,
+    _retention_planner,
+)
 from spark_tasks.rules import plan_retention
 from spark_tasks.schema import PLAN_SCHEMA
 from tests.spark_tasks.kafka_cases import CASES
@@ -31,11 +38,96 @@ class _Accumulator:
         self.value = self.param.addInPlace(self.value, update)
 
 
+def narrow(table: pa.Table) -> pa.Table:
+    """What ``_narrow_segment_columns`` makes of ``table`` in Spark, row by row in Python
+    (tests/spark_tasks/test_narrow_columns.py checks that Spark agrees)."""
+    states = table.column("state").to_pylist()
+    epochs = table.column("segment_leader_epochs").to_pylist()
+    single = [
+        e is not None
+        and len(e) == 1
+        and e[0] is not None
+        and None not in (e[0]["epoch"], e[0]["start_offset"])
+        for e in epochs
+    ]
+    codes = [STATE_BY_CODE.index(s) if s in STATE_BY_CODE else None for s in states]
+    keep = [c for c in table.column_names if c not in ("state", "segment_leader_epochs")]
+    return pa.table(
+        {
+            **{c: table.column(c) for c in keep},
+            "_state": pa.array(codes, pa.int8()),
+            "_state_raw": pa.array(
+                [s if c is None else None for s, c in zip(states, codes, strict=True)]
+            ),
+            "_e0": pa.array(
+                [e[0]["epoch"] if one else None for e, one in zip(epochs, single, strict=True)],
+                pa.int32(),
+            ),
+            "_o0": pa.array(
+                [
+                    e[0]["start_offset"] if one else None
+                    for e, one in zip(epochs, single, strict=True)
+                ],
+                pa.int64(),
+            ),
+            "_epochs": pa.array(
+                [
+                    None if one or e is None else _to_json(e)
+                    for e, one in zip(epochs, single, strict=True)
+                ],
+                pa.string(),
+            ),
+        }
+    )
+
+
+def _to_json(epochs: list) -> str:
+    """Spark's ``to_json`` of a leader-epoch list: compact, null fields left out."""
+    return json.dumps(
+        [None if e is None else {k: v for k, v in e.items() if v is not None} for e in epochs],
+        separators=(",", ":"),
+    )
+
+
 def _group(case, pid):
-    table = _table(list(case.segments))
+    table = narrow(_table(list(case.segments)))
     return table.drop_columns(["cluster", "topic", "topic_id", "partition"]).add_column(
         0, "_pid", pa.array([pid] * table.num_rows, pa.int32())
     )
+
+
+def odd_rows() -> pa.Table:
+    """Segments whose state or leader epochs the shuffle form must carry as they are."""
+    base = _table([CASES[0].segments[0]]).to_pylist()[0]
+    epochs = [
+        [{"epoch": 3, "start_offset": 10}],
+        None,
+        [],
+        [{"epoch": 1, "start_offset": 0}, {"epoch": 2, "start_offset": 5}],
+        [{"epoch": None, "start_offset": 7}],
+        [{"epoch": 4, "start_offset": None}],
+        [None],
+    ]
+    states = [*STATE_BY_CODE, None, "SOMETHING_NEW", ""]
+    rows = [
+        {**base, "segment_id": f"s{i}", "segment_leader_epochs": e, "state": st}
+        for i, (e, st) in enumerate((e, st) for e in epochs for st in states)
+    ]
+    return pa.Table.from_pylist(rows, schema=_table([]).schema)
+
+
+def test_restore_gives_back_the_columns_it_was_narrowed_from():
+    table = odd_rows()
+    restored = _restore_segment_columns(narrow(table))
+    for name in ("state", "segment_leader_epochs", "segment_id", "object_path"):
+        assert restored.column(name).to_pylist() == table.column(name).to_pylist(), name
+
+    single = _table(list(CASES[0].segments))  # every row a one-entry list: the fast path
+    restored = _restore_segment_columns(narrow(single))
+    assert restored.column("segment_leader_epochs").to_pylist() == (
+        single.column("segment_leader_epochs").to_pylist()
+    )
+    assert restored.column("state").to_pylist() == single.column("state").to_pylist()
 
 
 def test_retention_udf_rows_and_outcomes_match_the_pure_planner():
@@ -85,3 +177,23 @@ def test_outcomes_are_keyed_so_a_rerun_task_counts_once():
     for update in ({1: (10, 1, 5, {})}, {None: 3}, {1: (10, 1, 5, {})}, {None: 3}):
         value = param.addInPlace(value, update)
     assert value == {1: (10, 1, 5, {}), None: 3}
+
+
+def test_by_partition_plans_each_partition_once_with_all_its_rows():
+    from spark_tasks.plan_job import PLAN_SCHEMA as plan_schema
+    from spark_tasks.plan_job import _by_partition
+
+    seen: list[tuple[int | None, list[int]]] = []
+
+    def plan_group(table: pa.Table) -> pa.Table:
+        seen.append((table.column("_pid")[0].as_py(), sorted(table.column("n").to_pylist())))
+        return plan_schema.empty_table()
+
+    pids = [2, None, 0, 2, 1, 0, None, 2]
+    batches = [
+        pa.record_batch({"_pid": pa.array(pids[i : i + 3], pa.int32()), "n": list(range(i, i + 3))})
+        for i in range(0, 6, 3)
+    ] + [pa.record_batch({"_pid": pa.array(pids[6:], pa.int32()), "n": [6, 7]})]
+    assert list(_by_partition(plan_group)(iter(batches))) == []
+    assert seen == [(None, [1, 6]), (0, [2, 5]), (1, [4]), (2, [0, 3, 7])]
+    assert list(_by_partition(plan_group)(iter([]))) == []
