@@ -97,3 +97,24 @@ def test_the_unlinkat_loop_handles_directories_and_bounds_its_descriptors(tmp_pa
     assert not seg.exists() and not seg2.exists() and plain.exists()
     assert not any(os.path.exists(p) for p in files)
     assert len(os.listdir("/proc/self/fd")) == fds_before
+
+
+def test_hidden_directories_take_the_fast_path_and_dot_parts_do_not(tmp_path, monkeypatch):
+    hidden = tmp_path / ".run" / "remote" / "t-0"
+    hidden.mkdir(parents=True)
+    objects = [hidden / f"{i:05d}.log" for i in range(3)]
+    for obj in objects:
+        obj.write_bytes(b"x")
+    careful: list[str] = []
+    real = jobkit.delete_object
+
+    def spy(path: str):
+        careful.append(path)
+        return real(path)
+
+    monkeypatch.setattr(jobkit, "delete_object", spy)
+    dotted = f"{tmp_path}/.run/remote/../remote/t-0/00000.log"
+    outcomes, _ = jobkit.unlink_paths([*(str(o) for o in objects), dotted])
+    assert outcomes == [DeleteOutcome.DELETED] * 3 + [DeleteOutcome.REFUSED]
+    assert careful == [dotted]  # only the path with a '..' part went the careful way
+    assert not any(o.exists() for o in objects)
