@@ -373,15 +373,17 @@ def _by_partition(plan_group):
         if not batches:
             return
         table = pa.Table.from_batches(batches)
-        del batches
         keys = pc.fill_null(table.column("_pid").combine_chunks(), -1)  # no state: -1, first
         order = pc.sort_indices(keys)
-        table = table.take(order)
-        keys = keys.take(order).to_numpy(zero_copy_only=False)
-        bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), len(keys)]
+        sorted_keys = keys.take(order).to_numpy(zero_copy_only=False)
+        bounds = [0, *(np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1).tolist()]
+        bounds.append(len(sorted_keys))
         for lo, hi in itertools.pairwise(bounds):
-            out = plan_group(table.slice(lo, hi - lo))
+            # one group's rows at a time: the task holds its rows once, not twice
+            out = plan_group(table.take(order.slice(lo, hi - lo)))
             yield from out.to_batches()
+        del table, batches
+        pa.default_memory_pool().release_unused()  # the worker runs the next task's rows next
 
     return run
 
