@@ -193,6 +193,13 @@ CELERY_BEAT_SCHEDULE["spark-reap-stale-runs"] = {
     "task": "spark_tasks.reap_stale_runs",
     "schedule": 600.0,
 }
+# A finished run's files (inputs, plan, deleted/, log) are kept this many days; the run's row,
+# summary and audit events are kept for ever.
+SPARK_RUN_FILES_DAYS = env_int("SPARK_RUN_FILES_DAYS", 14)
+CELERY_BEAT_SCHEDULE["spark-prune-run-files"] = {
+    "task": "spark_tasks.prune_run_files",
+    "schedule": crontab(hour=4, minute=45),  # daily
+}
 
 # --- Workflows, approvals, audit (workflows/) ------------------------------------------------
 # Approval policy per workflow kind: "approvals" needed by default, and "when" overrides keyed

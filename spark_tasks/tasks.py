@@ -10,6 +10,8 @@
   registered cluster (:func:`registered_clusters`); it never stacks a run on an active one of the
   same job and cluster.
 - ``spark_tasks.reap_stale_runs`` fails runs whose heartbeat stopped and that nobody re-claimed.
+- ``spark_tasks.prune_run_files`` deletes the files of runs finished more than
+  ``SPARK_RUN_FILES_DAYS`` days ago (daily); the rows and their audit events stay.
 
 Every transition of a run (queued, started, finished with its outcome) writes an audit event in
 the same transaction (``spark_tasks.audit``).
@@ -43,6 +45,7 @@ from workflows.choices import AuditContext, AuditOutcome
 __all__ = [
     "enqueue_run",
     "execute_run",
+    "prune_run_files",
     "reap_stale_runs",
     "registered_clusters",
     "schedule_job",
@@ -388,5 +391,30 @@ def reap_stale_runs(max_age_seconds: int | None = None) -> int:
 
 
 def remove_run_files(run: SparkJobRun) -> None:
-    """Delete a run's work directory (plans, logs). Not scheduled; for retention of old runs."""
+    """Delete a run's work directory (inputs, plan, ``deleted/``, Spark log)."""
     shutil.rmtree(Path(settings.SPARK_WORK_DIR) / f"run-{run.pk}", ignore_errors=True)
+
+
+@shared_task(name="spark_tasks.prune_run_files", soft_time_limit=600, time_limit=660)
+def prune_run_files(days: int | None = None) -> int:
+    """Delete the work directories of runs that finished more than ``days`` ago (default
+    ``SPARK_RUN_FILES_DAYS``); returns how many. Beat runs it daily.
+
+    An hourly retention run keeps a copy of the cluster's inventory, its plan and ``deleted/``:
+    at 10M segments about 0.5 GB a run, so the files must not be kept for ever. The run's row
+    stays: its state, summary (counts and bytes by reason), log tail and audit events are in
+    PostgreSQL, and the audit log never refers to these files. Only the plan's per-topic page
+    is gone, and it says so. Active runs are never touched, whatever their age.
+    """
+    keep = days if days is not None else settings.SPARK_RUN_FILES_DAYS
+    cutoff = timezone.now() - dt.timedelta(days=keep)
+    old = SparkJobRun.objects.exclude(state__in=SparkRunState.ACTIVE).filter(finished_at__lt=cutoff)
+    root = Path(settings.SPARK_WORK_DIR)
+    removed = 0
+    for run in old.only("pk").iterator():
+        if (root / f"run-{run.pk}").exists():
+            remove_run_files(run)
+            removed += 1
+    if removed:
+        log.info("removed the files of %d Spark runs older than %d days", removed, keep)
+    return removed

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
@@ -122,7 +123,11 @@ def run_plan(request: HttpRequest, pk: int) -> HttpResponse:
     if not run.has_plan:
         error = "This job writes no plan."
     elif not plan_dir.exists():
-        error = "The plan is not there (the run has not written it yet, or it was removed)."
+        error = (
+            "The plan is not there: the run has not written it yet, or its files were removed "
+            f"{settings.SPARK_RUN_FILES_DAYS} days after it finished (SPARK_RUN_FILES_DAYS). "
+            "The summary below is kept."
+        )
     else:
         try:
             rows = plan_by_topic(plan_dir)

@@ -260,3 +260,44 @@ def test_plan_page_sums_segments_and_bytes_per_topic(client, viewer, finished_ru
     client.force_login(viewer)
     body = client.get(reverse("spark_tasks:run-plan", args=[finished_run.pk])).content.decode()
     assert "<td>t0</td><td>3</td>" in body and "<td>t1</td><td>2</td>" in body
+
+
+def test_old_finished_runs_lose_their_files_but_keep_their_rows(
+    db, settings, tmp_path, client, viewer
+):
+    settings.SPARK_WORK_DIR = tmp_path
+    settings.SPARK_RUN_FILES_DAYS = 14
+    now = timezone.now()
+    old = now - dt.timedelta(days=15)
+    runs = {
+        "old_done": SparkJobRun.objects.create(
+            job="retention", state=SparkRunState.SUCCEEDED, finished_at=old
+        ),
+        "old_failed": SparkJobRun.objects.create(
+            job="retention", state=SparkRunState.FAILED, finished_at=old
+        ),
+        "recent": SparkJobRun.objects.create(
+            job="retention", state=SparkRunState.SUCCEEDED, finished_at=now
+        ),
+        "running": SparkJobRun.objects.create(
+            job="retention", state=SparkRunState.RUNNING, started_at=old, heartbeat_at=now
+        ),
+    }
+    for run in runs.values():
+        plan = tmp_path / f"run-{run.pk}" / "out" / "plan"
+        plan.mkdir(parents=True)
+        (plan / "part-0.parquet").write_bytes(b"x")
+        SparkJobRun.objects.filter(pk=run.pk).update(output_dir=str(plan.parent))
+
+    from spark_tasks.tasks import prune_run_files
+
+    assert prune_run_files() == 2
+    assert prune_run_files() == 0  # nothing left to remove
+    left = {name for name, run in runs.items() if (tmp_path / f"run-{run.pk}").exists()}
+    assert left == {"recent", "running"}
+    assert SparkJobRun.objects.count() == 4
+
+    client.force_login(viewer)
+    page = client.get(reverse("spark_tasks:run-plan", args=[runs["old_done"].pk]))
+    assert page.status_code == 200
+    assert "removed 14 days after it finished" in page.content.decode()
