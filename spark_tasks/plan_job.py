@@ -178,12 +178,7 @@ def _planner(kind: str, now_ms: int, in_flight_ms: int):
 
 
 #: ``state`` as a code through the shuffle (index into this tuple); see _narrow_segment_columns.
-STATE_BY_CODE = (
-    SegmentState.COPY_SEGMENT_STARTED,
-    SegmentState.COPY_SEGMENT_FINISHED,
-    SegmentState.DELETE_SEGMENT_STARTED,
-    SegmentState.DELETE_SEGMENT_FINISHED,
-)
+STATE_BY_CODE = SegmentState.ALL
 _NARROWED = ("state", "segment_leader_epochs")
 
 
