@@ -46,8 +46,11 @@ class SubmitResult:
     timed_out: bool
     seconds: float
     progress: dict[str, Any]
+    #: peak resident memory of the whole process tree (driver, JVM, Python workers)
     peak_rss_bytes: int
     summary: dict[str, Any] | None
+    #: peak resident memory of the driver's processes only (see :func:`_tree_rss`)
+    peak_driver_rss_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -103,25 +106,51 @@ def _package_zip(work_dir: Path) -> Path:
     return target
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident memory of a process and its descendants (Linux /proc), in bytes."""
-    total = 0
-    stack = [pid]
+@dataclasses.dataclass(frozen=True)
+class TreeRss:
+    total: int
+    driver: int
+
+
+#: Spark's Python worker daemon, and every worker it forks, has this in its command line.
+_WORKER_MARK = b"pyspark.daemon"
+
+
+def _tree_rss(pid: int) -> TreeRss:
+    """Resident memory of a process and its descendants (Linux /proc), in bytes: ``total``, and
+    ``driver``, the same without the Python worker daemon's subtree.
+
+    Under spark-submit the tree is the launcher, the JVM and the Python driver, plus the Python
+    workers that the JVM's executors start (``python -m pyspark.daemon``, which forks one worker
+    per task slot). The workers are the executors' side: on a cluster they run on the executor
+    hosts, so ``driver`` leaves them out. In local mode the JVM is driver and executor at once,
+    so ``driver`` still counts the executors' JVM memory: an upper bound on the driver's."""
+    total = driver = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    stack = [(pid, False)]
     seen: set[int] = set()
     while stack:
-        current = stack.pop()
+        current, in_worker = stack.pop()
         if current in seen:
             continue
         seen.add(current)
         try:
             with open(f"/proc/{current}/statm") as fh:
-                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                rss = int(fh.read().split()[1]) * page
+            if not in_worker:
+                with open(f"/proc/{current}/cmdline", "rb") as fh:
+                    in_worker = _WORKER_MARK in fh.read()
+            children: list[int] = []
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as fh:
-                    stack.extend(int(c) for c in fh.read().split())
+                    children.extend(int(c) for c in fh.read().split())
         except (OSError, ValueError):
             continue
-    return total
+        total += rss
+        if not in_worker:
+            driver += rss
+        stack.extend((child, in_worker) for child in children)
+    return TreeRss(total, driver)
 
 
 def _tail(path: Path, lines: int) -> str:
@@ -205,7 +234,7 @@ def spark_submit(
 
     started = time.monotonic()
     timed_out = False
-    peak = 0
+    peak = peak_driver = 0
     progress: dict[str, Any] = {}
     with open(log_path, "wb") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
@@ -227,7 +256,8 @@ def spark_submit(
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                peak = max(peak, _tree_rss(proc.pid))
+                rss = _tree_rss(proc.pid)
+                peak, peak_driver = max(peak, rss.total), max(peak_driver, rss.driver)
                 now = time.monotonic()
                 if timeout_seconds and now - started > timeout_seconds:
                     timed_out = True
@@ -261,6 +291,7 @@ def spark_submit(
         progress=progress,
         peak_rss_bytes=peak,
         summary=summary if exit_code == 0 else None,
+        peak_driver_rss_bytes=peak_driver,
     )
 
 

@@ -225,7 +225,7 @@ def _submit(run: SparkJobRun, job: str, args: list[str], work: Path, out: Path) 
     SparkJobRun.objects.filter(pk=run.pk).update(
         exit_code=result.exit_code,
         log_tail=result.log_tail,
-        peak_driver_rss_bytes=result.peak_rss_bytes or None,
+        peak_driver_rss_bytes=result.peak_driver_rss_bytes or None,
         stages_total=int(result.progress.get("stages_total", 0)),
         stages_done=int(result.progress.get("stages_done", 0)),
         tasks_total=int(result.progress.get("tasks_total", 0)),
