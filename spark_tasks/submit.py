@@ -112,34 +112,37 @@ class TreeRss:
     driver: int
 
 
-#: Spark's Python worker daemon, and every worker it forks, has this in its command line.
-_WORKER_MARK = b"pyspark.daemon"
+#: Command-line marks of the executors' processes: Spark's Python worker daemon (and every worker
+#: it forks), and an executor JVM (``local-cluster`` and standalone masters start them).
+_EXECUTOR_MARKS = (b"pyspark.daemon", b"CoarseGrainedExecutorBackend")
 
 
 def _tree_rss(pid: int) -> TreeRss:
     """Resident memory of a process and its descendants (Linux /proc), in bytes: ``total``, and
-    ``driver``, the same without the Python worker daemon's subtree.
+    ``driver``, the same without the executors' subtrees (``_EXECUTOR_MARKS``).
 
     Under spark-submit the tree is the launcher, the JVM and the Python driver, plus the Python
-    workers that the JVM's executors start (``python -m pyspark.daemon``, which forks one worker
-    per task slot). The workers are the executors' side: on a cluster they run on the executor
-    hosts, so ``driver`` leaves them out. In local mode the JVM is driver and executor at once,
-    so ``driver`` still counts the executors' JVM memory: an upper bound on the driver's."""
+    workers that the executors start (``python -m pyspark.daemon``, which forks one worker per
+    task slot) and, under a ``local-cluster`` master, the executor JVMs. Those are the
+    executors' side: on a cluster they run on the executor hosts, so ``driver`` leaves them out.
+    In local mode the JVM is driver and executor at once, so ``driver`` still counts the
+    executors' JVM memory: an upper bound on the driver's."""
     total = driver = 0
     page = os.sysconf("SC_PAGE_SIZE")
     stack = [(pid, False)]
     seen: set[int] = set()
     while stack:
-        current, in_worker = stack.pop()
+        current, in_executor = stack.pop()
         if current in seen:
             continue
         seen.add(current)
         try:
             with open(f"/proc/{current}/statm") as fh:
                 rss = int(fh.read().split()[1]) * page
-            if not in_worker:
+            if not in_executor:
                 with open(f"/proc/{current}/cmdline", "rb") as fh:
-                    in_worker = _WORKER_MARK in fh.read()
+                    cmdline = fh.read()
+                in_executor = any(mark in cmdline for mark in _EXECUTOR_MARKS)
             children: list[int] = []
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as fh:
@@ -147,9 +150,9 @@ def _tree_rss(pid: int) -> TreeRss:
         except (OSError, ValueError):
             continue
         total += rss
-        if not in_worker:
+        if not in_executor:
             driver += rss
-        stack.extend((child, in_worker) for child in children)
+        stack.extend((child, in_executor) for child in children)
     return TreeRss(total, driver)
 
 

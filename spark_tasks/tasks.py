@@ -148,7 +148,7 @@ def execute_run(self, run_id: int) -> str:
         log.info("spark run %s not claimed (state %s)", run_id, run and run.state)
         return run.state if run else "missing"
     run = SparkJobRun.objects.get(pk=run_id)
-    work = Path(settings.SPARK_WORK_DIR) / f"run-{run.pk}"
+    work = run_work_dir(run.pk)
     out = work / "out"
     SparkJobRun.objects.filter(pk=run.pk).update(
         output_dir=str(out), log_path=str(work / "spark.log")
@@ -390,9 +390,14 @@ def reap_stale_runs(max_age_seconds: int | None = None) -> int:
     return reaped
 
 
+def run_work_dir(run_pk: int) -> Path:
+    """A run's work directory: its inputs, ``out/`` (plan, ``deleted/``, summary), Spark log."""
+    return Path(settings.SPARK_WORK_DIR) / f"run-{run_pk}"
+
+
 def remove_run_files(run: SparkJobRun) -> None:
     """Delete a run's work directory (inputs, plan, ``deleted/``, Spark log)."""
-    shutil.rmtree(Path(settings.SPARK_WORK_DIR) / f"run-{run.pk}", ignore_errors=True)
+    shutil.rmtree(run_work_dir(run.pk), ignore_errors=True)
 
 
 @shared_task(name="spark_tasks.prune_run_files", soft_time_limit=600, time_limit=660)
@@ -409,10 +414,9 @@ def prune_run_files(days: int | None = None) -> int:
     keep = days if days is not None else settings.SPARK_RUN_FILES_DAYS
     cutoff = timezone.now() - dt.timedelta(days=keep)
     old = SparkJobRun.objects.exclude(state__in=SparkRunState.ACTIVE).filter(finished_at__lt=cutoff)
-    root = Path(settings.SPARK_WORK_DIR)
     removed = 0
     for run in old.only("pk").iterator():
-        if (root / f"run-{run.pk}").exists():
+        if run_work_dir(run.pk).exists():
             remove_run_files(run)
             removed += 1
     if removed:

@@ -1,4 +1,4 @@
-"""``submit._tree_rss``: the driver's memory leaves out Spark's Python worker daemon subtree."""
+"""``submit._tree_rss``: the driver's memory leaves out the executors' subtrees."""
 
 from __future__ import annotations
 
@@ -8,16 +8,19 @@ import subprocess
 import sys
 import time
 
-from spark_tasks.submit import _tree_rss
+import pytest
+
+from spark_tasks.submit import _EXECUTOR_MARKS, _tree_rss
 
 MIB = 2**20
 
 # A stand-in for spark-submit's tree: the parent (the "driver", whose own command line must not
-# carry the mark, hence the split string) starts a child whose command line
-# carries Spark's worker mark, and that child forks a grandchild; both children hold 64 MiB.
+# carry the mark, hence the split string) starts a child whose command line carries an
+# executor's mark (a Python worker daemon, an executor JVM), and that child forks a grandchild;
+# both hold 64 MiB.
 _TREE = """
 import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", WORKER_CODE, "pyspark." + "daemon"])
+child = subprocess.Popen([sys.executable, "-c", WORKER_CODE, MARK_HEAD + MARK_TAIL])
 time.sleep(60)
 """
 _WORKER = """
@@ -33,8 +36,14 @@ time.sleep(60)
 """
 
 
-def test_driver_rss_leaves_out_the_worker_subtree():
-    script = _TREE.replace("WORKER_CODE", repr(_WORKER))
+@pytest.mark.parametrize("mark", [m.decode() for m in _EXECUTOR_MARKS])
+def test_driver_rss_leaves_out_the_executor_subtrees(mark):
+    head, tail = mark[:3], mark[3:]
+    script = (
+        _TREE.replace("WORKER_CODE", repr(_WORKER))
+        .replace("MARK_HEAD", repr(head))
+        .replace("MARK_TAIL", repr(tail))
+    )
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     try:
         deadline = time.monotonic() + 30
