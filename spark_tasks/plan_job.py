@@ -511,7 +511,7 @@ def _retention_plan(spark, inv, partitions: str, now_ms: int, in_flight_ms: int)
     return plan, part_rows, outcomes
 
 
-def _retention_outputs(spark, part_rows, outcomes: dict, out_dir: Path) -> dict[str, Any]:
+def _retention_outputs(part_rows, outcomes: dict, out_dir: Path) -> dict[str, Any]:
     """``partitions/`` and the summary counts from the planner's per-partition outcomes (one
     entry per partition, on the driver as the partition state already is), the same rows and
     numbers as the staged path of :func:`run_plan_job` computes in Spark; ``lso_moved`` is its
@@ -543,15 +543,28 @@ def _retention_outputs(spark, part_rows, outcomes: dict, out_dir: Path) -> dict[
             acc = by_reason.setdefault(reason, {"segments": 0, "bytes": 0})
             acc["segments"] += count
             acc["bytes"] += size
-    spark.createDataFrame(rows, spark_ddl(PARTITIONS_OUT_SCHEMA)).write.parquet(
-        str(out_dir / "partitions")
-    )
+    _write_driver_rows(rows, PARTITIONS_OUT_SCHEMA, out_dir / "partitions")
     return {
         "by_reason": by_reason,
         "partitions": len(rows),
         "log_start_offsets_moved": lso_moved,
         "segments_without_partition_state": no_state,
     }
+
+
+def _write_driver_rows(rows: list[tuple], schema: pa.Schema, dest: Path) -> None:
+    """Rows the driver holds (one per partition, never a segment) as a Parquet directory like
+    Spark's (one part file and ``_SUCCESS``), written with pyarrow: a Spark job for the bench's
+    760 rows took ~1.1 s. ``out`` is a local directory (``jobkit.prepare_out``)."""
+    import pyarrow.parquet as pq
+
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
+    table = pa.Table.from_arrays(
+        [pa.array(col, f.type) for col, f in zip(columns, schema, strict=True)], schema=schema
+    )
+    dest.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, dest / "part-00000.parquet")
+    (dest / "_SUCCESS").touch()
 
 
 def _staged_outputs(
@@ -660,7 +673,7 @@ def run_plan_job(
     if kind == PlanKind.RETENTION:
         plan, part_rows, outcomes = _retention_plan(spark, inv, partitions, now_ms, in_flight_ms)
         plan.write.parquet(str(out_dir / "plan"))
-        counts = _retention_outputs(spark, part_rows, outcomes.value, out_dir)
+        counts = _retention_outputs(part_rows, outcomes.value, out_dir)
     else:
         parts = spark.read.parquet(partitions)
         counts = _staged_outputs(spark, kind, inv, parts, out_dir, now_ms, in_flight_ms)

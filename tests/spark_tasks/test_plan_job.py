@@ -9,17 +9,21 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spark_tasks.plan_job import (
     STATE_BY_CODE,
     _KeyedOutcomes,
     _restore_segment_columns,
     _retention_planner,
+    segments_from_table,
 )
 from spark_tasks.rules import plan_retention
 from spark_tasks.schema import PLAN_SCHEMA
 from tests.spark_tasks.kafka_cases import CASES
-from tests.spark_tasks.test_vector_rules import _table
+from tests.spark_tasks.test_retention_properties import HOUR, NOW
+from tests.spark_tasks.test_vector_rules import _table, stressed
 
 KEY = ("c", "t", 0)
 
@@ -160,6 +164,41 @@ def test_retention_udf_rows_and_outcomes_match_the_pure_planner():
                 by_reason,
             )
         }, case.name
+
+
+@settings(max_examples=300, deadline=None)
+@given(stressed(), st.sampled_from([0, HOUR, 10 * HOUR]), st.booleans())
+def test_retention_udf_on_shuffle_groups_equals_the_pure_planner(data, in_flight_ms, odd):
+    """Whichever way the UDF takes (the narrow columns as they are, restored columns, or the pure
+    planner when the partition is outside the vector domain), its rows are the pure plan's."""
+    part, segs = data
+    table = _table(list(segs))
+    if odd:  # rows the shuffle carries as they are: the group cannot take the narrow path
+        # (only those the pure planner reads: a null inside an epoch list it cannot)
+        extra = odd_rows().filter(
+            pa.array(
+                [
+                    e is None or all(x is not None and None not in x.values() for x in e)
+                    for e in odd_rows().column("segment_leader_epochs").to_pylist()
+                ]
+            )
+        )
+        table = pa.concat_tables([table, extra])
+    expected = plan_retention(part, segments_from_table(table), NOW, in_flight_ms)
+    acc = _Accumulator()
+    group = narrow(table).add_column(0, "_pid", pa.array([0] * table.num_rows, pa.int32()))
+    group = group.drop_columns(["cluster", "topic", "topic_id", "partition"])
+    out = _retention_planner(_Broadcast([(KEY, part)]), acc, NOW, in_flight_ms)(group)
+    got = zip(out.column("segment_id").to_pylist(), out.column("reason").to_pylist(), strict=True)
+    assert list(got) == [(d.segment.segment_id, d.reason) for d in expected.deletions]
+    if out.num_rows or expected.new_log_start_offset != part.log_start_offset:
+        assert acc.value[0][:3] == (
+            expected.new_log_start_offset,
+            len(expected.deletions),
+            expected.bytes_deleted,
+        )
+    else:
+        assert acc.value == {}
 
 
 def test_retention_udf_counts_segments_without_state():
