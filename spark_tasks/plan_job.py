@@ -49,7 +49,13 @@ from spark_tasks.schema import (
     spark_ddl,
 )
 
-__all__ = ["PlanKind", "partition_from_row", "run_plan_job", "segments_from_table"]
+__all__ = [
+    "InvalidInventory",
+    "PlanKind",
+    "partition_from_row",
+    "run_plan_job",
+    "segments_from_table",
+]
 
 
 class PlanKind:
@@ -93,8 +99,23 @@ SEGMENT_COLUMNS = (
 )
 
 
-def _epochs(value: list[dict[str, int]] | None) -> tuple[tuple[int, int], ...]:
-    return tuple((int(e["epoch"]), int(e["start_offset"])) for e in value or ())
+class InvalidInventory(ValueError):
+    """An input row that is not valid remote-log metadata: the job plans nothing from it."""
+
+
+def _epochs(value: list[dict[str, int]] | None, owner: str) -> tuple[tuple[int, int], ...]:
+    """A leader-epoch list as ``((epoch, start_offset), ...)``.
+
+    Kafka's leader-epoch maps (a segment's ``segmentLeaderEpochs``, a partition's epoch cache)
+    never hold a null; an entry with one is not metadata Kafka could have written, and a plan
+    that guessed it (drop the entry? the segment?) could delete what Kafka would keep. So the
+    run fails with a message naming the row, instead of a TypeError deep in the planner."""
+    try:
+        return tuple((int(e["epoch"]), int(e["start_offset"])) for e in value or ())
+    except (TypeError, KeyError) as exc:
+        raise InvalidInventory(
+            f"{owner}: a leader-epoch entry is null or has a null field: {value!r}"
+        ) from exc
 
 
 def segments_from_table(table: pa.Table) -> list[rules.Segment]:
@@ -106,7 +127,9 @@ def segments_from_table(table: pa.Table) -> list[rules.Segment]:
             end_offset=cols["end_offset"][i],
             max_timestamp_ms=cols["max_timestamp_ms"][i],
             size_bytes=cols["size_bytes"][i] or 0,
-            leader_epochs=_epochs(cols["segment_leader_epochs"][i]),
+            leader_epochs=_epochs(
+                cols["segment_leader_epochs"][i], f"segment {cols['segment_id'][i]}"
+            ),
             state=cols["state"][i],
             event_timestamp_ms=cols["event_timestamp_ms"][i] or 0,
             tiered_epoch=cols["tiered_epoch"][i] or 0,
@@ -124,7 +147,11 @@ def partition_from_row(row: dict[str, Any]) -> rules.PartitionState:
     return rules.PartitionState(
         log_start_offset=num("log_start_offset", 0),
         log_end_offset=num("log_end_offset", 0),
-        leader_epochs=_epochs(row.get("leader_epochs")),
+        leader_epochs=_epochs(
+            row.get("leader_epochs"),
+            f"partition state of {row.get('topic')}-{row.get('partition')} "
+            f"(cluster {row.get('cluster')})",
+        ),
         retention_ms=num("retention_ms", -1),
         retention_bytes=num("retention_bytes", -1),
         local_untiered_bytes=num("local_untiered_bytes", 0),

@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_tasks.plan_job import (
     STATE_BY_CODE,
+    InvalidInventory,
     _KeyedOutcomes,
     _restore_segment_columns,
     _retention_planner,
+    partition_from_row,
     segments_from_table,
 )
 from spark_tasks.rules import plan_retention
@@ -118,6 +121,16 @@ def odd_rows() -> pa.Table:
         for i, (e, st) in enumerate((e, st) for e in epochs for st in states)
     ]
     return pa.Table.from_pylist(rows, schema=_table([]).schema)
+
+
+def test_a_null_inside_a_leader_epoch_list_fails_with_the_row_named():
+    rows = odd_rows()
+    bad = rows.filter(pa.array([i == 4 * 7 for i in range(rows.num_rows)]))  # [{epoch: None}]
+    assert bad.column("segment_leader_epochs").to_pylist() == [[{"epoch": None, "start_offset": 7}]]
+    with pytest.raises(InvalidInventory, match="segment s28: a leader-epoch entry is null"):
+        segments_from_table(bad)
+    with pytest.raises(InvalidInventory, match="partition state of t-0"):
+        partition_from_row({"topic": "t", "partition": 0, "leader_epochs": [None]})
 
 
 def test_restore_gives_back_the_columns_it_was_narrowed_from():
