@@ -383,12 +383,11 @@ def _retention_planner(states, outcomes, now_ms: int, in_flight_ms: int):
         )
         by_reason = {}
         if vplan is not None:
-            codes = vplan.codes
-            counts = np.bincount(codes, minlength=len(vector_rules.REASONS))
-            size_sums = np.bincount(codes, weights=sizes.to_numpy(), minlength=counts.size)
-            by_reason = {
-                vector_rules.REASONS[c]: (int(counts[c]), int(size_sums[c]))
-                for c in np.flatnonzero(counts).tolist()
+            codes, size_np = vplan.codes, sizes.to_numpy()
+            by_reason = {  # integer sums (bincount's weights would sum in float64)
+                vector_rules.REASONS[c]: (int(mask.sum()), int(size_np[mask].sum()))
+                for c in np.unique(codes).tolist()
+                for mask in (codes == c,)
             }
         elif n:
             agg = out.group_by("reason").aggregate([("size_bytes", "sum"), ("reason", "count")])
@@ -582,7 +581,7 @@ def _retention_outputs(part_rows, outcomes: dict, out_dir: Path) -> dict[str, An
 def _write_driver_rows(rows: list[tuple], schema: pa.Schema, dest: Path) -> None:
     """Rows the driver holds (one per partition, never a segment) as a Parquet directory like
     Spark's (one part file and ``_SUCCESS``), written with pyarrow: a Spark job for the bench's
-    760 rows took ~1.1 s. ``out`` is a local directory (``jobkit.prepare_out``)."""
+    760 rows took ~1.1 s. ``dest`` is local: the job's ``--out`` is (``jobkit.prepare_out``)."""
     import pyarrow.parquet as pq
 
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
