@@ -23,8 +23,11 @@ segments_deleted, bytes_deleted; a row for every partition whose plan deletes so
 its log start offset) and ``summary.json``. Without ``--dry-run`` the executors then delete the
 planned objects (``deleted/``); with it nothing is deleted.
 
-Segments whose partition has no row in the partition state are never planned (nothing to judge
-them by); the summary counts them as ``segments_without_partition_state``.
+Segments whose partition has no row in the partition state (no live leader reported it, or the
+topic is gone) are counted as ``segments_without_partition_state`` and not judged: there is no
+lineage, retention setting or log start offset to judge them by. Retention plans one thing for
+them, their DELETE_SEGMENT_STARTED segments (``delete_retry``, see
+:func:`_retry_without_state`); purge plans nothing for them.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from spark_tasks.schema import (
     PARTITION_KEY,
     PARTITIONS_OUT_SCHEMA,
     PLAN_SCHEMA,
+    PlanReason,
     SegmentState,
     spark_ddl,
 )
@@ -299,7 +303,7 @@ def _restore_segment_columns(table: pa.Table) -> pa.Table:
     )
 
 
-_SHUFFLE_ONLY = ("_state", "_state_raw", "_e0", "_o0", "_epochs")
+_SHUFFLE_ONLY = ("_state", "_state_raw", "_e0", "_o0", "_epochs", "_key")
 
 
 def _epochs_from_json(text: str | None) -> list[dict[str, int | None] | None] | None:
@@ -322,8 +326,8 @@ def _retention_planner(states, outcomes, now_ms: int, in_flight_ms: int):
 
     Returns the partition's ``plan/`` rows only. What a partition contributes to ``partitions/``
     and ``summary.json`` goes to the accumulator ``outcomes`` as ``{_pid: (new_log_start_offset,
-    segments_deleted, bytes_deleted, {reason: (segments, bytes)})}`` (``{None: segments}`` for the
-    group without state): one entry per partition, never a segment, and keyed, so a task that
+    segments_deleted, bytes_deleted, {reason: (segments, bytes)})}`` (``{None: (segments,
+    retried, retried_bytes)}`` for the group without state): one entry per partition, never a segment, and keyed, so a task that
     Spark runs again adds the same entry again instead of counting twice."""
 
     def plan_group(table: pa.Table) -> pa.Table:
@@ -331,8 +335,10 @@ def _retention_planner(states, outcomes, now_ms: int, in_flight_ms: int):
             return PLAN_SCHEMA.empty_table()
         pid = table.column("_pid")[0].as_py()
         if pid is None:
-            outcomes.add({None: table.num_rows})
-            return PLAN_SCHEMA.empty_table()
+            out = _retry_without_state(table)
+            retried = pc.sum(out.column("size_bytes")).as_py() or 0
+            outcomes.add({None: (table.num_rows, out.num_rows, retried)})
+            return out
         key, part = states.value[pid]
         vplan = None
         codes, e0 = table.column("_state"), table.column("_e0")
@@ -405,6 +411,38 @@ def _retention_planner(states, outcomes, now_ms: int, in_flight_ms: int):
         return out
 
     return plan_group
+
+
+_DSS_CODE = STATE_BY_CODE.index(SegmentState.DELETE_SEGMENT_STARTED)
+
+
+def _retry_without_state(table: pa.Table) -> pa.Table:
+    """``plan/`` rows for the segments without partition state (the group of null ``_pid``, in
+    shuffle form): their DELETE_SEGMENT_STARTED segments, as ``delete_retry``.
+
+    Kafka's RemoteLogManager retries a segment left DELETE_SEGMENT_STARTED on its next
+    retention pass; such a segment is already unreadable (the metadata no longer serves it) and
+    only its object is left, so finishing the delete needs no lineage, retention setting or log
+    start offset, nor a leader: it is what the partition's next leader would do first. Nothing
+    else of these partitions is planned. Their key travels as ``_key`` (JSON, null for every
+    row that has state, so the shuffle carries it for these rows only)."""
+    mask = pc.fill_null(pc.equal(table.column("_state"), _DSS_CODE), False)
+    rows = table.filter(mask)
+    if rows.num_rows == 0:
+        return PLAN_SCHEMA.empty_table()
+    keys = [json.loads(k) for k in rows.column("_key").to_pylist()]
+    return pa.table(
+        {
+            "segment_id": rows.column("segment_id").cast(pa.string()),
+            "cluster": pa.array([k.get("cluster") for k in keys], pa.string()),
+            "topic": pa.array([k.get("topic") for k in keys], pa.string()),
+            "partition": pa.array([k.get("partition") for k in keys], pa.int32()),
+            "reason": pa.array([PlanReason.DELETE_RETRY] * rows.num_rows, pa.string()),
+            "size_bytes": pc.fill_null(rows.column("size_bytes"), 0).cast(pa.int64()),
+            "object_path": pc.fill_null(rows.column("object_path"), "").cast(pa.string()),
+        },
+        schema=PLAN_SCHEMA,
+    )
 
 
 def _by_partition(plan_group):
@@ -525,7 +563,11 @@ def _retention_plan(spark, inv, partitions: str, now_ms: int, in_flight_ms: int)
                 & (F.coalesce(F.col("tiered_epoch"), F.lit(0)) >= F.col("_fence"))
             )
         )
-        .select("_pid", *_narrow_segment_columns())
+        .select(
+            "_pid",
+            *_narrow_segment_columns(),
+            F.when(F.col("_pid").isNull(), F.to_json(F.struct(*PARTITION_KEY))).alias("_key"),
+        )
     )
     sc = spark.sparkContext
     bc = sc.broadcast(states)
@@ -559,7 +601,12 @@ def _retention_outputs(part_rows, outcomes: dict, out_dir: Path) -> dict[str, An
     lso_moved = 0
     for pid, outcome in sorted(outcomes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         if pid is None:
-            no_state += outcome
+            segments, retried, retried_bytes = outcome
+            no_state += segments
+            if retried:
+                acc = by_reason.setdefault(PlanReason.DELETE_RETRY, {"segments": 0, "bytes": 0})
+                acc["segments"] += retried
+                acc["bytes"] += retried_bytes
             continue
         key = states[pid]
         new_lso, n, total, reasons = outcome

@@ -23,7 +23,7 @@ from spark_tasks.plan_job import (
     segments_from_table,
 )
 from spark_tasks.rules import plan_retention
-from spark_tasks.schema import PLAN_SCHEMA
+from spark_tasks.schema import PLAN_SCHEMA, PlanReason, SegmentState
 from tests.spark_tasks.kafka_cases import CASES
 from tests.spark_tasks.test_retention_properties import HOUR, NOW
 from tests.spark_tasks.test_vector_rules import _table, stressed
@@ -214,13 +214,53 @@ def test_retention_udf_on_shuffle_groups_equals_the_pure_planner(data, in_flight
         assert acc.value == {}
 
 
+def test_retention_udf_retries_only_started_deletes_of_segments_without_state():
+    acc = _Accumulator()
+    udf = _retention_planner(_Broadcast([]), acc, CASES[0].now_ms, 3_600_000)
+    table = odd_rows()  # every state, odd ones included
+    group = narrow(table)
+    group = group.add_column(0, "_pid", pa.nulls(group.num_rows, pa.int32()))
+    keys = [
+        json.dumps({"cluster": "c", "topic": f"t{i % 2}", "partition": i % 3})
+        for i in range(group.num_rows)
+    ]
+    group = group.append_column("_key", pa.array(keys, pa.string()))
+    out = udf(group)
+    started = [
+        (i, r)
+        for i, r in enumerate(table.to_pylist())
+        if r["state"] == SegmentState.DELETE_SEGMENT_STARTED
+    ]
+    assert started
+    assert out.schema == PLAN_SCHEMA
+    assert out.to_pylist() == [
+        {
+            "segment_id": r["segment_id"],
+            "cluster": "c",
+            "topic": f"t{i % 2}",
+            "partition": i % 3,
+            "reason": PlanReason.DELETE_RETRY,
+            "size_bytes": r["size_bytes"],
+            "object_path": r["object_path"],
+        }
+        for i, r in started
+    ]
+    retried = sum(r["size_bytes"] for _, r in started)
+    assert acc.value == {None: (group.num_rows, len(started), retried)}
+
+
 def test_retention_udf_counts_segments_without_state():
     acc = _Accumulator()
     udf = _retention_planner(_Broadcast([]), acc, CASES[0].now_ms, 3_600_000)
     group = _group(CASES[0], 0)
     group = group.set_column(0, "_pid", pa.nulls(group.num_rows, pa.int32()))
-    assert udf(group).num_rows == 0
-    assert acc.value == {None: group.num_rows}
+    group = group.append_column("_key", pa.nulls(group.num_rows, pa.string()))
+    out = udf(group)
+    assert not any(s.state == SegmentState.DELETE_SEGMENT_STARTED for s in CASES[0].segments), (
+        "the case has no started delete"
+    )
+    assert out.num_rows == 0
+    assert acc.value == {None: (group.num_rows, 0, 0)}
 
 
 def test_outcomes_are_keyed_so_a_rerun_task_counts_once():

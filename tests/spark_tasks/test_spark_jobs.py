@@ -6,6 +6,7 @@ generated partitions (one partition per case), and the second run of acceptance 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -78,10 +79,36 @@ def _case_tables():
                     "event_timestamp_ms": s.event_timestamp_ms,
                 }
             )
+    # A partition no live leader reports: segments, no state row. Retention finishes its started
+    # delete (delete_retry) and judges nothing else of it.
+    for j, state in enumerate(
+        (SegmentState.DELETE_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
+    ):
+        inv.append(
+            {
+                "cluster": CLUSTER,
+                "topic": LEADERLESS[0],
+                "topic_id": "leaderless",
+                "partition": LEADERLESS[1],
+                "segment_id": f"leaderless-{j}",
+                "start_offset": 100 * j,
+                "end_offset": 100 * j + 99,
+                "max_timestamp_ms": NOW - 30 * 86_400_000,  # old enough for any retention
+                "size_bytes": 1000,
+                "segment_leader_epochs": [{"epoch": 0, "start_offset": 0}],
+                "tiered_epoch": 0,
+                "state": state,
+                "object_path": f"/remote/leaderless/{j}",
+                "event_timestamp_ms": NOW - 86_400_000,
+            }
+        )
     return (
         pa.Table.from_pylist(inv, schema=INVENTORY_SCHEMA),
         pa.Table.from_pylist(parts, schema=PARTITION_STATE_SCHEMA),
     )
+
+
+LEADERLESS = ("leaderless-topic", 2)
 
 
 @pytest.fixture(scope="module")
@@ -138,10 +165,19 @@ def _lso_of(out: Path) -> dict[tuple[str, int], int]:
     }
 
 
-def _python_plans(gen_dir: Path, planner):
+def _python_plans(gen_dir: Path, planner, *, retry_without_state: bool = False):
+    """The plans of the pure planner, per partition with a state row; with
+    ``retry_without_state``, also the started deletes of the partitions without one (retention's
+    rule for them, see plan_job._retry_without_state)."""
     inv = pq.read_table(gen_dir / "inventory")
     parts = pq.read_table(gen_dir / "partitions").to_pylist()
     plans, lsos = {}, {}
+    if retry_without_state:
+        with_state = {(r["cluster"], r["topic"], r["partition"]) for r in parts}
+        for r in inv.to_pylist():
+            key = (r["cluster"], r["topic"], r["partition"])
+            if key not in with_state and r["state"] == SegmentState.DELETE_SEGMENT_STARTED:
+                plans.setdefault(key[1:], {})[r["segment_id"]] = "delete_retry"
     for row in parts:
         key = (row["topic"], row["partition"])
         mask = pc.and_(
@@ -201,11 +237,22 @@ def test_retention_dry_run_agrees_with_kafka_cases(retention_first):
 
 
 def test_retention_spark_plan_equals_pure_planner(generated, retention_first):
-    plans, lsos = _python_plans(generated["dir"], lambda p, s: rules.plan_retention(p, s, NOW))
+    plans, lsos = _python_plans(
+        generated["dir"], lambda p, s: rules.plan_retention(p, s, NOW), retry_without_state=True
+    )
     assert _plan_of(retention_first) == plans
     assert _lso_of(retention_first) == lsos
     reasons = {r for plan in plans.values() for r in plan.values()}
     assert {"retention_time", "retention_size", "delete_retry"} <= reasons
+
+
+def test_retention_finishes_started_deletes_of_partitions_without_state(retention_first):
+    """A partition without a live leader: its DELETE_SEGMENT_STARTED segment is planned again,
+    its old COPY_SEGMENT_FINISHED one is not judged (no lineage, no retention setting)."""
+    assert _plan_of(retention_first)[LEADERLESS] == {"leaderless-0": "delete_retry"}
+    assert LEADERLESS not in _lso_of(retention_first)
+    summary = json.loads((retention_first / "summary.json").read_text())
+    assert summary["segments_without_partition_state"] == 2
 
 
 def test_dry_run_deletes_nothing(generated, retention_first):
