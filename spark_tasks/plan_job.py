@@ -107,7 +107,9 @@ class InvalidInventory(ValueError):
     """An input row that is not valid remote-log metadata: the job plans nothing from it."""
 
 
-def _epochs(value: list[dict[str, int]] | None, owner: str) -> tuple[tuple[int, int], ...]:
+def _epochs(
+    value: list[dict[str, int]] | None, owner: str, name: object
+) -> tuple[tuple[int, int], ...]:
     """A leader-epoch list as ``((epoch, start_offset), ...)``.
 
     Kafka's leader-epoch maps (a segment's ``segmentLeaderEpochs``, a partition's epoch cache)
@@ -118,7 +120,7 @@ def _epochs(value: list[dict[str, int]] | None, owner: str) -> tuple[tuple[int, 
         return tuple((int(e["epoch"]), int(e["start_offset"])) for e in value or ())
     except (TypeError, KeyError) as exc:
         raise InvalidInventory(
-            f"{owner}: a leader-epoch entry is null or has a null field: {value!r}"
+            f"{owner} {name}: a leader-epoch entry is null or has a null field: {value!r}"
         ) from exc
 
 
@@ -132,7 +134,7 @@ def segments_from_table(table: pa.Table) -> list[rules.Segment]:
             max_timestamp_ms=cols["max_timestamp_ms"][i],
             size_bytes=cols["size_bytes"][i] or 0,
             leader_epochs=_epochs(
-                cols["segment_leader_epochs"][i], f"segment {cols['segment_id'][i]}"
+                cols["segment_leader_epochs"][i], "segment", cols["segment_id"][i]
             ),
             state=cols["state"][i],
             event_timestamp_ms=cols["event_timestamp_ms"][i] or 0,
@@ -153,8 +155,8 @@ def partition_from_row(row: dict[str, Any]) -> rules.PartitionState:
         log_end_offset=num("log_end_offset", 0),
         leader_epochs=_epochs(
             row.get("leader_epochs"),
-            f"partition state of {row.get('topic')}-{row.get('partition')} "
-            f"(cluster {row.get('cluster')})",
+            "partition state of",
+            f"{row.get('topic')}-{row.get('partition')} (cluster {row.get('cluster')})",
         ),
         retention_ms=num("retention_ms", -1),
         retention_bytes=num("retention_bytes", -1),
@@ -259,7 +261,6 @@ def _narrow_segment_columns() -> list:
     ]
 
 
-_STATE_NAMES = pa.array(STATE_BY_CODE, pa.string())
 _VECTOR_REASONS = pa.array(vector_rules.REASONS, pa.string())
 
 
@@ -270,7 +271,7 @@ def _restore_segment_columns(table: pa.Table) -> pa.Table:
     state = pc.if_else(
         pc.is_null(codes),
         table.column("_state_raw").combine_chunks().cast(pa.string()),
-        _STATE_NAMES.take(codes),
+        vector_rules.STATE_NAMES.take(codes),
     )
     e0 = table.column("_e0").combine_chunks()
     o0 = table.column("_o0").combine_chunks()

@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from spark_tasks import rules
 from spark_tasks.schema import PlanReason, SegmentState
 
-__all__ = ["REASONS", "VectorPlan", "numpy_column", "plan_retention_columns"]
+__all__ = ["REASONS", "STATE_NAMES", "VectorPlan", "numpy_column", "plan_retention_columns"]
 
 
 class VectorPlan:
@@ -80,7 +80,8 @@ def numpy_column(col: pa.ChunkedArray | pa.Array, default: int | None = None) ->
     return col.to_numpy(zero_copy_only=False)
 
 
-_STATE_NAMES = pa.array(SegmentState.ALL, pa.string())
+#: ``SegmentState.ALL`` as Arrow: a state code indexes it (here and in the retention shuffle).
+STATE_NAMES = pa.array(SegmentState.ALL, pa.string())
 _DSF, _CSF, _CSS, _DSS = (
     SegmentState.ALL.index(state)
     for state in (
@@ -95,7 +96,7 @@ _OTHER_STATE, _NULL_STATE = -1, -2
 
 def _state_codes(state: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """``state`` as indices into ``SegmentState.ALL``; -1 for another string, -2 for null."""
-    codes = numpy_column(pc.index_in(state, value_set=_STATE_NAMES), _OTHER_STATE).astype(np.int8)
+    codes = numpy_column(pc.index_in(state, value_set=STATE_NAMES), _OTHER_STATE).astype(np.int8)
     if state.null_count:
         codes[numpy_column(pc.is_null(state))] = _NULL_STATE
     return codes

@@ -188,11 +188,12 @@ def test_retention_udf_on_shuffle_groups_equals_the_pure_planner(data, in_flight
     table = _table(list(segs))
     if odd:  # rows the shuffle carries as they are: the group cannot take the narrow path
         # (only those the pure planner reads: a null inside an epoch list it cannot)
-        extra = odd_rows().filter(
+        odd_table = odd_rows()
+        extra = odd_table.filter(
             pa.array(
                 [
                     e is None or all(x is not None and None not in x.values() for x in e)
-                    for e in odd_rows().column("segment_leader_epochs").to_pylist()
+                    for e in odd_table.column("segment_leader_epochs").to_pylist()
                 ]
             )
         )
