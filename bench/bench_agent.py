@@ -32,7 +32,7 @@ def _cli(ctx, data, *args, timeout=300):
 
 
 def _synthetic(ctx) -> list[dict]:
-    from broker_agent.signing import sign_headers
+    from broker_agent.signing import audience_of, sign_headers
 
     data = ctx.work_dir / "agent-synthetic"
     shutil.rmtree(data, ignore_errors=True)
@@ -59,7 +59,7 @@ def _synthetic(ctx) -> list[dict]:
         base = urls["controller"]
 
         def get(path):
-            h = sign_headers(secret, "GET", path)
+            h = sign_headers(secret, "GET", path, audience=audience_of(base))
             h["Accept-Encoding"] = "gzip"
             with httpx.Client(timeout=120) as c:
                 started = time.perf_counter()
@@ -73,7 +73,10 @@ def _synthetic(ctx) -> list[dict]:
         _r, _raw, warm = get("/v1/snapshot")
         version = json.loads(__import__("gzip").decompress(raw))["version"]
         with httpx.Client() as c:
-            c.post(base + "/v1/tick", headers=sign_headers(secret, "POST", "/v1/tick"))
+            c.post(
+                base + "/v1/tick",
+                headers=sign_headers(secret, "POST", "/v1/tick", audience=audience_of(base)),
+            )
         _ri, rawi, inc = get(f"/v1/snapshot?since={version}")
         method = "GET /v1/snapshot, 60 brokers x 100 topics x 2000 partitions, gzip, loopback"
         rows += [
@@ -130,7 +133,7 @@ def _synthetic_metadata(ctx, data, urls, secret, get) -> list[dict]:
     after a 1% churn as a delta, plus all 60 broker snapshots, timed through the typed clients
     (request + gzip + pydantic parse), as the console uses them."""
     from broker_agent.client import AgentClient, ControllerClient
-    from broker_agent.signing import sign_headers
+    from broker_agent.signing import audience_of, sign_headers
 
     r, raw, cold = get("/v1/metadata")
     _r, _raw, warm = get("/v1/metadata")
@@ -155,7 +158,7 @@ def _synthetic_metadata(ctx, data, urls, secret, get) -> list[dict]:
     # that every agent renders cold again; bytes as they arrive uncompressed.
     httpx.post(
         urls["controller"] + "/v1/tick",
-        headers=sign_headers(secret, "POST", "/v1/tick"),
+        headers=sign_headers(secret, "POST", "/v1/tick", audience=audience_of(urls["controller"])),
         timeout=60,
     ).raise_for_status()
     started = time.perf_counter()

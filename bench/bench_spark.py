@@ -394,7 +394,14 @@ def _purge_rows(work: Path, master: str, objects: int, repeats: int) -> list[dic
         n_objects = _all_live_plan(gen, plan_dir)
         result = spark_submit(
             "delete_objects",
-            ["--plan", str(plan_dir), "--out", str(work / "deleted")],
+            [
+                "--plan",
+                str(plan_dir),
+                "--store-root",
+                (work / "remote-purge").as_uri(),
+                "--out",
+                str(work / "deleted"),
+            ],
             work / f"delete-run-{i}",
             master=master,
             out_dir=work / "deleted",

@@ -37,7 +37,9 @@ INT = {"ge": 0, "le": 2**31 - 1}
 TOPIC = {"min_length": 1, "max_length": 249}
 
 
-def create_app(broker_factory, secret: bytes) -> FastAPI:
+def create_app(broker_factory, secret: bytes, *, audience: str) -> FastAPI:
+    """The agent app; ``audience`` is its own ``host:port`` (``signing.audience_of`` of the URL
+    it advertises), the only target a request signed for it may name."""
     state: dict = {}
 
     @contextlib.asynccontextmanager
@@ -53,10 +55,11 @@ def create_app(broker_factory, secret: bytes) -> FastAPI:
         version="1",
         lifespan=lifespan,
         description="One agent per broker. All requests but /v1/health are HMAC-signed "
-        "(X-Strata-Timestamp, X-Strata-Nonce, X-Strata-Signature; see broker_agent/README.md).",
+        "(X-Strata-Timestamp, X-Strata-Nonce, X-Strata-Audience, X-Strata-Signature; see "
+        "broker_agent/README.md).",
     )
     app.add_middleware(GZipMiddleware, minimum_size=2048)
-    install(app, secret)
+    install(app, secret, audience=audience)
 
     def b():
         return state["b"]
@@ -169,8 +172,8 @@ def create_app(broker_factory, secret: bytes) -> FastAPI:
     def replica_fetch(req: Annotated[dict, Body()]) -> dict:
         try:
             return b().replica_fetch(req)
-        except (KeyError, TypeError) as exc:
-            raise ApiError(400, ErrorCode.INVALID_REQUEST, f"bad replica fetch: {exc}") from None
+        except (KeyError, TypeError):
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, "malformed replica fetch") from None
 
     @app.get("/v1/replica/{topic}/{partition}/offsets-for-leader-epoch")
     def offsets_for_leader_epoch(

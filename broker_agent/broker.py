@@ -70,6 +70,14 @@ def _key(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
 
 
+def _storage_error(exc: StorageError, topic: str, partition: int) -> ApiError:
+    """503 KAFKA_STORAGE_ERROR naming the offline log dir. The I/O error itself (errno, paths)
+    stays in the log (``log dir ... failed``, once per failure), as Kafka answers
+    KafkaStorageException without the OS's text."""
+    log.debug("%s-%d on %s: %s", topic, partition, exc.log_dir, exc.error)
+    return ApiError(503, ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {exc.log_dir} is offline")
+
+
 class Replica:
     def __init__(self, topic: str, partition: int, topic_id: str):
         self.topic = topic
@@ -801,7 +809,7 @@ class Broker:
                 try:
                     plog.append(batch, assign_offsets=True)
                 except StorageError as exc:
-                    raise ApiError(503, ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
+                    raise _storage_error(exc, req.topic, req.partition) from None
                 base, last = batch.base_offset, batch.last_offset
                 self._update_hw(r)
         with self.data_cond:
@@ -852,7 +860,7 @@ class Broker:
             try:
                 batches = plog.read(offset, 1 << 20, upper=hw)
             except StorageError as exc:
-                raise ApiError(503, ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
+                raise _storage_error(exc, topic, partition) from None
         for b in batches:
             for rec in b.records():
                 if rec.offset < offset or rec.offset >= hw:

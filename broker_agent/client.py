@@ -1,9 +1,11 @@
 """Typed HTTP clients for the agent and the controller (httpx + tenacity), plus a small
 idempotent producer and a consumer used by the CLI, the tests and the benchmarks.
 
-Every request is HMAC-signed (:mod:`broker_agent.signing`). Transport errors are retried with
-exponential backoff; every mutating call is safe to retry (idempotency keys, producer sequence
-numbers, expected epochs).
+Every request is HMAC-signed (:mod:`broker_agent.signing`) for its audience, the ``host:port``
+of the client's base URL: an agent or the controller refuses a request meant for another one, so
+use the URL the target advertises (the controller's metadata has every agent's). Transport errors
+are retried with exponential backoff; every mutating call is safe to retry (idempotency keys,
+producer sequence numbers, expected epochs).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from broker_agent.models import (
     RemoteSegmentRow,
     TopicMetadata,
 )
-from broker_agent.signing import sign_headers
+from broker_agent.signing import audience_of, sign_headers
 
 __all__ = ["AgentClient", "AgentError", "Consumer", "ControllerClient", "Producer"]
 
@@ -84,6 +86,10 @@ class _SignedClient:
         transport: httpx.BaseTransport | None = None,
     ):
         self.base_url = base_url.rstrip("/")
+        try:
+            self.audience: str | None = audience_of(self.base_url)
+        except ValueError:  # not an http(s) URL: httpx refuses it when a request is sent
+            self.audience = None
         self.secret = secret
         self.retries = retries
         self._http = httpx.Client(timeout=timeout, transport=transport)
@@ -96,6 +102,12 @@ class _SignedClient:
 
     def __exit__(self, *exc):
         self.close()
+
+    def signed_headers(self, method: str, target: str, body: bytes = b"") -> dict[str, str]:
+        """Signature headers for ``method`` on ``target`` (path below the base URL, with its
+        query) carrying ``body``, for callers that send the request themselves (a stream)."""
+        path = httpx.URL(self.base_url + target).raw_path.decode()
+        return sign_headers(self.secret, method, path, body, audience=self.audience)
 
     def request(
         self,
@@ -121,7 +133,9 @@ class _SignedClient:
                 timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
             req.headers.update(
-                sign_headers(self.secret, method, req.url.raw_path.decode(), content)
+                sign_headers(
+                    self.secret, method, req.url.raw_path.decode(), content, audience=self.audience
+                )
             )
             return self._http.send(req)
 

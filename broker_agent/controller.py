@@ -626,7 +626,9 @@ class Controller:
         return pid
 
 
-def create_app(controller_factory, secret: bytes) -> FastAPI:
+def create_app(controller_factory, secret: bytes, *, audience: str) -> FastAPI:
+    """The controller app; ``audience`` is its own ``host:port`` (``signing.audience_of`` of its
+    URL), the only target a request signed for it may name."""
     state: dict = {}
 
     @contextlib.asynccontextmanager
@@ -643,7 +645,7 @@ def create_app(controller_factory, secret: bytes) -> FastAPI:
         description="KRaft stand-in of the Strata simulated cluster. All requests but /v1/health "
         "are HMAC-signed (see broker_agent/README.md).",
     )
-    install(app, secret)
+    install(app, secret, audience=audience)
 
     def c() -> Controller:
         return state["c"]

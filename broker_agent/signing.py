@@ -1,16 +1,51 @@
 """HMAC-SHA256 request signing, shared by the agent server, its client and the console.
 
-Headers (all required on every request but ``/v1/health``):
+Headers:
 
 ``X-Strata-Timestamp``  unix seconds (integer, decimal)
 ``X-Strata-Nonce``      random, unique per request (hex, 16..64 chars)
-``X-Strata-Signature``  ``v1=<hex HMAC-SHA256>``
+``X-Strata-Audience``   the target the request is meant for: ``host:port`` (see below)
+``X-Strata-Signature``  ``v2=<hex HMAC-SHA256>`` (``v1=`` for webhook events, no audience)
 
-The signed string is, joined by ``\\n``: method (upper case), path including the query string
-exactly as sent, timestamp, nonce, and the hex SHA-256 of the body. A request older or newer than
-``MAX_SKEW_SECONDS`` (60 s) is stale; a nonce seen within that window is a replay. The same scheme
-signs the webhook events agents push to the console: call :func:`verify_signature` with the
-incoming request's method, path (with query), raw body and headers.
+Requests to an agent or a controller are signed over, joined by ``\\n``: method (upper case),
+audience, the request target (path and query exactly as sent, percent-encoding kept),
+timestamp, nonce and the hex SHA-256 of the body; the signature is tagged ``v2``. A request older
+or newer than ``MAX_SKEW_SECONDS`` (60 s) is stale; a nonce seen within that window is a replay.
+
+**The audience is the target's authority, not its broker id.** A signature that does not name
+its target can be replayed: each agent keeps its own nonce cache, so a ``cordon`` or a
+``DisableRemoteTopic`` captured on its way to broker 1 would be accepted by broker 2 within the
+60 s window. The request therefore names ``host:port`` as the client dials it (lower-case host,
+default port filled in, IPv6 in brackets: :func:`audience_of`), and every server refuses a
+request whose audience is not its own advertised ``host:port`` (401 ``WRONG_AUDIENCE``).
+
+Why the authority rather than ``broker.id``:
+
+- The client already has it. Everyone reaches an agent by the URL the controller's metadata
+  advertises (the console's sync and workflows, the Spark jobs, the producer and consumer, a
+  follower fetching from its leader) and the controller by the cluster's configured URL; none of
+  them needs a new argument, and the controller, which has no broker id, is covered the same way.
+- The server knows its own authority without believing anything in the request: it is the URL
+  it registers with the controller (``http://--host:--port``). The ``Host`` header would not do:
+  the sender writes it, so a replayer would rewrite it too.
+- A broker id would add nothing the URL does not give: clients learn ids and URLs from the same
+  metadata, so binding the id would not catch a URL map that is wrong, and every caller (which
+  today holds only a URL) would have to pass one.
+- On the simulated cluster every process listens on its own loopback port, so ``127.0.0.1:P``
+  names exactly one broker (or the controller). A restarted broker keeps its port
+  (``cluster.json``), so its audience survives ``kill-broker`` / ``start-broker``.
+- In synthetic scale mode one process answers as the controller and as every broker, so they all
+  share one authority. There the broker id is in the signed request target itself
+  (``/brokers/<id>/v1/...``): a request signed for ``/brokers/1/v1/snapshot`` does not verify at
+  ``/brokers/2/v1/snapshot``. Authority plus signed path is what tells the brokers apart.
+
+The price: a client must use the advertised name. A controller configured in the console as
+``http://localhost:P`` while it advertises ``127.0.0.1:P`` is refused with ``WRONG_AUDIENCE``
+(the server's log says which audience it got and which it answers to).
+
+Webhook events that agents push to the console stay ``v1`` (no audience line): there is one
+console per cluster secret, and an event carries its cluster and broker id in the signed body.
+Call :func:`verify_signature` without ``audiences`` for them.
 
 The secret is per cluster: env ``STRATA_AGENT_SECRET`` or the file named by
 ``STRATA_AGENT_SECRET_FILE`` (see :func:`load_secret`).
@@ -24,15 +59,19 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from urllib.parse import urlsplit
 
 __all__ = [
+    "HEADER_AUDIENCE",
     "HEADER_NONCE",
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
     "MAX_SKEW_SECONDS",
     "NonceCache",
+    "Refusal",
     "SignatureError",
+    "audience_of",
     "load_secret",
     "sign_headers",
     "signature_for",
@@ -41,18 +80,35 @@ __all__ = [
 
 HEADER_TIMESTAMP = "X-Strata-Timestamp"
 HEADER_NONCE = "X-Strata-Nonce"
+HEADER_AUDIENCE = "X-Strata-Audience"
 HEADER_SIGNATURE = "X-Strata-Signature"
-SIGNATURE_VERSION = "v1"
+UNBOUND_VERSION = "v1"  # no audience: webhook events to the console
+BOUND_VERSION = "v2"  # names its audience: every request to an agent or a controller
 MAX_SKEW_SECONDS = 60
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class Refusal:
+    """Why a signed request is refused (the prefix of the 401 message)."""
+
+    UNSIGNED = "UNSIGNED"
+    BAD_SIGNATURE = "BAD_SIGNATURE"
+    WRONG_AUDIENCE = "WRONG_AUDIENCE"
+    STALE_REQUEST = "STALE_REQUEST"
+    REPLAYED_REQUEST = "REPLAYED_REQUEST"
 
 
 class SignatureError(Exception):
-    """Raised when a request's signature is missing, wrong, stale or replayed."""
+    """Raised when a request's signature is missing, wrong, misdirected, stale or replayed.
 
-    def __init__(self, code: str, message: str):
+    ``message`` is safe to answer to the caller; ``detail`` (may be empty) is for the log only.
+    """
+
+    def __init__(self, code: str, message: str, detail: str = ""):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.detail = detail
 
 
 def load_secret(env: Mapping[str, str] | None = None) -> bytes:
@@ -70,31 +126,67 @@ def load_secret(env: Mapping[str, str] | None = None) -> bytes:
     raise RuntimeError("no agent secret: set STRATA_AGENT_SECRET or STRATA_AGENT_SECRET_FILE")
 
 
+def audience_of(url: str) -> str:
+    """The audience of ``url``: ``host:port`` as dialled, host lower-case, the scheme's default
+    port filled in, an IPv6 host in brackets (``http://LocalHost`` -> ``localhost:80``).
+    Path, query, user info are not part of it."""
+    parts = urlsplit(url)
+    host = parts.hostname
+    if not host or parts.scheme not in _DEFAULT_PORTS:
+        raise ValueError(f"not an http(s) URL with a host: {url!r}")
+    port = parts.port or _DEFAULT_PORTS[parts.scheme]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
 def _as_bytes(secret: bytes | str) -> bytes:
     return secret.encode() if isinstance(secret, str) else secret
 
 
 def signature_for(
-    secret: bytes | str, method: str, path: str, body: bytes, timestamp: str, nonce: str
+    secret: bytes | str,
+    method: str,
+    path: str,
+    body: bytes,
+    timestamp: str,
+    nonce: str,
+    *,
+    audience: str | None = None,
 ) -> str:
-    message = "\n".join(
-        [method.upper(), path, timestamp, nonce, hashlib.sha256(body or b"").hexdigest()]
-    ).encode()
-    digest = hmac.new(_as_bytes(secret), message, hashlib.sha256).hexdigest()
-    return f"{SIGNATURE_VERSION}={digest}"
+    """``v2=<hex>`` over method, audience, path, timestamp, nonce and the body's SHA-256; with
+    no ``audience``, ``v1=<hex>`` over the same without the audience line (webhook events)."""
+    fields = [method.upper(), path, timestamp, nonce, hashlib.sha256(body or b"").hexdigest()]
+    version = UNBOUND_VERSION
+    if audience is not None:
+        fields.insert(1, audience)
+        version = BOUND_VERSION
+    digest = hmac.new(_as_bytes(secret), "\n".join(fields).encode(), hashlib.sha256).hexdigest()
+    return f"{version}={digest}"
 
 
 def sign_headers(
-    secret: bytes | str, method: str, path: str, body: bytes = b"", *, now: float | None = None
+    secret: bytes | str,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    *,
+    audience: str | None = None,
+    now: float | None = None,
 ) -> dict[str, str]:
-    """Headers to add to a request of ``method`` on ``path`` (with query) carrying ``body``."""
+    """Headers to add to a request of ``method`` on ``path`` (with query) carrying ``body``.
+
+    ``audience`` is the target's ``host:port`` (:func:`audience_of` of the URL dialled); agents
+    and controllers refuse a request without it. Leave it out only for webhook events."""
     timestamp = str(int(time.time() if now is None else now))
     nonce = secrets.token_hex(16)
-    return {
-        HEADER_TIMESTAMP: timestamp,
-        HEADER_NONCE: nonce,
-        HEADER_SIGNATURE: signature_for(secret, method, path, body, timestamp, nonce),
-    }
+    headers = {HEADER_TIMESTAMP: timestamp, HEADER_NONCE: nonce}
+    if audience is not None:
+        headers[HEADER_AUDIENCE] = audience
+    headers[HEADER_SIGNATURE] = signature_for(
+        secret, method, path, body, timestamp, nonce, audience=audience
+    )
+    return headers
 
 
 class NonceCache:
@@ -136,31 +228,52 @@ def verify_signature(
     body: bytes,
     headers: Mapping[str, str],
     *,
+    audiences: Collection[str] | None = None,
     nonce_cache: NonceCache | None = None,
     now: float | None = None,
 ) -> None:
     """Check a signed request; raise :class:`SignatureError` if it must be refused.
 
     ``headers`` may be any mapping: Starlette/httpx headers, Django's ``request.headers`` or even
-    ``request.META``. Pass a long-lived ``nonce_cache`` to refuse replays (without one, only
-    signature and staleness are checked).
+    ``request.META``. ``audiences`` are the ``host:port`` names this server answers to: when
+    given, the request must name one of them and carry a ``v2`` signature over it (agents and
+    controllers); when ``None``, a ``v1`` signature without audience is expected (webhook events).
+    Pass a long-lived ``nonce_cache`` to refuse replays (without one, only signature, audience
+    and staleness are checked).
     """
     now = time.time() if now is None else now
     timestamp = _header(headers, HEADER_TIMESTAMP)
     nonce = _header(headers, HEADER_NONCE)
     signature = _header(headers, HEADER_SIGNATURE)
     if not timestamp or not nonce or not signature:
-        raise SignatureError("UNSIGNED", "missing signature headers")
+        raise SignatureError(Refusal.UNSIGNED, "missing signature headers")
     try:
         ts = int(timestamp)
     except ValueError:
-        raise SignatureError("BAD_SIGNATURE", "malformed timestamp") from None
+        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed timestamp") from None
     if not (16 <= len(nonce) <= 64):
-        raise SignatureError("BAD_SIGNATURE", "malformed nonce")
-    expected = signature_for(secret, method, path, body, timestamp, nonce)
+        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed nonce")
+    audience = None
+    if audiences is not None:
+        audience = _header(headers, HEADER_AUDIENCE)
+        if not audience:
+            raise SignatureError(
+                Refusal.WRONG_AUDIENCE,
+                f"the request does not name its audience ({HEADER_AUDIENCE})",
+                f"no audience; this server answers to {', '.join(sorted(audiences))}",
+            )
+        if audience not in audiences:
+            raise SignatureError(
+                Refusal.WRONG_AUDIENCE,
+                "the request was signed for another target",
+                f"signed for {audience!r}; this server answers to {', '.join(sorted(audiences))}",
+            )
+    expected = signature_for(secret, method, path, body, timestamp, nonce, audience=audience)
     if not hmac.compare_digest(expected, signature):
-        raise SignatureError("BAD_SIGNATURE", "signature does not match")
+        raise SignatureError(Refusal.BAD_SIGNATURE, "signature does not match")
     if abs(now - ts) > MAX_SKEW_SECONDS:
-        raise SignatureError("STALE_REQUEST", f"timestamp is more than {MAX_SKEW_SECONDS}s off")
+        raise SignatureError(
+            Refusal.STALE_REQUEST, f"timestamp is more than {MAX_SKEW_SECONDS}s off"
+        )
     if nonce_cache is not None and not nonce_cache.check_and_add(nonce, now):
-        raise SignatureError("REPLAYED_REQUEST", "nonce already used")
+        raise SignatureError(Refusal.REPLAYED_REQUEST, "nonce already used")

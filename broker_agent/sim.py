@@ -22,7 +22,7 @@ import uuid
 import httpx
 
 from broker_agent.choices import ExpirationMode, LogDirState, TieredState, TopicConfig
-from broker_agent.signing import load_secret
+from broker_agent.signing import audience_of, load_secret
 
 __all__ = ["main"]
 
@@ -206,6 +206,7 @@ def run_controller(args) -> None:
             os.path.join(args.data, "controller"), args.cluster_id, args.session_timeout_ms
         ),
         secret,
+        audience=audience_of(f"http://{args.host}:{args.port}"),
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
@@ -237,6 +238,7 @@ def run_broker(args) -> None:
             log_dir_capacity_bytes=args.log_dir_capacity_bytes or None,
         ),
         secret,
+        audience=audience_of(url),  # the URL it registers with the controller
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", limit_concurrency=500)
 

@@ -58,7 +58,8 @@ from broker_agent.choices import (
     TopicConfig,
 )
 from broker_agent.models import SNAPSHOT_TSV_COLUMNS, SNAPSHOT_TSV_MEDIA_TYPE
-from broker_agent.web import ApiError, install
+from broker_agent.signing import audience_of
+from broker_agent.web import PUBLIC_PATHS, ApiError, install
 
 __all__ = ["SyntheticCluster", "create_app"]
 
@@ -548,7 +549,14 @@ def create_app(
         description="Synthetic scale mode: controller metadata and per-broker snapshots of a "
         "metadata-only cluster. All requests but /v1/health are HMAC-signed.",
     )
-    install(app, secret)
+    # One authority for the controller and every broker: the broker id is in the signed path
+    # (/brokers/<id>/v1/...), so a request signed for one broker does not verify at another.
+    install(
+        app,
+        secret,
+        audience=audience_of(base_url),
+        public_paths=PUBLIC_PATHS | {f"/brokers/{b}/v1/health" for b in range(1, brokers + 1)},
+    )
 
     def _respond(
         request: Request, key: tuple, build, media_type: str = "application/json"

@@ -1,9 +1,16 @@
-"""Shared FastAPI plumbing: JSON errors with KIP codes and the HMAC signing middleware."""
+"""Shared FastAPI plumbing: JSON errors with KIP codes and the HMAC signing middleware.
+
+Errors answer ``{"error": CODE, "message": ...}`` with a message written for the caller; an
+unexpected exception answers 500 ``INTERNAL_ERROR`` with a generic message and a reference, and
+its text and traceback go to the process's log only (they name files, hosts and internals).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
+from collections.abc import Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -13,9 +20,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from broker_agent.choices import ErrorCode
 from broker_agent.signing import NonceCache, SignatureError, verify_signature
 
-__all__ = ["ApiError", "install"]
+__all__ = ["PUBLIC_PATHS", "ApiError", "install"]
 
 log = logging.getLogger("broker_agent.web")
+
+#: The only unsigned requests: ``GET`` (or ``HEAD``) on exactly these paths. Liveness, and the
+#: OpenAPI document with its viewer (they describe the API, they answer no data).
+PUBLIC_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs"})
+_PUBLIC_METHODS = frozenset({"GET", "HEAD"})
 
 
 class ApiError(Exception):
@@ -31,8 +43,25 @@ def _error(status: int, error: str, message: str, **extra) -> JSONResponse:
     return JSONResponse({"error": error, "message": message, **extra}, status_code=status)
 
 
-def install(app: FastAPI, secret: bytes) -> None:
+def install(
+    app: FastAPI,
+    secret: bytes,
+    *,
+    audience: str | Iterable[str],
+    public_paths: Iterable[str] = PUBLIC_PATHS,
+) -> None:
+    """JSON error handlers and the signing middleware on ``app``.
+
+    ``audience`` is this process's own ``host:port`` as its clients dial it (``audience_of`` of
+    its advertised URL; several only if one process truly is several names). A request signed
+    for anything else gets 401 ``WRONG_AUDIENCE``. ``public_paths`` are compared exactly (no
+    prefix, no suffix) and only for ``GET`` / ``HEAD``.
+    """
     nonces = NonceCache()
+    audiences = frozenset([audience] if isinstance(audience, str) else audience)
+    if not audiences:
+        raise ValueError("a signed app needs its audience")
+    public = frozenset(public_paths)
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError):
@@ -52,13 +81,26 @@ def install(app: FastAPI, secret: bytes) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return _error(500, ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        ref = secrets.token_hex(6)
+        log.error(
+            "internal error ref=%s on %s %s: %s: %s",
+            ref,
+            request.method,
+            request.url.path,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )
+        return _error(
+            500,
+            ErrorCode.INTERNAL_ERROR,
+            f"internal error (ref {ref}); details are in the server's log",
+        )
 
     @app.middleware("http")
     async def _signed(request: Request, call_next):
         path = request.url.path
-        if path.endswith(("/v1/health", "/openapi.json", "/docs")):
+        if path in public and request.method in _PUBLIC_METHODS:
             return await call_next(request)
         body = await request.body()
         # Sign over the request target exactly as sent (percent-encoding included).
@@ -67,7 +109,13 @@ def install(app: FastAPI, secret: bytes) -> None:
         full_path = raw.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
         try:
             verify_signature(
-                secret, request.method, full_path, body, request.headers, nonce_cache=nonces
+                secret,
+                request.method,
+                full_path,
+                body,
+                request.headers,
+                audiences=audiences,
+                nonce_cache=nonces,
             )
         except SignatureError as exc:
             client = request.client.host if request.client else "?"
@@ -77,7 +125,7 @@ def install(app: FastAPI, secret: bytes) -> None:
                 full_path,
                 client,
                 exc.code,
-                exc.message,
+                exc.detail or exc.message,
             )
             return _error(401, ErrorCode.UNAUTHORIZED, f"{exc.code}: {exc.message}")
         return await call_next(request)

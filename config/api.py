@@ -15,16 +15,22 @@ from ninja.security import HttpBearer, SessionAuth
 import config
 from console.api import router as console_router
 from console.models import ApiToken
+from console.models.access import hash_token
 from workflows.api import router as workflows_router
 
 log = logging.getLogger(__name__)
 
 
 class BearerToken(HttpBearer):
-    """``Authorization: Bearer <token>`` with a token from ``manage.py issue_token``."""
+    """``Authorization: Bearer <token>`` with a token from ``manage.py issue_token``.
+
+    The access gate (:mod:`config.middleware`) has already authenticated the token of every
+    API request that sends one; its result is reused rather than looked up a second time."""
 
     def authenticate(self, request: HttpRequest, token: str):
-        found = ApiToken.objects.authenticate(token)
+        found = getattr(request, "strata_api_token", None)
+        if found is None or found.key_hash != hash_token(token):
+            found = ApiToken.objects.authenticate(token)
         if found is None:
             return None
         request.user = found.user

@@ -59,7 +59,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "config.middleware.StrataLoginRequiredMiddleware",
+    # The access gate: a Strata role for every page and API route unless listed as public.
+    "config.middleware.StrataAccessMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -144,6 +145,11 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(RUN_DIR / "celerybeat-schedule")
+# Every worker process writes its own heartbeat row ("worker:<node name>") this often, from a
+# thread of its own; /api/v1/health and the overview count the workers whose row is at most
+# STRATA_WORKER_HEARTBEAT_MAX_AGE_SECONDS old (no broadcast to the workers on a web request).
+STRATA_WORKER_HEARTBEAT_SECONDS = env_float("STRATA_WORKER_HEARTBEAT_SECONDS", 15.0)
+STRATA_WORKER_HEARTBEAT_MAX_AGE_SECONDS = env_float("STRATA_WORKER_HEARTBEAT_MAX_AGE_SECONDS", 60.0)
 
 # --- Console: cluster sync (console/) --------------------------------------------------------
 # Every registered cluster is synced from its controller and agents this often (agent events
@@ -217,14 +223,16 @@ STRATA_WORKFLOW_LEASE_SECONDS = env_int("STRATA_WORKFLOW_LEASE_SECONDS", 120)
 STRATA_RECONCILE_SECONDS = env_float("STRATA_RECONCILE_SECONDS", 30.0)
 STRATA_STEP_RETRY_BASE_SECONDS = env_float("STRATA_STEP_RETRY_BASE_SECONDS", 2.0)
 STRATA_STEP_RETRY_MAX_SECONDS = env_float("STRATA_STEP_RETRY_MAX_SECONDS", 300.0)
-# Test-only: "<kind>:<step>:<before|after>[,...]" ("*" matches any kind or step) SIGKILLs the
-# worker process at that step boundary, once per workflow and step (marker files in
-# STRATA_FAULT_DIR). Unset in production.
-STRATA_FAULT_KILL_AT = env_str("STRATA_FAULT_KILL_AT", "")
-STRATA_FAULT_DIR = Path(env_str("STRATA_FAULT_DIR", str(RUN_DIR / "faults")))
 CELERY_BEAT_SCHEDULE["workflows-reconcile"] = {
     "task": "workflows.tasks.reconcile_workflows",
     "schedule": STRATA_RECONCILE_SECONDS,
+}
+# A plan pending approval has its information (bytes, counts: never hashed) re-read this often;
+# if its actions changed meanwhile, the approvals are voided and the page shows the diff.
+STRATA_PLAN_REFRESH_SECONDS = env_float("STRATA_PLAN_REFRESH_SECONDS", 60.0)
+CELERY_BEAT_SCHEDULE["workflows-refresh-plans"] = {
+    "task": "workflows.tasks.refresh_plans",
+    "schedule": max(5.0, STRATA_PLAN_REFRESH_SECONDS / 2),
 }
 # Sets the audit scope (context web/api, actor) for the request; after authentication.
 MIDDLEWARE += ["workflows.middleware.AuditScopeMiddleware"]

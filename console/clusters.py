@@ -3,25 +3,46 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from django.db import transaction
 
 from console.models import Cluster
+from workflows.choices import AuditContext
 
-__all__ = ["do_register_cluster"]
+__all__ = ["ClusterAction", "do_register_cluster"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 
 
+class ClusterAction:
+    """Audit action names of cluster registrations."""
+
+    REGISTERED = "config.cluster_registered"
+    CHANGED = "config.cluster_changed"
+
+
+def _registration(cluster: Cluster) -> dict[str, str]:
+    """What the audit shows of a registration: the secret's *reference*, never the secret."""
+    return {
+        "name": cluster.name,
+        "controller_url": cluster.controller_url,
+        "secret_ref": cluster.secret_ref,
+    }
+
+
 def do_register_cluster(
-    *, name: str, controller_url: str, secret_ref: str, acting_user
+    *, name: str, controller_url: str, secret_ref: str, acting_user: Any
 ) -> tuple[Cluster, bool]:
     """Register ``name`` or update its controller URL and secret reference.
 
-    The registration is a configuration change; the workflows app audits it (a post_save on
-    :class:`Cluster`, like its API-token audit). Data already synced is kept on update: the next
-    sync reconciles it with whatever the (new) controller says.
+    Audited in the same transaction (fail closed): one ``config.cluster_registered`` event, or
+    one ``config.cluster_changed`` event with ``before`` / ``after`` when an update changes
+    something (an update that changes nothing writes nothing). Data already synced is kept on
+    update: the next sync reconciles it with whatever the (new) controller says.
     """
+    from workflows import audit
+
     if not NAME_RE.match(name):
         raise ValueError("cluster names use letters, digits, '-' and '_' (at most 100)")
     if not controller_url.startswith(("http://", "https://")):
@@ -30,6 +51,7 @@ def do_register_cluster(
         cluster, created = Cluster.objects.select_for_update().get_or_create(
             name=name, defaults={"controller_url": controller_url, "secret_ref": secret_ref}
         )
+        before = None if created else _registration(cluster)
         if not created and (cluster.controller_url, cluster.secret_ref) != (
             controller_url,
             secret_ref,
@@ -38,4 +60,15 @@ def do_register_cluster(
             cluster.secret_ref = secret_ref
             cluster.metadata_version = -1  # a new controller: start from full metadata
             cluster.save(update_fields=["controller_url", "secret_ref", "metadata_version"])
+        after = _registration(cluster)
+        if created or before != after:
+            audit.record(
+                ClusterAction.REGISTERED if created else ClusterAction.CHANGED,
+                actor=acting_user,
+                context=None if audit.current_scope() else AuditContext.CLI,
+                target_type="cluster",
+                target_id=cluster.name,
+                before=before,
+                after=after,
+            )
     return cluster, created

@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 import config
-from console.roles import user_roles
+from console.roles import Role, user_roles
 
 NAV = [
     ("Overview", "console:overview"),
@@ -19,15 +19,19 @@ NAV = [
 ]
 
 
+ADMIN_NAV = [("Tokens", "console:tokens")]
+
+
 def strata(request: HttpRequest) -> dict:
     path = request.path
     items = []
-    for label, name in NAV:
+    roles = user_roles(request.user)
+    for label, name in NAV + (ADMIN_NAV if Role.ADMIN in roles else []):
         url = reverse(name)
         active = path == url if url == "/" else path.startswith(url)
         items.append({"label": label, "url": url, "active": active})
     return {
         "strata_nav": items,
-        "strata_roles": sorted(user_roles(request.user)),
+        "strata_roles": sorted(roles),
         "strata_version": config.__version__,
     }

@@ -1,17 +1,26 @@
-"""Liveness of the parts Strata needs: PostgreSQL, Redis and the Celery workers."""
+"""Liveness of the parts Strata needs: PostgreSQL, Redis and the Celery workers.
+
+Workers are counted from their heartbeat rows (``Heartbeat`` named ``worker:<node name>``, written
+by each worker every ``STRATA_WORKER_HEARTBEAT_SECONDS``, see :mod:`console.tasks`): a worker is
+up when its row is at most ``STRATA_WORKER_HEARTBEAT_MAX_AGE_SECONDS`` old. A health check is two
+cheap queries and a Redis PING; it never broadcasts to the workers (``control.ping`` held a web
+thread for up to half a second on every call, and the overview polls every 5 s per browser).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 
 import redis
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 import config
-from config.celery import app as celery_app
+from console.models import Heartbeat
 
-__all__ = ["Health", "check"]
+__all__ = ["WORKER_HEARTBEAT_PREFIX", "Health", "check", "worker_max_age"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,16 +64,26 @@ def _redis() -> str:
         return f"error: {type(exc).__name__}"
 
 
-def _workers(timeout: float) -> int:
+WORKER_HEARTBEAT_PREFIX = "worker:"
+
+
+def worker_max_age() -> dt.timedelta:
+    return dt.timedelta(seconds=settings.STRATA_WORKER_HEARTBEAT_MAX_AGE_SECONDS)
+
+
+def _workers() -> int:
+    """Workers whose heartbeat row is fresh."""
     try:
-        return len(celery_app.control.ping(timeout=timeout) or [])
-    except Exception:
+        return Heartbeat.objects.filter(
+            name__startswith=WORKER_HEARTBEAT_PREFIX, beat_at__gte=timezone.now() - worker_max_age()
+        ).count()
+    except Exception:  # the database is down: reported by ``database``
         return 0
 
 
-def check(ping_timeout: float = 0.5) -> Health:
+def check() -> Health:
+    database = _database()
     redis_state = _redis()
-    workers = _workers(ping_timeout) if redis_state == "ok" else 0
-    return Health(
-        database=_database(), redis=redis_state, workers=workers, version=config.__version__
-    )
+    # A worker without Redis receives no task, whatever its heartbeat says.
+    workers = _workers() if database == "ok" and redis_state == "ok" else 0
+    return Health(database=database, redis=redis_state, workers=workers, version=config.__version__)

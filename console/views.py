@@ -32,7 +32,8 @@ TOPOLOGY_PER_PAGE = 50
 def _system_status_context() -> dict:
     beat = Heartbeat.objects.filter(name="beat").first()
     return {
-        "health": health.check(ping_timeout=0.3),
+        "health": health.check(),
+        "worker_max_age": health.worker_max_age(),
         "checked_at": timezone.now(),
         "beat": beat,
         "beat_fresh": beat is not None and timezone.now() - beat.beat_at < BEAT_FRESH,
@@ -348,22 +349,49 @@ def topology(request: HttpRequest) -> HttpResponse:
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus exposition. Needs a signed-in user with a role, or ``Authorization: Bearer``
-    with an API token (``manage.py issue_token``), like the JSON API."""
+    """Prometheus exposition. The access gate (:mod:`config.middleware`) lets only a signed-in
+    user with a role, or ``Authorization: Bearer`` with an API token of one, reach it; others get
+    a JSON 401 / 403."""
     from prometheus_client import CONTENT_TYPE_LATEST
 
     from console import metrics as prom
-    from console.models import ApiToken
 
-    user = request.user
-    auth = request.headers.get("Authorization", "")
-    if auth.startswith("Bearer "):
-        token = ApiToken.objects.authenticate(auth.removeprefix("Bearer ").strip())
-        user = token.user if token else None
-    if user is None or not has_role(user, Role.VIEWER):
-        return HttpResponse(
-            '{"error": "UNAUTHENTICATED", "message": "Send Authorization: Bearer <token>."}',
-            status=401,
-            content_type="application/json",
-        )
     return HttpResponse(prom.render(), content_type=CONTENT_TYPE_LATEST)
+
+
+# -- API tokens (admins) -------------------------------------------------------------------------
+
+TOKENS_PER_PAGE = 50
+
+
+@require_role(Role.ADMIN)
+def tokens(request: HttpRequest) -> HttpResponse:
+    """Every API token (never its value): who, what for, used when, expires when; revoke one.
+    Issue tokens with ``manage.py issue_token``; revocation is audited."""
+    from django.contrib import messages
+    from django.core.paginator import Paginator
+    from django.shortcuts import redirect
+
+    from console.models import ApiToken
+    from console.roles import do_revoke_token
+
+    if request.method == "POST":
+        token = ApiToken.objects.filter(pk=_int(request.POST.get("token"))).first()
+        if token is None:
+            messages.error(request, "No such token.")
+        elif do_revoke_token(token, acting_user=request.user):
+            messages.success(request, f"Token {token.prefix}… of {token.user} revoked.")
+        else:
+            messages.info(request, f"Token {token.prefix}… was already revoked.")
+        return redirect("console:tokens")
+    qs = ApiToken.objects.select_related("user").order_by("-created_at", "-pk")
+    page = Paginator(qs, TOKENS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "console/tokens.html", {"page": page, "now": timezone.now()})
+
+
+def _int(value: object) -> int:
+    try:
+        number = int(str(value))
+    except (TypeError, ValueError):
+        return 0
+    return number if 0 < number < 2**63 else 0

@@ -11,11 +11,20 @@ Where a cluster's controller and secret come from (:func:`for_cluster`), first m
    with the same ``secret_ref`` rules, for a Spark worker without the console's tables (or a
    cluster not registered yet).
 
-The remote store's root (``remote_root()``, for the orphan sweep) is
-``settings.SPARK_REMOTE_ROOTS[name]`` when set, else derived from the inventory: the simulated
-cluster's objects live at ``<root>/<topic>-<topic_id>/<partition>/<segment_id>.log`` with an
-absolute ``object_path``, so the root is three levels above any object. The agents do not publish
-their root yet (noted for the broker_agent owner).
+The remote store's root (``remote_root()``: where the orphan sweep lists, and the bound every
+delete job gets as ``--store-root``) comes from configuration, never from the inventory's rows
+(issue #11: a bad row must not be able to widen what may be deleted), first match wins:
+
+1. ``settings.SPARK_REMOTE_ROOTS[name]`` (``file:///…``; a production cluster's store);
+2. the simulated cluster's own layout, read from what its agents report: every broker's log
+   dirs are ``<data>/broker-<id>/<dir>`` (the controller's metadata), ``<data>/cluster.json``
+   is the simulator's manifest naming the same ``data`` and cluster id, and the store is
+   ``<data>/remote`` (``broker_agent.broker``). ``make run``'s cluster and the tests' clusters
+   are found this way with nothing to configure.
+
+Otherwise ``remote_root()`` fails with what to set, and so does any run that would delete. The
+agents do not publish their store's root yet; when they do (or ``Cluster`` gets a field for it),
+it replaces rule 2 (noted for the broker_agent and console owners).
 
 Decisions:
 
@@ -65,11 +74,18 @@ import pyarrow.parquet as pq
 from broker_agent.choices import ErrorCode
 from broker_agent.client import AgentClient, AgentError, ControllerClient
 from broker_agent.models import ClusterMetadata
-from broker_agent.signing import sign_headers
 from spark_tasks.remote import NotConfigured, PartitionLogStart, RemoteMetadata, SegmentRef
 from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA, SegmentState
 
-__all__ = ["AgentRemoteMetadata", "ClusterEndpoint", "Limits", "for_cluster", "lookup_endpoint"]
+__all__ = [
+    "AgentRemoteMetadata",
+    "ClusterEndpoint",
+    "Limits",
+    "configured_remote_root",
+    "for_cluster",
+    "lookup_endpoint",
+    "simulated_store_root",
+]
 
 log = logging.getLogger(__name__)
 
@@ -143,18 +159,51 @@ def for_cluster(cluster: str | None) -> RemoteMetadata:
     A run without a cluster, or naming an unknown one, gets a backend that refuses every call
     with the reason: dry runs with explicit ``--inventory`` / ``--partitions`` never call it.
     """
-    from django.conf import settings
-
     if not cluster:
         return NotConfigured("", reason="the run names no cluster")
     try:
         endpoint = lookup_endpoint(cluster)
     except (LookupError, OSError, RuntimeError) as exc:
         return NotConfigured(cluster, reason=str(exc))
-    root = (getattr(settings, "SPARK_REMOTE_ROOTS", None) or {}).get(cluster, "")
+    root = configured_remote_root(cluster)
     return AgentRemoteMetadata(
         cluster, endpoint.controller_url, endpoint.secret, remote_root_uri=root
     )
+
+
+def configured_remote_root(cluster: str) -> str:
+    """``settings.SPARK_REMOTE_ROOTS[cluster]``, or "" when that cluster has none."""
+    from django.conf import settings
+
+    return (getattr(settings, "SPARK_REMOTE_ROOTS", None) or {}).get(cluster, "")
+
+
+#: The simulator's manifest in its data directory (``broker_agent.sim``).
+SIM_MANIFEST = "cluster.json"
+
+
+def simulated_store_root(metadata: ClusterMetadata) -> str:
+    """The simulated cluster's store, ``file://<data>/remote``, from its agents' log dirs and the
+    simulator's manifest (module doc, rule 2); "" when the cluster is not laid out that way."""
+    datas: set[Path] = set()
+    for broker in metadata.brokers:
+        for log_dir in broker.log_dirs:
+            path = Path(log_dir.path)
+            if not path.is_absolute() or path.parent.name != f"broker-{broker.broker_id}":
+                return ""
+            datas.add(path.parent.parent)
+    if len(datas) != 1:
+        return ""
+    data = datas.pop()
+    try:
+        manifest = json.loads((data / SIM_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(manifest, dict):
+        return ""
+    if manifest.get("cluster_id") != metadata.cluster_id or manifest.get("data") != str(data):
+        return ""
+    return (data / "remote").as_uri()
 
 
 def _last_epoch(row: dict[str, Any]) -> int:
@@ -234,7 +283,7 @@ class AgentRemoteMetadata:
         """The agent's NDJSON inventory, one dict per line, signed like every agent request."""
         agent = self._agent(broker_id)
         target = "/v1/remote/inventory?" + urlencode({"format": "ndjson"})
-        headers = sign_headers(self.secret, "GET", target)
+        headers = agent.signed_headers("GET", target)  # for the agent's audience
         timeout = httpx.Timeout(Limits.REQUEST_TIMEOUT, read=Limits.STREAM_READ_TIMEOUT)
         with (
             httpx.Client(timeout=timeout, transport=self._transport) as http,
@@ -262,8 +311,6 @@ class AgentRemoteMetadata:
         tmp = path.with_suffix(".tmp")
         with pq.ParquetWriter(tmp, INVENTORY_SCHEMA) as writer:
             for row in rows:
-                if not self._remote_root and row.get("object_path"):
-                    self._remote_root = _root_of(row["object_path"])
                 row["cluster"] = self.cluster
                 for n in names:
                     buffer[n].append(row.get(n))
@@ -333,16 +380,13 @@ class AgentRemoteMetadata:
         return inventory, partitions
 
     def remote_root(self) -> str:
+        """The store's root from configuration (module doc), never from the inventory."""
         if not self._remote_root:
-            page = self._agent(self._live_brokers()[0]).request(
-                "GET", "/v1/remote/inventory", params={"offset": 0, "limit": 1}
-            )
-            for row in page["rows"]:
-                self._remote_root = _root_of(row["object_path"])
+            self._remote_root = simulated_store_root(self.metadata())
         if not self._remote_root:
             raise RuntimeError(
-                f"cluster {self.cluster}: the remote store's root is unknown (empty inventory); "
-                "set SPARK_REMOTE_ROOTS"
+                f"cluster {self.cluster}: the remote store's root is not configured; set "
+                f"SPARK_REMOTE_ROOTS[{self.cluster!r}] (e.g. 'file:///srv/kafka-remote')"
             )
         return self._remote_root
 
@@ -417,9 +461,3 @@ class AgentRemoteMetadata:
                 f"cluster {self.cluster}: {len(refused)} segments refused {state} (not "
                 f"DELETE_SEGMENT_STARTED first?): {', '.join(s.segment_id for s in refused[:5])}"
             )
-
-
-def _root_of(object_path: str) -> str:
-    """``<root>/<topic>-<topic_id>/<partition>/<segment_id>.log`` -> ``file://<root>``."""
-    path = object_path[len("file://") :] if object_path.startswith("file://") else object_path
-    return "file://" + str(Path(path).parent.parent.parent)

@@ -8,7 +8,7 @@ Rules:
   (succeeded / failed / reaped). Progress updates are not audited.
 - The target is ``spark_run`` / the run's primary key; ``after`` carries what a reviewer needs to
   judge the run without opening it: job, cluster, dry run, and at the end the plan's totals
-  (segments, bytes, deletions executed) or the error.
+  (segments, bytes, deletions executed, a dry run's plan digest and rows) or the error.
 - ``record()`` is the last statement of each transaction (it takes the audit chain's lock).
 """
 
@@ -80,10 +80,15 @@ def record_run_event(
     )
 
 
-def finished_extra(state: str, error: str, summary: dict[str, Any] | None) -> dict[str, Any]:
+def finished_extra(
+    state: str, error: str, summary: dict[str, Any] | None, plan: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``plan``: a succeeded dry run's ``plan_digest`` / ``plan_rows`` (what approvals name)."""
     extra: dict[str, Any] = {"state": state}
     if error:
         extra["error"] = error[:1000]
     if summary:
         extra["summary"] = {k: summary[k] for k in SUMMARY_KEYS if k in summary}
+    if plan:
+        extra["plan"] = dict(plan)
     return extra

@@ -29,14 +29,25 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spark_tasks import store
+
 __all__ = [
     "DELETE_RESULT_SCHEMA",
+    "ERROR_FILE",
+    "REFUSED_OUTSIDE_STORE",
+    "OutsideStore",
     "add_common_arguments",
+    "add_store_root_argument",
+    "check_inside_store",
+    "delete_entry",
     "delete_object",
     "delete_planned_objects",
+    "ensure_inside_store",
     "normalise_path",
     "parse_duration_ms",
+    "refuse",
     "session",
+    "unlink_paths",
     "write_summary",
 ]
 
@@ -152,8 +163,9 @@ def prepare_out(out: str) -> Path:
     path = Path(normalise_path(out))
     for sub in ("plan", "partitions", "deleted", "report", "orphans", "_staged"):
         shutil.rmtree(path / sub, ignore_errors=True)
-    with contextlib.suppress(FileNotFoundError):
-        (path / "summary.json").unlink()
+    for name in ("summary.json", ERROR_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (path / name).unlink()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -188,23 +200,15 @@ DELETE_RESULT_SCHEMA = pa.schema(
 )
 
 
-def delete_object(object_path: str) -> tuple[str, str | None]:
-    """Delete one remote object (a file, or a directory holding a segment's files).
-
-    An object already gone counts as deleted (``already_gone``), as in Kafka. A path that is not
-    absolute after normalisation is refused: a plan never deletes relative to a worker's cwd.
-    """
-    if not object_path:
-        return DeleteOutcome.REFUSED, "empty object_path"
-    raw = object_path[7:] if object_path.startswith("file://") else object_path
-    if not os.path.isabs(raw) or ".." in Path(raw).parts:
-        return DeleteOutcome.REFUSED, "object_path must be absolute without '..'"
-    path = normalise_path(object_path)
+def delete_entry(entry: str) -> tuple[str, str | None]:
+    """Delete one store entry that :func:`spark_tasks.store.store_entry` let through: a file or
+    link is unlinked, a real directory (a segment's files) removed with its content (``rmtree``
+    never follows the links inside). An entry already gone counts as deleted, as in Kafka."""
     try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
+        if os.path.isdir(entry) and not os.path.islink(entry):
+            shutil.rmtree(entry)
         else:
-            os.unlink(path)
+            os.unlink(entry)
         return DeleteOutcome.DELETED, None
     except FileNotFoundError:
         return DeleteOutcome.ALREADY_GONE, None
@@ -212,61 +216,87 @@ def delete_object(object_path: str) -> tuple[str, str | None]:
         return DeleteOutcome.FAILED, f"{type(exc).__name__}: {exc}"
 
 
-#: A ``.`` or ``..`` path component (not a hidden name such as ``.run``).
-_DOT_PART = re.compile(r"/\.\.?(?:/|$)")
+def outside_store_error(object_path: str | None, root: str) -> str:
+    return f"outside the remote store {root}: {object_path!r}"
+
+
+def delete_object(object_path: str, root: str) -> tuple[str, str | None]:
+    """Delete one remote object (a file, or a directory holding a segment's files) if it lies
+    inside the store rooted at ``root`` (resolved, see :func:`spark_tasks.store.store_root`);
+    anything else is ``refused`` and left alone."""
+    entry = store.store_entry(object_path, root)
+    if entry is None:
+        return DeleteOutcome.REFUSED, outside_store_error(object_path, root)
+    return delete_entry(entry)
+
 
 #: Directory descriptors :func:`unlink_paths` keeps open at most.
 MAX_OPEN_DIRS = 64
 
 
-def unlink_paths(paths: list[str | None]) -> tuple[list[str], list[str | None]]:
-    """The delete loop: one ``unlink`` per object and nothing else on the common path (a plain
-    absolute file path). The checks and the slow cases (``file:`` URIs, ``.`` or ``..`` parts, a
-    directory object, errors) go to :func:`delete_object`.
+def unlink_paths(paths: list[str | None], root: str) -> tuple[list[str], list[str | None]]:
+    """The delete loop: per object, the store check (:func:`spark_tasks.store.store_entry`, a
+    dict lookup once its directory was resolved) and one ``unlink``. An object outside the
+    store rooted at ``root`` is ``refused`` and never touched; directories and errors go to
+    :func:`delete_entry`.
 
     Like ``find -delete``, each object is unlinked by name relative to an open descriptor of its
-    directory (``unlinkat``), one ``open`` per directory, so the kernel does not resolve the whole
-    path again for every object. A missing directory means the object is already gone, as a
-    missing object does. A path ending in ``/`` (a directory object) takes the careful path.
-    Hidden directories on the way (``/srv/.remote/...``) do not: until 2026-11-23 any ``/.``
-    sent every object of such a plan down the careful path, about 3x slower (the bench's work
-    directory is under ``.run/``, so its purge figure was measured on that slow path)."""
+    resolved directory (``unlinkat``), one ``open`` per directory, so the kernel does not resolve
+    the whole path again for every object. The directory is opened by its resolved path with
+    ``O_NOFOLLOW``: a directory swapped for a link after it was resolved fails (``failed``)
+    instead of being followed. A missing directory means the object is already gone, as a
+    missing object does. (Left open: a directory object is removed by path, so a directory on
+    its way swapped for a link between the check and that removal would be followed; that needs
+    write access to the store itself, which a bad inventory row does not have.)
+    Hidden directories on the way (``/srv/.remote/...``) cost nothing extra (until 2026-11-23 any
+    ``/.`` sent every object of such a plan down a slower path, about 3x slower)."""
     unlink = os.unlink
     deleted, gone = DeleteOutcome.DELETED, DeleteOutcome.ALREADY_GONE
+    entry_of = store.store_entry
     outcomes: list[str] = []
     errors: list[str | None] = []
+    resolved: dict[str, str] = {}
     dirs: dict[str, int | None] = {}
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
         for path in paths:
-            parent, _, name = (path or "").rpartition("/")
-            if name and path[0] == "/" and not _DOT_PART.search(path):
-                try:
-                    fd = dirs.get(parent, -1)
-                    if fd == -1:
-                        if len(dirs) >= MAX_OPEN_DIRS:  # bounded: plans come by partition
-                            for open_fd in dirs.values():
-                                if open_fd is not None:
-                                    os.close(open_fd)
-                            dirs.clear()
-                        try:
-                            fd = os.open(parent or "/", flags)
-                        except FileNotFoundError:
-                            fd = None
-                        dirs[parent] = fd
-                    if fd is None:
-                        raise FileNotFoundError(path)
-                    unlink(name, dir_fd=fd)
-                    outcomes.append(deleted)
-                    errors.append(None)
-                    continue
-                except FileNotFoundError:
-                    outcomes.append(gone)
-                    errors.append(None)
-                    continue
-                except OSError:
-                    pass  # a directory object, or a real error: the careful path says which
-            outcome, error = delete_object(path or "")
+            entry = entry_of(path, root, resolved)
+            if entry is None:
+                outcomes.append(DeleteOutcome.REFUSED)
+                errors.append(outside_store_error(path, root))
+                continue
+            parent, _, name = entry.rpartition("/")
+            try:
+                fd = dirs.get(parent, -1)
+                if fd == -1:
+                    if len(dirs) >= MAX_OPEN_DIRS:  # bounded: plans come by partition
+                        for open_fd in dirs.values():
+                            if open_fd is not None:
+                                os.close(open_fd)
+                        dirs.clear()
+                        resolved.clear()
+                    try:
+                        fd = os.open(parent, flags)
+                    except FileNotFoundError:
+                        fd = None
+                    except OSError as exc:  # not a directory, or a link since it was resolved
+                        outcomes.append(DeleteOutcome.FAILED)
+                        errors.append(f"{type(exc).__name__}: {exc}")
+                        continue
+                    dirs[parent] = fd
+                if fd is None:
+                    raise FileNotFoundError(entry)
+                unlink(name, dir_fd=fd)
+                outcomes.append(deleted)
+                errors.append(None)
+                continue
+            except FileNotFoundError:
+                outcomes.append(gone)
+                errors.append(None)
+                continue
+            except OSError:
+                pass  # a directory object, or a real error: the careful path says which
+            outcome, error = delete_entry(entry)
             outcomes.append(outcome)
             errors.append(error)
     finally:
@@ -311,12 +341,14 @@ def plan_units(plan_dir: Path, parallelism: int) -> list[DeleteUnit]:
 DELETE_BATCH_ROWS = 16_384
 
 
-def _unit_batches(units: Iterator[DeleteUnit], batch_rows: int) -> Iterator[pa.Table]:
+def _unit_batches(
+    units: Iterator[DeleteUnit], batch_rows: int, columns: tuple[str, ...] = _PLAN_KEYS
+) -> Iterator[pa.Table]:
     """The plan rows of ``units``, ``batch_rows`` at a time, read with pyarrow."""
     for path, rg, first, end in units:
         at = 0
         for batch in pq.ParquetFile(path).iter_batches(
-            batch_size=batch_rows, row_groups=[rg], columns=list(_PLAN_KEYS)
+            batch_size=batch_rows, row_groups=[rg], columns=list(columns)
         ):
             lo, hi = max(first, at), min(end, at + batch.num_rows)
             if lo < hi:
@@ -337,8 +369,9 @@ def _outcome_table(table: pa.Table, outcomes: list[str], errors: list[str | None
     )
 
 
-def _delete_units(out_dir: str, threads: int = 1, batch_rows: int = DELETE_BATCH_ROWS):
-    """Executor side: delete the objects of a partition's units, write ``part-<index>.parquet``
+def _delete_units(out_dir: str, root: str, threads: int = 1, batch_rows: int = DELETE_BATCH_ROWS):
+    """Executor side: delete the objects of a partition's units that lie inside the store rooted
+    at ``root`` (the others are ``refused``), write ``part-<index>.parquet``
     of outcomes (atomically: a retried task replaces it) and yield (outcome, count).
 
     ``threads`` threads unlink, one batch of ``batch_rows`` plan rows each at a time, while this
@@ -369,7 +402,7 @@ def _delete_units(out_dir: str, threads: int = 1, batch_rows: int = DELETE_BATCH
 
             for table in _unit_batches(units, batch_rows):
                 paths = table.column("object_path").to_pylist()
-                in_flight.append((table, pool.submit(unlink_paths, paths)))
+                in_flight.append((table, pool.submit(unlink_paths, paths, root)))
                 if len(in_flight) > threads:
                     finish_oldest()
             while in_flight:
@@ -381,10 +414,24 @@ def _delete_units(out_dir: str, threads: int = 1, batch_rows: int = DELETE_BATCH
 
 
 def delete_planned_objects(
-    spark, plan_dir: Path, out_dir: Path, *, timings: dict[str, float] | None = None
+    spark,
+    plan_dir: Path,
+    out_dir: Path,
+    *,
+    store_root: str,
+    timings: dict[str, float] | None = None,
 ) -> dict[str, int]:
     """Executors delete the plan's objects and write ``deleted/``; the driver sees only Parquet
-    metadata (row counts) and the outcome counts, never the delete set.
+    metadata (row counts), the outcome counts and at most a few rows outside the store, never the
+    delete set.
+
+    ``store_root`` is the remote store's root from configuration (``--store-root``), never
+    derived from the plan. Decision: **one row outside it fails the whole run before anything is
+    deleted.** :func:`check_inside_store` first reads every row's ``object_path`` (one cheap
+    pass on the executors, no unlink) and, if any lies outside, :func:`refuse` fails the job
+    with the rows named; only a plan wholly inside the store reaches the delete stage. The
+    delete loop checks every object again (:func:`unlink_paths`): a directory that became a
+    link to outside in between is ``refused`` or ``failed``, not followed.
 
     Decisions (the bench's purge figure depends on them):
 
@@ -407,11 +454,13 @@ def delete_planned_objects(
     - Plans are read from a locally mounted path (local mode, or a shared filesystem on a cluster).
     """
     sc = spark.sparkContext
+    root = store.store_root(store_root)
     parallelism = delete_tasks(sc)
+    units = plan_units(plan_dir, parallelism)
+    ensure_inside_store(spark, plan_dir, store_root, out_dir, units=units)
     deleted_dir = out_dir / "deleted"
     shutil.rmtree(deleted_dir, ignore_errors=True)
     deleted_dir.mkdir(parents=True)
-    units = plan_units(plan_dir, parallelism)
     if not units:
         pq.write_table(DELETE_RESULT_SCHEMA.empty_table(), deleted_dir / "part-00000.parquet")
         if timings is not None:
@@ -422,13 +471,130 @@ def delete_planned_objects(
     counts: dict[str, int] = {}
     for outcome, n in (
         sc.parallelize(units, min(parallelism, len(units)))
-        .mapPartitionsWithIndex(_delete_units(str(deleted_dir), delete_threads(sc)))
+        .mapPartitionsWithIndex(_delete_units(str(deleted_dir), root, delete_threads(sc)))
         .collect()  # at most four (outcome, count) pairs per task
     ):
         counts[outcome] = counts.get(outcome, 0) + int(n)
     if timings is not None:
         timings["delete_seconds"] = round(time.monotonic() - started, 3)
     return counts
+
+
+#: Exit code of a job that refused a plan naming objects outside the remote store.
+REFUSED_OUTSIDE_STORE = 4
+#: Written into the job's ``--out`` when it refuses: ``{"error": CODE, "message": ...}``; the
+#: Celery task puts the message into the run's error.
+ERROR_FILE = "error.json"
+#: Offending rows named in a refusal (the count says how many there were).
+OUTSIDE_ROWS_NAMED = 10
+
+
+class OutsideStore:
+    """What :func:`check_inside_store` found: how many rows lie outside, and the first few."""
+
+    CODE = "OUTSIDE_REMOTE_STORE"
+
+    def __init__(self, root: str, count: int, rows: list[dict[str, Any]]) -> None:
+        self.root = root
+        self.count = count
+        self.rows = rows
+
+    def message(self) -> str:
+        named = "; ".join(_describe_row(r) for r in self.rows)
+        more = f" (first {len(self.rows)} named)" if self.count > len(self.rows) else ""
+        return (
+            f"{self.count} plan row(s) name objects outside the remote store {self.root}; "
+            f"nothing was deleted{more}: {named}"
+        )
+
+
+def _describe_row(row: dict[str, Any]) -> str:
+    where = f"{row.get('topic')}-{row.get('partition')} " if row.get("topic") else ""
+    what = f"segment {row['segment_id']} ({where.strip()})" if row.get("segment_id") else "object"
+    return f"{what} at {row.get('object_path')!r}"
+
+
+_CHECK_COLUMNS = ("segment_id", "topic", "partition", "object_path")
+
+
+def _check_units(root: str):
+    """Executor side: (rows outside the store, the first ``OUTSIDE_ROWS_NAMED`` of them)."""
+
+    def run(units: Iterator[DeleteUnit]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+        count = 0
+        named: list[dict[str, Any]] = []
+        resolved: dict[str, str] = {}
+        for table in _unit_batches(units, DELETE_BATCH_ROWS, _CHECK_COLUMNS):
+            paths = table.column("object_path").to_pylist()
+            for i, path in enumerate(paths):
+                if store.store_entry(path, root, resolved) is None:
+                    count += 1
+                    if len(named) < OUTSIDE_ROWS_NAMED:
+                        named.append(table.slice(i, 1).to_pylist()[0])
+            if len(resolved) > 4 * MAX_OPEN_DIRS:
+                resolved.clear()
+        yield count, named
+
+    return run
+
+
+def check_inside_store(
+    spark, plan_dir: Path, store_root: str, *, units: list[DeleteUnit] | None = None
+) -> OutsideStore | None:
+    """Check every row of ``plan_dir`` against the store rooted at ``store_root`` on the
+    executors (no unlink; the driver gets a count and at most ``OUTSIDE_ROWS_NAMED`` rows per
+    task). None when every object lies inside."""
+    sc = spark.sparkContext
+    root = store.store_root(store_root)
+    if units is None:
+        units = plan_units(plan_dir, delete_tasks(sc))
+    if not units:
+        return None
+    count = 0
+    named: list[dict[str, Any]] = []
+    for n, rows in (
+        sc.parallelize(units, min(max(1, sc.defaultParallelism), len(units)))
+        .mapPartitions(_check_units(root))
+        .collect()
+    ):
+        count += n
+        named += rows[: OUTSIDE_ROWS_NAMED - len(named)]
+    return OutsideStore(store_root, count, named) if count else None
+
+
+def refuse(out_dir: Path, code: str, message: str, exit_code: int) -> None:
+    """Fail the job: ``ERROR_FILE`` in ``out_dir`` (read by the Celery task), the message on
+    stderr, and ``SystemExit(exit_code)`` (the caller's ``finally`` stops the session)."""
+    tmp = out_dir / f"{ERROR_FILE}.tmp"
+    tmp.write_text(json.dumps({"error": code, "message": message}, indent=2))
+    os.replace(tmp, out_dir / ERROR_FILE)
+    print(f"REFUSED {code}: {message}", file=sys.stderr)
+    raise SystemExit(exit_code)
+
+
+def ensure_inside_store(
+    spark,
+    plan_dir: Path,
+    store_root: str,
+    out_dir: Path,
+    *,
+    units: list[DeleteUnit] | None = None,
+) -> None:
+    """:func:`check_inside_store`, and :func:`refuse` the job (exit ``REFUSED_OUTSIDE_STORE``)
+    naming the offending rows when any lies outside."""
+    outside = check_inside_store(spark, plan_dir, store_root, units=units)
+    if outside is not None:
+        refuse(out_dir, OutsideStore.CODE, outside.message(), REFUSED_OUTSIDE_STORE)
+
+
+def add_store_root_argument(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument(
+        "--store-root",
+        required=required,
+        default=None,
+        help="the remote store's root (file:///…) from configuration; objects outside it are "
+        "never deleted, and a plan naming one fails the run before any delete",
+    )
 
 
 DELETE_TASKS_CONF = "spark.strata.delete.tasks"

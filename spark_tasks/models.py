@@ -93,6 +93,12 @@ class SparkJobRun(models.Model):
     tasks_done = models.PositiveIntegerField(default=0)
     peak_driver_rss_bytes = models.BigIntegerField(null=True, blank=True)
     celery_task_id = models.CharField(max_length=64, blank=True)
+    # Set when a dry run of a planning job succeeds (spark_tasks.plan_digest): what an approval
+    # of its plan names; blank / NULL for every other run.
+    plan_digest = models.CharField(
+        max_length=64, blank=True, help_text="SHA-256 of the plan/ output (order-independent)."
+    )
+    plan_rows = models.BigIntegerField(null=True, blank=True, help_text="Rows of plan/.")
 
     objects = SparkJobRunQuerySet.as_manager()
 

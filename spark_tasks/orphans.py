@@ -1,6 +1,7 @@
 """Objects in the remote store that no metadata record references.
 
-    orphans --inventory P --remote-root URI --out DIR [--older-than 24h] [--now-ms T] [--dry-run]
+    orphans --inventory P --remote-root URI --out DIR [--older-than 24h] [--now-ms T]
+            [--store-root URI] [--dry-run]
 
 - The window (``--older-than``, default 24 h, units ms/s/m/h/d) may not be under 1 h: an upload
   in flight writes its object before its COPY_SEGMENT_FINISHED record, and a short window would
@@ -17,6 +18,9 @@
   that is an export gone wrong, not a store full of garbage.
 - Writes ``plan/`` (reason ``orphan``; segment_id, cluster, topic, partition are null),
   ``summary.json``; without ``--dry-run`` the executors then delete the planned objects.
+- ``--remote-root`` is where to list; ``--store-root`` (the store's root from configuration,
+  required unless ``--dry-run``) bounds what may be deleted: a plan with any object outside it
+  fails the job before anything is deleted (exit code ``jobkit.REFUSED_OUTSIDE_STORE``).
 """
 
 from __future__ import annotations
@@ -106,10 +110,13 @@ def run(
     older_than_ms: int,
     now_ms: int | None,
     dry_run: bool,
+    store_root: str | None = None,
 ) -> dict[str, Any]:
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
+    if not dry_run and not store_root:
+        raise ValueError("deleting needs the remote store's root (store_root)")
     started = time.monotonic()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     root = jobkit.normalise_path(remote_root)
@@ -194,10 +201,12 @@ def run(
         "unreferenced_younger_than_window": young,
     }
     jobkit.shutil.rmtree(files_dir, ignore_errors=True)
+    if dry_run and store_root:
+        jobkit.ensure_inside_store(spark, out_dir / "plan", store_root, out_dir)
     if not dry_run:
         timings: dict[str, float] = {}
         summary["deleted"] = jobkit.delete_planned_objects(
-            spark, out_dir / "plan", out_dir, timings=timings
+            spark, out_dir / "plan", out_dir, store_root=store_root, timings=timings
         )
         summary.update(timings)
     summary["seconds"] = round(time.monotonic() - started, 3)
@@ -212,10 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--older-than", type=jobkit.parse_duration_ms, default=DEFAULT_WINDOW)
     parser.add_argument("--now-ms", type=int, default=None)
     parser.add_argument("--dry-run", action="store_true")
+    jobkit.add_store_root_argument(parser, required=False)
     jobkit.add_common_arguments(parser)
     args = parser.parse_args(argv)
     if args.older_than < MIN_WINDOW_MS:
         parser.error("--older-than must be at least 1h: younger objects may be uploads in flight")
+    if not args.dry_run and not args.store_root:
+        parser.error("--store-root is required unless --dry-run: deletes stay inside the store")
     spark = jobkit.session(JOB, args.master)
     try:
         run(
@@ -226,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             older_than_ms=args.older_than,
             now_ms=args.now_ms,
             dry_run=args.dry_run,
+            store_root=args.store_root,
         )
     finally:
         spark.stop()

@@ -737,8 +737,18 @@ def run_plan_job(
     now_ms: int | None = None,
     in_flight_ms: int = rules.DEFAULT_IN_FLIGHT_MS,
     dry_run: bool = False,
+    store_root: str | None = None,
 ) -> dict[str, Any]:
+    """Plan ``kind`` into ``out`` and, unless ``dry_run``, delete the plan's objects.
 
+    ``store_root`` (the remote store's root from configuration) is required to delete. When it
+    is given, the plan is checked against it once it is written, dry run or not: one object
+    outside the store fails the job before anything is deleted (``jobkit.ensure_inside_store``),
+    so a bad inventory row stops the run at planning time, before the Celery task publishes log
+    start offsets or marks segments.
+    """
+    if not dry_run and not store_root:
+        raise ValueError("deleting needs the remote store's root (store_root)")
     started = time.monotonic()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     out_dir = jobkit.prepare_out(out)
@@ -762,10 +772,12 @@ def run_plan_job(
         "by_reason": by_reason,
         **counts,
     }
+    if dry_run and store_root:
+        jobkit.ensure_inside_store(spark, out_dir / "plan", store_root, out_dir)
     if not dry_run:
         timings: dict[str, float] = {}
         summary["deleted"] = jobkit.delete_planned_objects(
-            spark, out_dir / "plan", out_dir, timings=timings
+            spark, out_dir / "plan", out_dir, store_root=store_root, timings=timings
         )
         summary.update(timings)
     summary["seconds"] = round(time.monotonic() - started, 3)

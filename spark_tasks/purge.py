@@ -1,11 +1,11 @@
 """Purge after a KIP-950 delete-policy disablement (rules in ``rules.plan_purge``).
 
-    purge --inventory P --partitions P --out DIR [--dry-run]
+    purge --inventory P --partitions P --out DIR [--store-root URI] [--dry-run]
 
 For partitions whose ``disable_policy`` is ``delete``: every segment with ``tiered_epoch <
 purge_below_tiered_epoch`` not yet DELETE_SEGMENT_FINISHED (reason ``purge_disabled``); the new
 log start offset is at least the local log start offset; segments of the current tiered epoch are
-never touched. Same outputs as ``retention``.
+never touched. Same outputs as ``retention``, and the same ``--store-root`` rule.
 """
 
 from __future__ import annotations
@@ -23,12 +23,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inventory", required=True)
     parser.add_argument("--partitions", required=True)
     parser.add_argument("--dry-run", action="store_true")
+    jobkit.add_store_root_argument(parser, required=False)
     jobkit.add_common_arguments(parser)
     args = parser.parse_args(argv)
+    if not args.dry_run and not args.store_root:
+        parser.error("--store-root is required unless --dry-run: deletes stay inside the store")
     spark = jobkit.session(JOB, args.master)
     try:
         run_plan_job(
-            spark, PlanKind.PURGE, args.inventory, args.partitions, args.out, dry_run=args.dry_run
+            spark,
+            PlanKind.PURGE,
+            args.inventory,
+            args.partitions,
+            args.out,
+            dry_run=args.dry_run,
+            store_root=args.store_root,
         )
     finally:
         spark.stop()

@@ -13,7 +13,8 @@ Execution order of a non-dry-run planning run (Kafka's, ``RemoteLogManager``):
    published — before any object is deleted, so a reader never sees an offset whose data is gone;
 3. :func:`mark_planned`: every planned segment goes DELETE_SEGMENT_STARTED (unreadable at once);
 4. ``delete_objects`` (a second Spark job): executors delete the objects in batches, an object
-   already gone counting as deleted, and write ``deleted/``;
+   already gone counting as deleted, never outside the store's root
+   (:meth:`RemoteMetadata.remote_root`), and write ``deleted/``;
 5. :func:`mark_deleted`: the segments whose object is gone go DELETE_SEGMENT_FINISHED.
 
 Plans and results are streamed from Parquet in batches (``BATCH``), never loaded whole. A crash
@@ -70,7 +71,9 @@ class RemoteMetadata(Protocol):
     cluster: str
 
     def remote_root(self) -> str:
-        """The remote store's root URI (``file:///…`` for the simulated cluster)."""
+        """The remote store's root URI (``file:///…`` for the simulated cluster), from
+        configuration and never from the inventory's rows: it bounds what a delete may touch
+        (``--store-root``, ``spark_tasks.store``). Raises when it is not known."""
         ...
 
     def export_inputs(self, dest: Path) -> tuple[Path, Path]:

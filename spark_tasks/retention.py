@@ -1,12 +1,17 @@
 """Remote retention, planned the way Kafka's RemoteLogManager would (rules in ``rules.py``).
 
-    retention --inventory P --partitions P --out DIR [--now-ms T] [--in-flight-ms D] [--dry-run]
+    retention --inventory P --partitions P --out DIR [--now-ms T] [--in-flight-ms D]
+              [--store-root URI] [--dry-run]
 
 Runs with ``spark-submit spark_tasks/retention.py ...`` or ``python -m spark_tasks.retention ...``.
 ``--dry-run`` writes ``plan/``, ``partitions/`` and ``summary.json`` and deletes nothing. Without
 it, the executors also delete the planned objects (``deleted/``); the Celery task instead runs
 the dry-run plan, publishes the log start offsets and marks DELETE_SEGMENT_STARTED first, then
 deletes with ``delete_objects`` (Kafka's order; see ``spark_tasks.remote``).
+
+``--store-root`` (the remote store's root from configuration) is required unless ``--dry-run``;
+when given, a plan with any object outside it fails the job before anything is deleted (exit
+code ``jobkit.REFUSED_OUTSIDE_STORE``, the rows named in ``DIR/error.json``), dry run or not.
 """
 
 from __future__ import annotations
@@ -31,10 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         help="COPY_SEGMENT_STARTED younger than this is an upload in flight (default 1 h)",
     )
     parser.add_argument("--dry-run", action="store_true")
+    jobkit.add_store_root_argument(parser, required=False)
     jobkit.add_common_arguments(parser)
     args = parser.parse_args(argv)
     if args.in_flight_ms < 0:
         parser.error("--in-flight-ms must be >= 0")
+    if not args.dry_run and not args.store_root:
+        parser.error("--store-root is required unless --dry-run: deletes stay inside the store")
     spark = jobkit.session(JOB, args.master)
     try:
         run_plan_job(
@@ -46,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             now_ms=args.now_ms,
             in_flight_ms=args.in_flight_ms,
             dry_run=args.dry_run,
+            store_root=args.store_root,
         )
     finally:
         spark.stop()

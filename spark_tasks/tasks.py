@@ -15,11 +15,23 @@
 
 Every transition of a run (queued, started, finished with its outcome) writes an audit event in
 the same transaction (``spark_tasks.audit``).
+
+Deletes stay inside the remote store (issue #11): every job that deletes gets the store's root
+from configuration as ``--store-root`` (the backend's ``remote_root()``, see
+``spark_tasks.agent_remote``), never from the rows; a run that would delete without one fails.
+Planning runs get it too when it is known, so a plan naming an object outside the store fails
+while planning (dry runs included), before any log start offset is published or segment marked.
+A refusing job writes ``error.json`` and the run's error names the offending rows.
+
+A dry run of a planning job that succeeds gets its plan's digest and row count stored on its row
+(``plan_digest``, ``plan_rows``; ``spark_tasks.plan_digest``) in the transaction that marks it
+succeeded, and in its audit event.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -31,7 +43,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from spark_tasks import remote
+from spark_tasks import jobkit, remote
 from spark_tasks.audit import SparkAuditAction, finished_extra, record_run_event
 from spark_tasks.models import (
     SparkJob,
@@ -39,6 +51,7 @@ from spark_tasks.models import (
     SparkRunState,
     StorageSnapshot,
 )
+from spark_tasks.plan_digest import plan_digest
 from spark_tasks.submit import SubmitResult, spark_submit
 from workflows.choices import AuditContext, AuditOutcome
 
@@ -64,6 +77,8 @@ JOB_ARGUMENTS: dict[str, tuple[str, ...]] = {
 }
 #: Jobs with a ``--dry-run`` flag.
 DRY_RUN_JOBS = (SparkJob.RETENTION, SparkJob.PURGE, SparkJob.ORPHANS)
+#: Jobs that take ``--store-root`` (the remote store's root: deletes never leave it).
+STORE_ROOT_JOBS = (*DRY_RUN_JOBS, SparkJob.DELETE_OBJECTS)
 #: Jobs whose deletions go through the remote-log metadata (Kafka's order, see ``remote``).
 METADATA_JOBS = (SparkJob.RETENTION, SparkJob.PURGE)
 NEEDS_PARTITIONS = (SparkJob.RETENTION, SparkJob.PURGE, SparkJob.STORAGE_REPORT)
@@ -155,18 +170,38 @@ def execute_run(self, run_id: int) -> str:
     )
     try:
         summary = _execute(run, work, out)
+        plan = _plan_digest_fields(run, out)
     except Exception as exc:  # recorded on the row; the task itself succeeds
         log.exception("spark run %s failed", run.pk)
         _finish(run.pk, SparkRunState.FAILED, error=str(exc)[:4000])
         return SparkRunState.FAILED
-    _finish(run.pk, SparkRunState.SUCCEEDED, summary=summary)
+    _finish(run.pk, SparkRunState.SUCCEEDED, summary=summary, plan=plan)
     return SparkRunState.SUCCEEDED
 
 
-def _finish(run_id: int, state: str, *, error: str = "", summary: dict | None = None) -> None:
+def _plan_digest_fields(run: SparkJobRun, out: Path) -> dict[str, Any]:
+    """``plan_digest`` / ``plan_rows`` of a dry run of a planning job (its ``plan/``), else {}."""
+    if not (run.dry_run and run.job in SparkJob.PLANNING):
+        return {}
+    try:
+        digest, rows = plan_digest(out / "plan")
+    except (OSError, ValueError) as exc:
+        raise RunFailed(f"the plan of this dry run cannot be read for its digest: {exc}") from exc
+    return {"plan_digest": digest, "plan_rows": rows}
+
+
+def _finish(
+    run_id: int,
+    state: str,
+    *,
+    error: str = "",
+    summary: dict | None = None,
+    plan: dict[str, Any] | None = None,
+) -> None:
     fields: dict[str, Any] = {"state": state, "finished_at": timezone.now(), "error": error}
     if summary is not None:
         fields["output_summary"] = summary
+    fields.update(plan or {})
     with transaction.atomic():
         done = SparkJobRun.objects.filter(pk=run_id, state=SparkRunState.RUNNING).update(**fields)
         if done:
@@ -176,7 +211,7 @@ def _finish(run_id: int, state: str, *, error: str = "", summary: dict | None = 
                 outcome=AuditOutcome.SUCCESS
                 if state == SparkRunState.SUCCEEDED
                 else AuditOutcome.FAILURE,
-                extra=finished_extra(state, error, summary),
+                extra=finished_extra(state, error, summary, plan),
             )
 
 
@@ -197,7 +232,28 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
-def _cli_args(run: SparkJobRun, out: Path, backend: remote.RemoteMetadata, work: Path) -> list[str]:
+def _deletes(run: SparkJobRun) -> bool:
+    return run.job == SparkJob.DELETE_OBJECTS or (run.job in DRY_RUN_JOBS and not run.dry_run)
+
+
+def _store_root(run: SparkJobRun, backend: remote.RemoteMetadata) -> str:
+    """The remote store's root from configuration (``backend.remote_root()``), for the jobs that
+    take ``--store-root``. A run that deletes fails without one; a dry run goes on unchecked (it
+    deletes nothing; executing its plan needs the root and checks every row again)."""
+    if run.job not in STORE_ROOT_JOBS:
+        return ""
+    try:
+        return backend.remote_root()
+    except Exception as exc:
+        if _deletes(run):
+            raise RunFailed(f"refusing to delete: {exc}") from exc
+        log.warning("spark run %s: the plan is not checked against the store: %s", run.pk, exc)
+        return ""
+
+
+def _cli_args(
+    run: SparkJobRun, out: Path, backend: remote.RemoteMetadata, work: Path, store_root: str
+) -> list[str]:
     arguments = dict(run.arguments)
     if "inventory" in JOB_ARGUMENTS[run.job] and not arguments.get("inventory"):
         inventory, partitions = backend.export_inputs(work / "inputs")
@@ -205,13 +261,23 @@ def _cli_args(run: SparkJobRun, out: Path, backend: remote.RemoteMetadata, work:
         if run.job in NEEDS_PARTITIONS:
             arguments.setdefault("partitions", str(partitions))
     if run.job == SparkJob.ORPHANS and not arguments.get("remote_root"):
-        arguments["remote_root"] = backend.remote_root()
+        arguments["remote_root"] = store_root or backend.remote_root()
     args: list[str] = []
     for key in JOB_ARGUMENTS[run.job]:
         value = arguments.get(key)
         if value not in (None, ""):
             args += [_flag(key), str(value)]
+    if store_root:
+        args += ["--store-root", store_root]
     return [*args, "--out", str(out)]
+
+
+def _refusal(out: Path) -> str:
+    """The message of a job that refused (``jobkit.ERROR_FILE`` in its ``--out``), or ""."""
+    try:
+        return str(json.loads((out / jobkit.ERROR_FILE).read_text()).get("message", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def _submit(run: SparkJobRun, job: str, args: list[str], work: Path, out: Path) -> SubmitResult:
@@ -232,6 +298,9 @@ def _submit(run: SparkJobRun, job: str, args: list[str], work: Path, out: Path) 
         tasks_done=int(result.progress.get("tasks_done", 0)),
     )
     if not result.ok:
+        refusal = "" if result.timed_out else _refusal(out)
+        if refusal:
+            raise RunFailed(f"{job} refused: {refusal}")
         why = "timed out" if result.timed_out else f"exited with {result.exit_code}"
         raise RunFailed(f"{job} {why}; see the log tail")
     return result
@@ -250,16 +319,21 @@ def _execute(run: SparkJobRun, work: Path, out: Path) -> dict[str, Any]:
 def _execute_with(
     run: SparkJobRun, work: Path, out: Path, backend: remote.RemoteMetadata
 ) -> dict[str, Any]:
-    args = _cli_args(run, out, backend, work)
+    store_root = _store_root(run, backend)
+    args = _cli_args(run, out, backend, work, store_root)
     if run.job not in METADATA_JOBS or run.dry_run:
         if run.dry_run and run.job in DRY_RUN_JOBS:
             args.append("--dry-run")
         summary = _submit(run, run.job, args, work, out).summary or {}
         if run.job == SparkJob.STORAGE_REPORT:
             summary["snapshots_loaded"] = load_storage_snapshots(run, out)
+        if run.job in STORE_ROOT_JOBS:
+            summary["store_root"] = store_root or None  # None: the plan was not checked
         return summary
 
     # Kafka's order: plan, publish log start offsets, mark, delete on executors, mark finished.
+    # The plan is checked against the store while planning (--store-root is in args): a row
+    # outside it fails the run here, before anything is published, marked or deleted.
     plan = _submit(run, run.job, [*args, "--dry-run"], work, out).summary or {}
     steps: dict[str, Any] = {}
     steps["log_start_offsets_published"] = remote.publish_log_start_offsets(backend, out)
@@ -269,7 +343,7 @@ def _execute_with(
         _submit(
             run,
             SparkJob.DELETE_OBJECTS,
-            ["--plan", str(out / "plan"), "--out", str(delete_out)],
+            ["--plan", str(out / "plan"), "--store-root", store_root, "--out", str(delete_out)],
             work,
             delete_out,
         ).summary
@@ -277,7 +351,7 @@ def _execute_with(
     )
     steps["deleted"] = deleted.get("deleted", {})
     steps["marked_delete_finished"] = remote.mark_deleted(backend, delete_out)
-    return {**plan, "dry_run": False, "execution": steps}
+    return {**plan, "dry_run": False, "store_root": store_root, "execution": steps}
 
 
 def load_storage_snapshots(run: SparkJobRun, out: Path) -> int:

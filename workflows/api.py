@@ -4,6 +4,13 @@ Stable names (other tools rely on them): ``POST /workflows`` answers 201 with ``
 ``state``, ``plan``, ``plan_hash``, ``approvals_required``; ``POST /workflows/{id}/approve``
 (``plan_hash``, ``comment``), ``/reject``, ``/cancel``, ``/confirm``; ``GET /workflows[/{id}]``;
 ``GET /audit``, ``GET /audit/verify``. Errors are ``{"error": CODE, "message": ...}``.
+
+A request never calls the cluster: ``POST /workflows`` answers 201 with ``state`` ``planning``
+(``plan`` empty, ``plan_hash`` ""); a worker plans it, after which ``GET /workflows/{id}`` shows
+``pending_approval`` with ``plan`` (the actions, hashed into ``plan_hash``) and
+``plan_information`` (+ ``plan_information_at``), or ``refused`` with ``error``. A client that
+sends ``expected_plan_hash`` gets ``refused`` / ``PLAN_CHANGED`` when the actions differ.
+``POST /workflows/preview`` validates a request without recording it or planning it.
 """
 
 from __future__ import annotations
@@ -137,13 +144,20 @@ def list_kinds(request: HttpRequest) -> list[dict]:
     ]
 
 
-@router.post("/workflows/preview", summary="Pre-flight a request: the plan, without recording")
+@router.post(
+    "/workflows/preview",
+    summary="Validate a request (target, approvals, conflict) without recording or planning it",
+)
 @_api_errors
 def preview_workflow(request: HttpRequest, body: WorkflowRequestIn) -> dict:
     return actions.preview_plan(body.kind, _params(body)).as_dict()
 
 
-@router.post("/workflows", response={201: dict}, summary="Request a workflow")
+@router.post(
+    "/workflows",
+    response={201: dict},
+    summary="Request a workflow: created in state planning; a worker computes its plan",
+)
 @_api_errors
 def request_workflow(request: HttpRequest, body: WorkflowRequestIn) -> Status:
     wf = actions.do_request_workflow(

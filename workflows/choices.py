@@ -53,6 +53,9 @@ class AuditAction:
     TOKEN_REVOKED = "config.token_revoked"  # noqa: S105
 
     WORKFLOW_REQUESTED = "workflow.requested"
+    WORKFLOW_PLANNED = "workflow.planned"  # a worker computed the plan: pending approval
+    WORKFLOW_REFUSED = "workflow.refused"  # planning refused it (a KIP error or a rule)
+    WORKFLOW_PLAN_REFRESHED = "workflow.plan_refreshed"  # information re-read, actions unchanged
     WORKFLOW_APPROVED = "workflow.approved"  # one approver's approval
     WORKFLOW_REJECTED = "workflow.rejected"
     WORKFLOW_READY = "workflow.ready"  # enough valid approvals (or break-glass): approved
@@ -72,6 +75,10 @@ class AuditAction:
 
 
 class WorkflowState:
+    """``planning``: requested, a worker computes the plan (no web request ever does);
+    ``refused``: planning found a real refusal (a KIP error, a rule) — nothing was changed."""
+
+    PLANNING = "planning"
     PENDING_APPROVAL = "pending_approval"
     APPROVED = "approved"
     RUNNING = "running"
@@ -80,15 +87,27 @@ class WorkflowState:
     FAILED = "failed"
     REJECTED = "rejected"
     CANCELLED = "cancelled"
+    REFUSED = "refused"
 
-    ALL = (PENDING_APPROVAL, APPROVED, RUNNING, WAITING, SUCCEEDED, FAILED, REJECTED, CANCELLED)
+    ALL = (
+        PLANNING,
+        PENDING_APPROVAL,
+        APPROVED,
+        RUNNING,
+        WAITING,
+        SUCCEEDED,
+        FAILED,
+        REJECTED,
+        CANCELLED,
+        REFUSED,
+    )
     #: Open workflows hold their target: at most one open workflow per (cluster, target).
-    OPEN = (PENDING_APPROVAL, APPROVED, RUNNING, WAITING)
-    TERMINAL = (SUCCEEDED, FAILED, REJECTED, CANCELLED)
+    OPEN = (PLANNING, PENDING_APPROVAL, APPROVED, RUNNING, WAITING)
+    TERMINAL = (SUCCEEDED, FAILED, REJECTED, CANCELLED, REFUSED)
     #: Before execution started: the requester or an admin may still cancel.
-    CANCELLABLE = (PENDING_APPROVAL, APPROVED)
+    CANCELLABLE = (PLANNING, PENDING_APPROVAL, APPROVED)
     #: The engine owns these: a page polls while a workflow is in one of them.
-    ACTIVE = (APPROVED, RUNNING, WAITING)
+    ACTIVE = (PLANNING, APPROVED, RUNNING, WAITING)
     CHOICES = [(s, s.replace("_", " ").capitalize()) for s in ALL]
 
 

@@ -2,11 +2,20 @@
 
 How a run goes (``run(workflow_id)``, called by the Celery task ``run_workflow``):
 
-1. **Claim the lease** with a conditional UPDATE: only a workflow that is approved / running /
-   due for resumption and whose lease is free or expired. A run that loses the race exits.
-2. **Start** (approved → running): re-compute the plan; a refusal fails the workflow, a different
-   hash voids the approvals and returns it to ``pending_approval``, expired approvals likewise;
-   otherwise the steps are created from the kind's step definitions. One transaction + audit.
+1. **Claim the lease** with a conditional UPDATE: only a workflow that is planning / approved /
+   running / due for resumption and whose lease is free or expired. A run that loses the race
+   exits.
+1b. **Plan** (planning → pending_approval, or approved for break-glass / no approval needed, or
+   refused): the kind's plan is computed here, in the worker, never in a web request. A
+   refusal (KIP error, rule) ends the workflow ``refused``; an unreachable controller or agent
+   (:class:`~workflows.kinds.PlanUnavailable`, a transport error) keeps it ``planning`` with a
+   visible reason and plans again with backoff, for at most ``STRATA_APPROVAL_TTL_HOURS``.
+2. **Start** (approved → running): re-compute the plan. Expired approvals return it to
+   ``pending_approval``; an unreachable cluster keeps it ``approved`` and waits with backoff
+   (bounded by the approvals' expiry); a refusal fails it; different *actions* (a different
+   hash) void the approvals, record what changed (``plan_diff``, old → new) and return it to
+   ``pending_approval``; otherwise the information is refreshed and the steps are created from
+   the kind's step definitions. One transaction + audit.
 3. **Steps in order.** Each step is claimed (``state`` PENDING/RUNNING/WAITING → RUNNING,
    ``attempts + 1``) and its function runs outside any transaction. Its outcome is committed
    together with its audit event, *fenced* by the lease: a run that lost its lease (it stalled
@@ -30,7 +39,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import signal
 import socket
 import uuid
 from typing import Any
@@ -39,16 +47,44 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
+from django.dispatch import Signal
 from django.utils import timezone
 
 from workflows import audit
-from workflows.actions.workflows import workflow_snapshot
+from workflows.actions.workflows import record_ready, workflow_snapshot
 from workflows.choices import AuditAction, AuditContext, AuditOutcome, StepState, WorkflowState
-from workflows.errors import WorkflowError
-from workflows.kinds import StepDef, StepResult, get_kind, plan_hash
+from workflows.errors import ErrorCode, WorkflowError
+from workflows.kinds import StepDef, StepResult, get_kind
 from workflows.models import StepLog, Workflow, WorkflowStep
+from workflows.planning import (
+    PLAN_FIELDS,
+    PlanOutcome,
+    adopt_plan,
+    approval_ttl,
+    compute_plan,
+    record_change,
+    void_for_plan_change,
+)
 
-__all__ = ["LeaseLost", "StepContext", "backoff_seconds", "reconcile", "run"]
+__all__ = [
+    "LeaseLost",
+    "StepContext",
+    "backoff_seconds",
+    "reconcile",
+    "run",
+    "step_boundary",
+]
+
+#: Sent before a claimed step runs (``when="before"``) and after its success is committed
+#: (``when="after"``), with ``workflow`` and ``step``. Production connects nothing; the test app
+#: (``tests.testapp``) connects its fault injector here.
+step_boundary = Signal()
+
+#: Planning that fails for another reason than an unreachable cluster (a bug, bad data) is
+#: retried this many times, then the workflow is refused with ``PLANNING_FAILED``.
+PLAN_ERROR_ATTEMPTS = 5
+#: An unreachable controller or agent is asked again after at most this many seconds.
+UNAVAILABLE_RETRY_CAP_SECONDS = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -105,30 +141,6 @@ class StepContext:
         StepLog.objects.create(workflow=self.workflow, step=self.step, level=level, message=message)
 
 
-def _fault_point(wf: Workflow, step: WorkflowStep, when: str) -> None:
-    """Test-only: SIGKILL this process at a step boundary named by STRATA_FAULT_KILL_AT
-    (``kind:step:before|after``, ``*`` matches any), once per workflow, step and boundary."""
-    spec = settings.STRATA_FAULT_KILL_AT
-    if not spec:
-        return
-    for item in spec.split(","):
-        parts = item.strip().split(":")
-        if len(parts) != 3:
-            continue
-        kind, name, boundary = parts
-        if kind in ("*", wf.kind) and name in ("*", step.name) and boundary == when:
-            folder = settings.STRATA_FAULT_DIR
-            folder.mkdir(parents=True, exist_ok=True)
-            marker = folder / f"wf{wf.pk}-step{step.position}-{when}"
-            try:
-                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                return
-            os.close(fd)
-            log.warning("fault injection: SIGKILL at %s %s %s", wf, step.name, when)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
 class _Run:
     def __init__(self, workflow_id: int) -> None:
         self.workflow_id = workflow_id
@@ -141,7 +153,10 @@ class _Run:
         now = timezone.now()
         free = Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)
         due = Q(resume_at__isnull=True) | Q(resume_at__lte=now)
-        runnable = Q(state__in=[WorkflowState.APPROVED, WorkflowState.RUNNING]) & due
+        runnable = (
+            Q(state__in=[WorkflowState.PLANNING, WorkflowState.APPROVED, WorkflowState.RUNNING])
+            & due
+        )
         resumable = Q(state=WorkflowState.WAITING, resume_at__lte=now)
         claimed = (
             Workflow.objects.filter(pk=self.workflow_id)
@@ -201,28 +216,108 @@ class _Run:
                 *fields,
             ]
         )
-        audit.record(
-            action,
-            actor=None,
-            context=AuditContext.WORKER,
-            target_type="workflow",
-            target_id=wf.pk,
-            workflow=wf,
-            before=before,
-            after=workflow_snapshot(wf),
-            outcome=outcome,
-            extra=extra or {},
+        record_change(wf, action, before, outcome=outcome, extra=extra)
+
+    def plan(self) -> str:
+        """planning → pending_approval / approved / refused, or planning again later."""
+        outcome = compute_plan(self.wf)
+        now = timezone.now()
+        with transaction.atomic():
+            wf = self.locked()
+            self.release(wf)
+            if wf.state != WorkflowState.PLANNING:
+                wf.save(update_fields=["lease_owner", "lease_expires_at", "updated_at"])
+                return wf.state
+            before = workflow_snapshot(wf)
+            if outcome.plan is not None:
+                adopt_plan(wf, outcome, now)
+                wf.waiting_reason, wf.resume_at = "", None
+                if wf.expected_plan_hash and wf.expected_plan_hash != wf.plan_hash:
+                    return self._refuse(
+                        wf,
+                        before,
+                        WorkflowError(
+                            ErrorCode.PLAN_CHANGED,
+                            f"The actions' hash is {wf.plan_hash}, not the expected "
+                            f"{wf.expected_plan_hash}; review the plan and request again.",
+                            409,
+                        ),
+                    )
+                ready = wf.break_glass or wf.approvals_required == 0
+                wf.state = WorkflowState.APPROVED if ready else WorkflowState.PENDING_APPROVAL
+                wf.approved_at = now if ready else None
+                self._transition(
+                    wf,
+                    AuditAction.WORKFLOW_PLANNED,
+                    before,
+                    extra={"plan_hash": wf.plan_hash, "actions": wf.plan},
+                    fields=(*PLAN_FIELDS, "approved_at"),
+                )
+                if ready:
+                    record_ready(wf, acting_user=None, context=AuditContext.WORKER)
+                    _schedule(wf.pk, 0)
+                return wf.state
+            if outcome.refusal is not None:
+                return self._refuse(wf, before, outcome.refusal)
+            wf.plan_attempts += 1
+            if outcome.error and wf.plan_attempts >= PLAN_ERROR_ATTEMPTS:
+                return self._refuse(
+                    wf, before, WorkflowError(ErrorCode.PLANNING_FAILED, outcome.error, 500)
+                )
+            if outcome.unavailable and now - wf.created_at >= approval_ttl():
+                return self._refuse(
+                    wf,
+                    before,
+                    WorkflowError(
+                        ErrorCode.BROKER_NOT_AVAILABLE,
+                        f"The cluster did not answer for {settings.STRATA_APPROVAL_TTL_HOURS:g} "
+                        f"h of planning: {outcome.unavailable}",
+                        503,
+                    ),
+                )
+            self._wait_to_retry(
+                wf, before, f"Planning waits for the cluster: {outcome.unavailable}", outcome
+            )
+            return wf.state
+
+    def _refuse(self, wf: Workflow, before: dict, refusal: WorkflowError) -> str:
+        wf.state, wf.finished_at, wf.resume_at = WorkflowState.REFUSED, timezone.now(), None
+        wf.waiting_reason = ""
+        wf.error_code, wf.error_message = refusal.code[:64], refusal.message
+        self._transition(
+            wf,
+            AuditAction.WORKFLOW_REFUSED,
+            before,
+            outcome=AuditOutcome.DENIED,
+            extra={"error": refusal.code, "message": refusal.message[:2000]},
+            fields=(*PLAN_FIELDS, "finished_at"),
         )
+        return wf.state
+
+    def _wait_to_retry(self, wf: Workflow, before: dict, reason: str, outcome: PlanOutcome) -> None:
+        """Stay in the current state (planning / approved) and plan again after a backoff.
+        Audited once per wait, not once per attempt."""
+        if outcome.error:
+            reason = f"Planning failed (attempt {wf.plan_attempts} of {PLAN_ERROR_ATTEMPTS}): {outcome.error}"
+        delay = min(backoff_seconds(wf.plan_attempts), UNAVAILABLE_RETRY_CAP_SECONDS)
+        first = not wf.waiting_reason
+        wf.waiting_reason, wf.resume_at = reason, timezone.now() + dt.timedelta(seconds=delay)
+        fields = ["plan_attempts", "waiting_reason", "resume_at", "lease_owner"]
+        fields += ["lease_expires_at", "updated_at"]
+        wf.save(update_fields=fields)
+        if first:
+            record_change(
+                wf,
+                AuditAction.WORKFLOW_WAITING,
+                before,
+                extra={"reason": reason[:2000], "at": wf.state, "retry_in_seconds": delay},
+            )
+        _schedule(wf.pk, delay)
 
     def start(self) -> bool:
-        """approved → running, or back to pending_approval / failed. True to go on."""
+        """approved → running, or back to pending_approval / failed / waiting. True to go on."""
         kind = get_kind(self.wf.kind)
-        refusal: WorkflowError | None = None
-        try:
-            plan = kind.preflight(self.wf.parameters)
-            new_hash = plan_hash(kind.name, self.wf.parameters, plan)
-        except WorkflowError as exc:
-            refusal, plan, new_hash = exc, {}, ""
+        outcome = compute_plan(self.wf)
         now = timezone.now()
         with transaction.atomic():
             wf = self.locked()
@@ -230,9 +325,44 @@ class _Run:
                 return wf.state in (WorkflowState.RUNNING, WorkflowState.WAITING)
             before = workflow_snapshot(wf)
             self.release(wf)
+            valid = wf.valid_approvals(now).count()
+            if not wf.break_glass and valid < wf.approvals_required:
+                wf.approvals.filter(voided_at__isnull=True).update(
+                    voided_at=now, void_reason="expired"
+                )
+                wf.state, wf.approved_at = WorkflowState.PENDING_APPROVAL, None
+                wf.waiting_reason, wf.resume_at = "", None
+                self._transition(
+                    wf,
+                    AuditAction.WORKFLOW_APPROVALS_EXPIRED,
+                    before,
+                    extra={"approvals_valid": valid, "approvals_required": wf.approvals_required},
+                    fields=("approved_at",),
+                )
+                return False
+            if outcome.plan is None and outcome.refusal is None:
+                wf.plan_attempts += 1
+                if wf.break_glass and now - (wf.approved_at or now) >= approval_ttl():
+                    refusal = WorkflowError(
+                        ErrorCode.BROKER_NOT_AVAILABLE,
+                        f"The cluster did not answer before start: {outcome.unavailable or outcome.error}",
+                        503,
+                    )
+                else:
+                    self._wait_to_retry(
+                        wf,
+                        before,
+                        "Approved; waits for the cluster to answer before it starts: "
+                        f"{outcome.unavailable}",
+                        outcome,
+                    )
+                    return False
+            else:
+                refusal = outcome.refusal
             if refusal is not None:
                 wf.state, wf.finished_at = WorkflowState.FAILED, now
                 wf.error_code, wf.error_message = refusal.code, refusal.message
+                wf.waiting_reason, wf.resume_at = "", None
                 self._transition(
                     wf,
                     AuditAction.WORKFLOW_FAILED,
@@ -242,12 +372,11 @@ class _Run:
                     fields=("finished_at",),
                 )
                 return False
-            if new_hash != wf.plan_hash:
-                voided = wf.approvals.filter(voided_at__isnull=True).update(
-                    voided_at=now, void_reason="plan changed"
-                )
-                old_hash, old_plan = wf.plan_hash, wf.plan
-                wf.plan, wf.plan_hash = audit.normalise(plan), new_hash
+            old_hash, old_plan = wf.plan_hash, wf.plan
+            changes = adopt_plan(wf, outcome, now)
+            wf.waiting_reason, wf.resume_at = "", None
+            if wf.plan_hash != old_hash:
+                voided = void_for_plan_change(wf, changes, now)
                 wf.state, wf.approved_at = WorkflowState.PENDING_APPROVAL, None
                 wf.break_glass, wf.break_glass_reason = False, ""
                 self._transition(
@@ -256,31 +385,18 @@ class _Run:
                     {**before, "plan": old_plan},
                     extra={
                         "old_plan_hash": old_hash,
-                        "new_plan_hash": new_hash,
+                        "new_plan_hash": wf.plan_hash,
                         "approvals_voided": voided,
+                        "changes": changes,
                         "new_plan": wf.plan,
                     },
                     fields=(
-                        "plan",
-                        "plan_hash",
+                        *PLAN_FIELDS,
+                        "plan_diff",
                         "approved_at",
                         "break_glass",
                         "break_glass_reason",
                     ),
-                )
-                return False
-            valid = wf.valid_approvals(now).count()
-            if not wf.break_glass and valid < wf.approvals_required:
-                wf.approvals.filter(voided_at__isnull=True).update(
-                    voided_at=now, void_reason="expired"
-                )
-                wf.state, wf.approved_at = WorkflowState.PENDING_APPROVAL, None
-                self._transition(
-                    wf,
-                    AuditAction.WORKFLOW_APPROVALS_EXPIRED,
-                    before,
-                    extra={"approvals_valid": valid, "approvals_required": wf.approvals_required},
-                    fields=("approved_at",),
                 )
                 return False
             definitions = kind.steps(wf.parameters, wf.plan)
@@ -310,7 +426,7 @@ class _Run:
                 AuditAction.WORKFLOW_STARTED,
                 before,
                 extra={"steps": [d.name for d in definitions], "break_glass": wf.break_glass},
-                fields=("started_at",),
+                fields=(*PLAN_FIELDS, "started_at"),
             )
         return True
 
@@ -340,6 +456,8 @@ class _Run:
             self._transition(wf, AuditAction.WORKFLOW_RESUMED, before)
 
     def execute(self) -> str:
+        if self.wf.state == WorkflowState.PLANNING:
+            return self.plan()
         if self.wf.state == WorkflowState.APPROVED and not self.start():
             return self.wf.state
         self.resume_if_waiting()
@@ -372,7 +490,7 @@ class _Run:
                 return self.defer(step.not_before)
             if not self.claim_step(step):
                 continue
-            _fault_point(self.wf, step, "before")
+            step_boundary.send(_Run, workflow=self.wf, step=step, when="before")
             ctx = StepContext(self, step, definition)
             try:
                 result = definition.run(ctx) or StepResult.done()
@@ -391,7 +509,7 @@ class _Run:
             if result.status == StepResult.WAIT:
                 return self.wait(step, result.reason, result.retry_in)
             self.complete(step, result.output)
-            _fault_point(self.wf, step, "after")
+            step_boundary.send(_Run, workflow=self.wf, step=step, when="after")
 
     def claim_step(self, step: WorkflowStep) -> bool:
         self.renew()
@@ -461,15 +579,10 @@ class _Run:
             self.release(wf)
             wf.resume_at = when
             wf.save(update_fields=["lease_owner", "lease_expires_at", "resume_at", "updated_at"])
-            audit.record(
+            record_change(
+                wf,
                 AuditAction.STEP_RETRY,
-                actor=None,
-                context=AuditContext.WORKER,
-                target_type="workflow",
-                target_id=wf.pk,
-                workflow=wf,
-                before=before,
-                after=workflow_snapshot(wf),
+                before,
                 outcome=AuditOutcome.FAILURE,
                 extra={
                     "step": step.name,
@@ -619,17 +732,18 @@ def reconcile(now: dt.datetime | None = None) -> list[int]:
                 extra={"reason": "lease expired", "current_step": wf.current_step},
             )
     unheld = Q(lease_expires_at__isnull=True)
+    due = Q(resume_at__isnull=True) | Q(resume_at__lte=now)
     stalled = list(
         Workflow.objects.filter(unheld)
         .filter(
-            Q(state=WorkflowState.APPROVED, approved_at__lt=grace)
-            | Q(state=WorkflowState.RUNNING, updated_at__lt=grace)
-            & (Q(resume_at__isnull=True) | Q(resume_at__lte=now))
+            Q(state=WorkflowState.PLANNING, created_at__lt=grace) & due
+            | Q(state=WorkflowState.APPROVED, approved_at__lt=grace) & due
+            | Q(state=WorkflowState.RUNNING, updated_at__lt=grace) & due
             | Q(state=WorkflowState.WAITING, resume_at__lte=now)
         )
         .values_list("pk", flat=True)[:1000]
     )
-    due = sorted(set(expired) | set(stalled))
-    for pk in due:
+    todo = sorted(set(expired) | set(stalled))
+    for pk in todo:
         transaction.on_commit(lambda pk=pk: run_workflow.delay(pk))
-    return due
+    return todo

@@ -269,15 +269,11 @@ def workflow_out(wf: Workflow, *, steps: bool = False) -> dict[str, Any]:
         "params": wf.parameters,
         "plan": wf.plan,
         "plan_hash": wf.plan_hash,
+        "plan_information": wf.plan_information,
+        "plan_information_at": _iso(wf.plan_information_at),
+        "plan_diff": wf.plan_diff,
         "approvals_required": wf.approvals_required,
-        "approvals_valid": sum(
-            1
-            for a in wf.approvals.all()
-            if a.decision == "approve"
-            and a.plan_hash == wf.plan_hash
-            and a.voided_at is None
-            and not a.is_expired(now)
-        ),
+        "approvals_valid": sum(1 for a in wf.approvals.all() if a.counts_for(wf.plan_hash, now)),
         "approvals": [
             {
                 "approver": a.approver.get_username(),

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from workflows import engine
+from workflows import engine, planning
 from workflows.audit import audit_scope
 from workflows.choices import AuditContext
 
-__all__ = ["reconcile_workflows", "run_workflow"]
+__all__ = ["reconcile_workflows", "refresh_plans", "run_workflow"]
 
 
 @shared_task(
@@ -23,7 +23,7 @@ __all__ = ["reconcile_workflows", "run_workflow"]
     ignore_result=True,
 )
 def run_workflow(workflow_id: int) -> str:
-    """Run workflow ``workflow_id`` as far as it goes now (see ``workflows.engine``)."""
+    """Plan or run workflow ``workflow_id`` as far as it goes now (see ``workflows.engine``)."""
     with audit_scope(AuditContext.WORKER):
         return engine.run(int(workflow_id))
 
@@ -38,3 +38,15 @@ def reconcile_workflows() -> list[int]:
     """Beat: resume workflows whose lease expired or whose wake-up was lost."""
     with audit_scope(AuditContext.BEAT):
         return engine.reconcile()
+
+
+@shared_task(
+    name="workflows.tasks.refresh_plans",
+    soft_time_limit=120,
+    time_limit=150,
+    ignore_result=True,
+)
+def refresh_plans() -> list[int]:
+    """Beat: refresh the information of plans pending approval (``workflows.planning``)."""
+    with audit_scope(AuditContext.BEAT):
+        return planning.refresh_pending_plans()

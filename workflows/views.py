@@ -123,14 +123,7 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
     decided = any(a.approver_id == user.pk and a.voided_at is None for a in approvals)
     context.update(
         approvals=approvals,
-        approvals_valid=sum(
-            1
-            for a in approvals
-            if a.decision == "approve"
-            and a.plan_hash == wf.plan_hash
-            and a.voided_at is None
-            and not a.is_expired(now)
-        ),
+        approvals_valid=sum(1 for a in approvals if a.counts_for(wf.plan_hash, now)),
         can_decide=(
             wf.state == WorkflowState.PENDING_APPROVAL
             and has_role(user, Role.APPROVER)
@@ -148,9 +141,12 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def workflow_live(request: HttpRequest, pk: int) -> HttpResponse:
     """The live partial (state, steps, progress, gate): polled while the workflow is active;
-    answers 286 once it is not, which stops htmx polling."""
+    answers 286 once it is not, which stops htmx polling. A page that was showing "planning"
+    reloads whole (``HX-Refresh``) once the plan is there, so its plan panel shows it."""
     wf = get_object_or_404(Workflow.objects.select_related("requester"), pk=_pk(pk))
     response = render(request, "workflows/partials/workflow_live.html", _live_context(request, wf))
+    if request.GET.get("was") == WorkflowState.PLANNING and wf.state != WorkflowState.PLANNING:
+        response["HX-Refresh"] = "true"
     if not wf.is_active:
         response.status_code = 286
     return response
@@ -232,11 +228,12 @@ def workflow_confirm(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def workflow_new(request: HttpRequest) -> HttpResponse:
-    """The generic request form, driven by the kind registry, with a plan preview.
+    """The generic request form, driven by the kind registry.
 
-    GET with ``kind`` (and fields) shows the form and, once the fields are complete, the plan
-    the request would freeze. POST submits it with the previewed hash: if the plan changed in
-    between, the new plan is shown instead of being requested blindly."""
+    GET with ``kind`` (and fields) shows the form and, once the fields are complete, the
+    validated request: target, approvals needed, and any open workflow it would conflict with.
+    It reads PostgreSQL only. POST creates the workflow in ``planning``; a worker computes the
+    plan, and the workflow page shows it as soon as it is there."""
     data = request.POST if request.method == "POST" else request.GET
     kind_name = data.get("kind") or ""
     kind = None
@@ -263,13 +260,14 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
                 reason=data.get("reason", ""),
                 break_glass=bool(data.get("break_glass")),
                 break_glass_reason=data.get("break_glass_reason", ""),
-                expected_plan_hash=data.get("plan_hash") or None,
                 context=AuditContext.WEB,
             )
         except WorkflowError as exc:
             error, status = f"{exc.code}: {exc.message}", exc.status
         else:
-            messages.success(request, f"Workflow #{wf.pk} requested.")
+            messages.success(
+                request, f"Workflow #{wf.pk} requested: a worker is computing its plan."
+            )
             return HttpResponseRedirect(reverse("workflows:detail", args=[wf.pk]))
     fields = []
     if kind is not None:

@@ -19,12 +19,15 @@ def hash_token(raw: str) -> str:
 
 
 class ApiTokenQuerySet(models.QuerySet):
-    def authenticate(self, raw: str) -> ApiToken | None:
-        token = (
-            self.select_related("user")
-            .filter(key_hash=hash_token(raw), revoked_at__isnull=True, user__is_active=True)
-            .first()
+    def usable(self, now=None) -> ApiTokenQuerySet:
+        """Tokens that authenticate now: not revoked, not expired, of an active user."""
+        now = now or timezone.now()
+        return self.filter(revoked_at__isnull=True, user__is_active=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
         )
+
+    def authenticate(self, raw: str) -> ApiToken | None:
+        token = self.usable().select_related("user").filter(key_hash=hash_token(raw)).first()
         if token is not None:
             type(self).filter(self, pk=token.pk).update(last_used_at=timezone.now())
         return token
@@ -41,6 +44,9 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="After this the token no longer authenticates."
+    )
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     objects = ApiTokenQuerySet.as_manager()
@@ -49,14 +55,27 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.user})"
 
     @classmethod
-    def issue(cls, user, name: str = "") -> tuple[ApiToken, str]:
+    def new(cls, user, name: str = "", expires_at=None) -> tuple[ApiToken, str]:
+        """An unsaved token and its value (only the value's SHA-256 is kept)."""
         raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, name=name, key_hash=hash_token(raw), prefix=raw[:12])
+        token = cls(
+            user=user, name=name, key_hash=hash_token(raw), prefix=raw[:12], expires_at=expires_at
+        )
         return token, raw
+
+    @property
+    def state(self) -> str:
+        """revoked, expired or active (for the tokens page)."""
+        if self.revoked_at:
+            return "revoked"
+        if self.expires_at and self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
 
 
 class Heartbeat(models.Model):
-    """Last time a named periodic task ran, written by a Celery worker (beat schedule)."""
+    """Last time a named heartbeat was written: ``beat`` by a task beat schedules, and
+    ``worker:<node name>`` by each Celery worker (see :mod:`console.tasks`)."""
 
     name = models.CharField(max_length=100, unique=True)
     beat_at = models.DateTimeField()

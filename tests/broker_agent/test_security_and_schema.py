@@ -11,7 +11,7 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from broker_agent.signing import sign_headers
+from broker_agent.signing import audience_of, sign_headers
 
 pytestmark = pytest.mark.integration
 
@@ -26,19 +26,23 @@ def test_unsigned_bad_stale_and_replayed_requests_get_401(sim_factory):
     sim = sim_factory(1, 1)
     for url in (sim.urls["controller"], sim.urls["brokers"]["1"]):
         path = "/v1/snapshot" if url != sim.urls["controller"] else "/v1/metadata"
+        audience = audience_of(url)
         r = _send(url, path, {})
         assert r.status_code == 401 and r.json()["error"] == "UNAUTHORIZED"
-        bad = sign_headers(b"wrong secret", "GET", path)
+        bad = sign_headers(b"wrong secret", "GET", path, audience=audience)
         assert _send(url, path, bad).status_code == 401
-        stale = sign_headers(sim.secret, "GET", path, now=time.time() - 120)
+        stale = sign_headers(sim.secret, "GET", path, audience=audience, now=time.time() - 120)
         assert "STALE" in _send(url, path, stale).json()["message"]
-        good = sign_headers(sim.secret, "GET", path)
+        good = sign_headers(sim.secret, "GET", path, audience=audience)
         assert _send(url, path, good).status_code == 200
         replay = _send(url, path, good)
         assert replay.status_code == 401 and "REPLAYED" in replay.json()["message"]
         # signed for another path
-        other = sign_headers(sim.secret, "GET", path + "?since=1")
+        other = sign_headers(sim.secret, "GET", path + "?since=1", audience=audience)
         assert _send(url, path, other).status_code == 401
+        # signed without naming its target (the old, replayable form)
+        unbound = sign_headers(sim.secret, "GET", path)
+        assert "WRONG_AUDIENCE" in _send(url, path, unbound).json()["message"]
     logs = (sim.data / "logs" / "broker-1.log").read_text()
     assert "refused GET /v1/snapshot" in logs
 
@@ -51,7 +55,9 @@ class _SigningAuth(requests.auth.AuthBase):
         body = r.body or b""
         if isinstance(body, str):
             body = body.encode()
-        r.headers.update(sign_headers(self.secret, r.method, r.path_url, body))
+        r.headers.update(
+            sign_headers(self.secret, r.method, r.path_url, body, audience=audience_of(r.url))
+        )
         return r
 
 

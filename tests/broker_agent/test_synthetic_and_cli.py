@@ -11,7 +11,7 @@ import pytest
 
 from broker_agent.choices import RemoteSegmentState, TaskState
 from broker_agent.client import AgentClient, AgentError, ControllerClient
-from broker_agent.signing import sign_headers
+from broker_agent.signing import audience_of, sign_headers
 
 from .conftest import run_cli, wait_until
 
@@ -39,7 +39,7 @@ def test_synthetic_snapshot_is_gzip_and_incremental(tmp_path):
             base = urls["controller"]
 
             def get(path):
-                h = sign_headers(secret, "GET", path)
+                h = sign_headers(secret, "GET", path, audience=audience_of(base))
                 h["Accept-Encoding"] = "gzip"
                 return httpx.get(base + path, headers=h, timeout=30)
 
@@ -47,7 +47,10 @@ def test_synthetic_snapshot_is_gzip_and_incremental(tmp_path):
             assert r.headers["content-encoding"] == "gzip"
             full = r.json()
             assert full["full"] and len(full["partitions"]) == 1000 == full["partition_count"]
-            tick = httpx.post(base + "/v1/tick", headers=sign_headers(secret, "POST", "/v1/tick"))
+            tick = httpx.post(
+                base + "/v1/tick",
+                headers=sign_headers(secret, "POST", "/v1/tick", audience=audience_of(base)),
+            )
             version = tick.json()["version"]
             inc = get(f"/v1/snapshot?since={full['version']}").json()
             assert not inc["full"] and inc["version"] == version
@@ -89,7 +92,7 @@ def test_synthetic_controller_metadata_is_versioned_incremental_and_churnable(tm
         with ControllerClient(urls["controller"], secret) as ctl:
             # gzip on the wire, the real controller's models
             path = "/v1/metadata"
-            h = sign_headers(secret, "GET", path)
+            h = sign_headers(secret, "GET", path, audience=ctl.audience)
             h["Accept-Encoding"] = "gzip"
             raw = httpx.get(urls["controller"] + path, headers=h, timeout=30)
             assert raw.headers["content-encoding"] == "gzip"

@@ -1,4 +1,5 @@
-"""A real Celery worker process executes a task sent through Redis and writes to PostgreSQL."""
+"""A real Celery worker process executes a task sent through Redis and writes to PostgreSQL,
+and writes its heartbeat row, from which health counts it."""
 
 from __future__ import annotations
 
@@ -31,3 +32,5 @@ def test_health_is_200_with_a_worker(client, celery_worker_process):
     assert response.status_code == 200
     assert response.json()["workers"] >= 1
     assert response.json()["status"] == "ok"
+    # Counted from the worker's own heartbeat row (never a broadcast ping).
+    assert Heartbeat.objects.filter(name__startswith="worker:test-").exists()

@@ -8,6 +8,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
+from broker_agent.models import ClusterMetadata
 from spark_tasks import agent_remote
 from spark_tasks.agent_remote import AgentRemoteMetadata, Limits
 from spark_tasks.remote import PartitionLogStart, SegmentRef
@@ -150,7 +151,57 @@ def test_export_streams_the_inventory_in_row_groups_with_the_contract_schema(
     assert parts.schema.equals(PARTITION_STATE_SCHEMA)
     # Partition 1 reported by both: the controller's leader (broker 2) wins.
     assert parts.to_pylist()[1]["log_start_offset"] == 7
-    assert adapter.remote_root() == "file:///data/remote"
+
+
+def test_the_store_root_is_never_guessed_from_the_inventory(adapter, tmp_path):
+    """Issue #11: rows name ``/data/remote/...``, but only configuration says where the store
+    is; without it the adapter refuses to name a root (and a run that would delete fails)."""
+    adapter.export_inputs(tmp_path)
+    with pytest.raises(RuntimeError, match="SPARK_REMOTE_ROOTS"):
+        adapter.remote_root()
+
+
+def test_a_configured_store_root_is_the_root(fake, settings, db):
+    settings.SPARK_CLUSTER_ENDPOINTS = {
+        "prod": {"controller_url": CONTROLLER, "secret_ref": "env:STRATA_TEST_SECRET"}
+    }
+    settings.SPARK_REMOTE_ROOTS = {"prod": "file:///srv/kafka-remote"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STRATA_TEST_SECRET", "secret")
+        backend = agent_remote.for_cluster("prod")
+    assert backend.remote_root() == "file:///srv/kafka-remote"
+
+
+def _sim_metadata(data, cluster_id: str = "sim-id") -> ClusterMetadata:
+    return ClusterMetadata.model_validate(
+        {
+            "cluster_id": cluster_id,
+            "version": 1,
+            "brokers": [
+                {
+                    "broker_id": b,
+                    "url": f"http://agent{b}",
+                    "alive": True,
+                    "log_dirs": [
+                        {"name": d, "path": str(data / f"broker-{b}" / d), "state": "online"}
+                        for d in ("d0", "d1")
+                    ],
+                }
+                for b in (1, 2)
+            ],
+            "topics": [],
+        }
+    )
+
+
+def test_the_simulated_clusters_store_is_found_from_its_agents_and_manifest(tmp_path):
+    data = tmp_path / "sim"
+    data.mkdir()
+    (data / "cluster.json").write_text(json.dumps({"cluster_id": "sim-id", "data": str(data)}))
+    assert agent_remote.simulated_store_root(_sim_metadata(data)) == (data / "remote").as_uri()
+    # Another cluster's manifest, or log dirs not laid out by the simulator: no root.
+    assert agent_remote.simulated_store_root(_sim_metadata(data, "other-id")) == ""
+    assert agent_remote.simulated_store_root(_sim_metadata(tmp_path / "elsewhere")) == ""
 
 
 def test_log_start_offsets_go_to_the_leader_and_only_upwards(adapter, fake, tmp_path):

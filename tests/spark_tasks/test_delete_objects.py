@@ -5,26 +5,30 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_tasks import jobkit
+from spark_tasks import jobkit, store
 from spark_tasks.jobkit import DeleteOutcome
 from spark_tasks.schema import PLAN_SCHEMA
 
 
 def test_an_object_already_gone_counts_as_deleted_and_unsafe_paths_are_refused(tmp_path):
-    present = tmp_path / "a.log"
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    present = remote / "a.log"
     present.write_bytes(b"x")
-    directory = tmp_path / "seg"
+    directory = remote / "seg"
     directory.mkdir()
     (directory / "index").write_bytes(b"y")
+    outside = tmp_path / "outside.log"
+    outside.write_bytes(b"z")
     paths = [
         str(present),
-        str(tmp_path / "never.log"),
+        str(remote / "never.log"),
         f"file://{directory}",
         "relative/b.log",
-        f"{tmp_path}/../{tmp_path.name}/x.log",
+        f"{remote}/../outside.log",
         None,
     ]
-    outcomes, errors = jobkit.unlink_paths(paths)
+    outcomes, errors = jobkit.unlink_paths(paths, store.store_root(str(remote)))
     assert outcomes == [
         DeleteOutcome.DELETED,
         DeleteOutcome.ALREADY_GONE,
@@ -33,7 +37,7 @@ def test_an_object_already_gone_counts_as_deleted_and_unsafe_paths_are_refused(t
         DeleteOutcome.REFUSED,
         DeleteOutcome.REFUSED,
     ]
-    assert not present.exists() and not directory.exists()
+    assert not present.exists() and not directory.exists() and outside.exists()
     assert errors[:3] == [None, None, None] and all(errors[3:])
 
 
@@ -85,7 +89,7 @@ def test_the_unlinkat_loop_handles_directories_and_bounds_its_descriptors(tmp_pa
         str(tmp_path / "gone-dir" / "x.log"),
         f"{plain}/x.log",
     ]
-    outcomes, errors = jobkit.unlink_paths(paths)
+    outcomes, errors = jobkit.unlink_paths(paths, store.store_root(str(tmp_path)))
     assert outcomes[: len(files)] == [DeleteOutcome.DELETED] * len(files)
     assert outcomes[len(files) :] == [
         DeleteOutcome.DELETED,
@@ -99,22 +103,21 @@ def test_the_unlinkat_loop_handles_directories_and_bounds_its_descriptors(tmp_pa
     assert len(os.listdir("/proc/self/fd")) == fds_before
 
 
-def test_hidden_directories_take_the_fast_path_and_dot_parts_do_not(tmp_path, monkeypatch):
-    hidden = tmp_path / ".run" / "remote" / "t-0"
+def test_hidden_directories_and_dot_parts_are_resolved_not_refused(tmp_path):
+    """``.run/`` is a name like any other; a ``..`` that stays inside the store deletes the
+    object it resolves to, one that leaves the store is refused."""
+    remote = tmp_path / ".run" / "remote"
+    hidden = remote / "t-0"
     hidden.mkdir(parents=True)
     objects = [hidden / f"{i:05d}.log" for i in range(3)]
     for obj in objects:
         obj.write_bytes(b"x")
-    careful: list[str] = []
-    real = jobkit.delete_object
-
-    def spy(path: str):
-        careful.append(path)
-        return real(path)
-
-    monkeypatch.setattr(jobkit, "delete_object", spy)
-    dotted = f"{tmp_path}/.run/remote/../remote/t-0/00000.log"
-    outcomes, _ = jobkit.unlink_paths([*(str(o) for o in objects), dotted])
+    kept = tmp_path / ".run" / "kept.log"
+    kept.write_bytes(b"k")
+    inside = f"{remote}/../remote/t-0/00000.log"
+    escaping = f"{remote}/t-0/../../kept.log"
+    outcomes, _ = jobkit.unlink_paths(
+        [inside, *(str(o) for o in objects[1:]), escaping], store.store_root(str(remote))
+    )
     assert outcomes == [DeleteOutcome.DELETED] * 3 + [DeleteOutcome.REFUSED]
-    assert careful == [dotted]  # only the path with a '..' part went the careful way
-    assert not any(o.exists() for o in objects)
+    assert not any(o.exists() for o in objects) and kept.exists()

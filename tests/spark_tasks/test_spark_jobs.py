@@ -318,7 +318,14 @@ def test_purge_plans_below_the_epoch_and_deletes_the_objects(generated, workspac
     gen = generated["dir"]
     out, _result = _submit(
         "purge",
-        ["--inventory", str(gen / "inventory"), "--partitions", str(gen / "partitions")],
+        [
+            "--inventory",
+            str(gen / "inventory"),
+            "--partitions",
+            str(gen / "partitions"),
+            "--store-root",
+            generated["remote"].as_uri(),
+        ],
         workspace,
         "purge",
     )

@@ -14,15 +14,25 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, child_env
+from workflows import engine
 from workflows.actions import do_approve_workflow, do_request_workflow
 from workflows.choices import AuditContext
 from workflows.models import Workflow
 
 
+def planned(wf: Workflow) -> Workflow:
+    """Run the planning a worker would run (in-process; on_commit never fires in these tests)."""
+    engine.run(wf.pk)
+    wf.refresh_from_db()
+    return wf
+
+
 def request_noop(
     user, topic: str = "t1", *, partitions: int = 2, mode: str = "plain", cluster: str = "lab", **kw
 ) -> Workflow:
-    return do_request_workflow(
+    """A ``noop_check`` request, planned (as a worker would) unless ``plan=False``."""
+    plan = kw.pop("plan", True)
+    wf = do_request_workflow(
         acting_user=user,
         kind="noop_check",
         params={"cluster": cluster, "topic": topic, "partitions": partitions, "mode": mode},
@@ -30,6 +40,17 @@ def request_noop(
         context=AuditContext.CLI,
         **kw,
     )
+    return planned(wf) if plan else wf
+
+
+def wait_planned(workflow_id: int, timeout: float = 90) -> Workflow:
+    """Wait until a worker planned the workflow (it left ``planning``); returns the row."""
+    wait_for(
+        lambda: Workflow.objects.get(pk=workflow_id).state != "planning",
+        timeout,
+        f"workflow #{workflow_id} to be planned",
+    )
+    return Workflow.objects.get(pk=workflow_id)
 
 
 def approve(wf: Workflow, user) -> Workflow:
@@ -78,13 +99,15 @@ def workflow_worker(django_db_setup, django_db_blocker, tmp_path_factory) -> Ite
         run_dir = tmp_path_factory.mktemp("wfrun")
         with django_db_blocker.unblock():
             env = child_env(
-                STRATA_RUN_DIR=str(run_dir),
-                STRATA_FAULT_DIR=str(run_dir / "faults"),
-                STRATA_WORKFLOW_LEASE_SECONDS="3",
-                STRATA_RECONCILE_SECONDS="1",
-                STRATA_STEP_RETRY_BASE_SECONDS="0.2",
-                STRATA_SYNC_INTERVAL_SECONDS="3600",  # keep other apps' beat entries quiet
-                **extra,
+                **{
+                    "STRATA_RUN_DIR": str(run_dir),
+                    "STRATA_FAULT_DIR": str(run_dir / "faults"),
+                    "STRATA_WORKFLOW_LEASE_SECONDS": "3",
+                    "STRATA_RECONCILE_SECONDS": "1",
+                    "STRATA_STEP_RETRY_BASE_SECONDS": "0.2",
+                    "STRATA_SYNC_INTERVAL_SECONDS": "3600",  # keep other beat entries quiet
+                    **extra,
+                }
             )
         app.control.purge()
         log: Path = run_dir / "worker.log"

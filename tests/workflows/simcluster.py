@@ -3,6 +3,9 @@
 ``sim_cluster(data, ...)`` runs ``python -m broker_agent sim up`` in a temporary data dir and
 always runs ``sim down`` (and kills what is left of its process groups) when the block ends.
 Disks fail as in KIP-112's system tests: the folder is replaced by a file.
+
+``request_planned`` / ``request_outcome``: a request through the API, then the real worker's
+planning (a request only validates and creates the workflow in ``planning``).
 """
 
 from __future__ import annotations
@@ -154,15 +157,16 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = 
 
 
 def wait_plan_stable(kind_name: str, params: dict[str, Any], timeout: float = 30.0) -> dict:
-    """Wait until two pre-flights a second apart give the same plan (the ISR shrink and the
-    leader election after a failure have settled), so the approved plan is the executed one."""
+    """Wait until two plans a second apart have the same actions (the ISR shrink and the
+    leader election after a failure have settled), so the approved plan is the executed one.
+    Returns the actions."""
     from workflows.kinds import get_kind, plan_hash
 
     kind = get_kind(kind_name)
     last: list[str] = []
 
     def stable() -> dict | None:
-        plan = kind.preflight(params)
+        plan = kind.plan(params).actions
         h = plan_hash(kind_name, params, plan)
         same = bool(last) and last[-1] == h
         last.append(h)
@@ -170,3 +174,44 @@ def wait_plan_stable(kind_name: str, params: dict[str, Any], timeout: float = 30
         return plan if same else None
 
     return wait_until(stable, timeout, "a stable plan")
+
+
+def planned_from(api, user, created: dict[str, Any], timeout: float = 90) -> dict[str, Any]:
+    """The answer of ``POST /api/v1/workflows`` (201: ``planning``, no plan yet) → wait until
+    the worker planned it; returns ``GET /api/v1/workflows/{id}``: planned or refused."""
+    from .conftest import wait_planned
+
+    answered = (created["state"], created["plan"], created["plan_hash"])
+    assert answered == ("planning", {}, ""), created  # a request never plans
+    wait_planned(created["id"], timeout)
+    return api(user).get(f"/workflows/{created['id']}").json()
+
+
+def request_planned(api, user, body: dict[str, Any], timeout: float = 90) -> dict[str, Any]:
+    """Request through the API, then wait for the worker's plan (see :func:`planned_from`)."""
+    response = api(user).post("/workflows", body)
+    assert response.status_code == 201, response.json()
+    return planned_from(api, user, response.json(), timeout)
+
+
+def request_outcome(api, user, body: dict[str, Any], timeout: float = 90) -> tuple[Any, str]:
+    """How a request that should be refused ends: ``(status, code)`` when the request itself is
+    refused (its fields), ``("refused", code)`` when the worker's planning refuses it (a KIP
+    error, a rule). Asserts that a refused workflow changed nothing: no plan, no approval, no
+    step, and the refusal audited as denied."""
+    from workflows.choices import AuditAction, AuditOutcome
+    from workflows.models import AuditEvent, Workflow
+
+    response = api(user).post("/workflows", body)
+    if response.status_code != 201:
+        return response.status_code, response.json()["error"]
+    out = planned_from(api, user, response.json(), timeout)
+    if out["state"] != "refused":
+        return out["state"], ""
+    wf = Workflow.objects.get(pk=out["id"])
+    assert (wf.plan, wf.plan_hash) == ({}, ""), out
+    assert not wf.steps.exists() and not wf.approvals.exists(), out
+    assert out["error"]["code"] == wf.error_code
+    refused = AuditEvent.objects.get(workflow=wf, action=AuditAction.WORKFLOW_REFUSED)
+    assert refused.outcome == AuditOutcome.DENIED and refused.extra["error"] == wf.error_code
+    return "refused", wf.error_code

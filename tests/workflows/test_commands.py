@@ -9,16 +9,22 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from workflows import engine
 from workflows.choices import AuditAction, WorkflowState
-from workflows.models import AuditEvent
+from workflows.models import AuditEvent, Workflow
+from workflows.queries import workflow_out
 
 pytestmark = pytest.mark.django_db
 
 
 def _request(*args: str) -> dict:
+    """Request, then plan it as a worker would; returns the command's JSON, planned."""
     out = io.StringIO()
     call_command("request_workflow", *args, stdout=out)
-    return json.loads(out.getvalue())
+    body = json.loads(out.getvalue())
+    assert body["state"] == WorkflowState.PLANNING
+    engine.run(body["id"])
+    return workflow_out(Workflow.objects.get(pk=body["id"]))
 
 
 def test_request_then_approve_from_the_command_line(operator, approver):
@@ -47,7 +53,9 @@ def test_request_then_approve_from_the_command_line(operator, approver):
         stdout=out,
     )
     assert json.loads(out.getvalue())["state"] == WorkflowState.APPROVED
-    events = AuditEvent.objects.filter(workflow_id=body["id"])
+    events = AuditEvent.objects.filter(workflow_id=body["id"]).exclude(
+        action=AuditAction.WORKFLOW_PLANNED  # the worker's
+    )
     assert set(events.values_list("context", flat=True)) == {"cli"}
     assert events.filter(action=AuditAction.WORKFLOW_APPROVED, actor=approver).exists()
 

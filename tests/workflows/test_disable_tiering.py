@@ -1,22 +1,26 @@
 """``disable_tiering`` end to end through the API, with a real worker and the simulated
-cluster's real processes (KIP-950 disablement: retain and delete), and its pre-flight refusals."""
+cluster's real processes (KIP-950 disablement: retain and delete), and its refusals: bad fields
+at once (400), the KIP's refusals by the worker's planning (state ``refused``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from broker_agent.choices import RemoteSegmentState, TieredState
+from console.models import Partition
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from workflows.audit import verify_chain
 from workflows.choices import StepState, WorkflowState
 from workflows.kinds.tiering import TieringAction
-from workflows.models import Workflow
+from workflows.models import AuditEvent, Workflow, WorkflowStep
 
 from .conftest import wait_for
 from .tiering_sim import (
     CLUSTER,
     acks_per_broker,
     register,
+    request_outcome,
+    request_planned,
     sim_cluster,
     state_of,
     sync,
@@ -46,11 +50,18 @@ def lab(sim, settings, tmp_path):
     return sim
 
 
-def _request(api, user, **body):
-    return api(user).post("/workflows", {"kind": "disable_tiering", "cluster": CLUSTER, **body})
+def _body(**fields):
+    return {"kind": "disable_tiering", "cluster": CLUSTER, **fields}
 
 
-def test_bad_requests_are_refused_with_their_kip_codes_and_change_nothing(lab, api, operator):
+def _request(api, user, **fields):
+    """Request, then wait for the worker's plan: the workflow as ``GET`` shows it."""
+    return request_planned(api, user, _body(**fields))
+
+
+def test_bad_requests_are_refused_with_their_kip_codes_and_change_nothing(
+    lab, api, operator, worker
+):
     sim = lab
     tiered_topic(sim, "refusals", partitions=1, records=50)
     sim.cli("create-topic", "plain", "--partitions", "1", "--replication-factor", "1")
@@ -59,17 +70,26 @@ def test_bad_requests_are_refused_with_their_kip_codes_and_change_nothing(lab, a
     sync()
     epochs = {t: sim.controller.topic(t).tiered_epoch for t in ("refusals", "busy")}
 
+    # bad fields are refused at once; what the cluster's state refuses, by the worker's planning
     cases = [
         ({"topic": "refusals", "policy": "shred"}, 400, "INVALID_REQUEST"),
-        ({"topic": "no-such-topic"}, 400, "INVALID_REQUEST"),
-        ({"topic": "plain"}, 400, "INVALID_REQUEST"),  # not tiered
+        ({"topic": "no-such-topic"}, "refused", "INVALID_REQUEST"),
+        ({"topic": "plain"}, "refused", "INVALID_REQUEST"),  # not tiered
         ({"topic": "refusals", "broker": 1}, 400, "INVALID_REQUEST"),  # field it does not take
-        ({"topic": "busy"}, 409, "TIERED_STORAGE_DISABLEMENT_IN_PROGRESS"),
+        ({"topic": "busy"}, "refused", "TIERED_STORAGE_DISABLEMENT_IN_PROGRESS"),
+        ({"topic": "refusals", "cluster": "nowhere"}, 400, "INVALID_REQUEST"),
     ]
-    for body, status, code in cases:
-        resp = _request(api, operator, **body)
-        assert (resp.status_code, resp.json()["error"]) == (status, code), (body, resp.json())
-    assert not Workflow.objects.exists()
+    for fields, status, code in cases:
+        outcome = request_outcome(api, operator, _body(**fields))
+        assert outcome == (status, code), (fields, outcome)
+    # nothing was created but the three refused workflows, which hold no step
+    assert sorted(Workflow.objects.values_list("target", "state")) == [
+        ("topic:busy", WorkflowState.REFUSED),
+        ("topic:no-such-topic", WorkflowState.REFUSED),
+        ("topic:plain", WorkflowState.REFUSED),
+    ]
+    assert not WorkflowStep.objects.exists()
+    assert not AuditEvent.objects.filter(action__startswith="tiering.").exists()
     assert {t: sim.controller.topic(t).tiered_epoch for t in epochs} == epochs
     assert sim.controller.topic("refusals").tiered_state == TieredState.ENABLED
 
@@ -86,17 +106,26 @@ def test_retain_disables_on_every_broker_once_and_keeps_remote_data_readable(
         what="local retention to trim what was tiered",
     )
     sync()
-    created = _request(api, operator, topic="orders", reason="cost").json()
-    plan = created["plan"]
+    created = _request(api, operator, topic="orders", reason="cost")
+    plan, info = created["plan"], created["plan_information"]
     assert created["state"] == WorkflowState.PENDING_APPROVAL and created["approvals_required"] == 1
     assert plan["brokers"] == [1, 2, 3] and plan["policy"] == "retain"
     assert (plan["tiered_epoch"], plan["new_tiered_epoch"]) == (0, 1)
-    assert plan["remote_segments"] > 0 and plan["remote_bytes"] > 0
-    growth = plan["disk_growth"]
-    assert "KIP-950" in growth["method"] and growth["all_fit"]
+    # the figures that move with traffic are information, exact as of the last sync
+    inventory = Partition.objects.filter(topic__cluster__name=CLUSTER, topic__name="orders")
+    assert info["remote_segments"] == sum(p.remote_segments for p in inventory) > 0
+    assert info["remote_bytes"] == sum(p.remote_bytes for p in inventory) > 0
+    assert created["plan_information_at"] is not None
+    growth = plan["disk_growth"]  # which dirs fit is an action
+    assert growth["all_fit"] and all(d["fits"] for d in growth["log_dirs"])
     assert {(d["broker"]) for d in growth["log_dirs"]} == {1, 2, 3}
     assert sum(d["replicas"] for d in growth["log_dirs"]) == 9  # 3 partitions x RF 3
-    assert all(d["projected_growth_bytes"] > 0 for d in growth["log_dirs"])
+    projected = info["disk_growth"]  # how many bytes is information
+    assert "KIP-950" in projected["method"] and projected["all_fit"]
+    assert [(d["broker"], d["log_dir"]) for d in projected["log_dirs"]] == [
+        (d["broker"], d["log_dir"]) for d in growth["log_dirs"]
+    ]
+    assert all(0 < d["projected_growth_bytes"] <= d["usable_bytes"] for d in projected["log_dirs"])
 
     api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
     wait_for(lambda: state_of(created["id"]) in WorkflowState.TERMINAL, 90, "the workflow to end")
@@ -124,7 +153,8 @@ def test_retain_disables_on_every_broker_once_and_keeps_remote_data_readable(
     assert fetched.records and fetched.records[0].offset == 0 and fetched.remote_records > 0
     # the console was synced by the last step: a new disable is refused as not tiered any more
     again = _request(api, operator, topic="orders")
-    assert again.json()["error"] == "INVALID_REQUEST" and "DISABLED" in again.json()["message"]
+    assert again["state"] == WorkflowState.REFUSED, again
+    assert again["error"]["code"] == "INVALID_REQUEST" and "DISABLED" in again["error"]["message"]
     assert verify_chain().ok
 
 
@@ -136,7 +166,8 @@ def test_delete_needs_two_approvers_and_runs_the_spark_purge_to_the_end(
     before = remote_segments_of(sim, "clicks")
     assert before
     sync()
-    created = _request(api, operator, topic="clicks", policy="delete").json()
+    created = _request(api, operator, topic="clicks", policy="delete")
+    assert created["state"] == WorkflowState.PENDING_APPROVAL, created
     assert created["approvals_required"] == 2 and "purge" in created["plan"]["effect"]
     api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
     assert state_of(created["id"]) == WorkflowState.PENDING_APPROVAL

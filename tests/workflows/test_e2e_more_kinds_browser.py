@@ -1,8 +1,9 @@
 """In Chromium, against the simulated cluster's real processes and a real worker: for each of
 ``enable_tiering``, ``expand_partitions``, ``shrink_partitions``, ``remote_purge`` and
 ``orphan_sweep``, an operator opens the request form as a user would (the topic page's button,
-or the request form's kind list for the Spark-backed kinds), previews the plan and submits it;
-a second user approves on the approval page; the workflow page follows it live to Succeeded.
+or the request form's kind list for the Spark-backed kinds), checks the request and submits it;
+the workflow page shows the plan once the worker computed it (it reloads by itself); a second
+user approves on the approval page; the workflow page follows it live to Succeeded.
 
 One simulated cluster (remote expiration external, as the purge needs) and one worker serve the
 whole module; every test sets up only what its kind needs (the Spark kinds: one dry run each,
@@ -24,6 +25,7 @@ from tests.conftest import login
 from workflows.choices import WorkflowState
 from workflows.models import Workflow
 
+from .conftest import wait_planned
 from .tiering_sim import CLUSTER, register, sim_cluster, sync, tiered_topic, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -66,19 +68,25 @@ def _from_kind_list(page, label: str, **fields: object) -> None:
     page.fill("#f-cluster", CLUSTER)
     for name, value in fields.items():
         page.fill(f"#f-{name}", str(value))
-    page.get_by_role("button", name="Preview plan").click()
-    page.get_by_test_id("plan-hash").wait_for()
+    page.get_by_role("button", name="Check request").click()
+    page.get_by_test_id("target").wait_for()
 
 
 def _submit(page, kind: str, reason: str, shows: str) -> Workflow:
-    """On the request form: the plan preview is shown first, then the request freezes it."""
-    plan_hash = page.get_by_test_id("plan-hash").inner_text()
-    expect(page.locator("section[aria-labelledby=pv-h]")).to_contain_text(shows)
+    """On the request form: the request is checked (target, approvals; no plan), then
+    submitted; the worker plans it and the workflow page, left alone, shows the plan."""
+    expect(page.locator("section[aria-labelledby=pv-h]")).to_contain_text("approval")
+    assert page.get_by_test_id("plan-hash").count() == 0
     page.fill("#f-reason", reason)
     page.get_by_test_id("submit-request").click()
     page.wait_for_url(re.compile(r"/workflows/\d+/$"))
-    wf = Workflow.objects.get()
-    assert (wf.kind, wf.plan_hash, wf.state) == (kind, plan_hash, WorkflowState.PENDING_APPROVAL)
+    wf = wait_planned(Workflow.objects.get().pk)
+    assert (wf.kind, wf.state) == (kind, WorkflowState.PENDING_APPROVAL), (
+        wf.error_code,
+        wf.error_message,
+    )
+    expect(page.get_by_test_id("plan-hash")).to_have_text(wf.plan_hash, timeout=30_000)
+    expect(page.get_by_test_id("plan-actions")).to_contain_text(shows)
     return wf
 
 

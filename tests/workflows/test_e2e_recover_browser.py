@@ -1,5 +1,6 @@
 """In Chromium, against the simulated cluster's real processes and a real worker: an operator
-requests ``recover_log_dir`` (replace) for a failed disk, another user approves, the operator
+requests ``recover_log_dir`` (replace) for a failed disk, the workflow page shows the plan once
+the worker computed it, another user approves, the operator
 confirms the new disk at the human gate on the workflow page, and the page follows the
 recovery live to success."""
 
@@ -8,12 +9,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from broker_agent.choices import LogDirState
 from tests.conftest import login
 from workflows.choices import WorkflowState
 from workflows.models import Workflow
 
+from .conftest import wait_planned
 from .simcluster import Sim, sim_cluster, wait_plan_stable, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -56,13 +59,17 @@ def test_operator_requests_approver_approves_operator_confirms_the_new_disk(
         f"/workflows/new?kind=recover_log_dir&cluster={CLUSTER}&broker={broker}"
         f"&log_dir={name}&mode=replace"
     )
-    plan_hash = page.get_by_test_id("plan-hash").inner_text()
-    assert "LogDirReset" in page.content()
+    expect(page.get_by_test_id("target")).to_have_text(f"broker:{broker}")  # checked, no plan
     page.fill("#f-reason", "disk of broker 2 failed")
     page.get_by_test_id("submit-request").click()
     page.wait_for_url(re.compile(r"/workflows/\d+/$"))
-    wf = Workflow.objects.get()
-    assert wf.plan_hash == plan_hash and wf.state == WorkflowState.PENDING_APPROVAL
+    wf = wait_planned(Workflow.objects.get().pk)  # the worker plans it
+    assert wf.state == WorkflowState.PENDING_APPROVAL, (wf.error_code, wf.error_message)
+    plan_hash = wf.plan_hash
+    # the page the operator was sent to shows the plan, without the operator reloading it
+    expect(page.get_by_test_id("plan-hash")).to_have_text(plan_hash, timeout=30_000)
+    expect(page.get_by_test_id("plan-actions")).to_contain_text("LogDirReset")
+    expect(page.get_by_test_id("plan-information")).to_contain_text("bytes_to_recreate")
     ctx.clear_cookies()
 
     login(page, approver.username)

@@ -1,14 +1,19 @@
-"""In Chromium: an operator requests through the form (plan preview first), another user
-approves on the approval page, and the workflow page shows progress live until success."""
+"""In Chromium: an operator checks the request on the form and submits it; the workflow page
+shows it planning and reloads by itself once a worker planned it; another user approves on the
+approval page, and the workflow page shows progress live until success."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import login
+from workflows.choices import WorkflowState
 from workflows.models import Workflow
+
+from .conftest import wait_planned
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -16,19 +21,34 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(tr
 def test_request_approve_and_watch_it_succeed(
     browser, live_server, workflow_worker, operator, approver
 ):
-    workflow_worker()
     ctx = browser.new_context(base_url=live_server.url)
     page = ctx.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     login(page, operator.username)
     page.goto("/workflows/new?kind=noop_check&cluster=lab&topic=browser&partitions=3")
-    plan_hash = page.get_by_test_id("plan-hash").inner_text()
+    # the form checks the request (target, approvals); it computes no plan
+    expect(page.get_by_test_id("target")).to_have_text("noop:browser")
+    assert page.get_by_test_id("plan-hash").count() == 0
     page.fill("#f-reason", "browser self-test")
     page.get_by_test_id("submit-request").click()
     page.wait_for_url(re.compile(r"/workflows/\d+/$"))
+    url = page.url
     wf = Workflow.objects.get()
-    assert wf.plan_hash == plan_hash and wf.state == "pending_approval"
+    assert wf.state == WorkflowState.PLANNING and wf.plan_hash == ""
+    # no worker runs yet: the page shows the workflow planning, without a plan
+    expect(page.get_by_test_id("wf-state")).to_have_text("Planning")
+    expect(page.get_by_test_id("planning")).to_be_visible()
+    assert page.get_by_test_id("plan-hash").count() == 0
+
+    workflow_worker()  # a worker plans it; the page, left alone, reloads to show the plan
+    wf = wait_planned(wf.pk)
+    assert wf.state == WorkflowState.PENDING_APPROVAL and len(wf.plan_hash) == 64
+    expect(page.get_by_test_id("plan-hash")).to_have_text(wf.plan_hash, timeout=30_000)
+    assert page.url == url
+    expect(page.get_by_test_id("wf-state")).to_have_text("Pending approval")
+    expect(page.get_by_test_id("plan-actions")).to_contain_text("apply@2")
+    plan_hash = wf.plan_hash
     ctx.clear_cookies()
 
     login(page, approver.username)

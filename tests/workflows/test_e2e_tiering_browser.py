@@ -1,16 +1,20 @@
-"""In Chromium: an operator requests ``disable_tiering`` (plan preview first), a second user
-approves on the approval page, and the workflow page shows it progress to success."""
+"""In Chromium: an operator checks and requests ``disable_tiering``; the workflow page shows the
+plan once the worker computed it (it reloads by itself); a second user approves on the approval
+page, and the workflow page shows it progress to success."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from broker_agent.choices import TieredState
 from tests.conftest import login
+from workflows.choices import WorkflowState
 from workflows.models import Workflow
 
+from .conftest import wait_planned
 from .tiering_sim import CLUSTER, register, sim_cluster, sync, tiered_topic
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -35,13 +39,17 @@ def test_operator_requests_disable_tiering_and_a_second_user_approves_it(
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     login(page, operator.username)
     page.goto(f"/workflows/new?kind=disable_tiering&cluster={CLUSTER}&topic=web.orders")
-    plan_hash = page.get_by_test_id("plan-hash").inner_text()
-    assert "new_tiered_epoch" in page.content()  # the plan is shown before submitting
+    expect(page.get_by_test_id("target")).to_have_text("topic:web.orders")  # checked, no plan
     page.fill("#f-reason", "stop paying for remote storage")
     page.get_by_test_id("submit-request").click()
     page.wait_for_url(re.compile(r"/workflows/\d+/$"))
-    wf = Workflow.objects.get()
-    assert (wf.kind, wf.plan_hash, wf.state) == ("disable_tiering", plan_hash, "pending_approval")
+    wf = wait_planned(Workflow.objects.get().pk)  # the worker plans it
+    assert (wf.kind, wf.state) == ("disable_tiering", WorkflowState.PENDING_APPROVAL)
+    plan_hash = wf.plan_hash
+    # the page the operator was sent to shows the plan, without the operator reloading it
+    expect(page.get_by_test_id("plan-hash")).to_have_text(plan_hash, timeout=30_000)
+    expect(page.get_by_test_id("plan-actions")).to_contain_text("new_tiered_epoch")
+    expect(page.get_by_test_id("plan-information")).to_contain_text("remote_bytes")
     ctx.clear_cookies()
 
     login(page, approver.username)

@@ -1,5 +1,5 @@
-"""``enable_tiering`` end to end (KIP-950 re-enablement): refused for compacted topics and with a
-policy; ENABLED at the controller with the tiered epoch kept, EnableRemoteTopic on every hosting
+"""``enable_tiering`` end to end (KIP-950 re-enablement): refused for compacted topics (by the
+worker's planning) and with a policy (at once); ENABLED at the controller with the tiered epoch kept, EnableRemoteTopic on every hosting
 broker, then new segments tier with the current epoch and offsets continue without a gap."""
 
 from __future__ import annotations
@@ -7,16 +7,19 @@ from __future__ import annotations
 import pytest
 
 from broker_agent.choices import TieredState
+from console.models import Partition
 from workflows.audit import verify_chain
 from workflows.choices import WorkflowState
 from workflows.kinds.tiering import TieringAction
-from workflows.models import Workflow
+from workflows.models import AuditEvent, Workflow, WorkflowStep
 
 from .conftest import wait_for
 from .tiering_sim import (
     CLUSTER,
     acks_per_broker,
     register,
+    request_outcome,
+    request_planned,
     sim_cluster,
     state_of,
     sync,
@@ -43,11 +46,11 @@ def lab(sim):
     return sim
 
 
-def _request(api, user, **body):
-    return api(user).post("/workflows", {"kind": "enable_tiering", "cluster": CLUSTER, **body})
+def _body(**fields):
+    return {"kind": "enable_tiering", "cluster": CLUSTER, **fields}
 
 
-def test_compacted_topics_and_a_policy_are_refused_and_nothing_changes(lab, api, operator):
+def test_compacted_topics_and_a_policy_are_refused_and_nothing_changes(lab, api, operator, worker):
     sim = lab
     sim.cli(
         "create-topic",
@@ -62,12 +65,15 @@ def test_compacted_topics_and_a_policy_are_refused_and_nothing_changes(lab, api,
     tiered_topic(sim, "events", partitions=1, records=40)
     sim.cli("disable-tiering", "events", "--policy", "retain")
     sync()
-    compacted = _request(api, operator, topic="changelog")
-    assert compacted.status_code == 400
-    assert compacted.json()["error"] == "REMOTE_STORAGE_NOT_SUPPORTED_FOR_COMPACTED_TOPIC"
-    with_policy = _request(api, operator, topic="events", policy="retain")
-    assert with_policy.json()["error"] == "INVALID_REQUEST"  # re-enablement takes no policy
-    assert not Workflow.objects.exists()
+    compacted = request_outcome(api, operator, _body(topic="changelog"))
+    assert compacted == ("refused", "REMOTE_STORAGE_NOT_SUPPORTED_FOR_COMPACTED_TOPIC")
+    with_policy = request_outcome(api, operator, _body(topic="events", policy="retain"))
+    assert with_policy == (400, "INVALID_REQUEST")  # re-enablement takes no policy
+    assert list(Workflow.objects.values_list("target", "state")) == [
+        ("topic:changelog", WorkflowState.REFUSED)
+    ]
+    assert not WorkflowStep.objects.exists()
+    assert not AuditEvent.objects.filter(action__startswith="tiering.").exists()
     assert sim.controller.topic("changelog").tiered_state == TieredState.NONE
     assert sim.controller.topic("events").tiered_state == TieredState.DISABLED
 
@@ -80,13 +86,18 @@ def test_reenable_tiers_new_segments_at_the_current_epoch_without_an_offset_gap(
     sim.cli("disable-tiering", "payments", "--policy", "retain")
     sim.cli("produce", "--topic", "payments", "--records", "60", "--keyed", "--batch-size", "20")
     sync()
-    created = _request(api, operator, topic="payments").json()
-    plan = created["plan"]
+    created = request_planned(api, operator, _body(topic="payments"))
+    plan, info = created["plan"], created["plan_information"]
+    assert created["state"] == WorkflowState.PENDING_APPROVAL, created
     assert (plan["tiered_state"], plan["tiered_epoch"], plan["brokers"]) == (
         TieredState.DISABLED,
         1,
         [1, 2, 3],
     )
+    # retained remote data (information: exact, as of the last sync)
+    inventory = Partition.objects.filter(topic__cluster__name=CLUSTER, topic__name="payments")
+    assert info["remote_bytes"] == sum(p.remote_bytes for p in inventory) > 0
+    assert info["remote_segments"] == sum(p.remote_segments for p in inventory) > 0
     api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
     wait_for(lambda: state_of(created["id"]) in WorkflowState.TERMINAL, 120, "the workflow to end")
     body = api(operator).get(f"/workflows/{created['id']}").json()

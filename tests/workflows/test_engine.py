@@ -7,9 +7,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from tests.testapp import noop
 from workflows import engine
 from workflows.choices import AuditAction, StepState, WorkflowState
-from workflows.kinds import noop
+from workflows.kinds import Plan
 from workflows.models import AuditEvent, Workflow, WorkflowStep
 
 from .conftest import approve, request_noop
@@ -53,8 +54,9 @@ def test_an_approved_workflow_runs_every_step_to_success(operator, approver):
     actions = list(
         AuditEvent.objects.filter(workflow=wf).order_by("seq").values_list("action", flat=True)
     )
-    assert actions[:4] == [
+    assert actions[:5] == [
         AuditAction.WORKFLOW_REQUESTED,
+        AuditAction.WORKFLOW_PLANNED,
         AuditAction.WORKFLOW_APPROVED,
         AuditAction.WORKFLOW_READY,
         AuditAction.WORKFLOW_STARTED,
@@ -130,15 +132,17 @@ def test_a_changed_plan_voids_approvals_and_returns_to_pending(
 ):
     wf = approve(request_noop(operator), approver)
     old_hash = wf.plan_hash
-    original = noop.NoopCheck.preflight
+    original = noop.NoopCheck.plan
 
     def drifted(self, params):
-        return {**original(self, params), "summary": "the cluster changed"}
+        plan = original(self, params)
+        return Plan({**plan.actions, "summary": "the cluster changed"}, plan.information)
 
-    monkeypatch.setattr(noop.NoopCheck, "preflight", drifted)
+    monkeypatch.setattr(noop.NoopCheck, "plan", drifted)
     assert engine.run(wf.pk) == WorkflowState.PENDING_APPROVAL
     wf.refresh_from_db()
     assert wf.plan_hash != old_hash and wf.plan["summary"] == "the cluster changed"
+    assert [(c["path"], c["after"]) for c in wf.plan_diff] == [("summary", "the cluster changed")]
     assert wf.approvals.get().void_reason == "plan changed"
     assert not wf.steps.exists()
     event = AuditEvent.objects.get(action=AuditAction.WORKFLOW_PLAN_CHANGED)
@@ -170,7 +174,7 @@ def test_a_refusal_at_the_start_fails_the_workflow(operator, approver, monkeypat
     def refuse(self, params):
         raise Refusal("TIERED_STORAGE_DISABLEMENT_IN_PROGRESS", "topic is DISABLING")
 
-    monkeypatch.setattr(noop.NoopCheck, "preflight", refuse)
+    monkeypatch.setattr(noop.NoopCheck, "plan", refuse)
     assert engine.run(wf.pk) == WorkflowState.FAILED
     wf.refresh_from_db()
     assert wf.error_code == "TIERED_STORAGE_DISABLEMENT_IN_PROGRESS"
@@ -187,6 +191,7 @@ def test_break_glass_runs_without_approvals(api, admin):
             "break_glass_reason": "outage, approvers asleep",
         },
     )
+    assert engine.run(response.json()["id"]) == WorkflowState.APPROVED  # planned, no approval
     assert engine.run(response.json()["id"]) == WorkflowState.SUCCEEDED
     started = AuditEvent.objects.get(action=AuditAction.WORKFLOW_STARTED)
     assert started.extra["break_glass"] is True

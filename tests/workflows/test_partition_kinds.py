@@ -1,6 +1,8 @@
 """``expand_partitions`` / ``shrink_partitions`` end to end through the API, on the simulated
 cluster's real processes and a real Celery worker (KIP-253).
 
+Requests are planned by the worker: a KIP-253 refusal ends the workflow ``refused``.
+
 - Expansion: partition q splits exactly one parent q - N*2^floor(log2(q/N)); refused while any
   partition is marked for deletion.
 - Shrink: never below initial_partition_count; the highest partitions are marked and removed
@@ -17,10 +19,10 @@ import pytest
 from workflows.audit import verify_chain
 from workflows.choices import StepState, WorkflowState
 from workflows.kinds.topology import TopologyAction
-from workflows.models import AuditEvent, Workflow
+from workflows.models import AuditEvent, Workflow, WorkflowStep
 
 from .conftest import wait_for
-from .simcluster import Sim, sim_cluster, wait_until
+from .simcluster import Sim, request_outcome, request_planned, sim_cluster, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -54,9 +56,13 @@ def _create(sim: Sim, name: str, partitions: int) -> None:
     )
 
 
-def _request(api, user, kind: str, topic: str, partitions: Any):
-    body = {"kind": kind, "cluster": CLUSTER, "topic": topic, "partitions": partitions}
-    return api(user).post("/workflows", body)
+def _body(kind: str, topic: str, partitions: Any) -> dict[str, Any]:
+    return {"kind": kind, "cluster": CLUSTER, "topic": topic, "partitions": partitions}
+
+
+def _request(api, user, kind: str, topic: str, partitions: Any) -> dict[str, Any]:
+    """Request, then wait for the worker's plan: the workflow as ``GET`` shows it."""
+    return request_planned(api, user, _body(kind, topic, partitions))
 
 
 def _state(pk: int) -> str:
@@ -81,7 +87,8 @@ def test_expansion_splits_one_parent_per_new_partition(
     sim, worker, cluster, api, operator, approver
 ):
     _create(sim, "grow", 2)
-    created = _request(api, operator, "expand_partitions", "grow", 5).json()
+    created = _request(api, operator, "expand_partitions", "grow", 5)
+    assert created["state"] == WorkflowState.PENDING_APPROVAL, created
     plan = created["plan"]
     assert (plan["initial_partition_count"], plan["undeleted_partition_count"]) == (2, 2)
     assert plan["new_undeleted_partition_count"] == 5
@@ -112,26 +119,30 @@ def test_expansion_splits_one_parent_per_new_partition(
     assert verify_chain().ok
 
 
-def test_kip253_refusals_answer_their_code_and_change_nothing(sim, cluster, api, operator):
+def test_kip253_refusals_answer_their_code_and_change_nothing(sim, worker, cluster, api, operator):
     _create(sim, "held", 2)
     sim.controller.alter_partition_count("held", 3)
     wait_until(lambda: sim.controller.topic("held").partitions[-1].leader >= 0, 15, "p2 online")
     _produce_to(sim, "held", 2, 3)
     sim.controller.alter_partition_count("held", 2)  # partition 2 marked, not empty
     before = sim.controller.topic("held")
+    # the KIP's refusals come from the worker's planning; bad fields are refused at once
     cases = [
-        ("expand_partitions", "held", 4, 409, "PARTITIONS_MARKED_FOR_DELETION"),
-        ("expand_partitions", "held", 2, 400, "INVALID_PARTITIONS"),  # not an expansion
-        ("shrink_partitions", "held", 1, 400, "INVALID_PARTITIONS"),  # below initial count
-        ("shrink_partitions", "held", 2, 400, "INVALID_PARTITIONS"),  # not a shrink
-        ("expand_partitions", "nope", 4, 404, "UNKNOWN_TOPIC_OR_PARTITION"),
+        ("expand_partitions", "held", 4, "refused", "PARTITIONS_MARKED_FOR_DELETION"),
+        ("expand_partitions", "held", 2, "refused", "INVALID_PARTITIONS"),  # not an expansion
+        ("shrink_partitions", "held", 1, "refused", "INVALID_PARTITIONS"),  # below initial count
+        ("shrink_partitions", "held", 2, "refused", "INVALID_PARTITIONS"),  # not a shrink
+        ("expand_partitions", "nope", 4, "refused", "UNKNOWN_TOPIC_OR_PARTITION"),
         ("expand_partitions", "held", 0, 400, "INVALID_REQUEST"),
         ("shrink_partitions", "held", "x", 400, "INVALID_REQUEST"),
     ]
     for kind, topic, partitions, status, code in cases:
-        resp = _request(api, operator, kind, topic, partitions)
-        assert (resp.status_code, resp.json()["error"]) == (status, code), (kind, resp.json())
-    assert Workflow.objects.count() == 0
+        outcome = request_outcome(api, operator, _body(kind, topic, partitions))
+        assert outcome == (status, code), (kind, partitions, outcome)
+    # only the five refused workflows exist, and none holds a step
+    assert Workflow.objects.count() == 5
+    assert set(Workflow.objects.values_list("state", flat=True)) == {WorkflowState.REFUSED}
+    assert not WorkflowStep.objects.exists()
     assert not AuditEvent.objects.filter(action__startswith="topology.").exists()
     after = sim.controller.topic("held")
     assert after.undeleted_partition_count == before.undeleted_partition_count == 2
@@ -147,14 +158,17 @@ def test_shrink_marks_partitions_and_follows_their_drain_until_removed(
         lambda: all(p.leader >= 0 for p in sim.controller.topic("fade").partitions), 15, "online"
     )
     ends = {p: _produce_to(sim, "fade", p, 10 * (p - 1)) for p in (2, 3)}  # 10 and 20 records
-    created = _request(api, operator, "shrink_partitions", "fade", 2).json()
-    plan = created["plan"]
+    created = _request(api, operator, "shrink_partitions", "fade", 2)
+    assert created["state"] == WorkflowState.PENDING_APPROVAL, created
+    plan, info = created["plan"], created["plan_information"]
     # marked partitions give their keys back to their parents
     assert plan["partitions_to_mark"] == [
         {"partition": 2, "keys_move_to": 0},
         {"partition": 3, "keys_move_to": 1},
     ]
-    assert plan["records_to_drain"] == 30
+    # the records left to drain move with traffic: information, not approved
+    assert info["records_to_drain"] == 30 and "records_to_drain" not in plan
+    assert info["records_per_partition"] == {"2": 10, "3": 20}
     wf_id = created["id"]
     api(approver).post(f"/workflows/{wf_id}/approve", {"plan_hash": created["plan_hash"]})
 
@@ -193,6 +207,6 @@ def test_shrink_marks_partitions_and_follows_their_drain_until_removed(
     assert step.state == StepState.SUCCEEDED and step.output["removed"] == [2, 3]
     assert [p.partition for p in sim.controller.topic("fade").partitions] == [0, 1]
     # with nothing marked any more, expansion is allowed again
-    resp = _request(api, operator, "expand_partitions", "fade", 3)
-    assert resp.status_code == 201, resp.json()
+    again = _request(api, operator, "expand_partitions", "fade", 3)
+    assert again["state"] == WorkflowState.PENDING_APPROVAL, again
     assert verify_chain().ok

@@ -14,7 +14,7 @@ from workflows.kinds.disks import DiskAction
 from workflows.models import AuditEvent, Workflow
 
 from .conftest import wait_for
-from .simcluster import Sim, sim_cluster, wait_plan_stable, wait_until
+from .simcluster import Sim, request_planned, sim_cluster, wait_plan_stable, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -46,8 +46,10 @@ def test_worker_killed_at_every_step_boundary_recovers_exactly_once(
     name = sim.dir_of(broker, "orders", 0)
     sim.break_log_dir(broker, name)
     params = {"cluster": CLUSTER, "broker": broker, "log_dir": name, "mode": "replace"}
-    wait_plan_stable("recover_log_dir", params)
-    created = api(operator).post("/workflows", {"kind": "recover_log_dir", **params}).json()
+    actions = wait_plan_stable("recover_log_dir", params)
+    created = request_planned(api, operator, {"kind": "recover_log_dir", **params})
+    assert created["state"] == WorkflowState.PENDING_APPROVAL, created
+    assert created["plan"]["replicas"] == actions["replicas"]  # the worker planned the same
     wf_id = created["id"]
     api(approver).post(f"/workflows/{wf_id}/approve", {"plan_hash": created["plan_hash"]})
 

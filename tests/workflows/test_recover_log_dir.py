@@ -5,6 +5,9 @@ Layout (one cluster for the module, 3 brokers with 2 log dirs of a simulated 256
 ``bulk`` (1 partition, RF 1, ~300 KB) fills one dir of broker X, so X's *other* dir cannot be
 removed (its replicas would not fit) but can be replaced; ``orders`` (2 partitions, RF 3) holds
 the keyed records whose loss the tests look for.
+
+Requests are planned by the worker: a KIP-112 refusal (the broker, the dir, its state, the good
+dirs' room) ends the workflow ``refused``; bad fields are refused at once.
 """
 
 from __future__ import annotations
@@ -17,10 +20,17 @@ from broker_agent.choices import LogDirState
 from workflows.audit import verify_chain
 from workflows.choices import AuditAction, StepState, WorkflowState
 from workflows.kinds.disks import DiskAction
-from workflows.models import AuditEvent, Workflow
+from workflows.models import AuditEvent, Workflow, WorkflowStep
 
 from .conftest import wait_for
-from .simcluster import Sim, sim_cluster, wait_plan_stable, wait_until
+from .simcluster import (
+    Sim,
+    request_outcome,
+    request_planned,
+    sim_cluster,
+    wait_plan_stable,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -74,8 +84,13 @@ def cluster(sim: Sim):
     return sim.register(CLUSTER)
 
 
-def _request(api, user, **fields: Any):
-    return api(user).post("/workflows", {"kind": "recover_log_dir", "cluster": CLUSTER, **fields})
+def _body(**fields: Any) -> dict[str, Any]:
+    return {"kind": "recover_log_dir", "cluster": CLUSTER, **fields}
+
+
+def _request(api, user, **fields: Any) -> dict[str, Any]:
+    """Request, then wait for the worker's plan: the workflow as ``GET`` shows it."""
+    return request_planned(api, user, _body(**fields))
 
 
 def _state(pk: int) -> str:
@@ -105,30 +120,35 @@ def _assert_nothing_lost(sim: Sim, values: list[str]) -> None:
 
 
 def test_bad_requests_are_refused_with_their_code_and_change_nothing(
-    sim, layout, cluster, api, operator
+    sim, layout, worker, cluster, api, operator
 ):
     x, x_dir = layout["x"], layout["x_dir"]
+    # what the cluster's state refuses, by the worker's planning; bad fields at once
     cases = [
-        ({"broker": 99, "log_dir": x_dir}, 400, "UNKNOWN_BROKER"),
-        ({"broker": x, "log_dir": "logdir-9"}, 400, "LOG_DIR_NOT_FOUND"),
-        ({"broker": x, "log_dir": x_dir}, 409, "LOG_DIR_NOT_OFFLINE"),  # healthy
+        ({"broker": 99, "log_dir": x_dir}, "refused", "UNKNOWN_BROKER"),
+        ({"broker": x, "log_dir": "logdir-9"}, "refused", "LOG_DIR_NOT_FOUND"),
+        ({"broker": x, "log_dir": x_dir}, "refused", "LOG_DIR_NOT_OFFLINE"),  # healthy
         ({"broker": x, "log_dir": x_dir, "mode": "sideways"}, 400, "INVALID_REQUEST"),
         ({"broker": "one", "log_dir": x_dir}, 400, "INVALID_REQUEST"),
         ({"broker": x, "log_dir": x_dir, "topic": "orders"}, 400, "INVALID_REQUEST"),
     ]
     for fields, status, code in cases:
-        resp = _request(api, operator, **fields)
-        assert (resp.status_code, resp.json()["error"]) == (status, code), (fields, resp.json())
+        outcome = request_outcome(api, operator, _body(**fields))
+        assert outcome == (status, code), (fields, outcome)
 
     # KIP-112: a bad dir is removed only when the good dirs have room for its replicas; X's
     # other dir is full of `bulk`
     _ensure_broken(sim, x, x_dir)
-    resp = _request(api, operator, broker=x, log_dir=x_dir, mode="remove")
-    body = resp.json()
-    assert (resp.status_code, body["error"]) == (409, "INSUFFICIENT_SPACE"), body
-    assert "bytes needed" in body["message"] and layout["x_bulk_dir"] in body["message"]
+    body = _request(api, operator, broker=x, log_dir=x_dir, mode="remove")
+    assert (body["state"], body["error"]["code"]) == ("refused", "INSUFFICIENT_SPACE"), body
+    message = body["error"]["message"]
+    assert "bytes needed" in message and layout["x_bulk_dir"] in message
+    assert body["plan"] == {} and body["steps"] == []
 
-    assert Workflow.objects.count() == 0
+    # only the four refused workflows exist, none holds a step; nothing was sent to a broker
+    assert Workflow.objects.count() == 4
+    assert set(Workflow.objects.values_list("state", flat=True)) == {WorkflowState.REFUSED}
+    assert not WorkflowStep.objects.exists()
     assert _disk_events() == {}
     assert sim.dir_state(x, x_dir) == LogDirState.OFFLINE  # still just failed, not removed
 
@@ -140,15 +160,19 @@ def test_replace_mode_waits_for_the_new_disk_then_recovers_every_replica(
     _ensure_broken(sim, x, x_dir)
     params = {"cluster": CLUSTER, "broker": x, "log_dir": x_dir, "mode": "replace"}
     wait_plan_stable("recover_log_dir", params)
-    created = _request(api, operator, broker=x, log_dir=x_dir).json()
-    plan = created["plan"]
+    created = _request(api, operator, broker=x, log_dir=x_dir)
+    plan, info = created["plan"], created["plan_information"]
     assert created["state"] == WorkflowState.PENDING_APPROVAL and created["approvals_required"] == 1
-    assert plan["log_dir_state"] == LogDirState.OFFLINE and not plan["cordon_first"]
+    assert info["log_dir_state"] == LogDirState.OFFLINE and not info["cordon_first"]
+    assert plan["cordon_takes_replicas_offline"] is False  # an OFFLINE dir serves nothing
     on_dir = {(r["topic"], r["partition"]) for r in plan["replicas"]}
     assert ("orders", 0) in on_dir or ("orders", 1) in on_dir
     assert ("bulk", 0) not in on_dir
-    assert plan["bytes_to_recreate"] > 0
-    assert {d["name"] for d in plan["good_log_dirs"]} == {layout["x_bulk_dir"]}
+    assert plan["replica_count"] == len(on_dir)
+    assert {(r["topic"], r["partition"]) for r in info["replicas"]} == on_dir
+    # bytes are information, exact: the replicas' sizes summed
+    assert info["bytes_to_recreate"] == sum(r["bytes"] for r in info["replicas"]) > 0
+    assert {d["name"] for d in info["good_log_dirs"]} == {layout["x_bulk_dir"]}
     assert plan["steps"] == [
         "cordon_log_dir",
         "confirm_disk_replaced",
@@ -209,10 +233,12 @@ def test_remove_mode_cordons_a_degraded_dir_first_and_needs_two_approvals(
     assert moving
     params = {"cluster": CLUSTER, "broker": y, "log_dir": y_dir, "mode": "remove"}
     wait_plan_stable("recover_log_dir", params)
-    created = _request(api, operator, broker=y, log_dir=y_dir, mode="remove").json()
-    plan = created["plan"]
+    created = _request(api, operator, broker=y, log_dir=y_dir, mode="remove")
+    plan, info = created["plan"], created["plan_information"]
+    assert created["state"] == WorkflowState.PENDING_APPROVAL, created
     assert created["approvals_required"] == 2
-    assert plan["log_dir_state"] == LogDirState.DEGRADED and plan["cordon_first"]
+    assert info["log_dir_state"] == LogDirState.DEGRADED and info["cordon_first"]
+    assert plan["cordon_takes_replicas_offline"] is True  # a DEGRADED dir is still serving
     assert plan["steps"] == [
         "cordon_log_dir",
         "remove_log_dir",
@@ -220,7 +246,11 @@ def test_remove_mode_cordons_a_degraded_dir_first_and_needs_two_approvals(
         "recreate_replicas",
         "verify",
     ]
-    assert all(d["fits"] for d in plan["good_log_dirs"])
+    # whether the replicas fit is an action; the bytes behind it are information
+    assert plan["good_log_dirs"] and all(d["fits"] for d in plan["good_log_dirs"])
+    room = {d["name"]: d for d in info["good_log_dirs"] if "fits" in d}
+    assert set(room) == {d["name"] for d in plan["good_log_dirs"]}
+    assert all(d["fits"] and d["needed_bytes"] <= d["usable_bytes"] for d in room.values())
     assert {(r["topic"], r["partition"]) for r in plan["replicas"]} == moving
 
     wf_id = created["id"]

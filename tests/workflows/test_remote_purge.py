@@ -1,6 +1,7 @@
 """``remote_purge`` / ``orphan_sweep``: execute a reviewed Spark plan from a dry run, end to end
-through the API with a real worker, real Spark (local[2]) and the simulated cluster. The approval
-names the plan's hash; the plan is the dry run's summary + a hash of its ``plan/`` output."""
+through the API with a real worker, real Spark (local[2]) and the simulated cluster. The worker
+plans the request; the approval names the plan's hash; the plan's actions are the dry run's
+rows, bytes and reasons + the digest of its ``plan/`` output (stored on the dry run)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,22 @@ import pytest
 
 from broker_agent.choices import RemoteSegmentState
 from spark_tasks.models import SparkJob, SparkRunState
+from spark_tasks.plan_digest import plan_digest
 from spark_tasks.tasks import enqueue_run, execute_run
 from workflows.audit import verify_chain
 from workflows.choices import WorkflowState
-from workflows.kinds.spark import plan_digest
+from workflows.models import Workflow, WorkflowStep
 
 from .conftest import wait_for
-from .tiering_sim import CLUSTER, register, sim_cluster, state_of, tiered_topic
+from .tiering_sim import (
+    CLUSTER,
+    register,
+    request_outcome,
+    request_planned,
+    sim_cluster,
+    state_of,
+    tiered_topic,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 HOUR_MS = 3_600_000
@@ -53,11 +63,8 @@ def _exists(object_path: str) -> bool:
 
 
 def _execute(api, operator, approver, kind: str, run_id: int) -> dict:
-    created = api(operator).post(
-        "/workflows", {"kind": kind, "cluster": CLUSTER, "spark_run": run_id}
-    )
-    assert created.status_code == 201, created.json()
-    body = created.json()
+    body = request_planned(api, operator, {"kind": kind, "cluster": CLUSTER, "spark_run": run_id})
+    assert body["state"] == WorkflowState.PENDING_APPROVAL, body
     api(approver).post(f"/workflows/{body['id']}/approve", {"plan_hash": body["plan_hash"]})
     wait_for(lambda: state_of(body["id"]) in WorkflowState.TERMINAL, 180, f"{kind} to end")
     done = api(operator).get(f"/workflows/{body['id']}").json()
@@ -73,19 +80,25 @@ def test_remote_purge_deletes_exactly_the_reviewed_plan(lab, api, operator, appr
     planned = [s for s in sim.agent(leader).inventory("fenced")]
     assert planned
     run = _dry_run(SparkJob.PURGE)
-    # refusals: no such run, the wrong kind of run
+    # refusals by the worker's planning: no such run, the wrong kind of run
     for kind, run_id in (("remote_purge", 10**9), ("orphan_sweep", run.pk)):
-        resp = api(operator).post(
-            "/workflows", {"kind": kind, "cluster": CLUSTER, "spark_run": run_id}
+        outcome = request_outcome(
+            api, operator, {"kind": kind, "cluster": CLUSTER, "spark_run": run_id}
         )
-        assert (resp.status_code, resp.json()["error"]) == (400, "INVALID_REQUEST")
-    digest = plan_digest(Path(run.output_dir) / "plan")
+        assert outcome == ("refused", "INVALID_REQUEST"), (kind, outcome)
+    assert not WorkflowStep.objects.exists()
+    assert sorted(Workflow.objects.values_list("kind", flat=True)) == [
+        "orphan_sweep",
+        "remote_purge",
+    ]
+    sha256, rows = plan_digest(Path(run.output_dir) / "plan")
+    assert (run.plan_digest, run.plan_rows) == (sha256, rows)  # stored when the dry run ended
     body = _execute(api, operator, approver, "remote_purge", run.pk)
     plan = body["plan"]
     assert (plan["spark_run"], plan["plan_rows"], plan["plan_sha256"]) == (
         run.pk,
         len(planned),
-        digest["sha256"],
+        sha256,
     )
     assert [s["name"] for s in body["steps"]] == [
         "publish_log_start_offsets",

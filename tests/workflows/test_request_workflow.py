@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, transaction
 
+from workflows import engine
 from workflows.choices import AuditAction, AuditOutcome, WorkflowState
 from workflows.kinds import approvals_required
 from workflows.models import AuditEvent, Workflow
@@ -17,22 +18,48 @@ pytestmark = pytest.mark.django_db
 GOOD = {"kind": "noop_check", "cluster": "lab", "topic": "orders", "reason": "self-test"}
 
 
-def test_request_answers_201_with_plan_hash_and_approvals_required(api, operator):
+def test_request_answers_201_in_planning_then_a_worker_plans_it(api, operator):
     response = api(operator).post("/workflows", GOOD)
     assert response.status_code == 201, response.content
     body = response.json()
-    assert body["state"] == WorkflowState.PENDING_APPROVAL
-    assert len(body["plan_hash"]) == 64 and body["plan"]["brokers"] == [0, 1]
+    assert body["state"] == WorkflowState.PLANNING
+    assert body["plan_hash"] == "" and body["plan"] == {}
     assert body["approvals_required"] == 1
     assert body["requester"] == operator.username and body["reason"] == "self-test"
     event = AuditEvent.objects.get(action=AuditAction.WORKFLOW_REQUESTED, workflow_id=body["id"])
     assert event.actor == operator and event.context == "api"
+    assert engine.run(body["id"]) == WorkflowState.PENDING_APPROVAL  # what the worker runs
+    planned = api(operator).get(f"/workflows/{body['id']}").json()
+    assert len(planned["plan_hash"]) == 64 and planned["plan"]["brokers"] == [0, 1]
+    assert planned["plan_information_at"] is not None
+    assert AuditEvent.objects.filter(
+        action=AuditAction.WORKFLOW_PLANNED, workflow_id=body["id"], context="worker"
+    ).exists()
 
 
-def test_same_request_gives_the_same_plan_hash(api, operator):
+def test_the_preview_validates_without_planning(api, operator):
     preview = api(operator).post("/workflows/preview", GOOD).json()
-    created = api(operator).post("/workflows", GOOD).json()
-    assert preview["plan_hash"] == created["plan_hash"]
+    assert preview["target"] == "noop:orders" and preview["approvals_required"] == 1
+    assert preview["plan"] is None and preview["planned_by"] == "worker"
+    assert not Workflow.objects.exists()
+
+
+def test_same_request_gives_the_same_plan_hash(api, operator, admin):
+    first = api(operator).post("/workflows", GOOD).json()
+    engine.run(first["id"])
+    api(operator).post(f"/workflows/{first['id']}/cancel")
+    second = api(admin).post("/workflows", GOOD).json()
+    engine.run(second["id"])
+    hashes = Workflow.objects.order_by("pk").values_list("plan_hash", flat=True)
+    assert len(set(hashes)) == 1 and len(hashes[0]) == 64
+
+
+def test_a_request_naming_an_unregistered_cluster_is_refused_at_once(api, operator):
+    response = api(operator).post(
+        "/workflows", {"kind": "disable_tiering", "cluster": "nowhere", "topic": "t"}
+    )
+    assert response.status_code == 400 and "Unknown cluster" in response.json()["message"]
+    assert not Workflow.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -125,7 +152,12 @@ def test_the_database_itself_refuses_a_second_open_workflow_per_target(operator)
 
 def test_stale_expected_plan_hash_is_refused_with_plan_changed(api, operator):
     response = api(operator).post("/workflows", {**GOOD, "expected_plan_hash": "0" * 64})
-    assert response.status_code == 409 and response.json()["error"] == "PLAN_CHANGED"
+    assert response.status_code == 201
+    assert engine.run(response.json()["id"]) == WorkflowState.REFUSED
+    wf = Workflow.objects.get(pk=response.json()["id"])
+    assert wf.error_code == "PLAN_CHANGED" and wf.is_terminal
+    refused = AuditEvent.objects.get(action=AuditAction.WORKFLOW_REFUSED, workflow=wf)
+    assert refused.outcome == AuditOutcome.DENIED
 
 
 def test_break_glass_needs_admin_and_a_written_reason(api, operator, admin):
@@ -135,9 +167,8 @@ def test_break_glass_needs_admin_and_a_written_reason(api, operator, admin):
     assert response.status_code == 400
     assert response.json()["error"] == "BREAK_GLASS_REASON_REQUIRED"
     response = api(admin).post("/workflows", body)
-    assert response.status_code == 201
-    assert response.json()["state"] == WorkflowState.APPROVED
-    assert response.json()["break_glass"] is True
+    assert response.status_code == 201 and response.json()["break_glass"] is True
+    assert engine.run(response.json()["id"]) == WorkflowState.APPROVED  # planned: no approval
     ready = AuditEvent.objects.get(action=AuditAction.WORKFLOW_READY)
     assert ready.extra["break_glass"] is True and ready.extra["break_glass_reason"] == "outage"
 

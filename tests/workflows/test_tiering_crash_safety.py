@@ -34,6 +34,7 @@ from .tiering_sim import (
     CLUSTER,
     acks_per_broker,
     register,
+    request_planned,
     sim_cluster,
     state_of,
     sync,
@@ -66,10 +67,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _request_and_approve(api, operator, approver, topic: str) -> int:
-    created = (
-        api(operator)
-        .post("/workflows", {"kind": "disable_tiering", "cluster": CLUSTER, "topic": topic})
-        .json()
+    """Request; a worker plans it; approve the planned actions' hash."""
+    created = request_planned(
+        api, operator, {"kind": "disable_tiering", "cluster": CLUSTER, "topic": topic}
     )
     assert created["state"] == WorkflowState.PENDING_APPROVAL, created
     api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
@@ -263,8 +263,9 @@ def test_redis_restarted_mid_run_loses_nothing(lab, api, operator, approver, pri
     sync()
     sim.cli("kill-broker", "2")
     try:
-        # The API's enqueue goes to the suite's Redis, which this worker does not read: the
-        # private worker's reconciler finds the approved workflow in PostgreSQL.
+        # The API's enqueues (the planning, then the run) go to the suite's Redis, which this
+        # worker does not read: the private worker's reconciler finds the planning, then the
+        # approved workflow in PostgreSQL.
         wf_id = _request_and_approve(api, operator, approver, "restart")
         wait_for(lambda: state_of(wf_id) == WorkflowState.WAITING, 60, "the workflow to wait")
         # the wake-up message of the waiting step dies with Redis

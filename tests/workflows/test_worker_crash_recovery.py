@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests.testapp import noop
 from workflows.audit import verify_chain
 from workflows.choices import AuditAction, StepState, WorkflowState
-from workflows.kinds import noop
 from workflows.models import AuditEvent, Workflow
 
 from .conftest import wait_for
+from .simcluster import request_planned
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -19,14 +20,10 @@ def test_worker_killed_at_every_step_boundary_completes_exactly_once(
     workflow_worker, api, operator, approver
 ):
     worker = workflow_worker(STRATA_FAULT_KILL_AT="noop_check:*:before,noop_check:*:after")
-    created = (
-        api(operator)
-        .post(
-            "/workflows",
-            {"kind": "noop_check", "cluster": "lab", "topic": "crash", "partitions": 2},
-        )
-        .json()
+    created = request_planned(
+        api, operator, {"kind": "noop_check", "cluster": "lab", "topic": "crash", "partitions": 2}
     )
+    assert created["state"] == WorkflowState.PENDING_APPROVAL, created
     api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
     wf_id = created["id"]
     wait_for(

@@ -1,5 +1,6 @@
-"""End to end through a real Celery worker process, PostgreSQL and Redis: request → approval by
-another user → the worker runs it to success; a human gate waits for the confirm button."""
+"""End to end through a real Celery worker process, PostgreSQL and Redis: request → the worker
+plans it → approval by another user → the worker runs it to success; a human gate waits for the
+confirm button."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from workflows.choices import StepState, WorkflowState
 from workflows.models import Workflow
 
 from .conftest import wait_for
+from .simcluster import request_planned
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -22,14 +24,11 @@ def test_request_approve_and_a_real_worker_runs_it_to_success(
     workflow_worker, api, operator, approver
 ):
     workflow_worker()
-    created = (
-        api(operator)
-        .post(
-            "/workflows", {"kind": "noop_check", "cluster": "lab", "topic": "e2e", "partitions": 3}
-        )
-        .json()
+    created = request_planned(
+        api, operator, {"kind": "noop_check", "cluster": "lab", "topic": "e2e", "partitions": 3}
     )
     assert created["state"] == WorkflowState.PENDING_APPROVAL
+    assert len(created["plan_hash"]) == 64 and created["plan"]["brokers"] == [0, 1, 2]
     approved = api(approver).post(
         f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]}
     )
@@ -46,13 +45,10 @@ def test_a_gate_waits_for_confirmation_then_the_worker_finishes(
     workflow_worker, api, operator, approver
 ):
     workflow_worker()
-    created = (
-        api(operator)
-        .post(
-            "/workflows", {"kind": "noop_check", "cluster": "lab", "topic": "gate", "mode": "gate"}
-        )
-        .json()
+    created = request_planned(
+        api, operator, {"kind": "noop_check", "cluster": "lab", "topic": "gate", "mode": "gate"}
     )
+    assert created["state"] == WorkflowState.PENDING_APPROVAL
     api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
     wait_for(lambda: _state(created["id"]) == WorkflowState.WAITING, 60, "the gate")
     assert api(operator).post(f"/workflows/{created['id']}/confirm").status_code == 200

@@ -1,5 +1,5 @@
 """Workflow pages: list, detail with live progress (286 when done), approval page, request form
-with plan preview; role checks; never a 500 on bad input."""
+with a request check; role checks; never a 500 on bad input."""
 
 from __future__ import annotations
 
@@ -122,12 +122,12 @@ def test_viewer_sees_no_action_buttons_and_is_refused(client, operator, viewer):
     assert Workflow.objects.get(pk=wf.pk).state == WorkflowState.PENDING_APPROVAL
 
 
-def test_request_form_previews_the_plan_then_requests_it(client, operator):
+def test_request_form_checks_the_request_then_a_worker_plans_it(client, operator):
     client.force_login(operator)
     page = client.get("/workflows/new/?kind=noop_check&cluster=lab&topic=orders&partitions=3")
     html = page.content.decode()
-    assert page.status_code == 200 and "Plan preview" in html and "apply@2" in html
-    plan_hash = html.split('data-testid="plan-hash">')[1].split("<")[0]
+    assert page.status_code == 200 and 'data-testid="target">noop:orders<' in html
+    assert "a worker computes the plan" in html
     response = client.post(
         "/workflows/new/",
         {
@@ -136,19 +136,25 @@ def test_request_form_previews_the_plan_then_requests_it(client, operator):
             "topic": "orders",
             "partitions": "3",
             "mode": "plain",
-            "plan_hash": plan_hash,
             "reason": "check",
         },
     )
     assert response.status_code == 302
     wf = Workflow.objects.get()
-    assert wf.plan_hash == plan_hash and wf.reason == "check"
+    assert wf.state == WorkflowState.PLANNING and wf.reason == "check"
+    detail = client.get(f"/workflows/{wf.pk}/").content.decode()
+    assert 'data-testid="planning"' in detail and "?was=planning" in detail
+    engine.run(wf.pk)  # the worker's planning
+    live = client.get(f"/workflows/{wf.pk}/live/?was=planning", HTTP_HX_REQUEST="true")
+    assert live.headers.get("HX-Refresh") == "true"  # the page reloads to show the plan
+    detail = client.get(f"/workflows/{wf.pk}/").content.decode()
+    assert "apply@2" in detail and 'data-testid="information-age"' in detail
 
 
 def test_request_form_without_slash_from_console_links_works(client, operator):
     client.force_login(operator)
     response = client.get("/workflows/new?kind=noop_check&cluster=lab&topic=x", follow=True)
-    assert response.status_code == 200 and "Plan preview" in response.content.decode()
+    assert response.status_code == 200 and 'data-testid="target"' in response.content.decode()
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The simulated cluster for the tiering / Spark workflow tests: real processes in a temporary
 data dir (``python -m broker_agent sim up``), always torn down; helpers to make a tiered topic,
-register the cluster in console and sync it (the pre-flights read the synced inventory)."""
+register the cluster in console and sync it (the plans read the synced inventory); requests
+planned by the real worker (``request_planned``, ``request_outcome`` from :mod:`.simcluster`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,19 @@ from console.sync import do_sync_cluster
 from tests.broker_agent.conftest import Sim, _kill_all, run_cli, wait_until
 from workflows.models import AuditEvent, Workflow
 
-__all__ = ["CLUSTER", "register", "sim_cluster", "sync", "tiered_topic", "wait_until"]
+from .simcluster import planned_from, request_outcome, request_planned
+
+__all__ = [
+    "CLUSTER",
+    "planned_from",
+    "register",
+    "request_outcome",
+    "request_planned",
+    "sim_cluster",
+    "sync",
+    "tiered_topic",
+    "wait_until",
+]
 
 CLUSTER = "lab"
 SEGMENT_BYTES = "2048"

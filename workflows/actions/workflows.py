@@ -1,7 +1,8 @@
 """Requests and human decisions on workflows.
 
-Rules (DESIGN.md "Approvals and audit", issue 6):
-- Operators request; a request freezes its parameters and pre-flight plan and their hash.
+Rules (DESIGN.md "Approvals and audit", issues 6 and 11):
+- Operators request; a request freezes its parameters and creates the workflow in
+  ``planning``; a worker computes the plan (actions + information) and its hash.
 - Approvers approve or reject, naming the plan hash they reviewed: a stale hash is 409
   ``PLAN_CHANGED``. Nobody approves (or rejects) their own request (403
   ``SELF_APPROVAL_FORBIDDEN``) or decides twice (409 ``ALREADY_DECIDED``). Any rejection rejects.
@@ -26,6 +27,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from console.models import Cluster
 from console.roles import Role, has_role
 from workflows import audit
 from workflows.choices import (
@@ -36,11 +38,11 @@ from workflows.choices import (
     WorkflowState,
 )
 from workflows.errors import ErrorCode, WorkflowError
-from workflows.kinds import get_kind, plan_hash
+from workflows.kinds import get_kind
 from workflows.models import Approval, Workflow, WorkflowStep
 
 __all__ = [
-    "PlanPreview",
+    "RequestPreview",
     "do_approve_workflow",
     "do_cancel_workflow",
     "do_confirm_step",
@@ -48,6 +50,7 @@ __all__ = [
     "do_request_workflow",
     "enqueue_run",
     "preview_plan",
+    "record_ready",
     "workflow_snapshot",
 ]
 
@@ -138,16 +141,22 @@ def _clean_text(value: Any, name: str, *, max_len: int = MAX_REASON) -> str:
     return value
 
 
-class PlanPreview:
-    """What a request would freeze: kind, cleaned params, target, plan, hash, approvals."""
+class RequestPreview:
+    """What a request would freeze, validated without touching the cluster: kind, cleaned
+    params, target, approvals required, and the open workflow it would conflict with.
+
+    The plan itself is computed by a worker once the request exists (state ``planning``): a web
+    request never calls a broker agent, nor scans a Spark plan."""
 
     def __init__(self, kind_name: str, raw: dict[str, Any]) -> None:
         self.kind = get_kind(kind_name)
         self.params = self.kind.clean(raw)
+        cluster = self.params["cluster"]
+        if self.kind.needs_cluster and not Cluster.objects.filter(name=cluster).exists():
+            raise WorkflowError(ErrorCode.INVALID_REQUEST, f"Unknown cluster {cluster!r}.")
         self.target = self.kind.target(self.params)
-        self.plan = self.kind.preflight(self.params)
-        self.plan_hash = plan_hash(self.kind.name, self.params, self.plan)
         self.approvals_required = self.kind.approvals_required(self.params)
+        self.conflict = Workflow.objects.open().filter(cluster=cluster, target=self.target).first()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -155,15 +164,17 @@ class PlanPreview:
             "cluster": self.params["cluster"],
             "target": self.target,
             "params": self.params,
-            "plan": self.plan,
-            "plan_hash": self.plan_hash,
+            "plan": None,
+            "plan_hash": None,
+            "planned_by": "worker",
             "approvals_required": self.approvals_required,
+            "conflict": self.conflict.pk if self.conflict else None,
         }
 
 
-def preview_plan(kind_name: Any, raw: dict[str, Any]) -> PlanPreview:
-    """Run the kind's pre-flight without recording anything (the request form's preview)."""
-    return PlanPreview(kind_name, raw)
+def preview_plan(kind_name: Any, raw: dict[str, Any]) -> RequestPreview:
+    """Validate a request without recording anything (the request form's preview)."""
+    return RequestPreview(kind_name, raw)
 
 
 @_audited_refusals(AuditAction.WORKFLOW_REQUESTED)
@@ -178,7 +189,12 @@ def do_request_workflow(
     expected_plan_hash: str | None = None,
     context: str | None = None,
 ) -> Workflow:
-    """Create a workflow in ``pending_approval`` (or ``approved`` for break-glass)."""
+    """Create a workflow in ``planning`` and enqueue its planning on commit.
+
+    A worker computes the plan (``workflows.engine``) and moves it to ``pending_approval``
+    (``approved`` for break-glass or a kind that needs no approval), or to ``refused``.
+    ``expected_plan_hash``, when given, must equal the actions' hash the worker computes, else
+    the workflow is refused with ``PLAN_CHANGED``."""
     if not has_role(acting_user, Role.OPERATOR):
         raise WorkflowError(
             ErrorCode.FORBIDDEN, "Requesting a workflow needs the operator role.", 403
@@ -193,22 +209,12 @@ def do_request_workflow(
                 ErrorCode.BREAK_GLASS_REASON_REQUIRED,
                 "Break-glass runs without approval only with a written reason.",
             )
-    preview = PlanPreview(kind, params)
-    if expected_plan_hash and expected_plan_hash != preview.plan_hash:
-        raise WorkflowError(
-            ErrorCode.PLAN_CHANGED,
-            "The plan changed since it was previewed; review the new plan.",
-            409,
-        )
-    existing = (
-        Workflow.objects.open()
-        .filter(cluster=preview.params["cluster"], target=preview.target)
-        .first()
-    )
-    if existing is not None:
-        raise _conflict(existing)
+    if expected_plan_hash is not None and not isinstance(expected_plan_hash, str):
+        raise WorkflowError(ErrorCode.INVALID_REQUEST, "expected_plan_hash must be a string.")
+    preview = RequestPreview(kind, params)
+    if preview.conflict is not None:
+        raise _conflict(preview.conflict)
     now = timezone.now()
-    ready = break_glass or preview.approvals_required == 0
     try:
         with transaction.atomic():
             wf = Workflow.objects.create(
@@ -216,10 +222,8 @@ def do_request_workflow(
                 cluster=preview.params["cluster"],
                 target=preview.target,
                 parameters=preview.params,
-                plan=audit.normalise(preview.plan),
-                plan_hash=preview.plan_hash,
-                state=WorkflowState.APPROVED if ready else WorkflowState.PENDING_APPROVAL,
-                approved_at=now if ready else None,
+                state=WorkflowState.PLANNING,
+                expected_plan_hash=(expected_plan_hash or "")[:64],
                 requester=acting_user,
                 reason=reason,
                 approvals_required=preview.approvals_required,
@@ -243,9 +247,7 @@ def do_request_workflow(
                     "break_glass_reason": wf.break_glass_reason,
                 },
             )
-            if ready:
-                _record_ready(wf, acting_user=acting_user, context=context)
-                enqueue_run(wf.pk)
+            enqueue_run(wf.pk)
     except IntegrityError:
         existing = (
             Workflow.objects.open()
@@ -267,7 +269,8 @@ def _conflict(existing: Workflow) -> WorkflowError:
     )
 
 
-def _record_ready(wf: Workflow, *, acting_user: Any, context: str | None) -> None:
+def record_ready(wf: Workflow, *, acting_user: Any, context: str | None) -> None:
+    """Audit: enough valid approvals (or break-glass / no approval needed): ``approved``."""
     audit.record(
         AuditAction.WORKFLOW_READY,
         actor=acting_user,
@@ -388,7 +391,7 @@ def do_approve_workflow(
             },
         )
         if ready:
-            _record_ready(wf, acting_user=acting_user, context=context)
+            record_ready(wf, acting_user=acting_user, context=context)
             enqueue_run(wf.pk)
     return wf
 

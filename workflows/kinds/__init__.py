@@ -11,8 +11,8 @@ A kind is a subclass of :class:`WorkflowKind` decorated with :func:`register`::
         def target(self, params: dict) -> str:                 # what it holds while open
             return f"topic:{params['topic']}"
 
-        def preflight(self, params: dict) -> dict:             # the plan, or raise Refusal
-            ...
+        def plan(self, params: dict) -> Plan:                  # run by a worker, never a request
+            return Plan(actions={...}, information={...})      # or raise Refusal / PlanUnavailable
 
         def steps(self, params: dict, plan: dict) -> list[StepDef]:
             return [StepDef("start_disablement", start),
@@ -27,9 +27,22 @@ the step with exponential backoff up to ``max_attempts``. Step functions run *ou
 transaction and must be idempotent: a worker killed after the effect but before the engine
 recorded it runs the step again (use ``ctx.idempotency_key`` on agent commands).
 
-``params`` always holds ``cluster`` and the kind's cleaned fields. The plan must be a pure
-function of params and the cluster's current state: it is re-computed before execution and a
-different hash voids the approvals.
+``params`` always holds ``cluster`` and the kind's cleaned fields. A plan is two dicts
+(DESIGN.md "Approvals and audit"):
+
+- **actions** — what the steps will do: topic and topic id, brokers, policy, tiered epoch
+  before / after, partitions, dirs, the digest of a Spark plan, and booleans such as "the
+  projected growth fits this dir". Only the actions are hashed (:func:`plan_hash`) and
+  approved; :meth:`WorkflowKind.steps` gets them. They must be a pure function of params and
+  the cluster's *structure*, so that ordinary traffic never changes them.
+- **information** — figures that drift under traffic (bytes, segment and record counts,
+  projections, ISR sizes): shown with their age, refreshed, never hashed.
+
+Planning always runs in a worker (``workflows.engine``): a request only validates its fields and
+creates the row. A kind raises :class:`Refusal` for a real refusal (a KIP error, a rule: the
+workflow ends ``refused`` or, at start, ``failed``) and :class:`PlanUnavailable` when the
+controller or an agent does not answer (the workflow waits and plans again with backoff). The
+actions are re-computed before execution; different actions void the approvals.
 """
 
 from __future__ import annotations
@@ -49,6 +62,8 @@ if TYPE_CHECKING:
 __all__ = [
     "REQUEST_FIELDS",
     "Field",
+    "Plan",
+    "PlanUnavailable",
     "Refusal",
     "StepDef",
     "StepResult",
@@ -79,6 +94,22 @@ class Refusal(WorkflowError):
 
     def __init__(self, code: str, message: str, status: int = 400) -> None:
         super().__init__(code, message, status)
+
+
+class PlanUnavailable(WorkflowError):
+    """The controller or an agent did not answer while planning: wait and plan again (never a
+    refusal: an unreachable broker is the normal case of the incidents Strata is used in)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.BROKER_NOT_AVAILABLE, message, 503)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A kind's plan: ``actions`` (hashed, approved) and ``information`` (drifts, shown)."""
+
+    actions: dict[str, Any]
+    information: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +233,8 @@ class WorkflowKind:
     fields: ClassVar[tuple[Field, ...]] = ()
     #: Hidden kinds are not offered in the request form's kind picker (still requestable).
     hidden: ClassVar[bool] = False
+    #: A request names a registered cluster (checked in PostgreSQL when it is made).
+    needs_cluster: ClassVar[bool] = True
 
     def clean(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Validate and normalise request fields; refuse fields the kind does not use."""
@@ -226,10 +259,12 @@ class WorkflowKind:
     def target(self, params: dict[str, Any]) -> str:
         raise NotImplementedError
 
-    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+    def plan(self, params: dict[str, Any]) -> Plan:
+        """The plan (runs in a worker); raise :class:`Refusal` or :class:`PlanUnavailable`."""
         raise NotImplementedError
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+        """The steps for ``plan`` = the plan's *actions*."""
         raise NotImplementedError
 
     def approvals_required(self, params: dict[str, Any]) -> int:
@@ -271,12 +306,13 @@ def approvals_required(kind: str, params: dict[str, Any]) -> int:
     return int(policy.get("approvals", settings.STRATA_APPROVALS_DEFAULT))
 
 
-def plan_hash(kind: str, params: dict[str, Any], plan: dict[str, Any]) -> str:
-    """SHA-256 over the canonical JSON of what is approved: kind, parameters and plan."""
+def plan_hash(kind: str, params: dict[str, Any], actions: dict[str, Any]) -> str:
+    """SHA-256 over the canonical JSON of what is approved: kind, parameters and the plan's
+    actions (never its information)."""
     from workflows.audit import canonical_json, normalise
 
-    body = canonical_json(normalise({"kind": kind, "params": params, "plan": plan}))
+    body = canonical_json(normalise({"kind": kind, "params": params, "plan": actions}))
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-from workflows.kinds import disks, noop, spark, tiering, topology  # noqa: E402,F401  (register the built-in kinds)
+from workflows.kinds import disks, spark, tiering, topology  # noqa: E402,F401  (register the built-in kinds)

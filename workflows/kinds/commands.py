@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from django.db import transaction
 
-from broker_agent.choices import ErrorCode as AgentErrorCode
 from broker_agent.client import AgentError
 from workflows import audit
 from workflows.choices import AuditContext, AuditOutcome
 from workflows.errors import ErrorCode
-from workflows.kinds import Refusal, StepResult
+from workflows.kinds import PlanUnavailable, Refusal, StepResult
 from workflows.models import AuditEvent, Workflow
 
 if TYPE_CHECKING:
@@ -47,14 +46,15 @@ __all__ = [
 ]
 
 
-def applied_before(ctx: StepContext, action: str) -> dict[str, Any] | None:
-    """The ``after`` of this step's successful ``action``, if it was already applied."""
+def applied_before(ctx: StepContext, action: str, key: str | None = None) -> dict[str, Any] | None:
+    """The ``after`` of the successful ``action`` under ``key`` (default: this step's
+    idempotency key), if it was already applied."""
     row = (
         AuditEvent.objects.filter(
             action=action,
             workflow=ctx.workflow,
             outcome=AuditOutcome.SUCCESS,
-            extra__idempotency_key=ctx.idempotency_key,
+            extra__idempotency_key=key or ctx.idempotency_key,
         )
         .values("after")
         .first()
@@ -68,17 +68,24 @@ def record_command(
     *,
     target_type: str,
     target_id: str | int,
-    before: Any,
-    after: Any,
+    before: Any = None,
+    after: Any = None,
     outcome: str = AuditOutcome.SUCCESS,
     extra: dict[str, Any] | None = None,
-) -> None:
-    """Audit one command of this step (once per idempotency key when it succeeded)."""
+    key: str | None = None,
+) -> bool:
+    """Audit one command a step sent — the one helper every workflow command goes through.
+
+    Keyed by ``key`` (default: the step's idempotency key; a command sent on behalf of another
+    step, e.g. a fan-out or a re-send, passes that command's own key): a success is recorded
+    once per key, whatever the number of attempts; failures are recorded each time. Returns
+    True when it wrote an event."""
+    key = key or ctx.idempotency_key
     with transaction.atomic():
         # The workflow row lock serialises two runs of the same step (a zombie and its successor).
         Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).first()
-        if outcome == AuditOutcome.SUCCESS and applied_before(ctx, action) is not None:
-            return
+        if outcome == AuditOutcome.SUCCESS and applied_before(ctx, action, key) is not None:
+            return False
         audit.record(
             action,
             actor=None,
@@ -90,12 +97,13 @@ def record_command(
             after=after,
             outcome=outcome,
             extra={
-                "idempotency_key": ctx.idempotency_key,
+                **(extra or {}),
+                "idempotency_key": key,
                 "step": ctx.step.name,
                 "attempt": ctx.step.attempts,
-                **(extra or {}),
             },
         )
+    return True
 
 
 def run_command(
@@ -148,22 +156,22 @@ def is_unreachable(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def preflight_reads(cluster: str) -> Iterator[None]:
-    """Turn what can go wrong while a pre-flight reads the cluster into clear refusals:
-    an unknown cluster (``INVALID_REQUEST``) or an unreachable controller / agent
-    (``BROKER_NOT_AVAILABLE``, 503: nothing was changed, ask again later)."""
+    """Turn what can go wrong while a plan reads the cluster into an outcome the engine knows:
+    an unknown cluster is a refusal (``INVALID_REQUEST``), an agent's answer that refuses is a
+    refusal with its code, and an unreachable controller or agent (transport error, 5xx) is
+    :class:`PlanUnavailable` — the workflow waits and plans again; it is not refused."""
     from console.models import Cluster
 
     try:
         yield
     except Cluster.DoesNotExist:
         raise Refusal(ErrorCode.INVALID_REQUEST, f"Unknown cluster {cluster!r}.") from None
-    except (httpx.HTTPError, AgentError, RuntimeError) as exc:
-        if isinstance(exc, AgentError) and not is_unreachable(exc):
+    except (httpx.HTTPError, AgentError, LookupError, OSError) as exc:
+        if isinstance(exc, AgentError) and not (is_unreachable(exc) or exc.retriable):
             raise Refusal(exc.error, exc.message, exc.status if exc.status < 500 else 400) from exc
-        raise Refusal(
-            AgentErrorCode.BROKER_NOT_AVAILABLE,
-            f"The cluster {cluster!r} did not answer the pre-flight reads: {exc}",
-            503,
+        raise PlanUnavailable(
+            f"the cluster {cluster!r} did not answer the plan's reads: "
+            f"{type(exc).__name__}: {str(exc)[:300]}"
         ) from exc
 
 

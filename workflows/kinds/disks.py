@@ -25,17 +25,21 @@ Pre-flight refusals (nothing changes):
   same placement over the replicas' own sizes. The message carries the numbers;
 - ``BROKER_NOT_AVAILABLE`` (503) — the controller or the agent did not answer.
 
-Plan: the replicas on the dir (``topic``, ``partition``, ``leader``, ``isr_size``,
-``min_insync_replicas``, ``leader_lost``, ``under_min_isr``, ``bytes``), the affected partitions
-(``partitions_leader_lost``: no leader, the data is only on this dir; ``partitions_under_min_isr``
-now, and after the cordon of a DEGRADED dir), ``bytes_to_recreate`` and per good dir
-``usable_bytes`` (and in remove mode ``needed_bytes`` and ``fits``).
+Plan **actions** (hashed, approved): broker, dir, mode, whether the cordon takes replicas
+offline (a DEGRADED dir: it is still serving), the replicas on the dir (``topic``,
+``partition``) that will be re-created, and in remove mode the good dirs and whether the
+replicas ``fit`` on them. Plan **information** (shown with its age, never hashed): the dir's
+state, per replica ``leader``, ``isr_size``, ``min_insync_replicas``, ``leader_lost``,
+``under_min_isr`` and ``bytes``; the affected partitions (``partitions_leader_lost``: no leader,
+the data is only on this dir; ``partitions_under_min_isr`` now, and after the cordon of a
+DEGRADED dir), ``bytes_to_recreate`` and per good dir ``usable_bytes`` / ``needed_bytes``.
 
-**Decision — approximate byte figures.** The plan is re-computed before execution and any
-difference voids the approvals. Sizes and free space move with ordinary traffic, so every byte
-figure in the plan is rounded to two significant digits (needs up, free space down). A change
-big enough to show there re-asks the approvers; the exact space check happens at execution (the
-agent refuses a removal that does not fit) and the exact byte progress is on the step.
+**Decision — bytes are information.** Sizes and free space move with ordinary traffic every
+second; were they approved, every approval on a live cluster would be voided by the next
+re-plan. So they are shown exactly, with their age, and only *whether the replicas fit* is an
+action: a projection that turns "fits" into "does not fit" voids the approvals (in remove mode
+it refuses). The exact space check happens once more at execution (the agent refuses a removal
+that does not fit) and the exact byte progress is on the step.
 
 Steps, replace mode: ``cordon_log_dir`` → ``confirm_disk_replaced`` (human gate: an operator
 confirms the disk was replaced, ``POST /api/v1/workflows/{id}/confirm`` or the button on the
@@ -64,7 +68,7 @@ from broker_agent.choices import LogDirState, ReplicaState, TopicConfig
 from broker_agent.client import AgentError
 from broker_agent.models import BrokerSnapshot, ClusterMetadata, PartitionMetadata, TopicMetadata
 from workflows.choices import AuditOutcome
-from workflows.kinds import Field, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (
     applied_before,
@@ -77,7 +81,7 @@ from workflows.kinds.commands import (
 if TYPE_CHECKING:
     from workflows.engine import StepContext
 
-__all__ = ["DiskAction", "DiskRefusal", "RecoverLogDir", "RecoveryMode", "approx"]
+__all__ = ["DiskAction", "DiskRefusal", "RecoverLogDir", "RecoveryMode", "plan_recovery"]
 
 #: ``verify`` checks at most this many affected partitions with a produce / consume round trip.
 VERIFY_MAX_PARTITIONS = 50
@@ -118,15 +122,6 @@ class DiskRefusal:
     LOG_DIR_STILL_OFFLINE = "LOG_DIR_STILL_OFFLINE"
     OFFLINE_REPLICAS_REMAIN = "OFFLINE_REPLICAS_REMAIN"
     RECORDS_LOST = "RECORDS_LOST"
-
-
-def approx(n: int, *, up: bool) -> int:
-    """``n`` rounded to two significant digits (up for needs, down for free space): plan
-    figures that ordinary traffic between request and execution does not change."""
-    if n <= 0:
-        return 0
-    step = 10 ** max(0, len(str(n)) - 2)
-    return (-(-n // step) if up else n // step) * step
 
 
 def _key(topic: str, partition: int) -> str:
@@ -191,13 +186,12 @@ def _place(sizes: dict[str, int], room: dict[str, int]) -> tuple[dict[str, int],
 
 def _space_refusal(needed: int, good: list[dict[str, Any]], unplaced: int, total: int) -> Refusal:
     per_dir = "; ".join(
-        f"{d['name']}: {d['usable_bytes_exact']} usable, {d['needed_bytes_exact']} needed"
-        for d in good
+        f"{d['name']}: {d['usable_bytes']} usable, {d['needed_bytes']} needed" for d in good
     )
     return Refusal(
         DiskRefusal.INSUFFICIENT_SPACE,
         f"The good log dirs lack usable space for {unplaced} of {total} replicas: "
-        f"{needed} bytes needed, {sum(d['usable_bytes_exact'] for d in good)} usable "
+        f"{needed} bytes needed, {sum(d['usable_bytes'] for d in good)} usable "
         f"({per_dir or 'no good dir'}). KIP-112: remove a bad dir only when the good dirs "
         "have room; replace the disk instead.",
         409,
@@ -207,8 +201,8 @@ def _space_refusal(needed: int, good: list[dict[str, Any]], unplaced: int, total
 # --- pre-flight -----------------------------------------------------------------------------
 
 
-def plan_recovery(params: dict[str, Any]) -> dict[str, Any]:
-    """The pre-flight of ``recover_log_dir`` (see the module docstring): refuse, or the plan.
+def plan_recovery(params: dict[str, Any]) -> Plan:
+    """The plan of ``recover_log_dir`` (see the module docstring): refuse, or the plan.
 
     Reads the controller's metadata, the broker's snapshot (and for an OFFLINE dir its removal
     plan) and the leaders' snapshots for the sizes to re-create; changes nothing."""
@@ -275,7 +269,7 @@ def plan_recovery(params: dict[str, Any]) -> dict[str, Any]:
                 "leader_lost": p.leader < 0 or (state != LogDirState.OFFLINE and p.isr == [broker]),
                 "under_min_isr": len(p.isr) < min_isr,
                 "under_min_isr_after_cordon": len(isr_after) < min_isr,
-                "bytes": approx(size, up=True),
+                "bytes": size,
             }
         )
     good = []
@@ -295,21 +289,17 @@ def plan_recovery(params: dict[str, Any]) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "name": d.name,
             "state": d.state,
-            "usable_bytes": approx(d.usable_bytes, up=False),
+            "usable_bytes": d.usable_bytes,
             "replica_count": d.replica_count,
         }
         if mode == RecoveryMode.REMOVE and d.name in targets:
-            entry["needed_bytes"] = approx(needed_per_dir.get(d.name, 0), up=True)
+            entry["needed_bytes"] = needed_per_dir.get(d.name, 0)
+            entry["usable_bytes"] = targets[d.name]
             entry["fits"] = needed_per_dir.get(d.name, 0) <= targets[d.name]
-            entry["usable_bytes_exact"] = targets[d.name]
-            entry["needed_bytes_exact"] = needed_per_dir.get(d.name, 0)
         good.append(entry)
     total = sum(sizes.values())
     if mode == RecoveryMode.REMOVE and unplaced:
         raise _space_refusal(total, [g for g in good if "fits" in g], len(unplaced), len(sizes))
-    for entry in good:  # exact figures only decide; the approved plan keeps rounded ones
-        entry.pop("usable_bytes_exact", None)
-        entry.pop("needed_bytes_exact", None)
     leader_lost = [f"{x['topic']}:{x['partition']}" for x in rows if x["leader_lost"]]
     under_min = [f"{x['topic']}:{x['partition']}" for x in rows if x["under_min_isr"]]
     under_after = [
@@ -327,33 +317,40 @@ def plan_recovery(params: dict[str, Any]) -> dict[str, Any]:
         if mode == RecoveryMode.REPLACE
         else "remove it from the broker's configuration"
     )
-    summary = (
-        f"Recover {name} ({state}) on broker {broker} by {mode}: cordon it, {how}, LogDirReset, "
-        f"re-create {len(rows)} replica(s) (~{approx(total, up=True)} bytes) from their "
-        f"leaders and verify OfflineReplicaCount = 0 and a produce / consume round trip."
-    )
-    if leader_lost:
-        summary += (
-            f" WARNING: {len(leader_lost)} partition(s) have no other in-sync replica; their "
-            "data is only on this dir."
-        )
-    return {
-        "summary": summary,
+    actions: dict[str, Any] = {
+        "summary": (
+            f"Recover {name} on broker {broker} by {mode}: cordon it, {how}, LogDirReset, "
+            f"re-create {len(rows)} replica(s) from their leaders and verify "
+            "OfflineReplicaCount = 0 and a produce / consume round trip."
+        ),
         "broker": broker,
         "log_dir": name,
         "mode": mode,
+        "cordon_takes_replicas_offline": state == LogDirState.DEGRADED,
+        "replica_count": len(rows),
+        "replicas": [{"topic": x["topic"], "partition": x["partition"]} for x in rows],
+        "steps": steps,
+    }
+    if mode == RecoveryMode.REMOVE:
+        actions["good_log_dirs"] = [
+            {"name": g["name"], "fits": g["fits"]} for g in good if "fits" in g
+        ]
+    information: dict[str, Any] = {
         "log_dir_state": state,
         "cordon_first": state == LogDirState.DEGRADED,
-        "replica_count": len(rows),
         "replicas": rows,
         "partitions_leader_lost": leader_lost,
         "partitions_under_min_isr": under_min,
         "partitions_under_min_isr_after_cordon": under_after,
-        "bytes_to_recreate": approx(total, up=True),
+        "bytes_to_recreate": total,
         "good_log_dirs": good,
-        "byte_figures": "rounded to 2 significant digits (needs up, usable space down)",
-        "steps": steps,
     }
+    if leader_lost:
+        information["warning"] = (
+            f"{len(leader_lost)} partition(s) have no other in-sync replica; their data is "
+            "only on this dir."
+        )
+    return Plan(actions=actions, information=information)
 
 
 # --- steps ------------------------------------------------------------------------------------
@@ -660,7 +657,7 @@ class RecoverLogDir(WorkflowKind):
         # One recovery per broker at a time: LogDirReset is broker-wide.
         return f"broker:{params['broker']}"
 
-    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+    def plan(self, params: dict[str, Any]) -> Plan:
         return plan_recovery(params)
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
@@ -691,7 +688,7 @@ class RecoverLogDir(WorkflowKind):
                 recreate_replicas,
                 label="Re-create replicas",
                 unit="bytes",
-                total=plan.get("bytes_to_recreate"),
+                total=None,
             ),
             StepDef("verify", verify, label="Verify OfflineReplicaCount = 0 and produce / consume"),
         ]

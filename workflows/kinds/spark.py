@@ -6,10 +6,10 @@ An operator starts a *dry run* on the Spark jobs page (``purge`` or ``orphans``)
 deletes nothing. The operator then requests ``remote_purge`` / ``orphan_sweep`` naming that dry
 run (field ``spark_run``). What is approved:
 
-- **the plan** = the dry run's summary (segments, bytes, per topic) + ``plan_sha256``, a hash of
-  its ``plan/`` output. The hash is order-independent and streamed (the sum modulo 2^256 of the
-  SHA-256 of each row's canonical JSON, plus the row count), so it never loads a plan whole and
-  does not depend on how Spark split the plan into files.
+- **the plan's actions** = the dry run's rows, bytes and reasons + ``plan_sha256``, the digest
+  of its ``plan/`` output (:func:`spark_tasks.plan_digest.plan_digest`: order-independent,
+  streamed), stored on the run row when the dry run succeeded, so planning never re-reads it
+  (a run from before that is digested once by the planning worker; never by a web request).
 - **re-check at execution**: the engine re-computes the plan before the first step (the
   framework's rule); a plan output that changed or vanished gives another hash, which voids the
   approvals and returns the workflow to ``pending_approval`` (``workflow.plan_changed``), and a
@@ -29,15 +29,13 @@ offsets → mark every planned segment DELETE_SEGMENT_STARTED → the ``delete_o
 the reviewed ``plan/`` → mark the deleted ones DELETE_SEGMENT_FINISHED. ``orphan_sweep`` (objects
 without metadata) = the ``delete_objects`` job only.
 
-Helpers shared with :mod:`workflows.kinds.tiering`: :func:`record_once` (one audit event per
-step idempotency key, whatever the number of attempts) and :func:`follow_spark_run` (queue a
-Spark run once per step and follow it to the end with progress on the workflow page).
+Helper shared with :mod:`workflows.kinds.tiering`: :func:`follow_spark_run` (queue a Spark run
+once per step and follow it to the end with progress on the workflow page). Commands are audited
+through :func:`workflows.kinds.commands.record_command`, once per idempotency key.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,10 +44,12 @@ from django.db import transaction
 from django.urls import reverse
 
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
+from spark_tasks.plan_digest import plan_digest
 from workflows import audit
 from workflows.choices import AuditContext
 from workflows.errors import ErrorCode
-from workflows.kinds import Field, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds.commands import record_command
 from workflows.models import AuditEvent, Workflow
 
 if TYPE_CHECKING:
@@ -60,26 +60,12 @@ __all__ = [
     "RemotePurge",
     "SparkStepAction",
     "follow_spark_run",
-    "plan_digest",
-    "record_once",
 ]
 
 #: How long a step follows a Spark run in one go (progress renews the lease) before it parks the
 #: workflow in ``waiting`` and gives its worker slot back (a Spark job needs a slot to run).
 FOLLOW_SLICE_SECONDS = 20.0
 FOLLOW_POLL_SECONDS = 1.0
-#: Columns of a plan row that the hash covers (DESIGN.md "Outputs: plan/").
-PLAN_COLUMNS = (
-    "segment_id",
-    "cluster",
-    "topic",
-    "partition",
-    "reason",
-    "size_bytes",
-    "object_path",
-)
-#: Topics listed in a plan (the rest are summed up as "others"): the plan stays small.
-PLAN_TOPICS_SHOWN = 20
 
 
 class SparkStepAction:
@@ -92,43 +78,6 @@ class SparkStepAction:
 
 
 # --- shared step helpers ---------------------------------------------------------------------
-
-
-def record_once(
-    ctx: StepContext,
-    action: str,
-    *,
-    target_type: str,
-    target_id: str | int,
-    before: Any = None,
-    after: Any = None,
-    extra: dict[str, Any] | None = None,
-    key: str | None = None,
-) -> bool:
-    """Record ``action`` for this step's idempotency key once (True if recorded now).
-
-    A worker killed after an agent command but before the step's commit runs the step again; the
-    agent answers the repeat (``applied: false``) and this writes the one audit event of the
-    command then. The workflow row lock serialises a zombie run and its successor."""
-    key = key or ctx.idempotency_key
-    with transaction.atomic():
-        Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).first()
-        if AuditEvent.objects.filter(
-            workflow_id=ctx.workflow.pk, action=action, extra__idempotency_key=key
-        ).exists():
-            return False
-        audit.record(
-            action,
-            actor=None,
-            context=AuditContext.WORKER,
-            target_type=target_type,
-            target_id=target_id,
-            workflow=ctx.workflow,
-            before=before,
-            after=after,
-            extra={**(extra or {}), "idempotency_key": key, "step": ctx.step.name},
-        )
-    return True
 
 
 def _queued_run(ctx: StepContext, key: str) -> SparkJobRun | None:
@@ -225,46 +174,6 @@ def _small(summary: dict[str, Any]) -> dict[str, Any]:
 # --- the reviewed plan ---------------------------------------------------------------------
 
 
-def plan_digest(plan_dir: Path) -> dict[str, Any]:
-    """Rows, bytes, per-topic totals and the order-independent SHA-256 of a ``plan/`` dir."""
-    import pyarrow.dataset as ds
-
-    total = 0
-    rows = 0
-    size = 0
-    topics: dict[str, list[int]] = {}
-    dataset = ds.dataset(str(plan_dir), format="parquet")
-    present = [c for c in PLAN_COLUMNS if c in dataset.schema.names]
-    for batch in dataset.to_batches(columns=present, batch_size=65_536):
-        cols = batch.to_pydict()
-        for i in range(batch.num_rows):
-            row = {c: cols[c][i] for c in present}
-            body = json.dumps(row, sort_keys=True, separators=(",", ":"), default=str)
-            total = (total + int.from_bytes(hashlib.sha256(body.encode()).digest(), "big")) % (
-                1 << 256
-            )
-            rows += 1
-            size += int(row.get("size_bytes") or 0)
-            entry = topics.setdefault(str(row.get("topic") or "(no topic)"), [0, 0])
-            entry[0] += 1
-            entry[1] += int(row.get("size_bytes") or 0)
-    digest = hashlib.sha256(f"{rows}:{total:064x}".encode()).hexdigest()
-    ranked = sorted(topics.items(), key=lambda kv: (-kv[1][1], kv[0]))
-    shown = [{"topic": t, "segments": n, "bytes": b} for t, (n, b) in ranked[:PLAN_TOPICS_SHOWN]]
-    rest = ranked[PLAN_TOPICS_SHOWN:]
-    return {
-        "rows": rows,
-        "bytes": size,
-        "sha256": digest,
-        "by_topic": shown,
-        "other_topics": {
-            "topics": len(rest),
-            "segments": sum(v[0] for _, v in rest),
-            "bytes": sum(v[1] for _, v in rest),
-        },
-    }
-
-
 class _ReviewedPlanKind(WorkflowKind):
     """A kind that executes the plan of one succeeded dry run of ``job``."""
 
@@ -316,15 +225,19 @@ class _ReviewedPlanKind(WorkflowKind):
             )
         return path
 
-    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+    def plan(self, params: dict[str, Any]) -> Plan:
         run = self.dry_run(params)
-        try:
-            digest = plan_digest(self.plan_dir(run))
-        except (OSError, ValueError) as exc:
-            raise Refusal(
-                ErrorCode.INVALID_REQUEST, f"The plan of Spark run #{run.pk} is unreadable: {exc}"
-            ) from None
-        if digest["rows"] == 0:
+        plan_dir = self.plan_dir(run)
+        sha, rows = run.plan_digest, run.plan_rows
+        if not sha or rows is None:  # a dry run from before digests were stored on the row
+            try:
+                sha, rows = plan_digest(plan_dir)
+            except (OSError, ValueError) as exc:
+                raise Refusal(
+                    ErrorCode.INVALID_REQUEST,
+                    f"The plan of Spark run #{run.pk} is unreadable: {exc}",
+                ) from None
+        if rows == 0:
             raise Refusal(
                 ErrorCode.INVALID_REQUEST, f"Spark run #{run.pk} planned nothing to delete."
             )
@@ -333,32 +246,37 @@ class _ReviewedPlanKind(WorkflowKind):
             for k, v in (run.output_summary or {}).items()
             if k not in ("seconds", "plan_seconds", "delete_seconds")
         }
-        return {
+        # A reviewed dry run's plan does not drift: what it deletes is fixed by its digest, so
+        # its size is part of what is approved.
+        actions = {
             "summary": (
-                f"Delete the {digest['rows']} objects ({digest['bytes']} bytes) that {self.job} "
+                f"Delete the {rows} objects ({summary.get('bytes', '?')} bytes) that {self.job} "
                 f"dry run #{run.pk} planned, exactly as reviewed."
             ),
             "spark_run": run.pk,
             "job": self.job,
-            "plan_dir": str(self.plan_dir(run)),
-            "plan_rows": digest["rows"],
-            "plan_bytes": digest["bytes"],
-            "plan_sha256": digest["sha256"],
-            "by_topic": digest["by_topic"],
-            "other_topics": digest["other_topics"],
-            "dry_run_summary": _small(summary),
+            "plan_dir": str(plan_dir),
+            "plan_rows": rows,
+            "plan_bytes": summary.get("bytes"),
+            "plan_sha256": sha,
+            "by_reason": summary.get("by_reason"),
             "steps": [s.name for s in self.steps(params, {})],
         }
+        information = {
+            "dry_run_summary": _small(summary),
+            "dry_run_finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        }
+        return Plan(actions=actions, information=information)
 
 
 def _check_plan(ctx: StepContext) -> None:
     """Right before the first deletion: the reviewed plan output is still what was approved."""
-    digest = plan_digest(Path(ctx.plan["plan_dir"]))
-    if digest["sha256"] != ctx.plan["plan_sha256"]:
+    sha, _rows = plan_digest(Path(ctx.plan["plan_dir"]))
+    if sha != ctx.plan["plan_sha256"]:
         raise Refusal(
             ErrorCode.PLAN_CHANGED,
             f"The plan of Spark run #{ctx.plan['spark_run']} changed since it was approved "
-            f"({ctx.plan['plan_sha256'][:12]} → {digest['sha256'][:12]}).",
+            f"({ctx.plan['plan_sha256'][:12]} → {sha[:12]}).",
             409,
         )
 
@@ -385,7 +303,7 @@ def publish_log_start_offsets(ctx: StepContext) -> StepResult:
         published = remote.publish_log_start_offsets(backend, Path(ctx.plan["plan_dir"]).parent)
     finally:
         _close(backend)
-    record_once(
+    record_command(
         ctx,
         SparkStepAction.PUBLISH_LOG_START_OFFSETS,
         target_type="spark_run",
@@ -404,7 +322,7 @@ def mark_delete_started(ctx: StepContext) -> StepResult:
         marked = remote.mark_planned(backend, Path(ctx.plan["plan_dir"]).parent)
     finally:
         _close(backend)
-    record_once(
+    record_command(
         ctx,
         SparkStepAction.MARK_DELETE_STARTED,
         target_type="spark_run",
@@ -437,7 +355,7 @@ def mark_delete_finished(ctx: StepContext) -> StepResult:
         finished = remote.mark_deleted(backend, Path(out))
     finally:
         _close(backend)
-    record_once(
+    record_command(
         ctx,
         SparkStepAction.MARK_DELETE_FINISHED,
         target_type="spark_run",

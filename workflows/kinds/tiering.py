@@ -17,11 +17,10 @@ KIP-950 rules these kinds follow (seed 000, DESIGN.md "Domain rules"):
 
 Decisions (where the KIP leaves room):
 
-- **Pre-flight reads PostgreSQL only** (the console's synced inventory), as DESIGN.md asks of
-  requests ("a request never calls an agent"); the plan is a pure function of the parameters and
-  that state. The controller is the authority at execution: ``start_disablement`` sends the
-  plan's tiered epoch as ``expected_tiered_epoch``, so a topic that moved since the plan was made
-  is never disabled on a stale view.
+- **Planning reads PostgreSQL only** (the console's synced inventory) and runs in a worker; the
+  plan is a pure function of the parameters and that state. The controller is the authority at
+  execution: ``start_disablement`` sends the plan's tiered epoch as ``expected_tiered_epoch``,
+  so a topic that moved since the plan was made is never disabled on a stale view.
 - **Exactly one epoch increment.** ``start_disablement`` first reads the topic: ENABLED at the
   plan's epoch → start with the expected-epoch check; DISABLING / DISABLED at the plan's epoch
   + 1 with our policy → our own earlier attempt (a worker killed after the controller answered),
@@ -48,9 +47,12 @@ Decisions (where the KIP leaves room):
   partition's current remote bytes, capped at ``retention.bytes`` minus the replica's local bytes
   when ``retention.bytes`` is set. Summed per log dir and compared with its usable bytes
   (``fits``). Replicas on an offline dir (no dir known) are listed under ``unplaced_replicas``.
-- **Rounding.** Byte and segment figures in the plan are rounded to two significant digits so the
-  normal growth of a live topic between request and execution does not void the approval; any
-  structural change (brokers, epoch, state, partition count, a log dir that no longer fits) does.
+- **Actions and information.** The actions (hashed, approved) are the structure: topic and
+  topic id, policy, tiered state and epoch before / after, partitions, the hosting brokers and
+  their replica counts, and per log dir whether the projected growth ``fits`` (plus which
+  replicas have no known dir). Bytes, segment counts and the projected growth in bytes are
+  information: shown with their age, never hashed, so a live topic's traffic never voids an
+  approval, while a dir that stops fitting (or a broker that joins) does.
 - **Console sync.** The last step syncs the cluster's inventory (best effort), so the topic page
   and the next pre-flight see the new state without waiting for beat.
 - **enable_tiering verification.** After EnableRemoteTopic on every broker, ``verify_tiering``
@@ -62,7 +64,8 @@ Decisions (where the KIP leaves room):
   plan says so: it writes to the topic. A re-run after a crash writes another batch of markers.
 
 Audit: every controller and agent command writes one event (``tiering.*``) with before / after,
-once per step idempotency key (:func:`~workflows.kinds.spark.record_once`); the step's outcome is
+once per idempotency key (:func:`~workflows.kinds.commands.record_command`, also for a command
+sent on behalf of another step's key: a fan-out or a re-send); the step's outcome is
 committed with the engine's ``workflow.step_succeeded`` event carrying the same before / after.
 """
 
@@ -70,11 +73,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from django.db import connection
 
 from broker_agent.choices import (
     DisablePolicy,
@@ -88,9 +91,10 @@ from broker_agent.client import AgentError
 from console.models import Cluster, LogDir, Partition, Replica, Topic
 from spark_tasks.models import SparkJob
 from workflows.errors import ErrorCode
-from workflows.kinds import Field, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
 from workflows.kinds.cluster_access import agent, controller
-from workflows.kinds.spark import follow_spark_run, record_once
+from workflows.kinds.commands import record_command
+from workflows.kinds.spark import follow_spark_run
 from workflows.models import WorkflowStep
 
 if TYPE_CHECKING:
@@ -129,19 +133,13 @@ class TieringAction:
 # --- pre-flight helpers ----------------------------------------------------------------------
 
 
-def approx(value: int) -> int:
-    """``value`` rounded to two significant digits (see the module docstring, "Rounding")."""
-    if value <= 0:
-        return 0
-    digits = math.floor(math.log10(value)) - 1
-    return int(round(value, -digits)) if digits > 0 else int(value)
-
-
 def _topic(params: dict[str, Any]) -> Topic:
     cluster = Cluster.objects.filter(name=params["cluster"]).first()
     if cluster is None:
         raise Refusal(ErrorCode.INVALID_REQUEST, f"Unknown cluster {params['cluster']!r}.")
     topic = Topic.objects.filter(cluster=cluster, name=params["topic"]).first()
+    if topic is not None:
+        topic.cluster = cluster
     if topic is None:
         raise Refusal(
             ErrorCode.INVALID_REQUEST,
@@ -156,6 +154,12 @@ def _partitions(topic: Topic) -> list[Partition]:
         .order_by("partition")
         .only("partition", "replicas", "leader", "remote_bytes", "remote_segments")
     )
+
+
+def _synced_at(topic: Topic) -> str | None:
+    """When the inventory the plan read was synced (the information's real age)."""
+    at = getattr(topic.cluster, "synced_at", None)
+    return at.isoformat() if at else None
 
 
 def _hosting_brokers(partitions: list[Partition]) -> list[int]:
@@ -203,8 +207,9 @@ def project_disk_growth(topic: Topic, partitions: list[Partition]) -> dict[str, 
             "broker": broker,
             "log_dir": name,
             "replicas": e["replicas"],
-            "local_bytes": approx(e["local"]),
-            "projected_growth_bytes": approx(e["growth"]),
+            "local_bytes": e["local"],
+            "projected_growth_bytes": e["growth"],
+            "usable_bytes": e["usable"],
             "fits": e["dir"]["state"] != LogDirState.OFFLINE and e["growth"] <= e["usable"],
         }
         for (broker, name), e in sorted(per_dir.items())
@@ -214,11 +219,28 @@ def project_disk_growth(topic: Topic, partitions: list[Partition]) -> dict[str, 
             "Once copying stops, local segments expire only when no remote data is left "
             "(KIP-950), so each replica grows by its partition's current remote bytes (capped at "
             "retention.bytes minus its local bytes when set); summed per log dir and compared "
-            "with the dir's usable bytes. Figures rounded to 2 significant digits."
+            "with the dir's usable bytes."
         ),
         "log_dirs": rows,
         "all_fit": all(r["fits"] for r in rows),
         "unplaced_replicas": sorted(unplaced),
+    }
+
+
+def _growth_actions(growth: dict[str, Any]) -> dict[str, Any]:
+    """The structural part of a growth projection: which dirs fit (an action), no bytes."""
+    return {
+        "log_dirs": [
+            {
+                "broker": r["broker"],
+                "log_dir": r["log_dir"],
+                "replicas": r["replicas"],
+                "fits": r["fits"],
+            }
+            for r in growth["log_dirs"]
+        ],
+        "all_fit": growth["all_fit"],
+        "unplaced_replicas": growth["unplaced_replicas"],
     }
 
 
@@ -302,7 +324,7 @@ def start_disablement(ctx: StepContext) -> StepResult:
                 f"{topic} is {before.tiered_state} at tiered epoch {before.tiered_epoch}; the "
                 f"plan expected ENABLED at {epoch}.",
             )
-    record_once(
+    record_command(
         ctx,
         TieringAction.START_DISABLEMENT,
         target_type="topic",
@@ -328,15 +350,16 @@ def _pending_window(ctx: StepContext) -> list[WorkflowStep]:
     )
 
 
-def _fan_out(ctx: StepContext, send) -> Any:
+def _fan_out(ctx: StepContext, send) -> tuple[Any, list[tuple[WorkflowStep, Any]]]:
     """Send this step's command and, in parallel, the next pending brokers' commands (their
-    own idempotency keys); return this step's answer or raise its error."""
+    own idempotency keys). Returns this step's answer (or raises its error) and the answers of
+    the others that got through (to be audited under their keys)."""
     others = _pending_window(ctx)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1 + len(others)) as pool:
         mine = pool.submit(send, ctx.step.broker, ctx.idempotency_key)
-        for step in others:
-            pool.submit(send, step.broker, step.idempotency_key)
-        return mine.result()
+        theirs = [(step, pool.submit(send, step.broker, step.idempotency_key)) for step in others]
+        answer = mine.result()
+        return answer, [(step, f.result()) for step, f in theirs if f.result() is not None]
 
 
 def _sender(ctx: StepContext, command: str):
@@ -356,14 +379,29 @@ def _sender(ctx: StepContext, command: str):
                 raise
             log.info("fan-out to broker %s deferred to its own step: %s", broker, exc)
             return None
+        finally:
+            connection.close()  # every send runs in a pool thread: close its own connection
 
     return send
+
+
+def _audit_ack(ctx: StepContext, action: str, broker: int, answer: Any, key: str) -> None:
+    record_command(
+        ctx,
+        action,
+        target_type="broker",
+        target_id=broker,
+        before={"tiered_epoch": ctx.plan["tiered_epoch"], "tiered_state": ctx.plan["tiered_state"]},
+        after=answer,
+        extra={"topic": ctx.params["topic"], "cluster": ctx.params["cluster"]},
+        key=key,
+    )
 
 
 def _broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
     broker = ctx.step.broker
     try:
-        result = _fan_out(ctx, _sender(ctx, command))
+        result, others = _fan_out(ctx, _sender(ctx, command))
     except Exception as exc:
         if isinstance(exc, AgentError) and exc.error == AgentCode.STALE_TIERED_EPOCH:
             return StepResult.fail(
@@ -377,15 +415,9 @@ def _broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
             return StepResult.fail(exc.error, f"broker {broker}: {exc.message}")
         raise
     answer = result.model_dump()
-    record_once(
-        ctx,
-        action,
-        target_type="broker",
-        target_id=broker,
-        before={"tiered_epoch": ctx.plan["tiered_epoch"], "tiered_state": ctx.plan["tiered_state"]},
-        after=answer,
-        extra={"topic": ctx.params["topic"], "cluster": ctx.params["cluster"]},
-    )
+    _audit_ack(ctx, action, broker, answer, ctx.idempotency_key)
+    for step, other in others:  # sent early on their steps' behalf: audited now, under their keys
+        _audit_ack(ctx, action, step.broker, other.model_dump(), step.idempotency_key)
     ctx.progress(1, 1, "acks")
     return StepResult.done(answer)
 
@@ -409,21 +441,19 @@ def complete_disablement(ctx: StepContext) -> StepResult:
             # the controller lost): send them the command too, then try again.
             pending = [int(b) for b in exc.body.get("pending_brokers", [])]
             for b in pending:
+                key = f"{ctx.idempotency_key}:b{b}"
                 try:
                     with agent(ctx.params["cluster"], b) as a:
-                        a.disable_remote_topic(
-                            topic,
-                            ctx.plan["topic_id"],
-                            epoch,
-                            ctx.params["policy"],
-                            f"{ctx.idempotency_key}:b{b}",
+                        answer = a.disable_remote_topic(
+                            topic, ctx.plan["topic_id"], epoch, ctx.params["policy"], key
                         )
                 except Exception as send_exc:
                     if _is_unreachable(send_exc):
                         return _unreachable_wait(ctx, b, send_exc)
                     raise
+                _audit_ack(ctx, TieringAction.DISABLE_REMOTE_TOPIC, b, answer.model_dump(), key)
             raise RuntimeError(f"brokers {pending} had not acknowledged; sent again") from None
-    record_once(
+    record_command(
         ctx,
         TieringAction.COMPLETE_DISABLEMENT,
         target_type="topic",
@@ -460,7 +490,7 @@ def enable_at_controller(ctx: StepContext) -> StepResult:
                 after = ctl.enable(topic, expected_tiered_epoch=epoch)
             except AgentError as exc:
                 return StepResult.fail(exc.error, f"controller refused: {exc.message}")
-    record_once(
+    record_command(
         ctx,
         TieringAction.ENABLE,
         target_type="topic",
@@ -493,7 +523,7 @@ def verify_tiering(ctx: StepContext) -> StepResult:
     with agent(cluster, leader) as a:
         produced = a.produce(topic, p, records)
         last = produced.base_offset + VERIFY_RECORDS - 1
-        record_once(
+        record_command(
             ctx,
             TieringAction.VERIFY_PRODUCE,
             target_type="topic",
@@ -588,7 +618,7 @@ class DisableTiering(WorkflowKind):
     def target(self, params: dict[str, Any]) -> str:
         return f"topic:{params['topic']}"
 
-    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+    def plan(self, params: dict[str, Any]) -> Plan:
         topic = _topic(params)
         if topic.tiered_state == TieredState.DISABLING:
             raise Refusal(
@@ -604,7 +634,7 @@ class DisableTiering(WorkflowKind):
         partitions = _partitions(topic)
         brokers = _hosting_brokers(partitions)
         policy = params["policy"]
-        plan: dict[str, Any] = {
+        actions: dict[str, Any] = {
             "summary": (
                 f"Disable tiering of {topic.name} with policy {policy}: tiered epoch "
                 f"{topic.tiered_epoch} → {topic.tiered_epoch + 1}, DisableRemoteTopic to "
@@ -621,28 +651,36 @@ class DisableTiering(WorkflowKind):
             "replicas_per_broker": {
                 str(b): sum(1 for p in partitions if b in p.replicas) for b in brokers
             },
-            "remote_segments": approx(sum(p.remote_segments for p in partitions)),
-            "remote_bytes": approx(sum(p.remote_bytes for p in partitions)),
+        }
+        information: dict[str, Any] = {
+            "remote_segments": sum(p.remote_segments for p in partitions),
+            "remote_bytes": sum(p.remote_bytes for p in partitions),
+            "synced_at": _synced_at(topic),
         }
         if policy == DisablePolicy.RETAIN:
-            plan["effect"] = (
+            actions["effect"] = (
                 "Copying stops; remote segments stay readable and keep expiring by the topic-wide "
                 "retention; local segments expire only once no remote data is left."
             )
-            plan["disk_growth"] = project_disk_growth(topic, partitions)
+            growth = project_disk_growth(topic, partitions)
+            actions["disk_growth"] = _growth_actions(growth)
+            information["disk_growth"] = growth
         else:
-            plan["effect"] = (
+            actions["effect"] = (
                 "Copying and remote expiration stop; the log start offset moves to the local log "
                 "start offset; every remote segment below the new tiered epoch becomes unreadable "
                 "at once and is deleted by the Spark purge job."
             )
-        plan["steps"] = [
+            actions["fenced_segments"] = (
+                f"every remote segment of {topic.name} with tiered_epoch < {topic.tiered_epoch + 1}"
+            )
+        actions["steps"] = [
             "start_disablement",
             *(f"disable_remote_topic@{b}" for b in brokers),
             "complete_disablement",
             *(["purge_remote_segments"] if policy == DisablePolicy.DELETE else []),
         ]
-        return plan
+        return Plan(actions=actions, information=information)
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         steps = [
@@ -689,7 +727,7 @@ class EnableTiering(WorkflowKind):
     def target(self, params: dict[str, Any]) -> str:
         return f"topic:{params['topic']}"
 
-    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+    def plan(self, params: dict[str, Any]) -> Plan:
         topic = _topic(params)
         if _is_compacted(topic):
             raise Refusal(
@@ -709,7 +747,7 @@ class EnableTiering(WorkflowKind):
         partitions = _partitions(topic)
         brokers = _hosting_brokers(partitions)
         verify_on = next((p.partition for p in partitions if p.leader >= 0), None)
-        return {
+        actions = {
             "summary": (
                 f"Enable tiering of {topic.name} at tiered epoch {topic.tiered_epoch} on "
                 f"{len(brokers)} brokers, then verify with {VERIFY_RECORDS} marker records."
@@ -720,11 +758,9 @@ class EnableTiering(WorkflowKind):
             "tiered_epoch": topic.tiered_epoch,
             "partitions": len(partitions),
             "brokers": brokers,
-            "remote_segments": approx(sum(p.remote_segments for p in partitions)),
-            "remote_bytes": approx(sum(p.remote_bytes for p in partitions)),
             "verification": (
-                f"Writes {VERIFY_RECORDS} records with key {VERIFY_KEY!r} to partition "
-                f"{verify_on}, rolls it, waits for the copier: the new segment must carry tiered "
+                f"Writes {VERIFY_RECORDS} records with key {VERIFY_KEY!r} to the first partition "
+                "with a leader, rolls it, waits for the copier: the new segment must carry tiered "
                 f"epoch {topic.tiered_epoch} and offsets must continue without a gap."
             ),
             "steps": [
@@ -733,6 +769,13 @@ class EnableTiering(WorkflowKind):
                 "verify_tiering",
             ],
         }
+        information = {
+            "remote_segments": sum(p.remote_segments for p in partitions),
+            "remote_bytes": sum(p.remote_bytes for p in partitions),
+            "verify_on_partition": verify_on,
+            "synced_at": _synced_at(topic),
+        }
+        return Plan(actions=actions, information=information)
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         return [

@@ -25,10 +25,10 @@ partition's leader epoch in the new partitions' leaderEpochAfterCreation and bum
 progress in partitions).
 
 ``shrink_partitions`` refusals: ``UNKNOWN_TOPIC_OR_PARTITION``; ``INVALID_PARTITIONS`` when U'
-is not below U, or below initial_partition_count (KIP-253: never below N). Plan: N, U, U',
-``partitions_to_mark`` (each with ``keys_move_to``), partitions already marked, and
-``records_to_drain`` (two significant digits, see :func:`workflows.kinds.disks.approx`,
-so that traffic between request and execution does not void the approvals). Steps:
+is not below U, or below initial_partition_count (KIP-253: never below N). Plan actions: N, U,
+U', ``partitions_to_mark`` (each with ``keys_move_to``), partitions already marked; plan
+information: ``records_to_drain`` per partition and in all (it moves with traffic, so it is
+shown with its age and never approved). Steps:
 ``mark_partitions`` (the controller writes leaderEpochBeforeDeletion and bumps the survivors'
 leader epochs) → ``drain`` (follows the marked partitions until the controller removed them;
 progress in records, ``StepResult.wait`` while draining).
@@ -52,10 +52,9 @@ from broker_agent.choices import ErrorCode as AgentErrorCode
 from broker_agent.client import AgentError
 from broker_agent.hashing import parent_partition
 from broker_agent.models import ClusterMetadata, TopicMetadata
-from workflows.kinds import Field, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import preflight_reads, run_command, waits_when_unreachable
-from workflows.kinds.disks import approx
 
 if TYPE_CHECKING:
     from workflows.engine import StepContext
@@ -232,7 +231,7 @@ class ExpandPartitions(_PartitionCountKind):
         "hashing), so keys keep their order. Refused while partitions are marked for deletion."
     )
 
-    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+    def plan(self, params: dict[str, Any]) -> Plan:
         t, md = self._current(params)
         n, u, target = t.initial_partition_count, t.undeleted_partition_count, params["partitions"]
         if target <= u:
@@ -257,7 +256,7 @@ class ExpandPartitions(_PartitionCountKind):
                 f"{t.name} has replication factor {rf} but only {alive} live brokers.",
             )
         new = [{"partition": q, "parent": parent_partition(q, n)} for q in range(u, target)]
-        return {
+        actions = {
             "summary": (
                 f"Expand {t.name} from {u} to {target} partitions (initial_partition_count "
                 f"{n}): {len(new)} new partition(s), each splitting one parent; every existing "
@@ -273,6 +272,8 @@ class ExpandPartitions(_PartitionCountKind):
             "split_parents": sorted({x["parent"] for x in new}),
             "steps": ["alter_partition_count", "await_new_partitions"],
         }
+        information = {"live_brokers": alive}
+        return Plan(actions=actions, information=information)
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         return [
@@ -300,7 +301,7 @@ class ShrinkPartitions(_PartitionCountKind):
         "(never below initial_partition_count) and removed once drained."
     )
 
-    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+    def plan(self, params: dict[str, Any]) -> Plan:
         t, _md = self._current(params)
         n, u, target = t.initial_partition_count, t.undeleted_partition_count, params["partitions"]
         if target >= u:
@@ -322,12 +323,11 @@ class ShrinkPartitions(_PartitionCountKind):
             left = remaining_records(params["cluster"], t, {x["partition"] for x in to_mark})
         records = sum(max(0, v) for v in left.values())
         already = sorted(p.partition for p in t.partitions if p.marked_for_deletion)
-        return {
+        actions = {
             "summary": (
                 f"Shrink {t.name} from {u} to {target} partitions: mark {len(to_mark)} "
                 f"partition(s) for deletion (leaderEpochBeforeDeletion), then wait until each "
-                f"is empty and removed (~{approx(records, up=True)} records to drain, by "
-                "retention or DeleteRecords)."
+                "is empty and removed, by retention or DeleteRecords."
             ),
             "topic": t.name,
             "topic_id": t.topic_id,
@@ -336,11 +336,15 @@ class ShrinkPartitions(_PartitionCountKind):
             "new_undeleted_partition_count": target,
             "partitions_to_mark": to_mark,
             "already_marked_for_deletion": already,
-            "records_to_drain": approx(records, up=True),
             "draining": "a marked partition is removed once log_start_offset == log_end_offset: "
             "by retention (retention.ms / retention.bytes) or DeleteRecords",
             "steps": ["mark_partitions", "drain"],
         }
+        information = {
+            "records_to_drain": records,
+            "records_per_partition": {str(p): n for p, n in sorted(left.items())},
+        }
+        return Plan(actions=actions, information=information)
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         return [

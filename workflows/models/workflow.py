@@ -6,8 +6,13 @@ Decisions:
   running workflow whose lease expired (its worker died).
 - One open workflow per ``(cluster, target)``: a partial unique index in PostgreSQL, so two
   concurrent requests cannot both pass a Python check.
+- A plan has two parts (DESIGN.md "Approvals and audit"): ``plan`` holds the **actions** (what
+  the steps will do: topic and id, brokers, policy, epochs, partitions, dirs, a Spark plan's
+  digest) and is the only part ``plan_hash`` covers; ``plan_information`` holds the figures that
+  drift under traffic (bytes, counts, projections), shown with ``plan_information_at`` and
+  refreshed, never hashed. Approvals name ``plan_hash``.
 - Steps are created when execution starts, from the plan re-computed at that moment, so they
-  always describe the plan the approvers approved.
+  always describe the actions the approvers approved.
 """
 
 from __future__ import annotations
@@ -39,10 +44,25 @@ class Workflow(models.Model):
         max_length=255, help_text="What the workflow changes, e.g. topic:orders, logdir:2:/d1."
     )
     parameters = models.JSONField(default=dict)
-    plan = models.JSONField(default=dict)
-    plan_hash = models.CharField(max_length=64)
+    plan = models.JSONField(default=dict, help_text="The actions: what the steps will do.")
+    plan_hash = models.CharField(max_length=64, blank=True, help_text="SHA-256 of the actions.")
+    plan_information = models.JSONField(
+        default=dict, blank=True, help_text="Figures that drift under traffic; never hashed."
+    )
+    plan_information_at = models.DateTimeField(null=True, blank=True)
+    plan_diff = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="What changed in the actions when approvals were last voided (old → new).",
+    )
+    plan_attempts = models.PositiveIntegerField(
+        default=0, help_text="Planning attempts that found the cluster unavailable."
+    )
+    expected_plan_hash = models.CharField(
+        max_length=64, blank=True, help_text="The hash the requester expects (API clients)."
+    )
     state = models.CharField(
-        max_length=20, choices=WorkflowState.CHOICES, default=WorkflowState.PENDING_APPROVAL
+        max_length=20, choices=WorkflowState.CHOICES, default=WorkflowState.PLANNING
     )
     requester = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workflows_requested"
@@ -190,6 +210,16 @@ class Approval(models.Model):
     def is_expired(self, now: dt.datetime | None = None) -> bool:
         ttl = dt.timedelta(hours=settings.STRATA_APPROVAL_TTL_HOURS)
         return (now or timezone.now()) - self.created_at >= ttl
+
+    def counts_for(self, plan_hash: str, now: dt.datetime | None = None) -> bool:
+        """The one rule of which approvals count (``Workflow.valid_approvals`` is its query
+        form): an approval of this plan hash, not voided, not expired."""
+        return (
+            self.decision == ApprovalDecision.APPROVE
+            and self.plan_hash == plan_hash
+            and self.voided_at is None
+            and not self.is_expired(now)
+        )
 
 
 class StepLog(models.Model):

@@ -5,16 +5,15 @@ from __future__ import annotations
 import secrets
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 
-from console.roles import Role
+from console.roles import Role, do_change_user, do_create_user
 
 
 class Command(BaseCommand):
     help = (
-        "Create a user with a role (viewer, operator, approver, admin), or update an existing one."
+        "Create a user with a role (viewer, operator, approver, admin), or update an existing "
+        "one. Audited: one event per change (user created, role changed or password set)."
     )
 
     def add_arguments(self, parser) -> None:
@@ -28,25 +27,19 @@ class Command(BaseCommand):
     def handle(
         self, *args, name: str, role: str, password: str | None, email: str, **options
     ) -> None:
-        try:
-            group = Group.objects.get(name=role)
-        except Group.DoesNotExist:
-            raise CommandError(
-                f"Role group {role!r} is missing: run `manage.py migrate` first."
-            ) from None
         generated = password is None
         password = password or secrets.token_urlsafe(12)
-        with transaction.atomic():
-            user, created = get_user_model().objects.get_or_create(
-                username=name, defaults={"email": email}
-            )
-            user.set_password(password)
-            user.is_staff = role == Role.ADMIN
-            user.is_superuser = role == Role.ADMIN
-            user.save()
-            user.groups.remove(*Group.objects.filter(name__in=Role.ALL))
-            user.groups.add(group)
-        verb = "Created" if created else "Updated"
+        user = get_user_model().objects.filter(username=name).first()
+        try:
+            if user is None:
+                do_create_user(
+                    username=name, role=role, password=password, email=email, acting_user=None
+                )
+            else:
+                do_change_user(user, role=role, password=password, acting_user=None)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        verb = "Created" if user is None else "Updated"
         self.stdout.write(f"{verb} user {name} with role {role}.")
         if generated:
             self.stdout.write(f"Password: {password}")

@@ -8,11 +8,10 @@ import secrets
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from console.roles import Role
+from console.roles import Role, do_change_user, do_create_user
 
 # A second approver lets two-person approval be tried from the demo logins.
 DEMO_USERS = [
@@ -34,16 +33,22 @@ class Command(BaseCommand):
         path = Path(file)
         saved = json.loads(path.read_text()) if path.exists() else {}
         User = get_user_model()
-        with transaction.atomic():
-            for name, role in DEMO_USERS:
-                password = saved.get(name) or secrets.token_urlsafe(9)
-                saved[name] = password
-                user, _ = User.objects.get_or_create(username=name)
-                if not user.check_password(password):
-                    user.set_password(password)
-                user.is_staff = user.is_superuser = role == Role.ADMIN
-                user.save()
-                user.groups.set([Group.objects.get(name=role)])
+        # Each user's creation or change is audited (by the actions); a re-run that changes
+        # nothing writes no event.
+        try:
+            with transaction.atomic():
+                for name, role in DEMO_USERS:
+                    password = saved.get(name) or secrets.token_urlsafe(9)
+                    saved[name] = password
+                    user = User.objects.filter(username=name).first()
+                    if user is None:
+                        do_create_user(
+                            username=name, role=role, password=password, acting_user=None
+                        )
+                    else:
+                        do_change_user(user, role=role, password=password, acting_user=None)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(saved, indent=2))
         os.chmod(path, 0o600)

@@ -12,7 +12,8 @@ from console.clusters import do_register_cluster
 class Command(BaseCommand):
     help = (
         "Register (or update) a cluster: its controller URL and the file holding the secret "
-        "its agents sign with. The secret itself is never stored."
+        "its agents sign with. The secret itself is never stored. Audited (registered / "
+        "changed, with before and after; the secret's reference, never the secret)."
     )
 
     def add_arguments(self, parser) -> None:

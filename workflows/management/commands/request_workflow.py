@@ -1,17 +1,21 @@
-"""``manage.py request_workflow KIND --as USER --cluster C [--topic T ...]``: request a workflow
-(prints the JSON the API's POST /api/v1/workflows answers)."""
+"""``manage.py request_workflow KIND --as USER --cluster C [--topic T ...] [--wait S]``: request a
+workflow (prints the JSON the API's POST /api/v1/workflows answers). The workflow starts in
+``planning``; ``--wait S`` waits up to S seconds for a worker to plan it and prints it then (with
+its ``plan_hash`` for ``approve_workflow``)."""
 
 from __future__ import annotations
 
 import json
+import time
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from workflows.actions import do_request_workflow
-from workflows.choices import AuditContext
+from workflows.choices import AuditContext, WorkflowState
 from workflows.errors import WorkflowError
 from workflows.kinds import REQUEST_FIELDS
+from workflows.models import Workflow
 from workflows.queries import workflow_out
 
 
@@ -32,13 +36,27 @@ class Command(BaseCommand):
             parser.add_argument(f"--{name.replace('_', '-')}", dest=name)
         parser.add_argument("--reason", default="")
         parser.add_argument(
+            "--wait",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="Wait up to SECONDS for a worker to plan it (0: print it as requested).",
+        )
+        parser.add_argument(
             "--break-glass-reason",
             default="",
             help="Admin only: run without approval, for this written reason.",
         )
 
     def handle(
-        self, *args, kind: str, username: str, reason: str, break_glass_reason: str, **options
+        self,
+        *args,
+        kind: str,
+        username: str,
+        reason: str,
+        break_glass_reason: str,
+        wait: float,
+        **options,
     ) -> None:
         params = {name: options.get(name) for name in REQUEST_FIELDS}
         try:
@@ -53,4 +71,8 @@ class Command(BaseCommand):
             )
         except WorkflowError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
+        deadline = time.monotonic() + max(0.0, wait)
+        while wf.state == WorkflowState.PLANNING and time.monotonic() < deadline:
+            time.sleep(0.5)
+            wf = Workflow.objects.get(pk=wf.pk)
         self.stdout.write(json.dumps(workflow_out(wf), indent=2))

@@ -1,10 +1,9 @@
 """``noop_check``: the framework's self-test kind. It touches no cluster.
 
-Decision: the real kinds need the broker agents and the cluster inventory, which are built
-separately; this kind proves the framework end to end meanwhile (request, approval, execution by
-a real worker, per-broker progress, human gate, retries, crash recovery) and is what
-``bench/bench_workflows.py`` queues. It is hidden from the request form's kind picker but may be
-requested through the API, the CLI or ``/workflows/new?kind=noop_check``.
+Test-only: registered by the test app (``tests.testapp``, installed by ``tests.settings``), never
+in production, so it never writes into a production audit log. It proves the framework end to
+end without a cluster (request, planning, approval, execution by a real worker, per-broker
+progress, human gate, retries, crash recovery) and is what ``bench/bench_workflows.py`` queues.
 
 Steps: ``check`` (progress over ``10 * partitions`` units) → ``confirm`` (mode ``gate`` only, a
 human gate) → ``apply`` once per pseudo-broker ``0 .. partitions-1`` (mode ``flaky``: the first
@@ -21,7 +20,7 @@ from django.db import transaction
 
 from workflows import audit
 from workflows.choices import AuditContext
-from workflows.kinds import Field, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import Field, Plan, StepDef, StepResult, WorkflowKind, register
 from workflows.models import AuditEvent, Workflow
 
 if TYPE_CHECKING:
@@ -97,6 +96,7 @@ class NoopCheck(WorkflowKind):
         "a self-test of approvals, execution, progress, human gates and crash recovery."
     )
     hidden = True
+    needs_cluster = False
     fields = (
         Field.topic(label="Label", help="Any name; the workflow's target."),
         Field(
@@ -120,17 +120,20 @@ class NoopCheck(WorkflowKind):
     def target(self, params: dict[str, Any]) -> str:
         return f"noop:{params['topic']}"
 
-    def preflight(self, params: dict[str, Any]) -> dict[str, Any]:
+    def plan(self, params: dict[str, Any]) -> Plan:
         brokers = list(range(params["partitions"]))
         steps = ["check", *(["confirm"] if params["mode"] == NoopMode.GATE else [])]
         steps += [f"apply@{b}" for b in brokers] + ["verify"]
-        return {
-            "summary": f"Self-test over {len(brokers)} pseudo-brokers; changes nothing.",
-            "brokers": brokers,
-            "units": 10 * len(brokers),
-            "mode": params["mode"],
-            "steps": steps,
-        }
+        return Plan(
+            actions={
+                "summary": f"Self-test over {len(brokers)} pseudo-brokers; changes nothing.",
+                "brokers": brokers,
+                "units": 10 * len(brokers),
+                "mode": params["mode"],
+                "steps": steps,
+            },
+            information={"note": "a self-test: nothing drifts"},
+        )
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         steps = [StepDef("check", check, label="Check", unit="units", total=plan["units"])]

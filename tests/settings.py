@@ -1,0 +1,15 @@
+"""Settings of the test suite (and of the workers and commands it starts): production settings
+plus the test-only app (``noop_check``, the fault injector)."""
+
+from pathlib import Path
+
+from config.env import env_str
+from config.settings import *  # noqa: F403
+from config.settings import INSTALLED_APPS, RUN_DIR
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp.apps.TestAppConfig"]
+
+# "<kind>:<step>:<before|after>[,...]" ("*" matches any kind or step) SIGKILLs the worker
+# process at that step boundary, once per workflow and step (marker files in STRATA_FAULT_DIR).
+STRATA_FAULT_KILL_AT = env_str("STRATA_FAULT_KILL_AT", "")
+STRATA_FAULT_DIR = Path(env_str("STRATA_FAULT_DIR", str(RUN_DIR / "faults")))
