@@ -151,6 +151,9 @@ class Broker:
         self.fetchers: dict[int, threading.Thread] = {}
         self.stopped = threading.Event()
         self.offline_announced = False
+        # Dirs whose LogDirFailure event is queued; BrokerOffline follows only when every dir is
+        # in here, so listeners always see each dir's failure before the broker's.
+        self.failure_announced: set[str] = set()
         # KIP-950 state applied by DisableRemoteTopic / EnableRemoteTopic, persisted.
         self.tiering: dict[str, dict] = {}
         self.applied_commands: dict[str, dict] = {}
@@ -189,6 +192,7 @@ class Broker:
                 d.error = f"{type(exc).__name__}: {exc}"
                 log.error("log dir %s is bad at startup: %s", d.name, d.error)
                 self.events.put(self._event(EventType.LOG_DIR_FAILURE, d.name, d.error))
+                self.failure_announced.add(d.name)
         for d in self.log_dirs.values():
             if d.good:
                 self._load_dir(d)
@@ -283,6 +287,7 @@ class Broker:
             with self.data_cond:
                 self.data_cond.notify_all()
             self.events.put(self._event(EventType.LOG_DIR_FAILURE, name, d.error, offline))
+            self.failure_announced.add(name)
             try:
                 self.controller.request(
                     "POST",
@@ -298,7 +303,10 @@ class Broker:
             except (AgentError, httpx.HTTPError) as exc:
                 log.warning("could not tell the controller about %s: %s", name, exc)
             self._heartbeat_once()
-            if not self.online and not self.offline_announced:
+            # A dir already marked OFFLINE may not have had its turn in this loop yet (cordoning
+            # two dirs back to back): its failure event goes out first, the broker's after it.
+            every_failure_sent = self.failure_announced.issuperset(self.log_dirs)
+            if every_failure_sent and not self.online and not self.offline_announced:
                 self.offline_announced = True
                 log.error("all log dirs are offline: broker %s goes offline", self.broker_id)
                 self.events.put(self._event(EventType.BROKER_OFFLINE, None, "no good log dir"))
@@ -360,13 +368,15 @@ class Broker:
                 os.makedirs(d.path)
             ms = d.probe()
         except OSError as exc:
+            # A dir that was good fails like any other (event, controller told, replicas off).
+            d.fail(f"{type(exc).__name__}: {exc}")
             d.error = f"{type(exc).__name__}: {exc}"
-            d.state = LogDirState.OFFLINE
             return self.log_dir_info(d)
         was_offline = d.state == LogDirState.OFFLINE
         d.state, d.error, d.cordoned, d.probe_latency_ms = LogDirState.ONLINE, None, False, ms
         if was_offline:
             self._load_dir(d)
+            self.failure_announced.discard(name)
             self.offline_announced = False
             self.events.put(self._event(EventType.LOG_DIR_RECOVERED, name, None))
             self._heartbeat_once()

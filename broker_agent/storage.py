@@ -17,12 +17,14 @@ fails"). Nothing here is mocked: folders, files and errors are the operating sys
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import shutil
 import struct
 import threading
 import time
+import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -201,19 +203,27 @@ class LogDir:
         replaced by a file, the disk gone).
         """
         started = time.monotonic()
-        probe = os.path.join(self.path, PROBE_FILE)
+        # One file per probe: the periodic prober, an admin's re-probe and a recovery step may
+        # probe one dir at once, and a shared name let one truncate another's bytes, which read
+        # back as a (false) KIP-112 failure.
+        probe = os.path.join(self.path, f"{PROBE_FILE}-{uuid.uuid4().hex}")
         payload = os.urandom(16)
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.write(fd, payload)
-            if self.probe_delay_ms > 0:
-                time.sleep(self.probe_delay_ms / 1000.0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        with open(probe, "rb") as fh:
-            if fh.read() != payload:
-                raise OSError("probe read back different bytes")
+            try:
+                os.write(fd, payload)
+                if self.probe_delay_ms > 0:
+                    time.sleep(self.probe_delay_ms / 1000.0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with open(probe, "rb") as fh:
+                if fh.read() != payload:
+                    raise OSError("probe read back different bytes")
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
+            raise
         os.unlink(probe)
         os.listdir(self.path)
         return (time.monotonic() - started) * 1000.0
