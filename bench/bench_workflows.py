@@ -43,7 +43,7 @@ from django.contrib.auth import get_user_model
 from config.celery import app
 from workflows import engine
 from workflows.actions import do_approve_workflow, do_request_workflow
-from workflows.choices import AuditContext
+from audit.choices import AuditContext
 app.control.purge()
 User = get_user_model()
 def user(name, role):
@@ -70,7 +70,8 @@ from django.contrib.auth import get_user_model
 from console.models import Cluster
 from console.sync import do_sync_cluster
 from workflows.actions import do_approve_workflow, do_request_workflow
-from workflows.choices import AuditContext, WorkflowState
+from workflows.choices import WorkflowState
+from audit.choices import AuditContext
 from workflows.models import Workflow
 urls, secret_file, topic = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 User = get_user_model()
@@ -185,7 +186,8 @@ django.setup()
 from django.contrib.auth.models import Group
 from django.contrib.auth import get_user_model
 from workflows.actions import do_approve_workflow, do_request_workflow
-from workflows.choices import AuditContext, WorkflowState
+from workflows.choices import WorkflowState
+from audit.choices import AuditContext
 from workflows.models import Workflow
 cluster, topic = sys.argv[1], sys.argv[2]
 User = get_user_model()

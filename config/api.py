@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
-import config
+from accounts.models import ApiToken, hash_token
+from audit.api import router as audit_router
 from console.api import router as console_router
-from console.models import ApiToken
-from console.models.access import hash_token
 from workflows.api import router as workflows_router
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class BearerToken(HttpBearer):
 
 api = NinjaAPI(
     title="Strata API",
-    version=config.__version__,
+    version=settings.STRATA_VERSION,
     urls_namespace="api",
     auth=[BearerToken(), SessionAuth()],
     docs_url="/docs",
@@ -82,3 +82,4 @@ def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 api.add_router("/", console_router)
 api.add_router("/", workflows_router)
+api.add_router("/", audit_router)

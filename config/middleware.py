@@ -27,8 +27,8 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from console.models import ApiToken
-from console.roles import Role, user_roles
+from accounts.models import ApiToken
+from accounts.roles import Role, user_roles
 
 __all__ = ["PUBLIC_VIEWS", "Access", "StrataAccessMiddleware", "bearer_token"]
 

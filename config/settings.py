@@ -24,6 +24,8 @@ DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/strata"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DATABASE_URL = env_str("DATABASE_URL", DEFAULT_DATABASE_URL)
 REDIS_URL = env_str("REDIS_URL", DEFAULT_REDIS_URL)
+# Shown in the footer and by /api/v1/health; apps read it here, never from the config package.
+STRATA_VERSION = "0.1.0"
 
 _INSECURE_DEV_KEY = "strata-insecure-development-key-do-not-use-in-production-0123456789"
 SECRET_KEY = env_secret("SECRET_KEY", _INSECURE_DEV_KEY if DEBUG else "")
@@ -44,9 +46,10 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
-    "django_tables2",
     "django_filters",
     "pgtrigger",
+    "audit",
+    "accounts",
     "console",
     "workflows",
     "spark_tasks",
@@ -208,14 +211,13 @@ CELERY_BEAT_SCHEDULE["spark-prune-run-files"] = {
 }
 
 # --- Workflows, approvals, audit (workflows/) ------------------------------------------------
-# Approval policy per workflow kind: "approvals" needed by default, and "when" overrides keyed
-# "param=value" (the first match wins). Kinds not listed need STRATA_APPROVALS_DEFAULT.
+# Each workflow kind declares the approvals it needs (disable_tiering: 2 with policy delete,
+# recover_log_dir: 2 with mode remove, else 1); kinds that declare none need
+# STRATA_APPROVALS_DEFAULT. A site overrides a kind here: {"kind": {"approvals": N,
+# "when": {"param=value": M}}} (the first matching "when" wins, then "approvals").
 STRATA_APPROVALS_DEFAULT = env_int("STRATA_APPROVALS_DEFAULT", 1)
-STRATA_APPROVAL_POLICY = {
-    "disable_tiering": {"approvals": 1, "when": {"policy=delete": 2}},
-    "recover_log_dir": {"approvals": 1, "when": {"mode=remove": 2}},
-}
-STRATA_APPROVER_ROLE = env_str("STRATA_APPROVER_ROLE", "approver")  # a console.roles.Role
+STRATA_APPROVAL_POLICY: dict[str, dict] = {}
+STRATA_APPROVER_ROLE = env_str("STRATA_APPROVER_ROLE", "approver")  # an accounts.roles.Role
 STRATA_APPROVAL_TTL_HOURS = env_float("STRATA_APPROVAL_TTL_HOURS", 24.0)
 # A run renews its lease at every step boundary and progress report; the reconciler resumes a
 # running workflow whose lease expired (its worker died).
@@ -235,7 +237,7 @@ CELERY_BEAT_SCHEDULE["workflows-refresh-plans"] = {
     "schedule": max(5.0, STRATA_PLAN_REFRESH_SECONDS / 2),
 }
 # Sets the audit scope (context web/api, actor) for the request; after authentication.
-MIDDLEWARE += ["workflows.middleware.AuditScopeMiddleware"]
+MIDDLEWARE += ["audit.middleware.AuditScopeMiddleware"]
 
 # --- Logging -------------------------------------------------------------------------------
 LOGGING = {

@@ -9,6 +9,8 @@ from config.api import api
 urlpatterns = [
     path("", include("console.urls")),
     path("", include("workflows.urls")),
+    path("", include("audit.urls")),
+    path("", include("accounts.urls")),
     path("spark/", include("spark_tasks.urls")),
     path(
         "accounts/login/",

@@ -16,10 +16,10 @@ from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
+from accounts.roles import Role, has_role
 from console import health, selectors
 from console.choices import BrokerState
 from console.models import Cluster, Partition, Topic
-from console.roles import Role, has_role
 
 router = Router(tags=["health"])
 read = Router(tags=["inventory"])
@@ -53,7 +53,7 @@ def get_health(request: HttpRequest) -> JsonResponse:
 
 @router.get("/me", summary="Who the token or session belongs to, and their roles")
 def get_me(request: HttpRequest) -> dict:
-    from console.roles import user_roles
+    from accounts.roles import user_roles
 
     return {"username": request.user.get_username(), "roles": sorted(user_roles(request.user))}
 

@@ -6,8 +6,3 @@ class ConsoleConfig(AppConfig):
 
     name = "console"
     verbose_name = "Console"
-
-    def ready(self) -> None:
-        from console.roles import connect_admin_audit
-
-        connect_admin_audit()  # audit of access changes made through the Django admin

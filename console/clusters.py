@@ -7,8 +7,8 @@ from typing import Any
 
 from django.db import transaction
 
+from audit.choices import AuditContext
 from console.models import Cluster
-from workflows.choices import AuditContext
 
 __all__ = ["ClusterAction", "do_register_cluster"]
 
@@ -41,7 +41,7 @@ def do_register_cluster(
     something (an update that changes nothing writes nothing). Data already synced is kept on
     update: the next sync reconciles it with whatever the (new) controller says.
     """
-    from workflows import audit
+    from audit import trail
 
     if not NAME_RE.match(name):
         raise ValueError("cluster names use letters, digits, '-' and '_' (at most 100)")
@@ -62,10 +62,10 @@ def do_register_cluster(
             cluster.save(update_fields=["controller_url", "secret_ref", "metadata_version"])
         after = _registration(cluster)
         if created or before != after:
-            audit.record(
+            trail.record(
                 ClusterAction.REGISTERED if created else ClusterAction.CHANGED,
                 actor=acting_user,
-                context=None if audit.current_scope() else AuditContext.CLI,
+                context=None if trail.current_scope() else AuditContext.CLI,
                 target_type="cluster",
                 target_id=cluster.name,
                 before=before,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.urls import reverse
 
-import config
-from console.roles import Role, user_roles
+from accounts.roles import Role, user_roles
 
 NAV = [
     ("Overview", "console:overview"),
@@ -15,11 +15,11 @@ NAV = [
     ("Topology", "console:topology"),
     ("Workflows", "workflows:list"),
     ("Spark jobs", "spark_tasks:run-list"),
-    ("Audit", "workflows:audit"),
+    ("Audit", "audit:list"),
 ]
 
 
-ADMIN_NAV = [("Tokens", "console:tokens")]
+ADMIN_NAV = [("Tokens", "accounts:tokens")]
 
 
 def strata(request: HttpRequest) -> dict:
@@ -33,5 +33,5 @@ def strata(request: HttpRequest) -> dict:
     return {
         "strata_nav": items,
         "strata_roles": sorted(roles),
-        "strata_version": config.__version__,
+        "strata_version": settings.STRATA_VERSION,
     }

@@ -17,7 +17,6 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-import config
 from console.models import Heartbeat
 
 __all__ = ["WORKER_HEARTBEAT_PREFIX", "Health", "check", "worker_max_age"]
@@ -86,4 +85,6 @@ def check() -> Health:
     redis_state = _redis()
     # A worker without Redis receives no task, whatever its heartbeat says.
     workers = _workers() if database == "ok" and redis_state == "ok" else 0
-    return Health(database=database, redis=redis_state, workers=workers, version=config.__version__)
+    return Health(
+        database=database, redis=redis_state, workers=workers, version=settings.STRATA_VERSION
+    )

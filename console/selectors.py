@@ -42,7 +42,6 @@ __all__ = [
     "split_tree",
     "stale_sources",
     "task_states",
-    "topic_totals",
     "topology_page",
 ]
 
@@ -190,17 +189,6 @@ def topic_list(cluster: Cluster, params, sort: str | None) -> tuple[TopicFilter,
     qs = f.qs if f.is_valid() else Topic.objects.none()
     order = TOPIC_SORTS.get(sort or "name", "name")
     return f, qs.order_by(order, "name").defer("configs")
-
-
-def topic_totals(topic: Topic) -> dict:
-    """The topic's total offsets bar (sums over partitions; see :class:`Topic`)."""
-    return {
-        "log_start_offset": topic.log_start_offset,
-        "local_log_start_offset": topic.local_log_start_offset,
-        "log_end_offset": topic.log_end_offset,
-        "remote_log_start_offset": topic.remote_log_start_offset,
-        "remote_log_end_offset": topic.remote_log_end_offset,
-    }
 
 
 def task_states(topic: Topic) -> list[dict]:

@@ -12,7 +12,6 @@ urlpatterns = [
     path("topics/<slug:cluster>/<str:topic>/", views.topic_detail, name="topic-detail"),
     path("brokers/", views.brokers, name="brokers"),
     path("topology/", views.topology, name="topology"),
-    path("tokens/", views.tokens, name="tokens"),
 ]
 
 # Machine endpoints (exempt from the login redirect; they authenticate themselves).

@@ -11,15 +11,15 @@ import datetime as dt
 import logging
 from urllib.parse import urlencode
 
-from django.apps import apps
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from accounts.roles import Role, has_role, require_role
+from audit.models import AuditEvent
 from console import health, selectors
 from console.choices import LogDirState, TieredState
 from console.models import Broker, Cluster, Heartbeat, LogDir, Partition, Topic
-from console.roles import Role, has_role, require_role
 
 log = logging.getLogger(__name__)
 
@@ -69,31 +69,14 @@ def _workflow_url(kind: str, **params: object) -> str:
 # -- overview ----------------------------------------------------------------------------------
 
 
-def _workflow_panels() -> dict:
-    """Running workflows and recent audit events, read from the workflows app's models when
-    they exist (the console only reads them; the workflows app owns them)."""
-    out: dict = {"workflows": None, "audit_events": None}
-    try:
-        workflow = apps.get_model("workflows", "Workflow")
-        from workflows.choices import WorkflowState
-
-        out["workflows"] = list(
-            workflow.objects.filter(state__in=WorkflowState.ACTIVE).order_by("-created_at")[:8]
-        )
-    except Exception:  # the workflows app is optional for this panel
-        log.debug("no workflows to show", exc_info=True)
-    try:
-        audit = apps.get_model("workflows", "AuditEvent")
-        out["audit_events"] = list(audit.objects.order_by("-seq")[:8])
-    except Exception:
-        log.debug("no audit events to show", exc_info=True)
-    return out
+def _recent_audit_events() -> list[AuditEvent]:
+    return list(AuditEvent.objects.order_by("-seq")[:8])
 
 
 @require_role(Role.VIEWER)
 def overview(request: HttpRequest) -> HttpResponse:
     context = {"overview": selectors.cluster_overview(), "now": timezone.now()}
-    context.update(_workflow_panels())
+    context["audit_events"] = _recent_audit_events()
     return _render(
         request,
         "console/overview.html",
@@ -357,41 +340,3 @@ def metrics(request: HttpRequest) -> HttpResponse:
     from console import metrics as prom
 
     return HttpResponse(prom.render(), content_type=CONTENT_TYPE_LATEST)
-
-
-# -- API tokens (admins) -------------------------------------------------------------------------
-
-TOKENS_PER_PAGE = 50
-
-
-@require_role(Role.ADMIN)
-def tokens(request: HttpRequest) -> HttpResponse:
-    """Every API token (never its value): who, what for, used when, expires when; revoke one.
-    Issue tokens with ``manage.py issue_token``; revocation is audited."""
-    from django.contrib import messages
-    from django.core.paginator import Paginator
-    from django.shortcuts import redirect
-
-    from console.models import ApiToken
-    from console.roles import do_revoke_token
-
-    if request.method == "POST":
-        token = ApiToken.objects.filter(pk=_int(request.POST.get("token"))).first()
-        if token is None:
-            messages.error(request, "No such token.")
-        elif do_revoke_token(token, acting_user=request.user):
-            messages.success(request, f"Token {token.prefix}… of {token.user} revoked.")
-        else:
-            messages.info(request, f"Token {token.prefix}… was already revoked.")
-        return redirect("console:tokens")
-    qs = ApiToken.objects.select_related("user").order_by("-created_at", "-pk")
-    page = Paginator(qs, TOKENS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "console/tokens.html", {"page": page, "now": timezone.now()})
-
-
-def _int(value: object) -> int:
-    try:
-        number = int(str(value))
-    except (TypeError, ValueError):
-        return 0
-    return number if 0 < number < 2**63 else 0

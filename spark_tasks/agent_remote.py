@@ -114,38 +114,21 @@ class ClusterEndpoint:
         self.secret = secret
 
 
-def _read_secret_ref(ref: str, cluster: str) -> bytes:
-    """``env:NAME`` or a file path (the same rules as console's ``Cluster.secret_ref``)."""
-    if ref.startswith("env:"):
-        value = os.environ.get(ref[4:], "")
-        if not value:
-            raise RuntimeError(f"cluster {cluster}: environment variable {ref[4:]} is empty")
-        return value.encode()
-    data = Path(ref).read_bytes().strip()
-    if not data:
-        raise RuntimeError(f"cluster {cluster}: secret file {ref} is empty")
-    return data
-
-
 def lookup_endpoint(name: str) -> ClusterEndpoint:
     """The cluster's controller and secret: console's ``Cluster`` first, then settings."""
-    from django.apps import apps
     from django.conf import settings
 
-    try:
-        cluster_model = apps.get_model("console", "Cluster")
-    except LookupError:
-        cluster_model = None
-    if cluster_model is not None:
-        cluster = cluster_model.objects.filter(name=name).first()
-        if cluster is not None:
-            return ClusterEndpoint(name, cluster.controller_url, cluster.read_secret())
+    from console.models.clusters import Cluster, read_secret_ref
+
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is not None:
+        return ClusterEndpoint(name, cluster.controller_url, cluster.read_secret())
     configured = (getattr(settings, "SPARK_CLUSTER_ENDPOINTS", None) or {}).get(name)
     if configured:
         return ClusterEndpoint(
             name,
             configured["controller_url"],
-            _read_secret_ref(configured["secret_ref"], name),
+            read_secret_ref(configured["secret_ref"], name),
         )
     raise LookupError(
         f"unknown cluster {name!r}: register it (manage.py register_cluster) or add it to "

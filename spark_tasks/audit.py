@@ -1,4 +1,4 @@
-"""Audit events of Spark runs, written through ``workflows.audit.record`` in the transaction of
+"""Audit events of Spark runs, written through ``audit.trail.record`` in the transaction of
 the run's state change (fail closed: when the event cannot be written, the change rolls back).
 
 Rules:
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from audit.choices import AuditContext, AuditOutcome
+from audit.trail import current_scope, record
 from spark_tasks.models import SparkJobRun, SparkRunState
-from workflows.audit import current_scope, record
-from workflows.choices import AuditContext, AuditOutcome
 
 __all__ = ["SparkAuditAction", "record_run_event"]
 

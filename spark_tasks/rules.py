@@ -62,7 +62,6 @@ __all__ = [
     "PartitionState",
     "PlannedDeletion",
     "Segment",
-    "apply_plan",
     "filtered_leader_epochs",
     "is_within_leader_epochs",
     "plan_purge",
@@ -353,18 +352,3 @@ def plan_purge(partition: PartitionState, segments: Sequence[Segment]) -> Partit
         if s.tiered_epoch >= below and s.state == SegmentState.COPY_SEGMENT_FINISHED:
             floor = min(floor, s.start_offset)
     return PartitionPlan(deletions, max(lso, floor))
-
-
-def apply_plan(
-    partition: PartitionState, segments: Sequence[Segment], plan: PartitionPlan
-) -> tuple[PartitionState, list[Segment]]:
-    """What the world looks like after a plan was executed: planned segments are
-    DELETE_SEGMENT_FINISHED and the log start offset is the plan's (used by tests and dry runs)."""
-    gone = plan.segment_ids
-    after = [
-        dataclasses.replace(s, state=SegmentState.DELETE_SEGMENT_FINISHED)
-        if s.segment_id in gone
-        else s
-        for s in segments
-    ]
-    return dataclasses.replace(partition, log_start_offset=plan.new_log_start_offset), after

@@ -43,6 +43,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from audit.choices import AuditContext, AuditOutcome
 from spark_tasks import jobkit, remote
 from spark_tasks.audit import SparkAuditAction, finished_extra, record_run_event
 from spark_tasks.models import (
@@ -53,7 +54,6 @@ from spark_tasks.models import (
 )
 from spark_tasks.plan_digest import plan_digest
 from spark_tasks.submit import SubmitResult, spark_submit
-from workflows.choices import AuditContext, AuditOutcome
 
 __all__ = [
     "enqueue_run",

@@ -18,8 +18,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from accounts.roles import Role, has_role, require_role
 from console.models import Cluster
-from console.roles import Role, has_role, require_role
 from spark_tasks.models import SparkJob, SparkJobRun
 from spark_tasks.tasks import enqueue_run
 

@@ -1,9 +1,10 @@
-"""Workflows' part of the JSON API (``/api/v1/``): workflows, approvals, audit.
+"""Workflows' part of the JSON API (``/api/v1/``): workflows and approvals (the audit routes
+are the audit app's, :mod:`audit.api`).
 
 Stable names (other tools rely on them): ``POST /workflows`` answers 201 with ``id``,
 ``state``, ``plan``, ``plan_hash``, ``approvals_required``; ``POST /workflows/{id}/approve``
 (``plan_hash``, ``comment``), ``/reject``, ``/cancel``, ``/confirm``; ``GET /workflows[/{id}]``;
-``GET /audit``, ``GET /audit/verify``. Errors are ``{"error": CODE, "message": ...}``.
+Errors are ``{"error": CODE, "message": ...}``.
 
 A request never calls the cluster: ``POST /workflows`` answers 201 with ``state`` ``planning``
 (``plan`` empty, ``plan_hash`` ""); a worker plans it, after which ``GET /workflows/{id}`` shows
@@ -24,18 +25,15 @@ from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
+from pydantic import Field as PydanticField
 
+from audit.choices import AuditContext
 from workflows import actions
-from workflows.audit import verify_chain
-from workflows.choices import AuditContext
-from workflows.errors import WorkflowError
-from workflows.kinds import REQUEST_FIELDS, all_kinds
+from workflows.errors import ErrorCode, WorkflowError
+from workflows.kinds import FLAT_REQUEST_FIELDS, all_kinds
 from workflows.models import Workflow
 from workflows.queries import (
-    audit_event_out,
-    filter_audit,
     filter_workflows,
-    page_by_seq,
     with_decisions,
     workflow_out,
 )
@@ -60,8 +58,19 @@ def _api_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def _params_schema(schema: dict[str, Any]) -> None:
+    """OpenAPI: ``params`` is one of the registered kinds' parameter schemas."""
+    schema.clear()
+    schema.update(
+        description="The kind's parameters (see GET /workflows/kinds). The flat fields below "
+        "are accepted as aliases of the built-in kinds' parameters.",
+        anyOf=[k.params_schema() for k in all_kinds(include_hidden=True)] + [{"type": "null"}],
+    )
+
+
 class WorkflowRequestIn(Schema):
     kind: Any = None
+    params: Any = PydanticField(default=None, json_schema_extra=_params_schema)
     cluster: Any = None
     topic: Any = None
     policy: Any = None
@@ -95,22 +104,23 @@ class ListParams(Schema):
     offset: int = 0
 
 
-class AuditParams(Schema):
-    actor: str | None = None
-    action: str | None = None
-    kind: str | None = None
-    target: str | None = None
-    workflow: str | None = None
-    outcome: str | None = None
-    context: str | None = None
-    since: str | None = None
-    until: str | None = None
-    before: str | None = None
-    limit: int = 100
-
-
 def _params(body: WorkflowRequestIn) -> dict[str, Any]:
-    return {k: getattr(body, k) for k in REQUEST_FIELDS}
+    """The request's parameters: ``params``, with the flat alias fields merged in (a value given
+    both ways must agree)."""
+    params = body.params if body.params is not None else {}
+    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+        raise WorkflowError(ErrorCode.INVALID_REQUEST, "params must be an object.")
+    merged = dict(params)
+    for name in FLAT_REQUEST_FIELDS:
+        value = getattr(body, name)
+        if value is None:
+            continue
+        if name in params and params[name] != value:
+            raise WorkflowError(
+                ErrorCode.INVALID_REQUEST, f"{name} is given twice (params.{name} and {name})."
+            )
+        merged[name] = value
+    return merged
 
 
 def _load(workflow_id: int) -> Workflow:
@@ -129,6 +139,7 @@ def list_kinds(request: HttpRequest) -> list[dict]:
             "label": k.label,
             "description": k.description,
             "hidden": k.hidden,
+            "params_schema": k.params_schema(),
             "fields": [
                 {
                     "name": f.name,
@@ -233,16 +244,3 @@ def confirm_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) ->
         workflow_id, acting_user=request.user, comment=body.comment, context=AuditContext.API
     )
     return workflow_out(_load(workflow_id), steps=True)
-
-
-@router.get("/audit", summary="Audit events, newest first; page with before=<next_before>")
-@_api_errors
-def list_audit(request: HttpRequest, params: Query[AuditParams]) -> dict:
-    qs, _ = filter_audit(params.dict())
-    events, next_before = page_by_seq(qs, params.dict(), max(1, min(MAX_LIMIT, params.limit)))
-    return {"items": [audit_event_out(e) for e in events], "next_before": next_before}
-
-
-@router.get("/audit/verify", summary="Verify the audit hash chain")
-def verify_audit(request: HttpRequest) -> dict:
-    return verify_chain().as_dict()

@@ -8,49 +8,14 @@ from __future__ import annotations
 __all__ = [
     "ApprovalDecision",
     "AuditAction",
-    "AuditContext",
-    "AuditOutcome",
     "StepState",
     "WorkflowState",
 ]
 
 
-class AuditContext:
-    """Where an audited change came from."""
-
-    WEB = "web"
-    API = "api"
-    WORKER = "worker"
-    BEAT = "beat"
-    CLI = "cli"
-
-    ALL = (WEB, API, WORKER, BEAT, CLI)
-    CHOICES = [(WEB, "Web"), (API, "API"), (WORKER, "Worker"), (BEAT, "Beat"), (CLI, "CLI")]
-
-
-class AuditOutcome:
-    """What became of the audited action. ``DENIED`` = refused by a rule or a role (nothing
-    changed); ``FAILURE`` = attempted and failed (a failed login, a failed step)."""
-
-    SUCCESS = "success"
-    DENIED = "denied"
-    FAILURE = "failure"
-
-    ALL = (SUCCESS, DENIED, FAILURE)
-    CHOICES = [(c, c.capitalize()) for c in ALL]
-
-
 class AuditAction:
-    """The audit actions the write side emits itself. Other apps and the workflow kinds add
-    their own dotted names (``tiering.disable_remote_topic``); the log accepts any."""
-
-    LOGIN = "auth.login"
-    LOGOUT = "auth.logout"
-    LOGIN_FAILED = "auth.login_failed"
-    USER_CREATED = "config.user_created"
-    ROLE_CHANGED = "config.role_changed"
-    TOKEN_ISSUED = "config.token_issued"  # noqa: S105 (an action name)
-    TOKEN_REVOKED = "config.token_revoked"  # noqa: S105
+    """The audit actions of workflows. The workflow kinds add their own dotted names
+    (``tiering.disable_remote_topic``); the log (the ``audit`` app) accepts any."""
 
     WORKFLOW_REQUESTED = "workflow.requested"
     WORKFLOW_PLANNED = "workflow.planned"  # a worker computed the plan: pending approval
@@ -71,7 +36,6 @@ class AuditAction:
     STEP_SUCCEEDED = "workflow.step_succeeded"
     STEP_RETRY = "workflow.step_retry"
     STEP_FAILED = "workflow.step_failed"
-    AUDIT_CHECKPOINT = "audit.checkpoint"
 
 
 class WorkflowState:

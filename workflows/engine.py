@@ -50,9 +50,10 @@ from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 from django.utils import timezone
 
-from workflows import audit
+from audit import trail
+from audit.choices import AuditContext, AuditOutcome
 from workflows.actions.workflows import record_ready, workflow_snapshot
-from workflows.choices import AuditAction, AuditContext, AuditOutcome, StepState, WorkflowState
+from workflows.choices import AuditAction, StepState, WorkflowState
 from workflows.errors import ErrorCode, WorkflowError
 from workflows.kinds import StepDef, StepResult, get_kind
 from workflows.models import StepLog, Workflow, WorkflowStep
@@ -65,6 +66,7 @@ from workflows.planning import (
     record_change,
     void_for_plan_change,
 )
+from workflows.queue import backoff_seconds, enqueue_run
 
 __all__ = [
     "LeaseLost",
@@ -95,12 +97,6 @@ class LeaseLost(Exception):
 
 def _lease_delta() -> dt.timedelta:
     return dt.timedelta(seconds=settings.STRATA_WORKFLOW_LEASE_SECONDS)
-
-
-def backoff_seconds(attempt: int) -> float:
-    """Exponential backoff: base * 2^(attempt-1), capped."""
-    base = settings.STRATA_STEP_RETRY_BASE_SECONDS
-    return min(settings.STRATA_STEP_RETRY_MAX_SECONDS, base * 2 ** max(0, attempt - 1))
 
 
 class StepContext:
@@ -412,7 +408,7 @@ class _Run:
                         max_attempts=d.max_attempts,
                         progress_unit=d.unit,
                         progress_total=d.total,
-                        params=audit.normalise(d.params),
+                        params=trail.normalise(d.params),
                         idempotency_key=f"wf{wf.pk}:{i}:{d.name}"
                         + (f":b{d.broker}" if d.broker is not None else ""),
                     )
@@ -462,7 +458,9 @@ class _Run:
             return self.wf.state
         self.resume_if_waiting()
         kind = get_kind(self.wf.kind)
-        definitions = kind.steps(self.wf.parameters, self.wf.plan)
+        # Each step row finds its definition by name (and broker, for a fan-out), never by
+        # position: a row always runs the function it was created for.
+        definitions = {(d.name, d.broker): d for d in kind.steps(self.wf.parameters, self.wf.plan)}
         while True:
             step = (
                 WorkflowStep.objects.filter(workflow_id=self.wf.pk)
@@ -472,13 +470,14 @@ class _Run:
             )
             if step is None:
                 return self.finish()
-            definition = definitions[step.position]
-            if definition.name != step.name:  # the kind's code changed under a running workflow
+            definition = definitions.get((step.name, step.broker))
+            if definition is None:  # the kind's code changed under a running workflow
                 return self.fail(
                     step,
                     "STEP_MISMATCH",
-                    f"step {step.position} is "
-                    f"{step.name!r} but the kind now defines {definition.name!r}",
+                    f"step {step.position} {step.name!r}"
+                    + (f" (broker {step.broker})" if step.broker is not None else "")
+                    + " is no longer a step of this kind",
                 )
             if step.state in StepState.TERMINAL:  # failed/cancelled step left by a crash
                 return self.fail(step, "STEP_FAILED", step.last_error or "step failed")
@@ -536,7 +535,7 @@ class _Run:
             ).update(
                 state=StepState.SUCCEEDED,
                 finished_at=now,
-                output=audit.normalise(output),
+                output=trail.normalise(output),
                 last_error="",
                 progress_done=Coalesce(F("progress_total"), F("progress_done")),
                 updated_at=now,
@@ -547,7 +546,7 @@ class _Run:
                 before = workflow_snapshot(wf)
                 wf.state, wf.waiting_reason, wf.resume_at = WorkflowState.RUNNING, "", None
                 self._transition(wf, AuditAction.WORKFLOW_RESUMED, before)
-            audit.record(
+            trail.record(
                 AuditAction.STEP_SUCCEEDED,
                 actor=None,
                 context=AuditContext.WORKER,
@@ -555,7 +554,7 @@ class _Run:
                 target_id=step.broker if step.broker is not None else self.wf.pk,
                 workflow=self.wf,
                 before={"state": StepState.RUNNING},
-                after={"state": StepState.SUCCEEDED, "output": audit.normalise(output)},
+                after={"state": StepState.SUCCEEDED, "output": trail.normalise(output)},
                 extra={
                     "step": step.name,
                     "position": step.position,
@@ -668,11 +667,7 @@ class _Run:
 
 
 def _schedule(workflow_id: int, delay: float) -> None:
-    from workflows.tasks import run_workflow
-
-    transaction.on_commit(
-        lambda: run_workflow.apply_async((workflow_id,), countdown=max(0.0, delay))
-    )
+    enqueue_run(workflow_id, countdown=delay)
 
 
 def run(workflow_id: int) -> str:
@@ -702,8 +697,6 @@ def reconcile(now: dt.datetime | None = None) -> list[int]:
       message (Redis restarted) or a backoff whose countdown task was lost.
     A grace of one lease period keeps it from racing the tasks that are merely queued.
     """
-    from workflows.tasks import run_workflow
-
     now = now or timezone.now()
     grace = now - _lease_delta()
     expired = list(
@@ -720,7 +713,7 @@ def reconcile(now: dt.datetime | None = None) -> list[int]:
                 continue
             dead_owner = wf.lease_owner
             Workflow.objects.filter(pk=pk).update(lease_owner="", lease_expires_at=None)
-            audit.record(
+            trail.record(
                 AuditAction.WORKFLOW_RESUMED,
                 actor=None,
                 context=AuditContext.BEAT,
@@ -745,5 +738,5 @@ def reconcile(now: dt.datetime | None = None) -> list[int]:
     )
     todo = sorted(set(expired) | set(stalled))
     for pk in todo:
-        transaction.on_commit(lambda pk=pk: run_workflow.delay(pk))
+        enqueue_run(pk)
     return todo

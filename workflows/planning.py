@@ -18,14 +18,15 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows import audit
+from audit import trail
+from audit.choices import AuditContext, AuditOutcome
+from audit.queries import diff
 from workflows.actions.workflows import workflow_snapshot
-from workflows.choices import AuditAction, AuditContext, AuditOutcome, WorkflowState
+from workflows.choices import AuditAction, WorkflowState
 from workflows.errors import WorkflowError
 from workflows.kinds import Plan, PlanUnavailable, get_kind, plan_hash
 from workflows.kinds.commands import is_unreachable
 from workflows.models import Workflow
-from workflows.queries import diff
 
 __all__ = [
     "PLAN_FIELDS",
@@ -72,8 +73,8 @@ def compute_plan(wf: Workflow) -> PlanOutcome:
             return PlanOutcome(unavailable=f"{type(exc).__name__}: {str(exc)[:300]}")
         log.warning("planning %s failed", wf, exc_info=True)
         return PlanOutcome(error=f"{type(exc).__name__}: {str(exc)[:300]}")
-    actions = audit.normalise(plan.actions)
-    plan = Plan(actions=actions, information=audit.normalise(plan.information))
+    actions = trail.normalise(plan.actions)
+    plan = Plan(actions=actions, information=trail.normalise(plan.information))
     return PlanOutcome(plan=plan, actions_hash=plan_hash(kind.name, wf.parameters, actions))
 
 
@@ -100,7 +101,7 @@ def record_change(
     context: str = AuditContext.WORKER,
 ) -> None:
     """The audit event of a change of ``wf`` made by the engine (inside its transaction)."""
-    audit.record(
+    trail.record(
         action,
         actor=None,
         context=context,

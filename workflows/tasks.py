@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from audit.choices import AuditContext
+from audit.trail import audit_scope
 from workflows import engine, planning
-from workflows.audit import audit_scope
-from workflows.choices import AuditContext
 
 __all__ = ["reconcile_workflows", "refresh_plans", "run_workflow"]
 

@@ -8,9 +8,6 @@ page polls its live partial only while the workflow is active and gets 286 when 
 
 from __future__ import annotations
 
-import csv
-import json
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -22,26 +19,22 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseRedirect,
-    StreamingHttpResponse,
 )
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from console.roles import Role, has_role
+from accounts.roles import Role, has_role
+from audit.choices import AuditContext
+from audit.models import AuditEvent
 from workflows import actions
-from workflows.choices import AuditContext, AuditOutcome, StepState, WorkflowState
+from workflows.choices import ApprovalDecision, StepState, WorkflowState
 from workflows.errors import WorkflowError
-from workflows.kinds import REQUEST_FIELDS, Refusal, all_kinds, get_kind
-from workflows.models import AuditEvent, Workflow
+from workflows.kinds import Refusal, all_kinds, get_kind
+from workflows.models import Workflow
 from workflows.queries import (
-    AUDIT_EXPORT_FIELDS,
-    diff,
-    export_rows,
-    filter_audit,
     filter_workflows,
-    page_by_seq,
     with_decisions,
 )
 
@@ -52,6 +45,13 @@ EXPORT_CHUNK = 2000
 
 
 # --- workflows ---------------------------------------------------------------------------
+
+
+@require_GET
+def running_panel(request: HttpRequest) -> HttpResponse:
+    """The Overview's "Running workflows" panel (loaded by htmx): the newest active ones."""
+    active = Workflow.objects.filter(state__in=WorkflowState.ACTIVE).order_by("-created_at")
+    return render(request, "workflows/partials/running.html", {"workflows": active[:8]})
 
 
 @require_GET
@@ -159,7 +159,7 @@ def workflow_approve(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST":
         decision = request.POST.get("decision")
         try:
-            if decision == "approve":
+            if decision == ApprovalDecision.APPROVE:
                 actions.do_approve_workflow(
                     wf.pk,
                     acting_user=request.user,
@@ -240,12 +240,14 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
     preview = None
     error = None
     status = 200
-    raw = {name: data.get(name) or None for name in REQUEST_FIELDS}
     if kind_name:
         try:
             kind = get_kind(kind_name)
         except Refusal as exc:
             error, status = exc.message, 400
+    # The form posts the kind's own fields (and the cluster); anything else is not sent on.
+    names = ["cluster", *(f.name for f in kind.fields)] if kind is not None else ["cluster"]
+    raw = {name: data.get(name) or None for name in names}
     if kind is not None and (request.method == "POST" or raw.get("cluster")):
         try:
             preview = actions.preview_plan(kind.name, raw)
@@ -294,122 +296,3 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
         },
         status=status,
     )
-
-
-# --- audit --------------------------------------------------------------------------------
-
-
-@require_GET
-def audit(request: HttpRequest) -> HttpResponse:
-    error = None
-    try:
-        qs, applied = filter_audit(request.GET)
-        events, next_before = page_by_seq(qs, request.GET, AUDIT_PAGE_SIZE)
-    except WorkflowError as exc:
-        events, applied, next_before, error = [], {}, None, exc.message
-    query = urlencode(applied)
-    workflow = None
-    if applied.get("workflow"):
-        workflow = Workflow.objects.filter(pk=applied["workflow"]).first()
-    return render(
-        request,
-        "workflows/audit_list.html",
-        {
-            "events": events,
-            "applied": applied,
-            "query": query,
-            "next_url": f"?{urlencode({**applied, 'before': next_before})}"
-            if next_before
-            else None,
-            "paged": bool(request.GET.get("before")),
-            "error": error,
-            "outcomes": AuditOutcome.ALL,
-            "contexts": AuditContext.ALL,
-            "kinds": all_kinds(include_hidden=True),
-            "workflow": workflow,
-            "now": timezone.now(),
-        },
-        status=400 if error else 200,
-    )
-
-
-@require_GET
-def audit_detail(request: HttpRequest, seq: int) -> HttpResponse:
-    event = get_object_or_404(AuditEvent.objects.select_related("actor", "workflow"), seq=_pk(seq))
-    return render(
-        request,
-        "workflows/audit_detail.html",
-        {
-            "e": event,
-            "changes": diff(event.before, event.after),
-            "previous": AuditEvent.objects.filter(seq=seq - 1)
-            .values_list("seq", flat=True)
-            .first(),
-            "following": AuditEvent.objects.filter(seq=seq + 1)
-            .values_list("seq", flat=True)
-            .first(),
-        },
-    )
-
-
-class _Echo:
-    """A file-like object whose write returns the line: csv.writer into a generator."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
-def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
-    writer = csv.writer(_Echo())
-    yield writer.writerow(AUDIT_EXPORT_FIELDS)
-    batch: list[str] = []
-    for row in rows:
-        batch.append(writer.writerow([_csv_cell(row[f]) for f in AUDIT_EXPORT_FIELDS]))
-        if len(batch) >= 500:
-            yield "".join(batch)
-            batch = []
-    if batch:
-        yield "".join(batch)
-
-
-def _csv_cell(value: Any) -> Any:
-    if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    if value is None:
-        return ""
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return value
-
-
-def _jsonl_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
-    batch: list[str] = []
-    for row in rows:
-        row = {**row, "created_at": row["created_at"].isoformat()}
-        batch.append(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
-        if len(batch) >= 500:
-            yield "".join(batch)
-            batch = []
-    if batch:
-        yield "".join(batch)
-
-
-@require_GET
-def audit_export(request: HttpRequest, fmt: str) -> HttpResponse:
-    """Streaming export of the filtered audit log (oldest first) as CSV or JSON lines, over a
-    server-side cursor: memory stays flat whatever the number of events."""
-    try:
-        qs, _ = filter_audit(request.GET)
-    except WorkflowError as exc:
-        return HttpResponse(f"{exc.code}: {exc.message}\n", status=400, content_type="text/plain")
-    rows = export_rows(qs, chunk_size=EXPORT_CHUNK)
-    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
-    if fmt == "csv":
-        response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv; charset=utf-8")
-        name = f"strata-audit-{stamp}.csv"
-    else:
-        response = StreamingHttpResponse(_jsonl_lines(rows), content_type="application/x-ndjson")
-        name = f"strata-audit-{stamp}.jsonl"
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    response["Cache-Control"] = "no-store"
-    return response

@@ -11,12 +11,26 @@ from django.utils import timezone
 
 from console.choices import SyncTrigger, choices
 
-__all__ = ["AgentEvent", "Cluster", "SyncRun"]
+__all__ = ["AgentEvent", "Cluster", "SyncRun", "read_secret_ref"]
 
 
 class ClusterQuerySet(models.QuerySet):
     def by_name(self, name: str) -> Cluster:
         return self.get(name=name)
+
+
+def read_secret_ref(ref: str, cluster: str) -> bytes:
+    """A cluster's agent secret from a reference: ``env:NAME`` (an environment variable) or the
+    path of a file (its contents, stripped). Empty is an error naming ``cluster``."""
+    if ref.startswith("env:"):
+        value = os.environ.get(ref[4:], "")
+        if not value:
+            raise RuntimeError(f"cluster {cluster}: environment variable {ref[4:]} is empty")
+        return value.encode()
+    data = Path(ref).read_bytes().strip()
+    if not data:
+        raise RuntimeError(f"cluster {cluster}: secret file {ref} is empty")
+    return data
 
 
 class Cluster(models.Model):
@@ -66,16 +80,7 @@ class Cluster(models.Model):
 
     def read_secret(self) -> bytes:
         """The agents' HMAC secret, read from where ``secret_ref`` points (never stored here)."""
-        ref = self.secret_ref
-        if ref.startswith("env:"):
-            value = os.environ.get(ref[4:], "")
-            if not value:
-                raise RuntimeError(f"cluster {self.name}: environment variable {ref[4:]} is empty")
-            return value.encode()
-        data = Path(ref).read_bytes().strip()
-        if not data:
-            raise RuntimeError(f"cluster {self.name}: secret file {ref} is empty")
-        return data
+        return read_secret_ref(self.secret_ref, self.name)
 
 
 class SyncRun(models.Model):

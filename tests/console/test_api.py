@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from accounts.actions import do_issue_token
 from broker_agent.hashing import partition_for_key
-from console.roles import do_issue_token
 from tests.console.conftest import sync
 from tests.console.factories import ClusterBuilder
 

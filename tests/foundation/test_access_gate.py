@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from console.roles import do_issue_token
-from workflows import audit
+from accounts.actions import do_issue_token
+from audit import trail
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +23,7 @@ def an_event():
     from django.db import transaction
 
     with transaction.atomic():
-        return audit.record("test.secret_action", context="cli", after={"needle": "xyzzy-42"})
+        return trail.record("test.secret_action", context="cli", after={"needle": "xyzzy-42"})
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])

@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from console.roles import Role, has_role
+from accounts.roles import Role, has_role
 
 PAGES = ["/", "/topics/", "/brokers/", "/topology/", "/workflows/", "/audit/", "/spark/"]
 

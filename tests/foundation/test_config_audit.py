@@ -12,10 +12,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 
+from accounts.actions import do_create_user
+from accounts.choices import AccountAction
+from accounts.models import ApiToken
+from audit.models import AuditEvent
 from console.clusters import ClusterAction
-from console.models import ApiToken, Cluster
-from console.roles import ConfigAction, do_create_user
-from workflows.models import AuditEvent
+from console.models import Cluster
 
 pytestmark = pytest.mark.django_db
 User = get_user_model()
@@ -48,7 +50,7 @@ def text_of(event: AuditEvent) -> str:
 
 
 def fail_audit():
-    return mock.patch("workflows.audit.record", side_effect=RuntimeError("audit log down"))
+    return mock.patch("audit.trail.record", side_effect=RuntimeError("audit log down"))
 
 
 # -- clusters ----------------------------------------------------------------------------------
@@ -136,7 +138,7 @@ def test_create_user_writes_one_user_created_event_without_the_password():
     events = NewEvents()
     run("create_user", "sre9", "--role", "operator", "--password", "pw-123-abc-XYZ")
     event = events.one()
-    assert event.action == ConfigAction.USER_CREATED
+    assert event.action == AccountAction.USER_CREATED
     assert event.target_id == "sre9" and event.context == "cli" and event.actor is None
     assert event.before is None
     assert event.after["roles"] == ["operator"]
@@ -150,7 +152,7 @@ def test_a_new_role_for_an_existing_user_writes_one_role_changed_event_with_befo
     events = NewEvents()
     run("create_user", "sre9", "--role", "admin", "--password", "pw-123-abc-XYZ")
     event = events.one()
-    assert event.action == ConfigAction.ROLE_CHANGED
+    assert event.action == AccountAction.ROLE_CHANGED
     assert event.before["roles"] == ["operator"] and event.before["is_superuser"] is False
     assert event.after["roles"] == ["admin"] and event.after["is_superuser"] is True
     assert event.extra == {"password_set": False}
@@ -163,7 +165,7 @@ def test_a_new_password_alone_writes_one_password_set_event(client):
     events = NewEvents()
     run("create_user", "sre9", "--role", "viewer", "--password", "pw-456-def-UVW")
     event = events.one()
-    assert event.action == ConfigAction.PASSWORD_SET and "pw-456" not in text_of(event)
+    assert event.action == AccountAction.PASSWORD_SET and "pw-456" not in text_of(event)
     assert client.login(username="sre9", password="pw-456-def-UVW")
 
 
@@ -183,14 +185,14 @@ def test_no_role_changes_when_its_audit_event_cannot_be_written():
 
 
 def test_demo_users_writes_one_event_per_user_created_and_none_when_run_again(tmp_path):
-    from console.management.commands.demo_users import DEMO_USERS
+    from accounts.management.commands.demo_users import DEMO_USERS
 
     file = tmp_path / "demo.json"
     events = NewEvents()
     run("demo_users", "--file", str(file))
     created = events.all()
     assert [(e.action, e.target_id) for e in created] == [
-        (ConfigAction.USER_CREATED, name) for name, _ in DEMO_USERS
+        (AccountAction.USER_CREATED, name) for name, _ in DEMO_USERS
     ]
     assert all(
         e.before is None and e.after["roles"] == [role]
@@ -209,7 +211,7 @@ def test_issue_token_writes_one_event_naming_the_token_by_its_prefix(operator):
     raw = run("issue_token", operator.username, "--label", "ci").strip()
     event = events.one()
     token = ApiToken.objects.get(user=operator)
-    assert event.action == ConfigAction.TOKEN_ISSUED and event.target_id == token.prefix
+    assert event.action == AccountAction.TOKEN_ISSUED and event.target_id == token.prefix
     assert event.before is None
     assert event.after == {
         "user": operator.username,
@@ -262,7 +264,7 @@ def test_a_role_change_in_the_admin_writes_an_event_with_before_and_after(client
     ours = [e for e in events.all() if e.before is not None]
     assert len(ours) == 1
     event = ours[0]
-    assert event.action == ConfigAction.ROLE_CHANGED and event.actor == admin
+    assert event.action == AccountAction.ROLE_CHANGED and event.actor == admin
     assert event.before["roles"] == ["viewer"] and event.after["roles"] == ["operator"]
     assert event.context == "web" and event.extra == {"via": "admin"}
 
@@ -271,20 +273,22 @@ def test_a_role_change_in_the_admin_writes_exactly_one_event(client, admin, sre)
     events = NewEvents()
     change_roles_in_admin(client, admin, sre, "operator")
     config_events = [e for e in events.all() if e.action.startswith("config.")]
-    assert [e.action for e in config_events] == [ConfigAction.ROLE_CHANGED]
+    assert [e.action for e in config_events] == [AccountAction.ROLE_CHANGED]
 
 
 def test_an_admin_save_that_changes_no_access_writes_no_role_event(client, admin, sre):
     events = NewEvents()
     change_roles_in_admin(client, admin, sre, "viewer")
-    assert [e for e in events.all() if e.action == ConfigAction.ROLE_CHANGED] == []
+    assert [e for e in events.all() if e.action == AccountAction.ROLE_CHANGED] == []
 
 
 def test_no_role_changes_in_the_admin_when_its_audit_event_cannot_be_written(client, admin, sre):
-    from console import roles
+    from accounts import admin_audit
 
     with (
-        mock.patch.object(roles, "_record_user", side_effect=RuntimeError("audit log down")),
+        mock.patch.object(
+            admin_audit, "record_user_event", side_effect=RuntimeError("audit log down")
+        ),
         pytest.raises(RuntimeError),
     ):
         change_roles_in_admin(client, admin, sre, "operator")
@@ -307,7 +311,7 @@ def test_adding_a_user_in_the_admin_writes_a_user_created_event(client, admin):
     assert response.status_code == 302, response.content.decode()[:2000]
     ours = [e for e in events.all() if e.extra.get("via") == "admin"]
     assert len(ours) == 1
-    assert ours[0].action == ConfigAction.USER_CREATED and ours[0].after["roles"] == []
+    assert ours[0].action == AccountAction.USER_CREATED and ours[0].after["roles"] == []
     assert ours[0].actor == admin
 
 
@@ -315,5 +319,5 @@ def test_deleting_a_user_writes_one_event_with_its_access_before(sre):
     events = NewEvents()
     sre.delete()
     event = events.one()
-    assert event.action == ConfigAction.USER_DELETED and event.target_id == "sre7"
+    assert event.action == AccountAction.USER_DELETED and event.target_id == "sre7"
     assert event.before["roles"] == ["viewer"] and event.after is None

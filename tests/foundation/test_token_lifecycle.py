@@ -10,10 +10,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from console.models import ApiToken
-from console.roles import TOKEN_DEFAULT_DAYS, do_issue_token
-from workflows.choices import AuditAction
-from workflows.models import AuditEvent
+from accounts.actions import TOKEN_DEFAULT_DAYS, do_issue_token
+from accounts.choices import AccountAction
+from accounts.models import ApiToken
+from audit.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +36,7 @@ def test_issue_token_takes_days(viewer):
     call_command("issue_token", viewer.username, "--days", "7", stdout=out)
     token = ApiToken.objects.get(prefix=out.getvalue().strip()[:12])
     assert token.expires_at - timezone.now() <= dt.timedelta(days=7)
-    issued = AuditEvent.objects.get(action=AuditAction.TOKEN_ISSUED, target_id=token.prefix)
+    issued = AuditEvent.objects.get(action=AccountAction.TOKEN_ISSUED, target_id=token.prefix)
     assert issued.after["expires_at"] == token.expires_at.isoformat()
 
 
@@ -46,7 +46,7 @@ def test_revoke_token_by_command_stops_it_at_once_and_is_audited_once(client, vi
     call_command("revoke_token", token.prefix, stdout=io.StringIO())
     assert _me(client, raw) == 401
     call_command("revoke_token", token.prefix, stdout=io.StringIO())  # again: nothing new
-    assert AuditEvent.objects.filter(action=AuditAction.TOKEN_REVOKED).count() == 1
+    assert AuditEvent.objects.filter(action=AccountAction.TOKEN_REVOKED).count() == 1
 
 
 def test_admins_list_and_revoke_tokens_on_the_tokens_page(client, admin, viewer):
@@ -57,7 +57,7 @@ def test_admins_list_and_revoke_tokens_on_the_tokens_page(client, admin, viewer)
     response = client.post("/tokens/", {"token": token.pk})
     assert response.status_code == 302
     assert _me(client, raw) == 401
-    event = AuditEvent.objects.get(action=AuditAction.TOKEN_REVOKED)
+    event = AuditEvent.objects.get(action=AccountAction.TOKEN_REVOKED)
     assert event.actor == admin and event.target_id == token.prefix
 
 

@@ -35,9 +35,9 @@ from django.shortcuts import resolve_url
 from django.urls import URLResolver, get_resolver, resolve
 from django.utils.regex_helper import normalize
 
+from accounts.actions import do_issue_token
 from config.middleware import PUBLIC_VIEWS, Access
 from console.models import Cluster, Topic
-from console.roles import do_issue_token
 
 #: The only URL names reachable without a role. Keep in step with config.middleware.PUBLIC_VIEWS.
 PUBLIC = {
@@ -48,7 +48,7 @@ PUBLIC = {
     "console:agent-events",
     "console:agent-events-cluster",
 }
-PAGE_NAMESPACES = {"console", "workflows", "spark_tasks", "admin"}
+PAGE_NAMESPACES = {"console", "workflows", "spark_tasks", "audit", "accounts", "admin"}
 JSON_NAMESPACES = {"api"}
 JSON_VIEWS = {"console:metrics"}
 
@@ -136,7 +136,7 @@ def test_public_urls_are_exactly_the_listed_exceptions():
 @pytest.fixture
 def world(db):
     """Objects the path parameters name: a cluster with a topic, an audit event."""
-    from workflows import audit
+    from audit import trail
 
     cluster = Cluster.objects.create(
         name="walk", controller_url="http://127.0.0.1:1", secret_ref="env:STRATA_TEST_SECRET"
@@ -149,7 +149,7 @@ def world(db):
         undeleted_partition_count=1,
     )
     with transaction.atomic():
-        event = audit.record("test.url_walk", context="cli")
+        event = trail.record("test.url_walk", context="cli")
     return {
         "cluster": cluster.name,
         "name": cluster.name,

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from audit.models import AuditEvent
 from spark_tasks.audit import SparkAuditAction
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.plan_digest import plan_digest
@@ -18,7 +19,6 @@ from spark_tasks.schema import PLAN_SCHEMA
 from spark_tasks.submit import SubmitResult
 from spark_tasks.tasks import execute_run
 from tests.spark_tasks import tiny_store
-from workflows.models import AuditEvent
 
 ROWS = [
     {

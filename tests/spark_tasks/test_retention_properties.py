@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_tasks.rules import (
+    PartitionPlan,
     PartitionState,
     Segment,
-    apply_plan,
     filtered_leader_epochs,
     is_within_leader_epochs,
     plan_retention,
 )
 from spark_tasks.schema import PlanReason, SegmentState
+
+
+def apply_plan(
+    partition: PartitionState, segments: Sequence[Segment], plan: PartitionPlan
+) -> tuple[PartitionState, list[Segment]]:
+    """What the world looks like after a plan was executed: planned segments are
+    DELETE_SEGMENT_FINISHED and the log start offset is the plan's."""
+    gone = plan.segment_ids
+    after = [
+        dataclasses.replace(s, state=SegmentState.DELETE_SEGMENT_FINISHED)
+        if s.segment_id in gone
+        else s
+        for s in segments
+    ]
+    return dataclasses.replace(partition, log_start_offset=plan.new_log_start_offset), after
+
 
 NOW = 1_700_000_000_000
 HOUR = 3_600_000

@@ -7,12 +7,12 @@ from unittest import mock
 
 from django.utils import timezone
 
+from audit.choices import AuditContext, AuditOutcome
+from audit.models import AuditEvent
+from audit.trail import audit_scope, verify_chain
 from spark_tasks.audit import SparkAuditAction
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.tasks import enqueue_run, execute_run, reap_stale_runs, schedule_job
-from workflows.audit import audit_scope, verify_chain
-from workflows.choices import AuditContext, AuditOutcome
-from workflows.models import AuditEvent
 
 
 def _events(run: SparkJobRun) -> list[AuditEvent]:

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from workflows import audit
-from workflows.choices import AuditContext
+from audit import trail
+from audit.choices import AuditContext
+from audit.models import AuditEvent
 from workflows.kinds import Field, Plan, StepDef, StepResult, WorkflowKind, register
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 
 if TYPE_CHECKING:
     from workflows.engine import StepContext
@@ -61,7 +62,7 @@ def apply(ctx: StepContext) -> StepResult:
             action=APPLIED, extra__idempotency_key=ctx.idempotency_key
         ).exists()
         if not exists:
-            audit.record(
+            trail.record(
                 APPLIED,
                 actor=None,
                 context=AuditContext.WORKER,

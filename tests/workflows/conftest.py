@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from audit.choices import AuditContext
 from tests.conftest import ROOT, child_env
 from workflows import engine
 from workflows.actions import do_approve_workflow, do_request_workflow
-from workflows.choices import AuditContext
 from workflows.models import Workflow
 
 
@@ -161,3 +161,23 @@ def workflow_worker(django_db_setup, django_db_blocker, tmp_path_factory) -> Ite
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def spark_dry_run(job: str, cluster: str, timeout: float = 600, **arguments):
+    """A finished Spark dry run the product's way: ``enqueue_run`` (sent to the worker when its
+    row commits), executed by whichever process claims it first — a test's worker or this
+    process. The loser of that claim returns at once; both then wait for the row to finish, so
+    the outcome never depends on which one won."""
+    from spark_tasks.models import SparkJobRun, SparkRunState
+    from spark_tasks.tasks import enqueue_run, execute_run
+
+    run = enqueue_run(job, arguments, dry_run=True, cluster=cluster)
+    execute_run.apply(args=[run.pk])
+    wait_for(
+        lambda: SparkJobRun.objects.get(pk=run.pk).state in SparkRunState.TERMINAL,
+        timeout,
+        f"spark run {run.pk} to finish",
+    )
+    run.refresh_from_db()
+    assert run.state == SparkRunState.SUCCEEDED, run.error
+    return run

@@ -199,8 +199,10 @@ def request_outcome(api, user, body: dict[str, Any], timeout: float = 90) -> tup
     refused (its fields), ``("refused", code)`` when the worker's planning refuses it (a KIP
     error, a rule). Asserts that a refused workflow changed nothing: no plan, no approval, no
     step, and the refusal audited as denied."""
-    from workflows.choices import AuditAction, AuditOutcome
-    from workflows.models import AuditEvent, Workflow
+    from audit.choices import AuditOutcome
+    from audit.models import AuditEvent
+    from workflows.choices import AuditAction
+    from workflows.models import Workflow
 
     response = api(user).post("/workflows", body)
     if response.status_code != 201:

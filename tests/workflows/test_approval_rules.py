@@ -8,8 +8,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from workflows.choices import AuditAction, AuditOutcome, WorkflowState
-from workflows.models import Approval, AuditEvent, Workflow
+from audit.choices import AuditOutcome
+from audit.models import AuditEvent
+from workflows.choices import AuditAction, WorkflowState
+from workflows.models import Approval, Workflow
 
 from .conftest import approve, request_noop
 

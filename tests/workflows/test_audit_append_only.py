@@ -11,14 +11,14 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 
-from workflows import audit
-from workflows.audit import verify_chain
-from workflows.choices import AuditContext
-from workflows.models import AuditEvent
+from audit import trail
+from audit.choices import AuditContext
+from audit.models import AuditEvent
+from audit.trail import verify_chain
 
 pytestmark = pytest.mark.django_db
 
-TRIGGER = "workflows.AuditEvent:audit_append_only"
+TRIGGER = "audit.AuditEvent:audit_append_only"
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def events() -> list[AuditEvent]:
     for i in range(5):
         with transaction.atomic():
             out.append(
-                audit.record(
+                trail.record(
                     "test.event",
                     context=AuditContext.CLI,
                     actor=None,
@@ -97,7 +97,7 @@ def test_a_re_hashed_row_still_breaks_the_chain_at_the_next_event(events):
     victim = events[1]
     row = AuditEvent.objects.filter(pk=victim.pk).values().get()
     row["actor_name"] = "mallory"
-    new_hash = audit.compute_hash(audit.event_payload(row))
+    new_hash = trail.compute_hash(trail.event_payload(row))
     with pgtrigger.ignore(TRIGGER):
         AuditEvent.objects.filter(pk=victim.pk).update(actor_name="mallory", hash=new_hash)
     broken = verify_chain().first_broken

@@ -8,17 +8,18 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from workflows import audit
-from workflows.audit import GENESIS_HASH, AuditError, compute_hash, event_payload, verify_chain
-from workflows.choices import AuditContext
-from workflows.models import AuditEvent, Workflow
+from audit import trail
+from audit.choices import AuditContext
+from audit.models import AuditEvent
+from audit.trail import GENESIS_HASH, AuditError, compute_hash, event_payload, verify_chain
+from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
 
 
 def _record(action: str = "test.thing", **kw) -> AuditEvent:
     with transaction.atomic():
-        return audit.record(action, context=AuditContext.CLI, actor=None, **kw)
+        return trail.record(action, context=AuditContext.CLI, actor=None, **kw)
 
 
 def test_events_chain_each_hash_to_the_previous_one():
@@ -37,13 +38,13 @@ def test_events_chain_each_hash_to_the_previous_one():
 @pytest.mark.django_db(transaction=True)
 def test_record_outside_a_transaction_is_refused_in_autocommit():
     with pytest.raises(AuditError):
-        audit.record("test.thing", context=AuditContext.CLI)
+        trail.record("test.thing", context=AuditContext.CLI)
     assert not AuditEvent.objects.filter(action="test.thing").exists()
 
 
 def test_record_without_a_context_is_refused():
     with pytest.raises(AuditError), transaction.atomic():
-        audit.record("test.thing")
+        trail.record("test.thing")
 
 
 def test_a_failing_audit_write_rolls_the_change_back(operator):
@@ -53,7 +54,7 @@ def test_a_failing_audit_write_rolls_the_change_back(operator):
         Workflow.objects.create(
             kind="noop_check", cluster="c", target="noop:x", plan_hash="h", requester=operator
         )
-        audit.record("test.bad", context=AuditContext.CLI, after={"x": float("nan")})
+        trail.record("test.bad", context=AuditContext.CLI, after={"x": float("nan")})
     assert Workflow.objects.count() == before
 
 
@@ -80,7 +81,7 @@ def test_concurrent_writers_produce_one_linear_chain():
         try:
             for i in range(15):
                 with transaction.atomic():
-                    audit.record(
+                    trail.record(
                         "test.concurrent", context=AuditContext.WORKER, target_id=f"{n}-{i}"
                     )
         except BaseException as exc:  # pragma: no cover - reported below

@@ -14,8 +14,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from workflows.audit import GENESIS_HASH, compute_hash, event_payload, verify_chain
-from workflows.models import AuditEvent
+from audit.models import AuditEvent
+from audit.trail import GENESIS_HASH, compute_hash, event_payload, verify_chain
 
 pytestmark = pytest.mark.django_db
 

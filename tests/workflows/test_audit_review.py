@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from workflows import audit
-from workflows.choices import AuditAction, AuditContext
+from audit import trail
+from audit.choices import AuditContext
+from workflows.choices import AuditAction
 
 from .conftest import approve, request_noop
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 def _event(action="test.change", **kw):
     with transaction.atomic():
-        return audit.record(action, context=kw.pop("context", AuditContext.CLI), **kw)
+        return trail.record(action, context=kw.pop("context", AuditContext.CLI), **kw)
 
 
 def test_api_lists_newest_first_with_keyset_pages(api, viewer):

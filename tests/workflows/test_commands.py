@@ -9,9 +9,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from audit.models import AuditEvent
 from workflows import engine
 from workflows.choices import AuditAction, WorkflowState
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 from workflows.queries import workflow_out
 
 pytestmark = pytest.mark.django_db

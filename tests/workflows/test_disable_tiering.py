@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from audit.models import AuditEvent
+from audit.trail import verify_chain
 from broker_agent.choices import RemoteSegmentState, TieredState
 from console.models import Partition
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
-from workflows.audit import verify_chain
 from workflows.choices import StepState, WorkflowState
 from workflows.kinds.tiering import TieringAction
-from workflows.models import AuditEvent, Workflow, WorkflowStep
+from workflows.models import Workflow, WorkflowStep
 
 from .conftest import wait_for
 from .tiering_sim import (

@@ -19,13 +19,12 @@ import pytest
 from playwright.sync_api import expect
 
 from broker_agent.choices import RemoteSegmentState, TieredState
-from spark_tasks.models import SparkJob, SparkRunState
-from spark_tasks.tasks import enqueue_run, execute_run
+from spark_tasks.models import SparkJob
 from tests.conftest import login
 from workflows.choices import WorkflowState
 from workflows.models import Workflow
 
-from .conftest import wait_planned
+from .conftest import spark_dry_run, wait_planned
 from .tiering_sim import CLUSTER, register, sim_cluster, sync, tiered_topic, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -137,10 +136,7 @@ def _create(sim, topic: str, partitions: int) -> None:
 
 
 def _dry_run(job: str, **arguments):
-    run = enqueue_run(job, arguments, dry_run=True, cluster=CLUSTER)
-    assert execute_run.apply(args=[run.pk]).get() == SparkRunState.SUCCEEDED
-    run.refresh_from_db()
-    return run
+    return spark_dry_run(job, CLUSTER, **arguments)
 
 
 def _exists(object_path: str) -> bool:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from audit.models import AuditEvent
+from audit.trail import verify_chain
 from broker_agent.choices import TieredState
 from console.models import Partition
-from workflows.audit import verify_chain
 from workflows.choices import WorkflowState
 from workflows.kinds.tiering import TieringAction
-from workflows.models import AuditEvent, Workflow, WorkflowStep
+from workflows.models import Workflow, WorkflowStep
 
 from .conftest import wait_for
 from .tiering_sim import (

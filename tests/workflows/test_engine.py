@@ -7,11 +7,12 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from tests.testapp import noop
 from workflows import engine
 from workflows.choices import AuditAction, StepState, WorkflowState
 from workflows.kinds import Plan
-from workflows.models import AuditEvent, Workflow, WorkflowStep
+from workflows.models import Workflow, WorkflowStep
 
 from .conftest import approve, request_noop
 

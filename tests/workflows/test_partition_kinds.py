@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from workflows.audit import verify_chain
+from audit.models import AuditEvent
+from audit.trail import verify_chain
 from workflows.choices import StepState, WorkflowState
 from workflows.kinds.topology import TopologyAction
-from workflows.models import AuditEvent, Workflow, WorkflowStep
+from workflows.models import Workflow, WorkflowStep
 
 from .conftest import wait_for
 from .simcluster import Sim, request_outcome, request_planned, sim_cluster, wait_until

@@ -9,11 +9,12 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from tests.testapp import noop
 from workflows import engine, planning
 from workflows.choices import AuditAction, StepState, WorkflowState
 from workflows.kinds import Plan, PlanUnavailable, Refusal
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 
 from .conftest import approve, request_noop
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from audit.models import AuditEvent
+from audit.trail import verify_chain
 from broker_agent.choices import LogDirState
-from workflows.audit import verify_chain
 from workflows.choices import AuditAction, StepState, WorkflowState
 from workflows.kinds.disks import DiskAction
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 
 from .conftest import wait_for
 from .simcluster import Sim, request_planned, sim_cluster, wait_plan_stable, wait_until

@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
+from audit.models import AuditEvent
+from audit.trail import verify_chain
 from broker_agent.choices import LogDirState
-from workflows.audit import verify_chain
 from workflows.choices import AuditAction, StepState, WorkflowState
 from workflows.kinds.disks import DiskAction
-from workflows.models import AuditEvent, Workflow, WorkflowStep
+from workflows.models import Workflow, WorkflowStep
 
 from .conftest import wait_for
 from .simcluster import (

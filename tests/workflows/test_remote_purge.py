@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from audit.trail import verify_chain
 from broker_agent.choices import RemoteSegmentState
-from spark_tasks.models import SparkJob, SparkRunState
+from spark_tasks.models import SparkJob
 from spark_tasks.plan_digest import plan_digest
-from spark_tasks.tasks import enqueue_run, execute_run
-from workflows.audit import verify_chain
 from workflows.choices import WorkflowState
 from workflows.models import Workflow, WorkflowStep
 
-from .conftest import wait_for
+from .conftest import spark_dry_run, wait_for
 from .tiering_sim import (
     CLUSTER,
     register,
@@ -52,10 +51,7 @@ def lab(sim, settings, tmp_path):
 
 
 def _dry_run(job: str, **arguments):
-    run = enqueue_run(job, arguments, dry_run=True, cluster=CLUSTER)
-    assert execute_run.apply(args=[run.pk]).get() == SparkRunState.SUCCEEDED
-    run.refresh_from_db()
-    return run
+    return spark_dry_run(job, CLUSTER, **arguments)
 
 
 def _exists(object_path: str) -> bool:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, transaction
 
+from audit.choices import AuditOutcome
+from audit.models import AuditEvent
 from workflows import engine
-from workflows.choices import AuditAction, AuditOutcome, WorkflowState
+from workflows.choices import AuditAction, WorkflowState
 from workflows.kinds import approvals_required
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 
 from .conftest import request_noop
 

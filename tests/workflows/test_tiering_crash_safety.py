@@ -22,12 +22,13 @@ import time
 
 import pytest
 
+from audit.models import AuditEvent
+from audit.trail import verify_chain
 from broker_agent.choices import TieredState
 from tests.conftest import ROOT, child_env
-from workflows.audit import verify_chain
 from workflows.choices import AuditAction, WorkflowState
 from workflows.kinds.tiering import TieringAction
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 
 from .conftest import wait_for
 from .tiering_sim import (

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from audit.models import AuditEvent
+from audit.trail import verify_chain
 from tests.testapp import noop
-from workflows.audit import verify_chain
 from workflows.choices import AuditAction, StepState, WorkflowState
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 
 from .conftest import wait_for
 from .simcluster import request_planned

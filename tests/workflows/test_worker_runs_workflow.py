@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.audit import verify_chain
+from audit.trail import verify_chain
 from workflows.choices import StepState, WorkflowState
 from workflows.models import Workflow
 

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
+from audit.models import AuditEvent
 from broker_agent.choices import LogDirState, TieredState
 from console.models import Cluster
 from console.sync import do_sync_cluster
 from workflows.choices import AuditAction, StepState, WorkflowState
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 
 from .conftest import wait_for, wait_planned
 from .simcluster import Sim, sim_cluster, wait_until

@@ -10,11 +10,12 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from audit.models import AuditEvent
 from broker_agent.choices import RemoteSegmentState
 from console.models import Cluster
 from console.sync import do_sync_cluster
 from tests.broker_agent.conftest import Sim, _kill_all, run_cli, wait_until
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 
 from .simcluster import planned_from, request_outcome, request_planned
 

@@ -27,19 +27,15 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from accounts.roles import Role, has_role
+from audit import trail
+from audit.choices import AuditOutcome
 from console.models import Cluster
-from console.roles import Role, has_role
-from workflows import audit
-from workflows.choices import (
-    ApprovalDecision,
-    AuditAction,
-    AuditOutcome,
-    StepState,
-    WorkflowState,
-)
+from workflows.choices import ApprovalDecision, AuditAction, StepState, WorkflowState
 from workflows.errors import ErrorCode, WorkflowError
 from workflows.kinds import get_kind
 from workflows.models import Approval, Workflow, WorkflowStep
+from workflows.queue import enqueue_run
 
 __all__ = [
     "RequestPreview",
@@ -48,20 +44,12 @@ __all__ = [
     "do_confirm_step",
     "do_reject_workflow",
     "do_request_workflow",
-    "enqueue_run",
     "preview_plan",
     "record_ready",
     "workflow_snapshot",
 ]
 
 MAX_REASON = 2000
-
-
-def enqueue_run(workflow_id: int) -> None:
-    """Run the workflow once the current transaction commits (primary key only)."""
-    from workflows.tasks import run_workflow
-
-    transaction.on_commit(lambda: run_workflow.delay(workflow_id))
 
 
 def workflow_snapshot(wf: Workflow) -> dict[str, Any]:
@@ -85,7 +73,7 @@ def _refused(
     extra: dict[str, Any] | None = None,
 ) -> WorkflowError:
     """Leave a ``denied`` audit event for a refused action, then hand the error back."""
-    audit.record_standalone(
+    trail.record_standalone(
         action,
         actor=acting_user if getattr(acting_user, "is_authenticated", False) else None,
         context=context,
@@ -231,7 +219,7 @@ def do_request_workflow(
                 break_glass_reason=break_glass_reason if break_glass else "",
                 created_at=now,
             )
-            audit.record(
+            trail.record(
                 AuditAction.WORKFLOW_REQUESTED,
                 actor=acting_user,
                 context=context,
@@ -271,7 +259,7 @@ def _conflict(existing: Workflow) -> WorkflowError:
 
 def record_ready(wf: Workflow, *, acting_user: Any, context: str | None) -> None:
     """Audit: enough valid approvals (or break-glass / no approval needed): ``approved``."""
-    audit.record(
+    trail.record(
         AuditAction.WORKFLOW_READY,
         actor=acting_user,
         context=context,
@@ -373,7 +361,7 @@ def do_approve_workflow(
             wf.state = WorkflowState.APPROVED
             wf.approved_at = now
             wf.save(update_fields=["state", "approved_at", "updated_at"])
-        audit.record(
+        trail.record(
             AuditAction.WORKFLOW_APPROVED,
             actor=acting_user,
             context=context,
@@ -426,7 +414,7 @@ def do_reject_workflow(
         wf.state = WorkflowState.REJECTED
         wf.finished_at = now
         wf.save(update_fields=["state", "finished_at", "updated_at"])
-        audit.record(
+        trail.record(
             AuditAction.WORKFLOW_REJECTED,
             actor=acting_user,
             context=context,
@@ -463,7 +451,7 @@ def do_cancel_workflow(
         wf.state = WorkflowState.CANCELLED
         wf.finished_at = now
         wf.save(update_fields=["state", "finished_at", "updated_at"])
-        audit.record(
+        trail.record(
             AuditAction.WORKFLOW_CANCELLED,
             actor=acting_user,
             context=context,
@@ -519,7 +507,7 @@ def do_confirm_step(
                 "updated_at",
             ]
         )
-        audit.record(
+        trail.record(
             AuditAction.WORKFLOW_CONFIRMED,
             actor=acting_user,
             context=context,

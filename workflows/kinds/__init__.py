@@ -54,13 +54,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.conf import settings
 
+from audit.trail import canonical_json, normalise
 from workflows.errors import ErrorCode, WorkflowError
 
 if TYPE_CHECKING:
     from workflows.engine import StepContext
 
 __all__ = [
-    "REQUEST_FIELDS",
+    "FLAT_REQUEST_FIELDS",
     "Field",
     "Plan",
     "PlanUnavailable",
@@ -75,8 +76,10 @@ __all__ = [
     "register",
 ]
 
-#: Every field ``POST /api/v1/workflows`` accepts besides kind, reason and break-glass.
-REQUEST_FIELDS = (
+#: The flat request fields the stable API and CLI accept besides ``params`` (aliases of the
+#: built-in kinds' parameters: ``topic`` = ``params.topic``). A new kind needs none of them: its
+#: :class:`Field` list is its schema, and requests pass its parameters in ``params``.
+FLAT_REQUEST_FIELDS = (
     "cluster",
     "topic",
     "policy",
@@ -139,6 +142,25 @@ class Field:
             choices=choices,
             **kw,
         )
+
+    def json_schema(self) -> dict[str, Any]:
+        """The field as JSON Schema (the OpenAPI document shows each kind's parameters)."""
+        schema: dict[str, Any] = {"title": self.label}
+        if self.type == "int":
+            schema["type"] = "integer"
+            if self.min_value is not None:
+                schema["minimum"] = self.min_value
+            if self.max_value is not None:
+                schema["maximum"] = self.max_value
+        else:
+            schema.update(type="string", minLength=1, maxLength=MAX_TEXT)
+            if self.type == "choice":
+                schema["enum"] = list(self.choices)
+        if self.default is not None:
+            schema["default"] = self.default
+        if self.help:
+            schema["description"] = self.help
+        return schema
 
     def clean(self, raw: Any) -> Any:
         if raw is None or raw == "":
@@ -212,6 +234,9 @@ StepFunction = Callable[["StepContext"], "StepResult | None"]
 
 @dataclasses.dataclass(frozen=True)
 class StepDef:
+    """One step of a kind's plan. ``name`` (with ``broker`` for a per-broker fan-out) is unique
+    among the kind's steps: the engine finds a step row's definition by it, never by position."""
+
     name: str
     run: StepFunction
     label: str = ""
@@ -235,14 +260,18 @@ class WorkflowKind:
     hidden: ClassVar[bool] = False
     #: A request names a registered cluster (checked in PostgreSQL when it is made).
     needs_cluster: ClassVar[bool] = True
+    #: Approvals a request of this kind needs (None: ``STRATA_APPROVALS_DEFAULT``); a kind whose
+    #: count depends on its parameters overrides :meth:`approvals_for`. A site may raise or lower
+    #: it with ``STRATA_APPROVAL_POLICY`` (see :func:`approvals_required`).
+    approvals: ClassVar[int | None] = None
 
     def clean(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """Validate and normalise request fields; refuse fields the kind does not use."""
+        """Validate and normalise request parameters; refuse parameters the kind does not take."""
         used = {f.name for f in self.fields}
         extra = sorted(
-            k
-            for k in REQUEST_FIELDS
-            if k != "cluster" and k not in used and raw.get(k) not in (None, "")
+            str(k)
+            for k, v in raw.items()
+            if k != "cluster" and k not in used and v not in (None, "")
         )
         if extra:
             raise Refusal(
@@ -256,6 +285,18 @@ class WorkflowKind:
                 params[field.name] = value
         return params
 
+    @classmethod
+    def params_schema(cls) -> dict[str, Any]:
+        """The kind's parameters as JSON Schema (``cluster`` and its fields)."""
+        fields = (CLUSTER_FIELD, *cls.fields)
+        return {
+            "title": f"{cls.name} parameters",
+            "type": "object",
+            "properties": {f.name: f.json_schema() for f in fields},
+            "required": [f.name for f in fields if f.required and f.default is None],
+            "additionalProperties": False,
+        }
+
     def target(self, params: dict[str, Any]) -> str:
         raise NotImplementedError
 
@@ -266,6 +307,10 @@ class WorkflowKind:
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         """The steps for ``plan`` = the plan's *actions*."""
         raise NotImplementedError
+
+    def approvals_for(self, params: dict[str, Any]) -> int:
+        """The kind's own count for ``params`` (before any site policy)."""
+        return self.approvals if self.approvals is not None else settings.STRATA_APPROVALS_DEFAULT
 
     def approvals_required(self, params: dict[str, Any]) -> int:
         return approvals_required(self.name, params)
@@ -296,23 +341,23 @@ def all_kinds(include_hidden: bool = False) -> list[WorkflowKind]:
 
 
 def approvals_required(kind: str, params: dict[str, Any]) -> int:
-    """From ``settings.STRATA_APPROVAL_POLICY``: the first matching ``"param=value"`` override,
-    else the kind's ``approvals``, else ``STRATA_APPROVALS_DEFAULT``."""
+    """How many approvals a request of ``kind`` with ``params`` needs: the site's
+    ``settings.STRATA_APPROVAL_POLICY[kind]`` when it has one (its first matching
+    ``"param=value"`` override, else its ``approvals``), else what the kind declares
+    (:meth:`WorkflowKind.approvals_for`)."""
     policy = settings.STRATA_APPROVAL_POLICY.get(kind, {})
     for condition, count in policy.get("when", {}).items():
         key, _, value = condition.partition("=")
         if key in params and str(params[key]) == value:
             return int(count)
-    return int(policy.get("approvals", settings.STRATA_APPROVALS_DEFAULT))
+    if "approvals" in policy:
+        return int(policy["approvals"])
+    return get_kind(kind).approvals_for(params)
 
 
 def plan_hash(kind: str, params: dict[str, Any], actions: dict[str, Any]) -> str:
     """SHA-256 over the canonical JSON of what is approved: kind, parameters and the plan's
     actions (never its information)."""
-    from workflows.audit import canonical_json, normalise
 
     body = canonical_json(normalise({"kind": kind, "params": params, "plan": actions}))
     return hashlib.sha256(body.encode()).hexdigest()
-
-
-from workflows.kinds import disks, spark, tiering, topology  # noqa: E402,F401  (register the built-in kinds)

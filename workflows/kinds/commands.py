@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from django.db import transaction
 
+from audit import trail
+from audit.choices import AuditContext, AuditOutcome
+from audit.models import AuditEvent
 from broker_agent.client import AgentError
-from workflows import audit
-from workflows.choices import AuditContext, AuditOutcome
 from workflows.errors import ErrorCode
 from workflows.kinds import PlanUnavailable, Refusal, StepResult
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 
 if TYPE_CHECKING:
     from workflows.engine import StepContext
@@ -86,7 +87,7 @@ def record_command(
         Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).first()
         if outcome == AuditOutcome.SUCCESS and applied_before(ctx, action, key) is not None:
             return False
-        audit.record(
+        trail.record(
             action,
             actor=None,
             context=AuditContext.WORKER,

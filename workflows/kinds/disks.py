@@ -63,11 +63,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from audit.choices import AuditOutcome
 from broker_agent.choices import ErrorCode as AgentErrorCode
 from broker_agent.choices import LogDirState, ReplicaState, TopicConfig
 from broker_agent.client import AgentError
 from broker_agent.models import BrokerSnapshot, ClusterMetadata, PartitionMetadata, TopicMetadata
-from workflows.choices import AuditOutcome
 from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (
@@ -641,6 +641,8 @@ class RecoverLogDir(WorkflowKind):
         "from the broker's config, LogDirReset, re-create the replicas from their leaders and "
         "verify nothing was lost."
     )
+    approvals = 1
+
     fields = (
         Field("broker", "Broker", "int", min_value=0, max_value=2**31 - 1, help="Broker id."),
         Field("log_dir", "Log dir", help="The log dir's name, e.g. logdir-0."),
@@ -652,6 +654,10 @@ class RecoverLogDir(WorkflowKind):
             "the broker's config (needs room on the good dirs, two approvals).",
         ),
     )
+
+    def approvals_for(self, params: dict[str, Any]) -> int:
+        """Two approvals to remove a dir from the broker's configuration, else one."""
+        return 2 if params.get("mode") == RecoveryMode.REMOVE else self.approvals
 
     def target(self, params: dict[str, Any]) -> str:
         # One recovery per broker at a time: LogDirReset is broker-wide.

@@ -43,14 +43,15 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.urls import reverse
 
+from audit import trail
+from audit.choices import AuditContext
+from audit.models import AuditEvent
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.plan_digest import plan_digest
-from workflows import audit
-from workflows.choices import AuditContext
 from workflows.errors import ErrorCode
 from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
 from workflows.kinds.commands import record_command
-from workflows.models import AuditEvent, Workflow
+from workflows.models import Workflow
 
 if TYPE_CHECKING:
     from workflows.engine import StepContext
@@ -123,7 +124,7 @@ def follow_spark_run(
                     requested_by=None,
                     audit_context=AuditContext.WORKER,
                 )
-                audit.record(
+                trail.record(
                     SparkStepAction.RUN_QUEUED,
                     actor=None,
                     context=AuditContext.WORKER,

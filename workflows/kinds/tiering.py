@@ -248,7 +248,7 @@ def _growth_actions(growth: dict[str, Any]) -> dict[str, Any]:
 
 
 def _unreachable_wait(ctx: StepContext, broker: int, exc: BaseException) -> StepResult:
-    from workflows.engine import backoff_seconds
+    from workflows.queue import backoff_seconds
 
     delay = min(backoff_seconds(ctx.step.attempts), UNREACHABLE_RETRY_CAP_SECONDS)
     ctx.log(f"broker {broker} did not acknowledge: {exc}; retrying in {delay:.1f}s", "warning")
@@ -604,6 +604,8 @@ class DisableTiering(WorkflowKind):
         "ENABLED → DISABLING (tiered epoch + 1) → DisableRemoteTopic to every hosting broker → "
         "DISABLED; with policy delete, then the Spark purge job."
     )
+    approvals = 1
+
     fields = (
         Field.topic(),
         Field.choice(
@@ -614,6 +616,10 @@ class DisableTiering(WorkflowKind):
             help="remote.log.disable.policy: retain keeps remote data readable; delete purges it.",
         ),
     )
+
+    def approvals_for(self, params: dict[str, Any]) -> int:
+        """Two approvals when remote data will be deleted (policy delete), else one."""
+        return 2 if params.get("policy") == DisablePolicy.DELETE else self.approvals
 
     def target(self, params: dict[str, Any]) -> str:
         return f"topic:{params['topic']}"

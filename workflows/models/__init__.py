@@ -1,6 +1,5 @@
 """Models of the write side, a package by concern (NetBox ``core/models/``)."""
 
-from workflows.models.audit import AuditEvent
 from workflows.models.workflow import Approval, StepLog, Workflow, WorkflowStep
 
-__all__ = ["Approval", "AuditEvent", "StepLog", "Workflow", "WorkflowStep"]
+__all__ = ["Approval", "StepLog", "Workflow", "WorkflowStep"]

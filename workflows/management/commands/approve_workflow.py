@@ -6,8 +6,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.choices import AuditContext
 from workflows.actions import do_approve_workflow, do_reject_workflow
-from workflows.choices import AuditContext
 from workflows.errors import WorkflowError
 from workflows.management.commands.request_workflow import acting_user
 from workflows.models import Workflow

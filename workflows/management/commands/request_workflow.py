@@ -11,10 +11,11 @@ import time
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.choices import AuditContext
 from workflows.actions import do_request_workflow
-from workflows.choices import AuditContext, WorkflowState
+from workflows.choices import WorkflowState
 from workflows.errors import WorkflowError
-from workflows.kinds import REQUEST_FIELDS
+from workflows.kinds import FLAT_REQUEST_FIELDS
 from workflows.models import Workflow
 from workflows.queries import workflow_out
 
@@ -32,8 +33,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("kind")
         parser.add_argument("--as", dest="username", required=True, help="Requesting user.")
-        for name in REQUEST_FIELDS:
+        for name in FLAT_REQUEST_FIELDS:
             parser.add_argument(f"--{name.replace('_', '-')}", dest=name)
+        parser.add_argument(
+            "--param",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="A parameter of the kind (repeatable); for kinds with parameters of their own.",
+        )
         parser.add_argument("--reason", default="")
         parser.add_argument(
             "--wait",
@@ -58,7 +66,12 @@ class Command(BaseCommand):
         wait: float,
         **options,
     ) -> None:
-        params = {name: options.get(name) for name in REQUEST_FIELDS}
+        params = {name: options[name] for name in FLAT_REQUEST_FIELDS if options.get(name)}
+        for item in options.get("param") or []:
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise CommandError(f"--param takes NAME=VALUE, not {item!r}")
+            params[name] = value
         try:
             wf = do_request_workflow(
                 acting_user=acting_user(username),

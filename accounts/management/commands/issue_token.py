@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from console.roles import TOKEN_DEFAULT_DAYS, do_issue_token
+from accounts.actions import TOKEN_DEFAULT_DAYS, do_issue_token
 
 
 class Command(BaseCommand):

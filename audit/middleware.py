@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from workflows.audit import audit_scope
-from workflows.choices import AuditContext
+from audit.choices import AuditContext
+from audit.trail import audit_scope
 
 
 class AuditScopeMiddleware:

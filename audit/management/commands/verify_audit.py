@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows.audit import verify_chain
+from audit.trail import verify_chain
 
 
 class Command(BaseCommand):
@@ -25,7 +25,7 @@ class Command(BaseCommand):
         problem = None
         if result.ok and head:
             seq_text, _, expected_hash = head.partition(":")
-            from workflows.models import AuditEvent
+            from audit.models import AuditEvent
 
             try:
                 seq = int(seq_text)

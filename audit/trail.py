@@ -1,6 +1,6 @@
 """Writing and verifying the audit log.
 
-``record()`` is the only way an :class:`~workflows.models.AuditEvent` is written. Call it inside
+``record()`` is the only way an :class:`~audit.models.AuditEvent` is written. Call it inside
 the ``transaction.atomic()`` block of the change it describes (fail closed: when the audit write
 fails the change rolls back, and ``record()`` refuses to run outside a transaction). Call it as
 the *last* statement of the transaction: it takes a transaction-scoped advisory lock that
@@ -35,8 +35,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.utils import timezone
 
-from workflows.choices import AuditContext, AuditOutcome
-from workflows.models import AuditEvent
+from audit.choices import AuditContext, AuditOutcome
+from audit.models import AuditEvent
 
 __all__ = [
     "GENESIS_HASH",

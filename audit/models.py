@@ -6,8 +6,8 @@ Decisions:
   production database role should not hold the TRUNCATE privilege on this table.
 - Hash-chained: ``hash = sha256(canonical JSON of the event's fields + prev_hash)`` and ``seq``
   counts 1, 2, 3, ... without gaps, so an edited, deleted or re-ordered row breaks the chain even
-  when someone disabled the trigger. ``workflows.audit.verify_chain`` walks it.
-- Written only through ``workflows.audit.record()``, inside the transaction of the change it
+  when someone disabled the trigger. ``audit.trail.verify_chain`` walks it.
+- Written only through ``audit.trail.record()``, inside the transaction of the change it
   describes, under an advisory lock that serialises appends (a linear chain).
 """
 
@@ -17,7 +17,7 @@ import pgtrigger
 from django.conf import settings
 from django.db import models
 
-from workflows.choices import AuditContext, AuditOutcome
+from audit.choices import AuditContext, AuditOutcome
 
 __all__ = ["AuditEvent"]
 
@@ -64,6 +64,9 @@ class AuditEvent(models.Model):
     objects = AuditEventQuerySet.as_manager()
 
     class Meta:
+        # The table keeps the name it had when the model lived in ``workflows``: moving the app
+        # moved no row (migrations audit 0001 / workflows 0003 move the model's state only).
+        db_table = "workflows_auditevent"
         ordering = ["-seq"]
         indexes = [
             models.Index(fields=["target_type", "target_id"], name="audit_target_idx"),

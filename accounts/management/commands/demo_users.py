@@ -11,7 +11,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from console.roles import Role, do_change_user, do_create_user
+from accounts.actions import do_change_user, do_create_user
+from accounts.roles import Role
 
 # A second approver lets two-person approval be tried from the demo logins.
 DEMO_USERS = [

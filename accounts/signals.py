@@ -1,28 +1,20 @@
 """Audit events for sign-in, from Django's signals.
 
-User creation, role changes, token issue and revocation are audited by console's actions
-(``console.roles.do_create_user`` / ``do_change_user`` / ``do_issue_token`` /
-``do_revoke_token``, and its receivers for the Django admin), in the same transaction as the
-change, once per change.
+User creation, role changes, token issue and revocation are audited by
+:mod:`accounts.actions` (and :mod:`accounts.admin_audit` for the Django admin), in the same
+transaction as the change, once per change.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.dispatch import receiver
 
-from workflows.audit import current_scope, record_standalone
-from workflows.choices import AuditAction, AuditContext, AuditOutcome
-
-User = get_user_model()
-
-
-def _context() -> str:
-    scope = current_scope()
-    return scope.context if scope else AuditContext.CLI
+from accounts.choices import AccountAction
+from audit.choices import AuditContext, AuditOutcome
+from audit.trail import record_standalone
 
 
 def _ip(request: Any) -> str:
@@ -32,7 +24,7 @@ def _ip(request: Any) -> str:
 @receiver(user_logged_in, dispatch_uid="strata_audit_login")
 def on_login(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     record_standalone(
-        AuditAction.LOGIN,
+        AccountAction.LOGIN,
         actor=user,
         context=AuditContext.WEB,
         target_type="user",
@@ -46,7 +38,7 @@ def on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     if user is None:
         return
     record_standalone(
-        AuditAction.LOGOUT,
+        AccountAction.LOGOUT,
         actor=user,
         context=AuditContext.WEB,
         target_type="user",
@@ -59,7 +51,7 @@ def on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 def on_login_failed(sender: Any, credentials: dict, request: Any = None, **kwargs: Any) -> None:
     username = str(credentials.get("username", ""))[:150]  # the password is already masked
     record_standalone(
-        AuditAction.LOGIN_FAILED,
+        AccountAction.LOGIN_FAILED,
         actor=None,
         actor_name=username or "(unknown)",
         context=AuditContext.WEB,

@@ -7,7 +7,8 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from console.roles import Role, do_change_user, do_create_user
+from accounts.actions import do_change_user, do_create_user
+from accounts.roles import Role
 
 
 class Command(BaseCommand):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from console.models import ApiToken
-from console.roles import do_revoke_token
+from accounts.actions import do_revoke_token
+from accounts.models import ApiToken
 
 
 class Command(BaseCommand):

@@ -1,0 +1,50 @@
+"""The audit log's part of the JSON API (``/api/v1/``).
+
+Stable names (other tools rely on them): ``GET /audit`` (filters as on the page, ``before`` /
+``limit``; answers ``items`` and ``next_before``) and ``GET /audit/verify``. A bad filter answers
+400 ``{"error": "INVALID_REQUEST", "message": ...}``.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja import Query, Router, Schema
+from ninja.errors import HttpError
+
+from audit.queries import InvalidFilter, audit_event_out, filter_audit, page_by_seq
+from audit.trail import verify_chain
+
+router = Router(tags=["audit"])
+
+MAX_LIMIT = 500
+
+
+class AuditParams(Schema):
+    actor: str | None = None
+    action: str | None = None
+    kind: str | None = None
+    target: str | None = None
+    workflow: str | None = None
+    outcome: str | None = None
+    context: str | None = None
+    since: str | None = None
+    until: str | None = None
+    before: str | None = None
+    limit: int = 100
+
+
+@router.get("/audit", summary="Audit events, newest first; page with before=<next_before>")
+def list_audit(request: HttpRequest, params: Query[AuditParams]) -> dict:
+    try:
+        qs, _ = filter_audit(params.dict())
+        events, next_before = page_by_seq(qs, params.dict(), max(1, min(MAX_LIMIT, params.limit)))
+    except InvalidFilter as exc:
+        err = HttpError(400, exc.message)
+        err.code = "INVALID_REQUEST"
+        raise err from None
+    return {"items": [audit_event_out(e) for e in events], "next_before": next_before}
+
+
+@router.get("/audit/verify", summary="Verify the audit hash chain")
+def verify_audit(request: HttpRequest) -> dict:
+    return verify_chain().as_dict()

@@ -1,0 +1,167 @@
+"""Audit pages: the log (filters, key-set pages), one event with its diff, the streaming export.
+
+Every page is behind the access gate (any Strata role may read the log). The log pages by key
+(``seq``) so a page costs the same whatever the log's size; a bad filter answers 400 with the
+reason. Events that belong to a workflow link to it; the workflow model is reached through
+``AuditEvent.workflow``, so this app imports nothing of the workflows app.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+from django.db.models import Model
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from audit.choices import AuditContext, AuditOutcome
+from audit.models import AuditEvent
+from audit.queries import (
+    AUDIT_EXPORT_FIELDS,
+    InvalidFilter,
+    diff,
+    export_rows,
+    filter_audit,
+    page_by_seq,
+)
+
+AUDIT_PAGE_SIZE = 50
+EXPORT_CHUNK = 2000
+MAX_SEQ = 2**63 - 1
+
+
+def _seq(value: int) -> int:
+    """A URL integer that fits a bigint, else 404 (never a database error)."""
+    if not 0 < value <= MAX_SEQ:
+        raise Http404("No such event.")
+    return value
+
+
+def _workflow_model() -> type[Model]:
+    """The model behind ``AuditEvent.workflow`` (for the workflow filter's header and kinds)."""
+    return AuditEvent._meta.get_field("workflow").related_model
+
+
+@require_GET
+def audit(request: HttpRequest) -> HttpResponse:
+    error = None
+    try:
+        qs, applied = filter_audit(request.GET)
+        events, next_before = page_by_seq(qs, request.GET, AUDIT_PAGE_SIZE)
+    except InvalidFilter as exc:
+        events, applied, next_before, error = [], {}, None, exc.message
+    query = urlencode(applied)
+    workflows = _workflow_model()
+    workflow = None
+    if applied.get("workflow"):
+        workflow = workflows.objects.filter(pk=applied["workflow"]).first()
+    return render(
+        request,
+        "audit/audit_list.html",
+        {
+            "events": events,
+            "applied": applied,
+            "query": query,
+            "next_url": f"?{urlencode({**applied, 'before': next_before})}"
+            if next_before
+            else None,
+            "paged": bool(request.GET.get("before")),
+            "error": error,
+            "outcomes": AuditOutcome.ALL,
+            "contexts": AuditContext.ALL,
+            "kinds": workflows.objects.order_by("kind").values_list("kind", flat=True).distinct(),
+            "workflow": workflow,
+            "now": timezone.now(),
+        },
+        status=400 if error else 200,
+    )
+
+
+@require_GET
+def audit_detail(request: HttpRequest, seq: int) -> HttpResponse:
+    event = get_object_or_404(AuditEvent.objects.select_related("actor", "workflow"), seq=_seq(seq))
+    return render(
+        request,
+        "audit/audit_detail.html",
+        {
+            "e": event,
+            "changes": diff(event.before, event.after),
+            "previous": AuditEvent.objects.filter(seq=seq - 1)
+            .values_list("seq", flat=True)
+            .first(),
+            "following": AuditEvent.objects.filter(seq=seq + 1)
+            .values_list("seq", flat=True)
+            .first(),
+        },
+    )
+
+
+class _Echo:
+    """A file-like object whose write returns the line: csv.writer into a generator."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(AUDIT_EXPORT_FIELDS)
+    batch: list[str] = []
+    for row in rows:
+        batch.append(writer.writerow([_csv_cell(row[f]) for f in AUDIT_EXPORT_FIELDS]))
+        if len(batch) >= 500:
+            yield "".join(batch)
+            batch = []
+    if batch:
+        yield "".join(batch)
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if value is None:
+        return ""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def _jsonl_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+    batch: list[str] = []
+    for row in rows:
+        row = {**row, "created_at": row["created_at"].isoformat()}
+        batch.append(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+        if len(batch) >= 500:
+            yield "".join(batch)
+            batch = []
+    if batch:
+        yield "".join(batch)
+
+
+@require_GET
+def audit_export(request: HttpRequest, fmt: str) -> HttpResponse:
+    """Streaming export of the filtered audit log (oldest first) as CSV or JSON lines, over a
+    server-side cursor: memory stays flat whatever the number of events."""
+    try:
+        qs, _ = filter_audit(request.GET)
+    except InvalidFilter as exc:
+        return HttpResponse(
+            f"INVALID_REQUEST: {exc.message}\n", status=400, content_type="text/plain"
+        )
+    rows = export_rows(qs, chunk_size=EXPORT_CHUNK)
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    if fmt == "csv":
+        response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv; charset=utf-8")
+        name = f"strata-audit-{stamp}.csv"
+    else:
+        response = StreamingHttpResponse(_jsonl_lines(rows), content_type="application/x-ndjson")
+        name = f"strata-audit-{stamp}.jsonl"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["Cache-Control"] = "no-store"
+    return response
