@@ -20,6 +20,7 @@ import uuid
 
 from fastapi import FastAPI, Query
 
+from broker_agent import kip950
 from broker_agent.choices import (
     CleanupPolicy,
     DisablePolicy,
@@ -334,7 +335,7 @@ class Controller:
         """
         t = self.topic(name)
         self.validate_configs(req.configs)
-        self._check_epoch(t, req.expected_tiered_epoch)
+        kip950.check_epoch(t, req.expected_tiered_epoch)
         new = dict(t["configs"])
         for k, v in req.configs.items():
             if v is None:
@@ -352,72 +353,22 @@ class Controller:
             )
         if enable == "false":
             if state == TieredState.DISABLING:
-                raise self._in_progress(t)
+                raise kip950.disablement_in_progress(name, t)
             if state == TieredState.ENABLED:
-                self._start_disable(t, policy or DisablePolicy.DEFAULT)
+                kip950.begin_disablement(t, policy or DisablePolicy.DEFAULT)
         elif enable == "true":
-            if state == TieredState.DISABLING:
-                raise self._in_progress(t)
-            if state in (TieredState.DISABLED, TieredState.NONE):
-                if policy is not None and state == TieredState.DISABLED:
-                    raise ApiError(
-                        400, ErrorCode.INVALID_REQUEST, "re-enablement takes no disable policy"
-                    )
-                t["tiered_state"] = TieredState.ENABLED
-                t["disable_policy"] = None
+            kip950.re_enable(name, t, policy)
         elif policy is not None and state == TieredState.DISABLING:
-            raise self._in_progress(t)
+            raise kip950.disablement_in_progress(name, t)
         t["configs"] = new
         self._bump(t)
         return t
 
     # -- KIP-950 tiering ---------------------------------------------------------------------
 
-    @staticmethod
-    def _in_progress(t: dict) -> ApiError:
-        return ApiError(
-            409,
-            ErrorCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
-            f"tiered storage disablement of {t['name']} at tiered epoch {t['tiered_epoch']} "
-            "is in progress",
-        )
-
-    @staticmethod
-    def _check_epoch(t: dict, expected: int | None) -> None:
-        if expected is not None and expected != t["tiered_epoch"]:
-            raise ApiError(
-                409,
-                ErrorCode.STALE_TIERED_EPOCH,
-                f"expected tiered epoch {expected}, topic is at {t['tiered_epoch']}",
-                tiered_epoch=t["tiered_epoch"],
-            )
-
-    def _start_disable(self, t: dict, policy: str) -> None:
-        t["tiered_epoch"] += 1
-        t["tiered_state"] = TieredState.DISABLING
-        t["disable_policy"] = policy
-        t["tiering_acks"] = set()
-        t["configs"][TopicConfig.REMOTE_STORAGE_ENABLE] = "false"
-        t["configs"][TopicConfig.REMOTE_LOG_DISABLE_POLICY] = policy
-
     def start_disable(self, name: str, req: TieringCommandRequest) -> dict:
         t = self.topic(name)
-        if req.policy is not None and req.policy not in DisablePolicy.ALL:
-            raise ApiError(
-                400,
-                ErrorCode.INVALID_REQUEST,
-                f"unsupported remote.log.disable.policy {req.policy!r}",
-            )
-        if t["tiered_state"] == TieredState.DISABLING:
-            raise self._in_progress(t)
-        self._check_epoch(t, req.expected_tiered_epoch)
-        if t["tiered_state"] != TieredState.ENABLED:
-            raise ApiError(
-                409,
-                ErrorCode.INVALID_STATE_TRANSITION,
-                f"{name} is {t['tiered_state']}, not ENABLED",
-            )
-        self._start_disable(t, req.policy or DisablePolicy.DEFAULT)
+        kip950.start_disablement(name, t, req.policy, req.expected_tiered_epoch)
         self._bump(t)
         return t
 
@@ -426,8 +377,7 @@ class Controller:
 
     def ack_disable(self, name: str, broker_id: int, tiered_epoch: int) -> dict:
         t = self.topic(name)
-        if tiered_epoch == t["tiered_epoch"] and t["tiered_state"] == TieredState.DISABLING:
-            t["tiering_acks"].add(broker_id)
+        if kip950.record_ack(t, broker_id, tiered_epoch):
             self._bump(t)
         return t
 
@@ -435,22 +385,8 @@ class Controller:
         """DISABLING -> DISABLED once every broker hosting the topic acknowledged
         DisableRemoteTopic for the current tiered epoch (KIP-950 "Completion of disablement")."""
         t = self.topic(name)
-        self._check_epoch(t, req.expected_tiered_epoch)
-        if t["tiered_state"] == TieredState.DISABLED:
-            return t  # idempotent
-        if t["tiered_state"] != TieredState.DISABLING:
-            raise ApiError(409, ErrorCode.INVALID_STATE_TRANSITION, f"{name} is not DISABLING")
-        pending = sorted(self.hosting_brokers(t) - t["tiering_acks"])
-        if pending:
-            raise ApiError(
-                409,
-                ErrorCode.TIERED_STORAGE_DISABLEMENT_INCOMPLETE,
-                f"brokers {pending} have not acknowledged DisableRemoteTopic at tiered epoch "
-                f"{t['tiered_epoch']}",
-                pending_brokers=pending,
-            )
-        t["tiered_state"] = TieredState.DISABLED
-        self._bump(t)
+        if kip950.complete_disablement(name, t, self.hosting_brokers(t), req.expected_tiered_epoch):
+            self._bump(t)
         return t
 
     def enable(self, name: str, req: TieringCommandRequest) -> dict:

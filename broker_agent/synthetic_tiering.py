@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI, Query
 from fastapi.responses import Response
 
+from broker_agent import kip950
 from broker_agent.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
 from broker_agent.models import CommandResult, RemoteTopicCommand, TieringCommandRequest
 from broker_agent.web import ApiError
@@ -166,64 +167,15 @@ class SyntheticTiering:
 
     # -- controller --------------------------------------------------------------------------
 
-    @staticmethod
-    def _in_progress(name: str, st: dict) -> ApiError:
-        return ApiError(
-            409,
-            ErrorCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
-            f"tiered storage disablement of {name} at tiered epoch {st['tiered_epoch']} "
-            "is in progress",
-        )
-
-    @staticmethod
-    def _check_epoch(st: dict, expected: int | None) -> None:
-        if expected is not None and expected != st["tiered_epoch"]:
-            raise ApiError(
-                409,
-                ErrorCode.STALE_TIERED_EPOCH,
-                f"expected tiered epoch {expected}, topic is at {st['tiered_epoch']}",
-                tiered_epoch=st["tiered_epoch"],
-            )
-
     def start_disable(self, name: str, req: TieringCommandRequest) -> bytes:
         with self.cluster.lock:
             t = self._t(name)
-            st = self.topic(t)
-            if req.policy is not None and req.policy not in DisablePolicy.ALL:
-                raise ApiError(
-                    400,
-                    ErrorCode.INVALID_REQUEST,
-                    f"unsupported remote.log.disable.policy {req.policy!r}",
-                )
-            if st["tiered_state"] == TieredState.DISABLING:
-                raise self._in_progress(name, st)
-            self._check_epoch(st, req.expected_tiered_epoch)
-            if st["tiered_state"] != TieredState.ENABLED:
-                raise ApiError(
-                    409,
-                    ErrorCode.INVALID_STATE_TRANSITION,
-                    f"{name} is {st['tiered_state']}, not ENABLED",
-                )
-            policy = req.policy or DisablePolicy.DEFAULT
-            st["tiered_epoch"] += 1
-            st["tiered_state"] = TieredState.DISABLING
-            st["disable_policy"] = policy
-            st["tiering_acks"] = set()
-            st["configs"] = {
-                **st["configs"],
-                TopicConfig.REMOTE_STORAGE_ENABLE: "false",
-                TopicConfig.REMOTE_LOG_DISABLE_POLICY: policy,
-            }
+            kip950.start_disablement(name, self.topic(t), req.policy, req.expected_tiered_epoch)
             self._bump(t)
             return self.topic_body(t)
 
     def _ack(self, t: int, broker_id: int, tiered_epoch: int, snapshot: bool = False) -> None:
-        st = self.topic(t)
-        recorded = (
-            tiered_epoch == st["tiered_epoch"] and st["tiered_state"] == TieredState.DISABLING
-        )
-        if recorded:
-            st["tiering_acks"].add(broker_id)
+        recorded = kip950.record_ack(self.topic(t), broker_id, tiered_epoch)
         if recorded or snapshot:
             self._bump(t, broker_id if snapshot else None, metadata=recorded)
 
@@ -237,22 +189,9 @@ class SyntheticTiering:
         with self.cluster.lock:
             t = self._t(name)
             st = self.topic(t)
-            self._check_epoch(st, req.expected_tiered_epoch)
-            if st["tiered_state"] == TieredState.DISABLED:
-                return self.topic_body(t)  # idempotent
-            if st["tiered_state"] != TieredState.DISABLING:
-                raise ApiError(409, ErrorCode.INVALID_STATE_TRANSITION, f"{name} is not DISABLING")
-            pending = sorted(self.hosting_brokers(t) - st["tiering_acks"])
-            if pending:
-                raise ApiError(
-                    409,
-                    ErrorCode.TIERED_STORAGE_DISABLEMENT_INCOMPLETE,
-                    f"brokers {pending} have not acknowledged DisableRemoteTopic at tiered epoch "
-                    f"{st['tiered_epoch']}",
-                    pending_brokers=pending,
-                )
-            st["tiered_state"] = TieredState.DISABLED
-            self._bump(t)
+            hosts = self.hosting_brokers(t)
+            if kip950.complete_disablement(name, st, hosts, req.expected_tiered_epoch):
+                self._bump(t)
             return self.topic_body(t)
 
     def enable(self, name: str, req: TieringCommandRequest) -> bytes:
@@ -263,12 +202,8 @@ class SyntheticTiering:
             st = self.topic(t)
             if req.policy is not None:
                 raise ApiError(400, ErrorCode.INVALID_REQUEST, "re-enablement takes no policy")
-            self._check_epoch(st, req.expected_tiered_epoch)
-            if st["tiered_state"] == TieredState.DISABLING:
-                raise self._in_progress(name, st)
-            if st["tiered_state"] in (TieredState.DISABLED, TieredState.NONE):
-                st["tiered_state"] = TieredState.ENABLED
-                st["disable_policy"] = None
+            kip950.check_epoch(st, req.expected_tiered_epoch)
+            kip950.re_enable(name, st, None)
             st["configs"] = {**st["configs"], TopicConfig.REMOTE_STORAGE_ENABLE: "true"}
             self._bump(t)
             return self.topic_body(t)

@@ -59,12 +59,17 @@ def broker_url(cluster_name: str, broker_id: int) -> str | None:
     return url or broker_urls(cluster_name).get(broker_id)
 
 
+class Unreachable(Exception):
+    """The controller or an agent did not answer, or the controller does not list the broker
+    (it is down): the step waits and tries again."""
+
+
 @contextmanager
 def agent(cluster_name: str, broker_id: int) -> Iterator[AgentClient]:
     _, secret = cluster_secret(cluster_name)
     url = broker_url(cluster_name, broker_id)
     if url is None:
-        raise LookupError(
+        raise Unreachable(
             f"broker {broker_id} is not registered with the controller of {cluster_name}"
         )
     client = AgentClient(url, secret, timeout=CLIENT_TIMEOUT_SECONDS, retries=CLIENT_RETRIES)

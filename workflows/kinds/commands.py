@@ -31,6 +31,7 @@ from audit.models import AuditEvent
 from broker_agent.client import AgentError
 from workflows.errors import ErrorCode
 from workflows.kinds import PlanUnavailable, Refusal, StepResult
+from workflows.kinds.cluster_access import Unreachable
 from workflows.models import Workflow
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ __all__ = [
     "preflight_reads",
     "record_command",
     "run_command",
+    "unreachable_wait",
     "waits_when_unreachable",
 ]
 
@@ -144,14 +146,31 @@ def run_command(
     return after, True
 
 
-class Unreachable(Exception):
-    """The controller or an agent did not answer (transport error, 5xx, broker not available)."""
-
-
 def is_unreachable(exc: BaseException) -> bool:
-    """A transport error or an agent answer that says "try again later" (5xx, retriable)."""
-    return isinstance(exc, httpx.TransportError | Unreachable) or (
-        isinstance(exc, AgentError) and exc.status >= 500
+    """The one rule for "wait and try again" (never a failure, never a refusal): a transport
+    error, an OS error, :class:`Unreachable` (also a broker the controller does not list), or an
+    agent's answer that says try later — 5xx, or a retriable Kafka code (NOT_LEADER_OR_FOLLOWER,
+    NOT_ENOUGH_REPLICAS ...)."""
+    if isinstance(exc, httpx.TransportError | OSError | Unreachable):
+        return True
+    return isinstance(exc, AgentError) and (exc.status >= 500 or exc.retriable)
+
+
+def unreachable_wait(
+    ctx: StepContext, exc: BaseException, cap: float = 15.0, who: str | None = None
+) -> StepResult:
+    """The step waits (shown on the workflow page) and runs again after an exponential
+    backoff capped at ``cap`` seconds, without limit: an unreachable broker is the normal case
+    of the incidents Strata is used in, and the engine counts every run as an attempt."""
+    from workflows.queue import backoff_seconds
+
+    delay = min(backoff_seconds(ctx.step.attempts), cap)
+    if who is None:
+        who = f"Broker {ctx.step.broker}" if ctx.step.broker is not None else "Cluster"
+    ctx.log(f"{who} did not answer: {exc}; retrying in {delay:.1f}s", "warning")
+    return StepResult.wait(
+        f"{who} unreachable ({type(exc).__name__}: {str(exc)[:200]}); retrying until it answers.",
+        retry_in=delay,
     )
 
 
@@ -167,8 +186,8 @@ def preflight_reads(cluster: str) -> Iterator[None]:
         yield
     except Cluster.DoesNotExist:
         raise Refusal(ErrorCode.INVALID_REQUEST, f"Unknown cluster {cluster!r}.") from None
-    except (httpx.HTTPError, AgentError, LookupError, OSError) as exc:
-        if isinstance(exc, AgentError) and not (is_unreachable(exc) or exc.retriable):
+    except (httpx.HTTPError, AgentError, LookupError, OSError, Unreachable) as exc:
+        if isinstance(exc, AgentError) and not is_unreachable(exc):
             raise Refusal(exc.error, exc.message, exc.status if exc.status < 500 else 400) from exc
         raise PlanUnavailable(
             f"the cluster {cluster!r} did not answer the plan's reads: "
@@ -179,21 +198,16 @@ def preflight_reads(cluster: str) -> Iterator[None]:
 def waits_when_unreachable(
     fn: Callable[[StepContext], StepResult | None], retry_in: float = 5.0
 ) -> Callable[[StepContext], StepResult | None]:
-    """A step that *waits* (visible on the workflow page, retried every ``retry_in`` s) while
-    the controller or its broker's agent does not answer, or answers a retriable Kafka error
-    (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS ...), instead of burning its retries: the
-    engine counts every run of a step as an attempt, so a step that waited a while would
-    otherwise fail at its first transient error."""
+    """A step that *waits* (:func:`unreachable_wait`, backoff capped at ``retry_in`` s) while
+    :func:`is_unreachable` says so, instead of burning its retries on a transient error."""
 
     @functools.wraps(fn)
     def step(ctx: StepContext) -> StepResult | None:
         try:
             return fn(ctx)
-        except (httpx.HTTPError, AgentError, Unreachable) as exc:
-            # retriable: 5xx, and Kafka's "refresh metadata and retry" codes (a leader moved)
-            if not (is_unreachable(exc) or (isinstance(exc, AgentError) and exc.retriable)):
+        except Exception as exc:
+            if not is_unreachable(exc):
                 raise
-            ctx.log(f"unreachable, waiting: {exc}", level="warning")
-            return StepResult.wait(f"Waiting for the cluster to answer: {exc}", retry_in=retry_in)
+            return unreachable_wait(ctx, exc, cap=retry_in)
 
     return step

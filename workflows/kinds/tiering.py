@@ -76,7 +76,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from django.db import connection
 
 from broker_agent.choices import (
@@ -93,7 +92,7 @@ from spark_tasks.models import SparkJob
 from workflows.errors import ErrorCode
 from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
 from workflows.kinds.cluster_access import agent, controller
-from workflows.kinds.commands import record_command
+from workflows.kinds.commands import is_unreachable, record_command, unreachable_wait
 from workflows.kinds.spark import follow_spark_run
 from workflows.models import WorkflowStep
 
@@ -247,24 +246,6 @@ def _growth_actions(growth: dict[str, Any]) -> dict[str, Any]:
 # --- step helpers ----------------------------------------------------------------------------
 
 
-def _unreachable_wait(ctx: StepContext, broker: int, exc: BaseException) -> StepResult:
-    from workflows.queue import backoff_seconds
-
-    delay = min(backoff_seconds(ctx.step.attempts), UNREACHABLE_RETRY_CAP_SECONDS)
-    ctx.log(f"broker {broker} did not acknowledge: {exc}; retrying in {delay:.1f}s", "warning")
-    return StepResult.wait(
-        f"Broker {broker} unreachable ({type(exc).__name__}: {str(exc)[:200]}); retrying until "
-        "it acknowledges.",
-        retry_in=delay,
-    )
-
-
-def _is_unreachable(exc: BaseException) -> bool:
-    if isinstance(exc, httpx.HTTPError | LookupError | OSError):
-        return True
-    return isinstance(exc, AgentError) and exc.retriable
-
-
 def _topic_state(t: TopicMetadata) -> dict[str, Any]:
     return {
         "tiered_state": t.tiered_state,
@@ -409,8 +390,8 @@ def _broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
                 f"broker {broker} fenced the command: {exc.message} (a newer tiering change "
                 "overtook this workflow)",
             )
-        if _is_unreachable(exc):
-            return _unreachable_wait(ctx, broker, exc)
+        if is_unreachable(exc):
+            return unreachable_wait(ctx, exc, UNREACHABLE_RETRY_CAP_SECONDS)
         if isinstance(exc, AgentError):
             return StepResult.fail(exc.error, f"broker {broker}: {exc.message}")
         raise
@@ -448,8 +429,10 @@ def complete_disablement(ctx: StepContext) -> StepResult:
                             topic, ctx.plan["topic_id"], epoch, ctx.params["policy"], key
                         )
                 except Exception as send_exc:
-                    if _is_unreachable(send_exc):
-                        return _unreachable_wait(ctx, b, send_exc)
+                    if is_unreachable(send_exc):
+                        return unreachable_wait(
+                            ctx, send_exc, UNREACHABLE_RETRY_CAP_SECONDS, who=f"Broker {b}"
+                        )
                     raise
                 _audit_ack(ctx, TieringAction.DISABLE_REMOTE_TOPIC, b, answer.model_dump(), key)
             raise RuntimeError(f"brokers {pending} had not acknowledged; sent again") from None

@@ -1,0 +1,134 @@
+"""KIP-950's controller state machine for one topic, written once.
+
+The simulated controller (:mod:`broker_agent.controller`) and the synthetic scale cluster
+(:mod:`broker_agent.synthetic_tiering`) keep a topic's tiering state in a mapping with the keys
+``tiered_state``, ``tiered_epoch``, ``disable_policy``, ``tiering_acks`` (broker ids) and
+``configs``; both call these functions for every transition, so their answers cannot drift.
+
+- ENABLED → DISABLING: the tiered epoch goes up by one and the acknowledgements start empty;
+  the policy is ``remote.log.disable.policy`` (default retain).
+- While DISABLING, neither a second disablement nor a re-enablement is accepted
+  (TIERED_STORAGE_DISABLEMENT_IN_PROGRESS): "re-enablement only once disablement completed".
+- A broker's acknowledgement counts only for the current epoch, and only while DISABLING.
+- DISABLING → DISABLED once every broker hosting the topic acknowledged the current epoch
+  ("Completion of disablement"); completing a DISABLED topic again is a no-op.
+- DISABLED (or never tiered) → ENABLED: "re-enablement will not provide an option to specify
+  a policy", so a policy with it is INVALID_REQUEST.
+- A request that names an expected tiered epoch other than the topic's is STALE_TIERED_EPOCH
+  (the fence every workflow step uses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, MutableMapping
+from typing import Any
+
+from broker_agent.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
+from broker_agent.web import ApiError
+
+__all__ = [
+    "begin_disablement",
+    "check_epoch",
+    "complete_disablement",
+    "disablement_in_progress",
+    "re_enable",
+    "record_ack",
+    "start_disablement",
+]
+
+TopicState = MutableMapping[str, Any]
+
+
+def disablement_in_progress(name: str, st: TopicState) -> ApiError:
+    return ApiError(
+        409,
+        ErrorCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
+        f"tiered storage disablement of {name} at tiered epoch {st['tiered_epoch']} is in progress",
+    )
+
+
+def check_epoch(st: TopicState, expected: int | None) -> None:
+    """STALE_TIERED_EPOCH unless ``expected`` is None or the topic's tiered epoch."""
+    if expected is not None and expected != st["tiered_epoch"]:
+        raise ApiError(
+            409,
+            ErrorCode.STALE_TIERED_EPOCH,
+            f"expected tiered epoch {expected}, topic is at {st['tiered_epoch']}",
+            tiered_epoch=st["tiered_epoch"],
+        )
+
+
+def begin_disablement(st: TopicState, policy: str) -> None:
+    """The transition ENABLED → DISABLING itself (the caller checked it is allowed)."""
+    st["tiered_epoch"] += 1
+    st["tiered_state"] = TieredState.DISABLING
+    st["disable_policy"] = policy
+    st["tiering_acks"] = set()
+    st["configs"] = {
+        **st["configs"],
+        TopicConfig.REMOTE_STORAGE_ENABLE: "false",
+        TopicConfig.REMOTE_LOG_DISABLE_POLICY: policy,
+    }
+
+
+def start_disablement(
+    name: str, st: TopicState, policy: str | None, expected_epoch: int | None
+) -> None:
+    """Start disablement as asked by an operator: checks, then ENABLED → DISABLING."""
+    if policy is not None and policy not in DisablePolicy.ALL:
+        raise ApiError(
+            400, ErrorCode.INVALID_REQUEST, f"unsupported remote.log.disable.policy {policy!r}"
+        )
+    if st["tiered_state"] == TieredState.DISABLING:
+        raise disablement_in_progress(name, st)
+    check_epoch(st, expected_epoch)
+    if st["tiered_state"] != TieredState.ENABLED:
+        raise ApiError(
+            409,
+            ErrorCode.INVALID_STATE_TRANSITION,
+            f"{name} is {st['tiered_state']}, not ENABLED",
+        )
+    begin_disablement(st, policy or DisablePolicy.DEFAULT)
+
+
+def record_ack(st: TopicState, broker_id: int, tiered_epoch: int) -> bool:
+    """Record a broker's DisableRemoteTopic acknowledgement; True if it counted."""
+    if tiered_epoch == st["tiered_epoch"] and st["tiered_state"] == TieredState.DISABLING:
+        st["tiering_acks"].add(broker_id)
+        return True
+    return False
+
+
+def complete_disablement(
+    name: str, st: TopicState, hosting_brokers: Iterable[int], expected_epoch: int | None
+) -> bool:
+    """DISABLING → DISABLED when every hosting broker acknowledged; False if already DISABLED."""
+    check_epoch(st, expected_epoch)
+    if st["tiered_state"] == TieredState.DISABLED:
+        return False  # idempotent
+    if st["tiered_state"] != TieredState.DISABLING:
+        raise ApiError(409, ErrorCode.INVALID_STATE_TRANSITION, f"{name} is not DISABLING")
+    pending = sorted(set(hosting_brokers) - st["tiering_acks"])
+    if pending:
+        raise ApiError(
+            409,
+            ErrorCode.TIERED_STORAGE_DISABLEMENT_INCOMPLETE,
+            f"brokers {pending} have not acknowledged DisableRemoteTopic at tiered epoch "
+            f"{st['tiered_epoch']}",
+            pending_brokers=pending,
+        )
+    st["tiered_state"] = TieredState.DISABLED
+    return True
+
+
+def re_enable(name: str, st: TopicState, policy: str | None) -> None:
+    """``remote.storage.enable=true``: DISABLED (or never tiered) → ENABLED; refused while
+    DISABLING; an ENABLED topic stays as it is."""
+    state = st["tiered_state"]
+    if state == TieredState.DISABLING:
+        raise disablement_in_progress(name, st)
+    if state in (TieredState.DISABLED, TieredState.NONE):
+        if policy is not None and state == TieredState.DISABLED:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, "re-enablement takes no disable policy")
+        st["tiered_state"] = TieredState.ENABLED
+        st["disable_policy"] = None
