@@ -122,6 +122,10 @@ def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
         yield "".join(batch)
 
 
+#: A spreadsheet reads a cell starting with one of these as a formula (CSV injection, OWASP).
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _csv_cell(value: Any) -> Any:
     if isinstance(value, dict | list):
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
@@ -129,6 +133,10 @@ def _csv_cell(value: Any) -> Any:
         return ""
     if hasattr(value, "isoformat"):
         return value.isoformat()
+    if isinstance(value, str) and value.startswith(FORMULA_LEADS):
+        # A leading apostrophe makes a spreadsheet show the text instead of evaluating it; the
+        # JSON lines export keeps every value exactly as logged.
+        return "'" + value
     return value
 
 

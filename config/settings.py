@@ -24,6 +24,10 @@ DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/strata"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DATABASE_URL = env_str("DATABASE_URL", DEFAULT_DATABASE_URL)
 REDIS_URL = env_str("REDIS_URL", DEFAULT_REDIS_URL)
+# The largest request body accepted (413 above it, before it is read); Django's own form limit
+# follows it.
+STRATA_MAX_BODY_BYTES = env_int("STRATA_MAX_BODY_BYTES", 2 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = STRATA_MAX_BODY_BYTES
 # Shown in the footer and by /api/v1/health; apps read it here, never from the config package.
 STRATA_VERSION = "0.1.0"
 
@@ -57,6 +61,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # 400 for a NUL byte anywhere in the request, 413 for a body over STRATA_MAX_BODY_BYTES.
+    "config.edges.InputEdgesMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

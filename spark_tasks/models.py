@@ -50,6 +50,10 @@ class SparkJob:
     ALL = tuple(name for name, _ in CHOICES)
     #: Jobs that write a plan (``plan/``, ``partitions/``) an operator reviews.
     PLANNING = (RETENTION, PURGE, ORPHANS)
+    #: Jobs that always delete (they carry out a reviewed plan): never recorded as a dry run.
+    ALWAYS_DELETES = (DELETE_OBJECTS,)
+    #: Jobs that only read: every run of them is a dry run.
+    READ_ONLY = (INVENTORY_STATS, STORAGE_REPORT)
     #: Jobs an operator may start from the Spark jobs page, always as a dry run.
     OPERATOR_DRY_RUN = (RETENTION, PURGE, ORPHANS, STORAGE_REPORT, INVENTORY_STATS)
 

@@ -116,7 +116,7 @@ def enqueue_run(
         run = SparkJobRun.objects.create(
             job=job,
             arguments=arguments,
-            dry_run=dry_run if job in DRY_RUN_JOBS else True,
+            dry_run=_recorded_dry_run(job, dry_run),
             cluster=cluster,
             requested_by=requested_by,
         )
@@ -232,8 +232,23 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
+def _recorded_dry_run(job: str, dry_run: bool) -> bool:
+    """What a run of ``job`` is recorded (and audited) as: a job that always deletes is never a
+    dry run (asking for one is an error), a read-only job always is, a planning job is what was
+    asked."""
+    if job in SparkJob.ALWAYS_DELETES:
+        if dry_run:
+            raise ValueError(
+                f"{job} always deletes (it carries out a reviewed plan): dry_run=False"
+            )
+        return False
+    if job in SparkJob.READ_ONLY:
+        return True
+    return dry_run
+
+
 def _deletes(run: SparkJobRun) -> bool:
-    return run.job == SparkJob.DELETE_OBJECTS or (run.job in DRY_RUN_JOBS and not run.dry_run)
+    return run.job in SparkJob.ALWAYS_DELETES or (run.job in DRY_RUN_JOBS and not run.dry_run)
 
 
 def _store_root(run: SparkJobRun, backend: remote.RemoteMetadata) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from unittest import mock
 
+import pytest
 from django.utils import timezone
 
 from audit.choices import AuditContext, AuditOutcome
@@ -65,3 +66,19 @@ def test_a_reaped_run_is_recorded_as_failed(db):
     assert reap_stale_runs() == 1
     (event,) = _events(run)
     assert event.action == SparkAuditAction.FAILED and event.after["reaped"] is True
+
+
+def test_a_deleting_run_is_recorded_and_audited_as_deleting(db):
+    """delete_objects carries out a reviewed plan: never a dry run on its row or in the log."""
+    with mock.patch.object(execute_run, "delay"):
+        run = enqueue_run(SparkJob.DELETE_OBJECTS, {"plan": "/runs/7/out/plan"}, dry_run=False)
+    run.refresh_from_db()
+    assert run.dry_run is False
+    (queued,) = _events(run)
+    assert queued.action == SparkAuditAction.QUEUED and queued.after["dry_run"] is False
+    with pytest.raises(ValueError, match="always deletes"):
+        enqueue_run(SparkJob.DELETE_OBJECTS, {"plan": "/runs/7/out/plan"}, dry_run=True)
+    # a job that only reads is a dry run whatever was asked
+    with mock.patch.object(execute_run, "delay"):
+        stats = enqueue_run(SparkJob.INVENTORY_STATS, {}, dry_run=False)
+    assert stats.dry_run is True

@@ -133,3 +133,26 @@ def test_export_applies_the_filters(client, viewer):
 def test_export_with_a_bad_filter_is_400(client, viewer):
     client.force_login(viewer)
     assert client.get("/audit/export.csv?since=yesterday-ish").status_code == 400
+
+
+def test_csv_cells_that_a_spreadsheet_would_evaluate_are_escaped(client, viewer):
+    """A failed sign-in writes what the client typed as the actor name: a formula must reach a
+    spreadsheet as text. The JSON lines export keeps the value as logged."""
+    from audit.trail import record_standalone
+
+    for name in ('=HYPERLINK("http://x")', "+1+1", "-2", "@SUM(A1)", "\tx", "plain"):
+        record_standalone("test.formula", actor_name=name, context="web", target_id=name)
+    client.force_login(viewer)
+    body = b"".join(client.get("/audit/export.csv?action=test.formula").streaming_content)
+    rows = list(csv.DictReader(io.StringIO(body.decode())))
+    assert [r["actor_name"] for r in rows] == [
+        '\'=HYPERLINK("http://x")',
+        "'+1+1",
+        "'-2",
+        "'@SUM(A1)",
+        "'\tx",
+        "plain",
+    ]
+    assert rows[0]["target_id"] == '\'=HYPERLINK("http://x")'
+    lines = b"".join(client.get("/audit/export.jsonl?action=test.formula").streaming_content)
+    assert json.loads(lines.splitlines()[0])["actor_name"] == '=HYPERLINK("http://x")'
