@@ -39,7 +39,7 @@ Decisions:
   partition: the row of the controller's current leader wins, else the one with the highest
   leader epoch. Partitions without a live leader are not reported by anyone, so their segments
   are counted as ``segments_without_partition_state``; retention finishes their started deletes
-  (``plan_job._retry_without_state``) and judges nothing else of them (no lineage or retention
+  (``plan_retention._retry_without_state``) and judges nothing else of them (no lineage or retention
   setting to judge by; a later run catches up once a leader is elected).
 - **cluster column.** Rows carry Strata's cluster name (the registration), not the agents'
   cluster id: plans, results and storage snapshots are keyed by the name everywhere in PostgreSQL.

@@ -115,7 +115,7 @@ def plan_retention_columns(
     ``None`` when the partition is outside the single-epoch domain (see module doc).
 
     The retention job's shuffle carries ``state`` and ``segment_leader_epochs`` in a narrow form
-    (``plan_job._narrow_segment_columns``); when every row of a group is in its common form, the
+    (``plan_io._narrow_segment_columns``); when every row of a group is in its common form, the
     job passes them as they are instead of the two columns, which the table may then lack:
     ``state_codes``, the index of each row's ``state`` in ``SegmentState.ALL`` (no null), and
     ``single_epochs``, the epoch and start offset of each row's one leader-epoch entry (no

@@ -1,6 +1,6 @@
 """The retention shuffle's narrow columns, computed by Spark, restore to the inventory's values.
 
-``plan_job._narrow_segment_columns`` is Spark SQL and ``_restore_segment_columns`` is pyarrow; this
+``plan_io._narrow_segment_columns`` is Spark SQL and ``_restore_segment_columns`` is pyarrow; this
 runs the first in a real local session over rows with every odd state and leader-epoch list, and
 checks that the second gives back exactly what was read, and that Spark agrees with the Python
 model of the narrowing that the UDF tests use (``test_plan_job.narrow``).
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_tasks import jobkit
-from spark_tasks.plan_job import _narrow_segment_columns, _restore_segment_columns
+from spark_tasks.plan_io import _narrow_segment_columns, _restore_segment_columns
 from tests.spark_tasks.test_plan_job import narrow, odd_rows
 
 

@@ -13,15 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_tasks.plan_job import (
+from spark_tasks.plan_io import (
     STATE_BY_CODE,
     InvalidInventory,
-    _KeyedOutcomes,
     _restore_segment_columns,
-    _retention_planner,
     partition_from_row,
     segments_from_table,
 )
+from spark_tasks.plan_retention import _KeyedOutcomes, _retention_planner
 from spark_tasks.rules import plan_retention
 from spark_tasks.schema import PLAN_SCHEMA, PlanReason, SegmentState
 from tests.spark_tasks.kafka_cases import CASES
@@ -273,8 +272,8 @@ def test_outcomes_are_keyed_so_a_rerun_task_counts_once():
 
 
 def test_by_partition_plans_each_partition_once_with_all_its_rows():
-    from spark_tasks.plan_job import PLAN_SCHEMA as plan_schema
-    from spark_tasks.plan_job import _by_partition
+    from spark_tasks.plan_retention import _by_partition
+    from spark_tasks.schema import PLAN_SCHEMA as plan_schema
 
     seen: list[tuple[int | None, list[int]]] = []
 

@@ -168,7 +168,7 @@ def _lso_of(out: Path) -> dict[tuple[str, int], int]:
 def _python_plans(gen_dir: Path, planner, *, retry_without_state: bool = False):
     """The plans of the pure planner, per partition with a state row; with
     ``retry_without_state``, also the started deletes of the partitions without one (retention's
-    rule for them, see plan_job._retry_without_state)."""
+    rule for them, see plan_retention._retry_without_state)."""
     inv = pq.read_table(gen_dir / "inventory")
     parts = pq.read_table(gen_dir / "partitions").to_pylist()
     plans, lsos = {}, {}
