@@ -23,7 +23,6 @@ __all__ = [
     "ClusterMetadata",
     "CommandResult",
     "CreateTopicRequest",
-    "ErrorResponse",
     "FetchResponse",
     "FetchedRecord",
     "LeaderEpochEntry",
@@ -56,11 +55,6 @@ Int32 = Field(ge=-(2**31), le=2**31 - 1)
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class ErrorResponse(_Model):
-    error: str
-    message: str
 
 
 # -- controller ------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ its text and traceback go to the process's log only (they name files, hosts and 
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections.abc import Iterable
@@ -129,7 +128,3 @@ def install(
             )
             return _error(401, ErrorCode.UNAUTHORIZED, f"{exc.code}: {exc.message}")
         return await call_next(request)
-
-
-def json_body(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
