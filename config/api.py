@@ -37,7 +37,44 @@ class BearerToken(HttpBearer):
         return found.user
 
 
-api = NinjaAPI(
+#: The error answers every operation may give, as the OpenAPI document lists them.
+ERROR_RESPONSES = {
+    "400": "Invalid request: a bad parameter, a NUL byte, a body that is not JSON "
+    "(INVALID_REQUEST, or the action's own code such as PLAN_CHANGED)",
+    "401": "Not signed in and no valid bearer token (UNAUTHENTICATED)",
+    "403": "No Strata role, or not the role this needs; CSRF refusal (FORBIDDEN)",
+    "404": "No such object (NOT_FOUND)",
+    "409": "Conflicts with the current state (e.g. WORKFLOW_CONFLICT, ALREADY_DECIDED)",
+    "413": "Body over STRATA_MAX_BODY_BYTES (PAYLOAD_TOO_LARGE)",
+}
+ERROR_SCHEMA = {
+    "title": "Error",
+    "type": "object",
+    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+    "required": ["error", "message"],
+}
+
+
+class StrataApi(NinjaAPI):
+    """The NinjaAPI whose OpenAPI document also lists every operation's error answers, all
+    ``{"error": CODE, "message": ...}`` (:data:`ERROR_RESPONSES`)."""
+
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+        ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                secured = bool(operation.get("security"))
+                responses = operation.setdefault("responses", {})
+                for status, description in ERROR_RESPONSES.items():
+                    if status in ("401", "403") and not secured:
+                        continue
+                    responses.setdefault(status, {"description": description, "content": ref})
+        return schema
+
+
+api = StrataApi(
     title="Strata API",
     version=settings.STRATA_VERSION,
     urls_namespace="api",
@@ -69,9 +106,25 @@ def on_not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
     return error(request, "NOT_FOUND", str(exc) or "Not found.", 404)
 
 
+#: The documented code of an HTTP error that carries none of its own (a body that is not JSON,
+#: ninja's CSRF refusal of a session POST, a method the route does not take).
+CODE_BY_STATUS = {
+    400: "INVALID_REQUEST",
+    401: "UNAUTHENTICATED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "CONFLICT",
+    413: "PAYLOAD_TOO_LARGE",
+    422: "INVALID_REQUEST",
+}
+
+
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    return error(request, getattr(exc, "code", None) or "ERROR", str(exc), exc.status_code)
+    status = exc.status_code
+    code = getattr(exc, "code", None) or CODE_BY_STATUS.get(status, "ERROR")
+    return error(request, code, str(exc), status)
 
 
 @api.exception_handler(Exception)

@@ -72,3 +72,27 @@ def test_a_body_over_the_limit_is_413_before_it_is_read(client, operator, settin
     client.logout()
     hook = client.post("/agent-events/", "x" * 5000, content_type="application/json")
     assert hook.status_code == 413 and hook.json()["error"] == "PAYLOAD_TOO_LARGE"
+
+
+def test_api_errors_carry_the_documented_codes(client, operator):
+    """A body that is not JSON, and a session POST without its CSRF token, answer the codes the
+    API documents (they used to say ``ERROR``)."""
+    from django.test import Client
+
+    client.force_login(operator)
+    response = client.post("/api/v1/workflows", "{not json", content_type="application/json")
+    assert response.status_code == 400 and response.json()["error"] == "INVALID_REQUEST"
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(operator)
+    refused = strict.post("/api/v1/workflows", "{}", content_type="application/json")
+    assert refused.status_code == 403 and refused.json()["error"] == "FORBIDDEN"
+
+
+def test_the_openapi_document_lists_the_error_answers(client, viewer):
+    client.force_login(viewer)
+    schema = client.get("/api/v1/openapi.json").json()
+    assert schema["components"]["schemas"]["Error"]["required"] == ["error", "message"]
+    request = schema["paths"]["/api/v1/workflows"]["post"]["responses"]
+    assert {"201", "400", "401", "403", "404", "409", "413"} <= set(request)
+    health = schema["paths"]["/api/v1/health"]["get"]["responses"]
+    assert "401" not in health  # public: no sign-in to fail
