@@ -1,0 +1,326 @@
+"""The controller's side of a sync: fetch its metadata (incremental by version), stage it with
+``COPY`` and merge topics and partitions, and delete what the controller no longer lists.
+
+A mixin of :class:`console.sync.core._Sync`: it uses the sync's ``cluster``, ``source``,
+``full``, ``fresh``, ``result`` / ``errors`` and the ``sql`` / ``raw`` helpers, and leaves the
+partitions it touched for :mod:`console.sync.aggregates`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from broker_agent.models import ClusterMetadata
+from console.choices import BrokerState, TopicConfig
+from console.sync.common import MalformedAnswer, error_text, loads_json, raw_json
+from console.sync.rows import (
+    BROKER_COLUMNS,
+    MIN_ISR_DEFAULT,
+    PARTITION_COLUMNS,
+    STAGE_PARTITIONS_SQL,
+    STAGE_TOPICS_SQL,
+    TOPIC_COLUMNS,
+    logdir_rows,
+)
+from console.sync.sources import metadata_json
+from console.sync.staging import StageTable
+
+__all__ = ["ANALYZE_TOPICS_AFTER", "MetadataSync"]
+
+log = logging.getLogger("console.sync")
+
+#: A sync that staged at least this many topics analyses console_topic before joining on it.
+ANALYZE_TOPICS_AFTER = 100
+
+
+class MetadataSync:
+    """Part of :class:`console.sync.core._Sync` (see the module docstring)."""
+
+    def fetch_metadata(self) -> ClusterMetadata | None:
+        since = (
+            None
+            if self.full or self.cluster.metadata_version < 0
+            else (self.cluster.metadata_version)
+        )
+        try:
+            body = metadata_json(self.source, since)
+            with transaction.atomic():  # a savepoint: a malformed answer fails the controller only
+                md = self.stage_metadata(body)
+        except Exception as exc:  # any failure of the controller marks it stale, nothing else
+            log.warning("cluster %s: controller failed: %s", self.cluster.name, exc)
+            self.errors["controller"] = error_text(exc)
+            self.run_stats["controller_ok"] = False
+            return None
+        return md
+
+    def stage_metadata(self, body: bytes) -> ClusterMetadata:
+        """Hand the controller's answer to PostgreSQL: its topics (those that changed) into
+        ``stage_topic`` and their partitions into ``stage_partition``. Answers the metadata
+        without its topics (validated by pydantic); :meth:`apply_metadata` merges."""
+        # STORAGE EXTERNAL: the topics' JSON is read once, compressing it would be wasted.
+        self.cur.execute(
+            "DROP TABLE IF EXISTS pg_temp.raw_topic; "
+            "CREATE TEMP TABLE raw_topic (name text, digest text, j jsonb) ON COMMIT DROP; "
+            "ALTER TABLE raw_topic ALTER COLUMN j SET STORAGE EXTERNAL"
+        )
+        envelope = self.raw(
+            """
+            WITH raw AS (SELECT %(body)s::jsonb AS j),
+            ins AS (INSERT INTO raw_topic (name, digest, j)
+                    SELECT t ->> 'name', md5(t::text), t
+                    FROM raw, jsonb_array_elements(raw.j -> 'topics') t)
+            SELECT raw.j - 'topics' FROM raw
+            """,
+            {"body": raw_json(body)},
+        ).fetchone()[0]
+        md = ClusterMetadata.model_validate({**loads_json(envelope), "topics": []})
+        if not md.changed:
+            return md
+        delta = not md.full
+        self.gone_topics: list[str] = sorted(md.removed_topics) if delta else []
+        if not delta:
+            self.cur.execute(
+                "SELECT name FROM console_topic WHERE cluster_id = %s AND name NOT IN "
+                "(SELECT name FROM raw_topic WHERE name IS NOT NULL) ORDER BY name",
+                [self.cluster.pk],
+            )
+            self.gone_topics = [row[0] for row in self.cur.fetchall()]
+            if not self.full:  # only topics whose metadata digest changed are rewritten
+                self.sql(
+                    """
+                    DELETE FROM raw_topic r USING console_topic t
+                    WHERE t.cluster_id = %(cluster)s AND t.name = r.name
+                      AND t.metadata_digest = r.digest
+                    """
+                )
+        self.topics = StageTable(self.cur, "stage_topic", TOPIC_COLUMNS)
+        self.parts = StageTable(self.cur, "stage_partition", PARTITION_COLUMNS)
+        # A delta's topic is partial: its digest is blanked so a later full answer rewrites it.
+        bad = self.raw(
+            STAGE_TOPICS_SQL,
+            {
+                "delta": delta,
+                "min_isr_key": TopicConfig.MIN_INSYNC_REPLICAS,
+                "min_isr_default": MIN_ISR_DEFAULT,
+            },
+        ).fetchall()
+        self.topics.rows = len(bad)
+        if any(b for (b,) in bad):
+            raise MalformedAnswer("controller metadata: a topic lacks a required field")
+        bad = self.raw(STAGE_PARTITIONS_SQL).fetchall()
+        self.parts.rows = len(bad)
+        if any(b for (b,) in bad):
+            raise MalformedAnswer("controller metadata: a partition lacks a required field")
+        return md
+
+    def apply_metadata(self, md: ClusterMetadata) -> None:
+        self.metadata_version = md.version
+        if not md.changed:
+            return
+        self.run_stats["metadata_changed"] = True
+        brokers = StageTable(self.cur, "stage_broker", BROKER_COLUMNS)
+        brokers.copy((b.broker_id, b.url, b.alive, b.last_heartbeat_ms) for b in md.brokers)
+        self.sql(
+            """
+            INSERT INTO console_broker (cluster_id, broker_id, url, alive, state, agent_state,
+                expiration_mode, offline_log_directory_count, offline_replica_count,
+                last_heartbeat_ms, snapshot_version, error, updated_at)
+            SELECT %(cluster)s, s.broker_id, s.url, s.alive, %(unknown)s, '', '', 0, 0,
+                s.last_heartbeat_ms, -1, '', %(now)s
+            FROM stage_broker s
+            ON CONFLICT (cluster_id, broker_id) DO UPDATE SET
+                url = EXCLUDED.url, alive = EXCLUDED.alive,
+                last_heartbeat_ms = EXCLUDED.last_heartbeat_ms, updated_at = EXCLUDED.updated_at
+            WHERE (console_broker.url, console_broker.alive, console_broker.last_heartbeat_ms)
+                IS DISTINCT FROM (EXCLUDED.url, EXCLUDED.alive, EXCLUDED.last_heartbeat_ms)
+            """,
+            {"unknown": BrokerState.UNKNOWN},
+        )
+        # The controller's view of log dirs (from heartbeats); an agent's own snapshot, staged
+        # afterwards, wins for the brokers whose agent answered.
+        self.logdirs.copy(row for b in md.brokers for row in logdir_rows(b.broker_id, b.log_dirs))
+
+        # A partition-level delta lists every changed topic, with only its changed partitions;
+        # deletions come as explicit lists. A full answer was cut to the changed topics when
+        # it was staged (stage_metadata).
+        delta = not md.full
+        gone = self.gone_topics
+        self.run_stats["topics_changed"] = self.topics.rows + len(gone)
+        if gone:
+            self._delete_topics(gone)
+        if delta and md.removed_partitions:
+            self._delete_partitions(md.removed_partitions)
+        if not self.topics.rows:
+            return
+        self.sql(
+            """
+            INSERT INTO console_topic (cluster_id, name, topic_id, configs, tiered_state,
+                tiered_epoch, disable_policy, tiering_acks, initial_partition_count,
+                undeleted_partition_count, min_insync_replicas, metadata_digest, updated_at,
+                partition_count, log_start_offset, local_log_start_offset, log_end_offset,
+                remote_log_start_offset, remote_log_end_offset, remote_bytes, local_bytes,
+                remote_segments, offline_partition_count, under_replicated_partition_count,
+                under_min_isr_partition_count, offline_replica_count, marked_for_deletion_count)
+            SELECT %(cluster)s, s.name, s.topic_id, s.configs, s.tiered_state, s.tiered_epoch,
+                s.disable_policy, s.tiering_acks, s.initial_partition_count,
+                s.undeleted_partition_count, s.min_insync_replicas, s.metadata_digest, %(now)s,
+                0, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0
+            FROM stage_topic s
+            ON CONFLICT (cluster_id, name) DO UPDATE SET
+                topic_id = EXCLUDED.topic_id, configs = EXCLUDED.configs,
+                tiered_state = EXCLUDED.tiered_state, tiered_epoch = EXCLUDED.tiered_epoch,
+                disable_policy = EXCLUDED.disable_policy, tiering_acks = EXCLUDED.tiering_acks,
+                initial_partition_count = EXCLUDED.initial_partition_count,
+                previous_undeleted_partition_count = CASE
+                    WHEN console_topic.undeleted_partition_count
+                         <> EXCLUDED.undeleted_partition_count
+                    THEN console_topic.undeleted_partition_count
+                    ELSE console_topic.previous_undeleted_partition_count END,
+                partition_count_changed_at = CASE
+                    WHEN console_topic.undeleted_partition_count
+                         <> EXCLUDED.undeleted_partition_count
+                    THEN EXCLUDED.updated_at
+                    ELSE console_topic.partition_count_changed_at END,
+                undeleted_partition_count = EXCLUDED.undeleted_partition_count,
+                min_insync_replicas = EXCLUDED.min_insync_replicas,
+                metadata_digest = EXCLUDED.metadata_digest, updated_at = EXCLUDED.updated_at
+            """
+        )
+        if self.topics.rows >= ANALYZE_TOPICS_AFTER:
+            # Stale statistics (e.g. of another cluster) estimate this cluster's topics at one
+            # row, and the joins on topic name below then loop over every topic per row: 18 s
+            # instead of 2 s for a new 200,000-partition cluster. A few ms at 2,000 topics.
+            self.sql("ANALYZE console_topic")
+        self.parts.analyze()
+        self.replicas.analyze()
+        # New partitions take their offsets from their leader's replica staged in this sync
+        # (KIP-950: a partition's offsets are its leader's), so a full sync writes each
+        # partition once; existing ones are brought up to date by derive().
+        if not delta:  # before the merge: only rows that existed before are looked at
+            self._delete_unlisted_partitions()
+        insert = """
+            INSERT INTO console_partition (cluster_id, topic_id, topic_name, partition, leader,
+                leader_epoch, partition_epoch, replicas, isr, offline_replicas, created,
+                leader_epoch_after_creation, leader_epoch_before_deletion, marked_for_deletion,
+                under_replicated, under_min_isr, offline, has_offline_replicas,
+                log_start_offset, local_log_start_offset, log_end_offset, high_watermark,
+                remote_log_start_offset, remote_log_end_offset, remote_bytes, local_bytes,
+                remote_segments)
+            SELECT %(cluster)s, t.id, s.topic_name, s.partition, s.leader, s.leader_epoch,
+                s.partition_epoch, s.replicas, s.isr, s.offline_replicas, s.created,
+                s.leader_epoch_after_creation, s.leader_epoch_before_deletion,
+                s.marked_for_deletion, s.under_replicated, s.under_min_isr, s.offline,
+                s.has_offline_replicas, coalesce(r.log_start_offset, 0),
+                coalesce(r.local_log_start_offset, 0), coalesce(r.log_end_offset, 0),
+                coalesce(r.high_watermark, 0), coalesce(r.remote_log_start_offset, -1),
+                coalesce(r.remote_log_end_offset, -1), coalesce(r.remote_bytes, 0),
+                coalesce(r.size_bytes, 0), coalesce(r.remote_segments, 0)
+            FROM stage_partition s
+            JOIN console_topic t ON t.cluster_id = %(cluster)s AND t.name = s.topic_name
+            LEFT JOIN stage_replica r ON r.topic = s.topic_name AND r.partition = s.partition
+                AND r.broker_id = s.leader
+            """
+        upsert = """
+            ON CONFLICT (topic_id, partition) DO UPDATE SET
+                previous_leader = CASE WHEN console_partition.leader <> EXCLUDED.leader
+                    THEN console_partition.leader ELSE console_partition.previous_leader END,
+                leader_changed_at = CASE WHEN console_partition.leader <> EXCLUDED.leader
+                    THEN %(now)s ELSE console_partition.leader_changed_at END,
+                marked_log_start_offset = CASE
+                    WHEN NOT EXCLUDED.marked_for_deletion THEN NULL
+                    WHEN console_partition.marked_log_start_offset IS NULL
+                    THEN console_partition.log_start_offset
+                    ELSE console_partition.marked_log_start_offset END,
+                leader = EXCLUDED.leader, leader_epoch = EXCLUDED.leader_epoch,
+                partition_epoch = EXCLUDED.partition_epoch, replicas = EXCLUDED.replicas,
+                isr = EXCLUDED.isr, offline_replicas = EXCLUDED.offline_replicas,
+                created = EXCLUDED.created,
+                leader_epoch_after_creation = EXCLUDED.leader_epoch_after_creation,
+                leader_epoch_before_deletion = EXCLUDED.leader_epoch_before_deletion,
+                marked_for_deletion = EXCLUDED.marked_for_deletion,
+                under_replicated = EXCLUDED.under_replicated,
+                under_min_isr = EXCLUDED.under_min_isr, offline = EXCLUDED.offline,
+                has_offline_replicas = EXCLUDED.has_offline_replicas
+            WHERE (console_partition.leader, console_partition.leader_epoch,
+                   console_partition.partition_epoch, console_partition.replicas,
+                   console_partition.isr, console_partition.offline_replicas,
+                   console_partition.created, console_partition.leader_epoch_after_creation,
+                   console_partition.leader_epoch_before_deletion,
+                   console_partition.marked_for_deletion, console_partition.under_min_isr)
+               IS DISTINCT FROM
+                  (EXCLUDED.leader, EXCLUDED.leader_epoch, EXCLUDED.partition_epoch,
+                   EXCLUDED.replicas, EXCLUDED.isr, EXCLUDED.offline_replicas, EXCLUDED.created,
+                   EXCLUDED.leader_epoch_after_creation, EXCLUDED.leader_epoch_before_deletion,
+                   EXCLUDED.marked_for_deletion, EXCLUDED.under_min_isr)
+            """
+        # A cluster's first sync writes into no rows of its own: a plain INSERT skips the
+        # conflict check per row (the unique index still refuses a duplicate).
+        self.run_stats["partitions_upserted"] = self.sql(insert if self.fresh else insert + upsert)
+        self.sql(
+            """
+            INSERT INTO touched_topic (id)
+            SELECT t.id FROM console_topic t JOIN stage_topic s ON s.name = t.name
+            WHERE t.cluster_id = %(cluster)s
+            """
+        )
+        # Only the partitions listed (a delta lists only changed ones) need their offsets
+        # looked at again; their topics' aggregates are recomputed in derive().
+        self.sql(
+            """
+            INSERT INTO touched_partition (id)
+            SELECT p.id FROM stage_partition s
+            JOIN console_partition p ON p.cluster_id = %(cluster)s
+                AND p.topic_name = s.topic_name AND p.partition = s.partition
+            """
+        )
+
+    def _delete_unlisted_partitions(self) -> None:
+        """Partitions a full answer no longer lists (KIP-253: a drained partition marked for
+        deletion is removed) go, with their replicas."""
+        gone_partitions = """
+            SELECT p.id FROM console_partition p
+            JOIN console_topic t ON t.id = p.topic_id
+            JOIN stage_topic st ON st.name = t.name
+            WHERE t.cluster_id = %(cluster)s AND NOT EXISTS (
+                SELECT 1 FROM stage_partition s
+                WHERE s.topic_name = p.topic_name AND s.partition = p.partition)
+        """
+        self.sql(f"DELETE FROM console_replica WHERE partition_id IN ({gone_partitions})")  # noqa: S608
+        self.sql(f"DELETE FROM console_partition WHERE id IN ({gone_partitions})")  # noqa: S608
+
+    def _delete_partitions(self, keys: list[str]) -> None:
+        """Delete ``topic:partition`` keys (a delta's ``removed_partitions``) and their replicas."""
+        topics, parts = [], []
+        for key in keys:
+            topic, _, part = key.rpartition(":")
+            topics.append(topic)
+            parts.append(int(part))
+        ids = """
+            SELECT p.id FROM console_partition p
+            JOIN unnest(%(topics)s::text[], %(parts)s::int[]) AS k(topic, partition)
+              ON p.topic_name = k.topic AND p.partition = k.partition
+            WHERE p.cluster_id = %(cluster)s
+        """
+        params = {"topics": topics, "parts": parts}
+        self.sql(f"DELETE FROM console_replica WHERE partition_id IN ({ids})", params)  # noqa: S608
+        self.sql(f"DELETE FROM console_partition WHERE id IN ({ids})", params)  # noqa: S608
+
+    def _delete_topics(self, names: list[str]) -> None:
+        params = {"names": names}
+        topic_ids = (
+            "SELECT id FROM console_topic WHERE cluster_id = %(cluster)s AND name = ANY(%(names)s)"
+        )
+        self.sql(
+            "DELETE FROM console_replica WHERE partition_id IN "  # noqa: S608
+            f"(SELECT id FROM console_partition WHERE topic_id IN ({topic_ids}))",
+            params,
+        )
+        self.sql(f"DELETE FROM console_partition WHERE topic_id IN ({topic_ids})", params)  # noqa: S608
+        self.sql(
+            "DELETE FROM console_topic WHERE cluster_id = %(cluster)s AND name = ANY(%(names)s)",
+            params,
+        )
+
+    # -- agents ------------------------------------------------------------------------------

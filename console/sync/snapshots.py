@@ -1,0 +1,269 @@
+"""The agents' side of a sync: which brokers to ask, each agent's snapshot (incremental by
+version, COPY rows), staged and merged into log dirs and replicas.
+
+A mixin of :class:`console.sync.core._Sync`: it uses the sync's ``cluster``, ``source``,
+``full``, ``fresh``, ``errors`` and the ``sql`` / ``raw`` helpers; the agents are asked in
+parallel by ``_Sync.run``.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from django.db import transaction
+
+from broker_agent.models import BrokerSnapshot, ClusterMetadata, split_snapshot_tsv
+from console.models import Broker
+from console.sync.common import Backwards, MalformedAnswer, loads_json, raw_json
+from console.sync.rows import (
+    REPLICA_DATA,
+    STAGE_SNAPSHOT_SQL,
+    logdir_rows,
+    removed_rows,
+)
+from console.sync.sources import snapshot_rows
+
+__all__ = ["SnapshotSync"]
+
+
+class SnapshotSync:
+    """Part of :class:`console.sync.core._Sync` (see the module docstring)."""
+
+    def brokers_to_poll(self, md: ClusterMetadata | None) -> list[tuple[int, str, int | None]]:
+        """(broker id, agent URL, since) for every broker the controller or the DB knows."""
+        known = {
+            b["broker_id"]: b
+            for b in Broker.objects.filter(cluster=self.cluster).values(
+                "broker_id", "url", "snapshot_version"
+            )
+        }
+        urls = {bid: b["url"] for bid, b in known.items()}
+        if md is not None and md.changed:
+            urls.update({b.broker_id: b.url for b in md.brokers})
+        out = []
+        for bid, url in sorted(urls.items()):
+            version = known.get(bid, {}).get("snapshot_version", -1)
+            since = None if self.full or version < 0 else version
+            out.append((bid, url, since))
+        return out
+
+    def stage_snapshot(self, broker_id: int, body: bytes, since: int | None) -> BrokerSnapshot:
+        """Hand one agent's answer to PostgreSQL (its replicas into ``stage_replica``), in a
+        savepoint so that a malformed answer fails that agent only.
+
+        The answer is ``format=tsv``: its rows go in with ``COPY`` as they came (no Python
+        object per replica, no JSON for PostgreSQL to parse: 10,000 replicas in ~17 ms instead of
+        ~200 ms as ``jsonb``, which was half of a 200,000-partition full sync). The stage
+        table's NOT NULL columns refuse a row that lacks a required field. A JSON answer (an
+        agent that predates the format) is expanded with ``jsonb_to_recordset`` instead."""
+        with transaction.atomic():
+            try:
+                split = split_snapshot_tsv(body)
+            except ValueError as exc:  # incl. pydantic's ValidationError
+                raise MalformedAnswer(f"agent snapshot: {exc}") from exc
+            if split is None:  # an agent that predates format=tsv answered JSON
+                envelope, bad = self.raw(STAGE_SNAPSHOT_SQL, {"body": raw_json(body)}).fetchone()
+                if bad:
+                    raise MalformedAnswer(f"agent snapshot: {bad} replicas lack a required field")
+                snap = BrokerSnapshot.model_validate({**loads_json(envelope), "replicas": []})
+            else:
+                snap, rows = split
+                if snap.broker_id != broker_id:
+                    raise MalformedAnswer(
+                        f"agent snapshot: broker {snap.broker_id} answered for broker {broker_id}"
+                    )
+                try:
+                    self.replicas.copy_text(rows)
+                except (psycopg.DataError, psycopg.IntegrityError) as exc:
+                    # a row with a missing field, a wrong type or the wrong number of columns
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    raise MalformedAnswer(f"agent snapshot: bad replica row: {first}") from exc
+            if since is not None and not snap.full and snap.version < since:
+                raise Backwards  # rolls the savepoint back
+            self.logdirs.copy(logdir_rows(snap.broker_id, snap.log_dirs))
+            if snap.removed and not snap.full:
+                self.removed.copy(removed_rows(snap))
+        if snap.full:
+            self.full_brokers.append(snap.broker_id)
+        self.good_brokers.append(
+            (
+                snap.broker_id,
+                snap.version,
+                snap.state,
+                snap.expiration_mode,
+            )
+        )
+        return snap
+
+    def apply_snapshots(self) -> None:
+        self.logdirs.analyze()
+        # Log dirs: the last staged row per (broker, name) wins (agent over controller).
+        self.sql(
+            """
+            INSERT INTO console_logdir (cluster_id, broker_id, name, path, state,
+                state_changed_at, total_bytes, usable_bytes, probe_latency_ms, error,
+                replica_count, offline_replica_count, updated_at)
+            SELECT DISTINCT ON (b.id, s.name) %(cluster)s, b.id, s.name, s.path, s.state,
+                %(now)s, s.total_bytes, s.usable_bytes, s.probe_latency_ms, s.error,
+                s.replica_count, s.offline_replica_count, %(now)s
+            FROM (SELECT *, row_number() OVER () AS seq FROM stage_logdir) s
+            JOIN console_broker b ON b.cluster_id = %(cluster)s AND b.broker_id = s.broker_id
+            ORDER BY b.id, s.name, s.seq DESC
+            ON CONFLICT (broker_id, name) DO UPDATE SET
+                state_changed_at = CASE WHEN console_logdir.state <> EXCLUDED.state
+                    THEN EXCLUDED.state_changed_at ELSE console_logdir.state_changed_at END,
+                path = EXCLUDED.path, state = EXCLUDED.state,
+                total_bytes = EXCLUDED.total_bytes, usable_bytes = EXCLUDED.usable_bytes,
+                probe_latency_ms = EXCLUDED.probe_latency_ms, error = EXCLUDED.error,
+                replica_count = EXCLUDED.replica_count,
+                offline_replica_count = EXCLUDED.offline_replica_count,
+                updated_at = EXCLUDED.updated_at
+            WHERE (console_logdir.path, console_logdir.state, console_logdir.total_bytes,
+                   console_logdir.usable_bytes, console_logdir.probe_latency_ms,
+                   console_logdir.error, console_logdir.replica_count,
+                   console_logdir.offline_replica_count)
+               IS DISTINCT FROM
+                  (EXCLUDED.path, EXCLUDED.state, EXCLUDED.total_bytes, EXCLUDED.usable_bytes,
+                   EXCLUDED.probe_latency_ms, EXCLUDED.error, EXCLUDED.replica_count,
+                   EXCLUDED.offline_replica_count)
+            """
+        )
+        good_ids = [g[0] for g in self.good_brokers]
+        if good_ids:
+            # A dir an agent no longer reports was removed from its config (KIP-112 recovery).
+            gone_dirs = """
+                SELECT d.id FROM console_logdir d JOIN console_broker b ON b.id = d.broker_id
+                WHERE b.cluster_id = %(cluster)s AND b.broker_id = ANY(%(good)s)
+                  AND NOT EXISTS (SELECT 1 FROM stage_logdir s
+                                  WHERE s.broker_id = b.broker_id AND s.name = d.name)
+            """
+            self.sql(
+                f"UPDATE console_replica SET log_dir_id = NULL WHERE log_dir_id IN ({gone_dirs})",  # noqa: S608
+                {"good": good_ids},
+            )
+            self.sql(f"DELETE FROM console_logdir WHERE id IN ({gone_dirs})", {"good": good_ids})  # noqa: S608
+
+        # Replicas: resolve names to ids once, then merge and delete against that. A first
+        # sync reads the resolution once only (its insert; nothing to delete or compare), so
+        # it inserts from the join itself rather than from a 600,000-row table written,
+        # analysed and read back (~1 s of a 200,000-partition first sync).
+        resolve = """
+            SELECT p.id AS partition_id, b.id AS broker_pk, d.id AS log_dir_id, s.*
+            FROM stage_replica s
+            JOIN console_broker b ON b.cluster_id = %(cluster)s AND b.broker_id = s.broker_id
+            LEFT JOIN console_topic t ON t.cluster_id = %(cluster)s AND t.name = s.topic
+            LEFT JOIN console_partition p ON p.topic_id = t.id AND p.partition = s.partition
+            LEFT JOIN console_logdir d ON d.broker_id = b.id AND d.name = s.log_dir
+        """
+        self.sql("DROP TABLE IF EXISTS pg_temp.resolved_replica")
+        if self.fresh:
+            resolved = f"({resolve}) r WHERE r.partition_id IS NOT NULL"
+            self.cur.execute(
+                "SELECT s.broker_id, count(*) FROM stage_replica s WHERE NOT EXISTS ("
+                " SELECT 1 FROM console_topic t JOIN console_partition p ON p.topic_id = t.id"
+                " WHERE t.cluster_id = %s AND t.name = s.topic AND p.partition = s.partition)"
+                " GROUP BY s.broker_id",
+                [self.cluster.pk],
+            )
+            self.behind = dict(self.cur.fetchall())
+        else:
+            self.sql(f"CREATE TEMP TABLE resolved_replica ON COMMIT DROP AS {resolve}")
+            resolved = "resolved_replica"
+            self.cur.execute(
+                "SELECT broker_id, count(*) FROM resolved_replica WHERE partition_id IS NULL "
+                "GROUP BY broker_id"
+            )
+            self.behind = dict(self.cur.fetchall())
+            self.sql("DELETE FROM resolved_replica WHERE partition_id IS NULL")
+            self.sql("ANALYZE resolved_replica")
+        self.unknown_replicas = sum(self.behind.values())
+        cols = ", ".join(REPLICA_DATA)
+        excluded = ", ".join(f"EXCLUDED.{c}" for c in REPLICA_DATA)
+        current = ", ".join(f"console_replica.{c}" for c in REPLICA_DATA if c != "version")
+        excluded_cmp = ", ".join(f"EXCLUDED.{c}" for c in REPLICA_DATA if c != "version")
+        # Replicas of agents that answered in full and no longer report them go first, so
+        # that only rows from before this sync are looked at.
+        deleted = 0
+        if self.full_brokers and not self.fresh:
+            deleted += self.sql(
+                """
+                DELETE FROM console_replica r USING console_broker b
+                WHERE r.broker_id = b.id AND b.cluster_id = %(cluster)s
+                  AND b.broker_id = ANY(%(full)s)
+                  AND NOT EXISTS (SELECT 1 FROM resolved_replica s
+                                  WHERE s.partition_id = r.partition_id
+                                    AND s.broker_pk = r.broker_id)
+                """,
+                {"full": self.full_brokers},
+            )
+        insert = f"""
+            INSERT INTO console_replica (cluster_id, partition_id, broker_id, log_dir_id, {cols})
+            SELECT %(cluster)s, partition_id, broker_pk, log_dir_id, {cols}
+            FROM {resolved}
+            """  # noqa: S608
+        upsert = f"""
+            ON CONFLICT (partition_id, broker_id) DO UPDATE SET
+                log_dir_id = EXCLUDED.log_dir_id, ({cols}) = ROW({excluded})
+            WHERE (console_replica.log_dir_id, {current})
+                IS DISTINCT FROM (EXCLUDED.log_dir_id, {excluded_cmp})
+            """
+        self.run_stats["replicas_upserted"] = self.sql(insert if self.fresh else insert + upsert)
+        if self.removed.rows:
+            deleted += self.sql(
+                """
+                DELETE FROM console_replica r
+                USING stage_removed s, console_broker b, console_topic t, console_partition p
+                WHERE b.cluster_id = %(cluster)s AND b.broker_id = s.broker_id
+                  AND t.cluster_id = %(cluster)s AND t.name = s.topic
+                  AND p.topic_id = t.id AND p.partition = s.partition
+                  AND r.partition_id = p.id AND r.broker_id = b.id
+                """
+            )
+        self.run_stats["replicas_deleted"] = deleted
+
+        # Agents that answered: their state, version and last good time.
+        if self.good_brokers:
+            rows = [
+                g if g[0] not in self.behind else (g[0], None, *g[2:]) for g in self.good_brokers
+            ]
+            self.sql(
+                """
+                UPDATE console_broker b SET
+                    snapshot_version = COALESCE(v.version, b.snapshot_version),
+                    agent_state = v.state, expiration_mode = v.mode,
+                    last_good_at = %(now)s, error = '', error_at = NULL, updated_at = %(now)s
+                FROM unnest(%(ids)s::int[], %(versions)s::bigint[], %(states)s::text[],
+                            %(modes)s::text[])
+                     AS v(broker_id, version, state, mode)
+                WHERE b.cluster_id = %(cluster)s AND b.broker_id = v.broker_id
+                """,
+                {
+                    "ids": [r[0] for r in rows],
+                    "versions": [r[1] for r in rows],
+                    "states": [r[2] for r in rows],
+                    "modes": [r[3] for r in rows],
+                },
+            )
+        if self.failed_brokers:
+            self.sql(
+                """
+                UPDATE console_broker b SET error = v.error, error_at = %(now)s
+                FROM unnest(%(ids)s::int[], %(errors)s::text[]) AS v(broker_id, error)
+                WHERE b.cluster_id = %(cluster)s AND b.broker_id = v.broker_id
+                """,
+                {
+                    "ids": list(self.failed_brokers),
+                    "errors": list(self.failed_brokers.values()),
+                },
+            )
+        if not self.fresh:  # on a first sync every partition is new, hence touched already
+            self.sql(
+                """
+                INSERT INTO touched_partition (id)
+                SELECT DISTINCT partition_id FROM resolved_replica
+                """
+            )
+
+    # -- derived values ----------------------------------------------------------------------
+
+    def fetch_snapshot(self, broker_id: int, url: str, since: int | None) -> bytes:
+        return snapshot_rows(self.source, broker_id, url, since)
