@@ -1,0 +1,67 @@
+"""What every part of a broker shares: one replica's state (:class:`Replica`), the log, and small
+helpers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from broker_agent.choices import (
+    ErrorCode,
+)
+from broker_agent.storage import (
+    PartitionLog,
+    StorageError,
+)
+from broker_agent.web import ApiError
+
+__all__ = ["DEGRADED_WINDOW", "OFFSET_MOVED_TO_TIERED_STORAGE", "Replica", "log"]
+
+log = logging.getLogger("broker_agent.broker")
+
+#: Consecutive slow probes that make a log dir DEGRADED (see ``Broker._grade``).
+DEGRADED_WINDOW = 3
+OFFSET_MOVED_TO_TIERED_STORAGE = "OFFSET_MOVED_TO_TIERED_STORAGE"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _key(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def _storage_error(exc: StorageError, topic: str, partition: int) -> ApiError:
+    """503 KAFKA_STORAGE_ERROR naming the offline log dir. The I/O error itself (errno, paths)
+    stays in the log (``log dir ... failed``, once per failure), as Kafka answers
+    KafkaStorageException without the OS's text."""
+    log.debug("%s-%d on %s: %s", topic, partition, exc.log_dir, exc.error)
+    return ApiError(503, ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {exc.log_dir} is offline")
+
+
+class Replica:
+    def __init__(self, topic: str, partition: int, topic_id: str):
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.log: PartitionLog | None = None
+        self.dir_name: str | None = None
+        self.leader = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.isr: list[int] = []
+        self.replicas: list[int] = []
+        self.marked_for_deletion = False
+        self.follower_leo: dict[int, int] = {}
+        self.caught_up_ms: dict[int, float] = {}
+        self.became_leader_ms = 0.0
+        self.needs_truncation = True
+        self.isr_inflight = False
+        self.last_size_bytes: int | None = None
+        self.cond = threading.Condition(threading.RLock())
+
+    @property
+    def online(self) -> bool:
+        return self.log is not None

@@ -1,0 +1,443 @@
+"""KIP-950 / KIP-405 on a broker: the maintenance loop (ISR shrink, copier, local retention,
+remote expiration — two tasks per partition), DisableRemoteTopic / EnableRemoteTopic with their
+persisted state, and the remote inventory and external-expiration endpoints the Spark jobs use.
+
+A mixin of :class:`broker_agent.broker.Broker`; it uses the broker's ``replicas``, ``topics``,
+``tiering``, ``applied_commands``, ``remote``, ``lock`` and ``meta_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import httpx
+
+from broker_agent.broker.state import (
+    Replica,
+    _now_ms,
+    log,
+)
+from broker_agent.choices import (
+    CleanupPolicy,
+    DisablePolicy,
+    ErrorCode,
+    ExpirationMode,
+    RemoteSegmentState,
+    TaskState,
+    TieredState,
+    TopicConfig,
+)
+from broker_agent.client import AgentError
+from broker_agent.remote import is_readable
+from broker_agent.storage import (
+    StorageError,
+)
+from broker_agent.web import ApiError
+
+__all__ = ["TieringMixin"]
+
+
+class TieringMixin:
+    """Part of :class:`broker_agent.broker.Broker` (see the module docstring)."""
+
+    def _load_tiering(self) -> None:
+        try:
+            with open(os.path.join(self.meta_dir, "tiering.json")) as fh:
+                obj = json.load(fh)
+            self.tiering = obj.get("topics", {})
+            self.applied_commands = obj.get("commands", {})
+        except FileNotFoundError:
+            pass
+
+    def _save_tiering(self) -> None:
+        path = os.path.join(self.meta_dir, "tiering.json")
+        with open(path + ".tmp", "w") as fh:
+            json.dump({"topics": self.tiering, "commands": self.applied_commands}, fh)
+        os.replace(path + ".tmp", path)
+
+    def _maintenance_loop(self) -> None:
+        last_ckpt = 0.0
+        while not self.stopped.wait(self.task_interval):
+            with self.lock:
+                replicas = [r for r in self.replicas.values() if r.log is not None]
+            now = time.monotonic()
+            for r in replicas:
+                try:
+                    if r.leader == self.broker_id:
+                        self._maybe_shrink_isr(r)
+                        self._copier_task(r)
+                        self._expiration_task(r)
+                    self._local_retention(r)
+                    if now - last_ckpt > 2 and r.log is not None:
+                        r.log.checkpoint_high_watermark()
+                except (StorageError, OSError, AttributeError) as exc:
+                    log.debug("maintenance of %s-%s: %s", r.topic, r.partition, exc)
+                except Exception:
+                    log.exception("maintenance of %s-%s failed", r.topic, r.partition)
+            if now - last_ckpt > 2:
+                last_ckpt = now
+            self._ensure_fetchers()
+
+    def _topic_config(self, topic: str, name: str) -> str:
+        return self.topics.get(topic, {}).get("configs", {}).get(name, TopicConfig.DEFAULTS[name])
+
+    def _remote_view(self, r: Replica) -> dict:
+        tier = self.tiering.get(r.topic, {})
+        purge = tier.get("purge_below_tiered_epoch", 0)
+        segs = self.remote.segments(r.topic, r.topic_id, r.partition)
+        lso = r.log.log_start_offset if r.log else 0
+        readable = [s for s in segs if is_readable(s, purge, lso)]
+        return {
+            "segments": segs,
+            "readable": readable,
+            "remote_log_start_offset": readable[0]["start_offset"] if readable else -1,
+            "remote_log_end_offset": max((s["end_offset"] for s in readable), default=-1),
+            "remote_bytes": sum(s["size_bytes"] for s in readable),
+            "purge_below_tiered_epoch": purge,
+        }
+
+    def copier_state(self, r: Replica) -> str:
+        tier = self.tiering.get(r.topic, {})
+        meta_state = self.topics.get(r.topic, {}).get("tiered_state")
+        if r.leader != self.broker_id:
+            return TaskState.NOT_LEADER
+        if tier.get("state") == TieredState.ENABLED and meta_state == TieredState.ENABLED:
+            return TaskState.RUNNING
+        return TaskState.STOPPED
+
+    def expiration_state(self, r: Replica) -> str:
+        tier = self.tiering.get(r.topic, {})
+        if r.leader != self.broker_id:
+            return TaskState.NOT_LEADER
+        state = tier.get("state")
+        running = state == TieredState.ENABLED or (
+            state in (TieredState.DISABLED, TieredState.DISABLING)
+            and tier.get("policy") == DisablePolicy.RETAIN
+        )
+        if not running:
+            return TaskState.STOPPED
+        return (
+            TaskState.EXTERNAL
+            if self.expiration_mode == ExpirationMode.EXTERNAL
+            else TaskState.RUNNING
+        )
+
+    def _copier_task(self, r: Replica) -> None:
+        """RemoteStorageCopier: copy closed, committed segments above the remote log end with
+        the topic's tiered epoch. Runs only while the applied tiering state and the controller's
+        metadata are both ENABLED (so a broker that missed the command still stops copying)."""
+        if self.copier_state(r) != TaskState.RUNNING:
+            return
+        if CleanupPolicy.COMPACT in self._topic_config(r.topic, TopicConfig.CLEANUP_POLICY):
+            return
+        plog = r.log
+        tier = self.tiering[r.topic]
+        remote_end = self._remote_view(r)["remote_log_end_offset"]
+        for seg in plog.closed_segments():
+            if seg.last_offset <= remote_end:
+                continue
+            if seg.last_offset >= plog.high_watermark:
+                break
+            start = max(seg.base_offset, remote_end + 1, plog.log_start_offset)
+            data = plog.read_segment_bytes(seg)
+            self.remote.copy_segment(
+                topic=r.topic,
+                topic_id=r.topic_id,
+                partition=r.partition,
+                data=data,
+                start_offset=start,
+                end_offset=seg.last_offset,
+                max_timestamp_ms=seg.max_timestamp_ms,
+                segment_leader_epochs=plog.epochs_between(start, seg.last_offset),
+                tiered_epoch=tier["tiered_epoch"],
+            )
+            remote_end = seg.last_offset
+
+    def _local_retention(self, r: Replica) -> None:
+        """Delete local segments.
+
+        - Always: segments wholly below the log start offset.
+        - Tiered (copying): local.retention.* applies, and only to segments already copied.
+        - Disabled with retain and remote data left: nothing local expires until the remote
+          data is gone (KIP-950 offset continuity); topic-wide retention runs on remote first.
+        - Otherwise (never tiered, delete policy, or no remote data left): retention.* applies
+          to local segments, advancing the log start offset.
+        """
+        plog = r.log
+        tier = self.tiering.get(r.topic, {})
+        closed = plog.closed_segments()
+        for seg in closed:
+            if seg.last_offset < plog.log_start_offset:
+                plog.delete_segment(seg)
+        closed = plog.closed_segments()
+        if not closed:
+            return
+        now = _now_ms()
+        view = self._remote_view(r)
+        state = tier.get("state", TieredState.NONE)
+        if state == TieredState.ENABLED:
+            rb = int(self._topic_config(r.topic, TopicConfig.LOCAL_RETENTION_BYTES))
+            rms = int(self._topic_config(r.topic, TopicConfig.LOCAL_RETENTION_MS))
+            if rb == -2:
+                rb = int(self._topic_config(r.topic, TopicConfig.RETENTION_BYTES))
+            if rms == -2:
+                rms = int(self._topic_config(r.topic, TopicConfig.RETENTION_MS))
+            eligible = [s for s in closed if s.last_offset <= view["remote_log_end_offset"]]
+            moves_lso = False
+        else:
+            if view["readable"]:
+                return
+            rb = int(self._topic_config(r.topic, TopicConfig.RETENTION_BYTES))
+            rms = int(self._topic_config(r.topic, TopicConfig.RETENTION_MS))
+            eligible = list(closed) if r.leader == self.broker_id else []
+            moves_lso = True
+        size = plog.size_bytes
+        for seg in eligible:
+            too_big = rb >= 0 and size - seg.size >= rb
+            too_old = rms >= 0 and now - seg.max_timestamp_ms > rms
+            if not (too_big or too_old):
+                break
+            if moves_lso:
+                plog.advance_log_start_offset(seg.last_offset + 1)
+            plog.delete_segment(seg)
+            size -= seg.size
+
+    def _expiration_task(self, r: Replica) -> None:
+        """RemoteDataExpiration (internal mode): topic-wide retention over remote segments from
+        the remote log start, the log start offset published before any object is deleted, each
+        delete DELETE_SEGMENT_STARTED -> object deleted -> DELETE_SEGMENT_FINISHED. In internal
+        mode the agent also purges segments fenced by a delete-policy disablement (in external
+        mode the Spark purge job does)."""
+        if self.expiration_mode != ExpirationMode.INTERNAL:
+            return
+        view = self._remote_view(r)
+        purge = view["purge_below_tiered_epoch"]
+        for seg in view["segments"]:
+            stuck = seg["state"] == RemoteSegmentState.DELETE_SEGMENT_STARTED
+            fenced = (
+                seg["tiered_epoch"] < purge
+                and seg["state"] == RemoteSegmentState.COPY_SEGMENT_FINISHED
+            )
+            if stuck or fenced:
+                self.remote.delete_segment(seg["segment_id"])
+        if self.expiration_state(r) != TaskState.RUNNING:
+            return
+        plog = r.log
+        rb = int(self._topic_config(r.topic, TopicConfig.RETENTION_BYTES))
+        rms = int(self._topic_config(r.topic, TopicConfig.RETENTION_MS))
+        remote_end = view["remote_log_end_offset"]
+        untiered = sum(s.size for s in plog.segments if s.last_offset > remote_end)
+        breach = view["remote_bytes"] + untiered - rb if rb >= 0 else None
+        now = _now_ms()
+        doomed = []
+        for seg in view["readable"]:
+            if seg["end_offset"] < plog.log_start_offset:
+                doomed.append(seg)
+            elif rms >= 0 and now - seg["max_timestamp_ms"] > rms:
+                doomed.append(seg)
+                if breach is not None:
+                    breach -= seg["size_bytes"]
+            elif breach is not None and breach - seg["size_bytes"] >= 0:
+                doomed.append(seg)
+                breach -= seg["size_bytes"]
+            else:
+                break
+        if not doomed:
+            return
+        plog.advance_log_start_offset(max(s["end_offset"] for s in doomed) + 1)
+        for seg in doomed:
+            self.remote.delete_segment(seg["segment_id"])
+
+    def _check_topic(self, cmd) -> dict:
+        t = self.topics.get(cmd.topic)
+        if t is None or t["topic_id"] != cmd.topic_id:
+            raise ApiError(
+                404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {cmd.topic!r} / id"
+            )
+        return t
+
+    def _ack(self, topic: str, epoch: int) -> None:
+        try:
+            self.controller.ack_disable(topic, self.broker_id, epoch)
+        except (AgentError, httpx.HTTPError) as exc:
+            raise ApiError(
+                503,
+                ErrorCode.BROKER_NOT_AVAILABLE,
+                f"applied, but the controller did not take the ack: {exc}",
+            ) from None
+
+    def disable_remote_topic(self, cmd) -> dict:
+        """DisableRemoteTopic (KIP-950).
+
+        Fencing: a tiered epoch below the applied one is refused (STALE_TIERED_EPOCH); so is a
+        disable at the epoch a re-enable was applied at, since each disablement brings a new
+        epoch. The same idempotency key, or the same disable at the same epoch, is applied once
+        and answered again (``applied: false``), re-sending the acknowledgement to the controller.
+        retain: the copier stops, remote data stays readable and keeps expiring. delete: copier
+        and expiration stop, log start offset := local log start offset, remote segments with a
+        tiered epoch below this one become unreadable at once and are purged asynchronously.
+        """
+        if cmd.policy is not None and cmd.policy not in DisablePolicy.ALL:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, f"unsupported policy {cmd.policy!r}")
+        policy = cmd.policy or DisablePolicy.DEFAULT
+        with self.lock:
+            t = self._check_topic(cmd)
+            done = self.applied_commands.get(cmd.idempotency_key)
+            if done is not None:
+                self._ack(cmd.topic, done["tiered_epoch"])
+                return dict(done, applied=False)
+            cur = self.tiering.get(cmd.topic) or {
+                "tiered_epoch": 0,
+                "state": TieredState.NONE,
+                "last_command": None,
+            }
+            epoch = cur["tiered_epoch"]
+            if cmd.tiered_epoch < epoch or (
+                cmd.tiered_epoch == epoch and cur.get("last_command") != "disable"
+            ):
+                raise ApiError(
+                    409,
+                    ErrorCode.STALE_TIERED_EPOCH,
+                    f"DisableRemoteTopic at tiered epoch {cmd.tiered_epoch}; broker applied {epoch}",
+                    tiered_epoch=epoch,
+                )
+            parts = sorted(p for (tp, p), r in self.replicas.items() if tp == cmd.topic)
+            repeat = cmd.tiered_epoch == epoch
+            if not repeat:
+                new = dict(
+                    cur,
+                    topic_id=t["topic_id"],
+                    state=TieredState.DISABLED,
+                    tiered_epoch=cmd.tiered_epoch,
+                    policy=policy,
+                    last_command="disable",
+                )
+                if policy == DisablePolicy.DELETE:
+                    new["purge_below_tiered_epoch"] = cmd.tiered_epoch
+                    for (tp, _p), r in self.replicas.items():
+                        if tp == cmd.topic and r.log is not None:
+                            r.log.advance_log_start_offset(r.log.local_log_start_offset)
+                self.tiering[cmd.topic] = new
+            result = {
+                "topic": cmd.topic,
+                "tiered_epoch": cmd.tiered_epoch,
+                "applied": not repeat,
+                "tiered_state": TieredState.DISABLED,
+                "partitions": parts,
+            }
+            self.applied_commands[cmd.idempotency_key] = result
+            self._save_tiering()
+        self._ack(cmd.topic, cmd.tiered_epoch)
+        return result
+
+    def enable_remote_topic(self, cmd) -> dict:
+        """EnableRemoteTopic: re-enable copying at the topic's (unchanged) tiered epoch, so
+        segments tiered from now on carry it and can never be mistaken for segments fenced by an
+        earlier delete-policy disablement. Older epochs are refused; repeats are applied once."""
+        with self.lock:
+            t = self._check_topic(cmd)
+            done = self.applied_commands.get(cmd.idempotency_key)
+            if done is not None:
+                return dict(done, applied=False)
+            cur = self.tiering.get(cmd.topic) or {"tiered_epoch": 0, "state": TieredState.NONE}
+            if cmd.tiered_epoch < cur["tiered_epoch"]:
+                raise ApiError(
+                    409,
+                    ErrorCode.STALE_TIERED_EPOCH,
+                    f"EnableRemoteTopic at tiered epoch {cmd.tiered_epoch}; broker applied {cur['tiered_epoch']}",
+                    tiered_epoch=cur["tiered_epoch"],
+                )
+            repeat = cur["state"] == TieredState.ENABLED and cmd.tiered_epoch == cur["tiered_epoch"]
+            if not repeat:
+                self.tiering[cmd.topic] = dict(
+                    cur,
+                    topic_id=t["topic_id"],
+                    state=TieredState.ENABLED,
+                    tiered_epoch=cmd.tiered_epoch,
+                    policy=None,
+                    last_command="enable",
+                )
+            result = {
+                "topic": cmd.topic,
+                "tiered_epoch": cmd.tiered_epoch,
+                "applied": not repeat,
+                "tiered_state": TieredState.ENABLED,
+                "partitions": sorted(p for (tp, p) in self.replicas if tp == cmd.topic),
+            }
+            self.applied_commands[cmd.idempotency_key] = result
+            self._save_tiering()
+        return result
+
+    def inventory(self, topic: str | None):
+        return self.remote.iter_all(topic)
+
+    def partition_states(self, topic: str | None) -> list[dict]:
+        out = []
+        with self.lock:
+            replicas = [
+                r
+                for r in self.replicas.values()
+                if r.log is not None
+                and r.leader == self.broker_id
+                and (topic is None or r.topic == topic)
+            ]
+        for r in replicas:
+            plog = r.log
+            tier = self.tiering.get(r.topic, {})
+            view = self._remote_view(r)
+            out.append(
+                {
+                    "cluster": self.cluster_id,
+                    "topic": r.topic,
+                    "topic_id": r.topic_id,
+                    "partition": r.partition,
+                    "retention_ms": int(self._topic_config(r.topic, TopicConfig.RETENTION_MS)),
+                    "retention_bytes": int(
+                        self._topic_config(r.topic, TopicConfig.RETENTION_BYTES)
+                    ),
+                    "log_start_offset": plog.log_start_offset,
+                    "local_log_start_offset": plog.local_log_start_offset,
+                    "log_end_offset": plog.log_end_offset,
+                    "local_untiered_bytes": sum(
+                        s.size
+                        for s in plog.segments
+                        if s.last_offset > view["remote_log_end_offset"]
+                    ),
+                    "leader_epochs": [
+                        {"epoch": e, "start_offset": s} for e, s in plog.leader_epochs
+                    ],
+                    "tiered_state": self.topics.get(r.topic, {}).get(
+                        "tiered_state", TieredState.NONE
+                    ),
+                    "tiered_epoch": tier.get("tiered_epoch", 0),
+                    "disable_policy": tier.get("policy"),
+                    "purge_below_tiered_epoch": tier.get("purge_below_tiered_epoch", 0),
+                }
+            )
+        return out
+
+    def publish_log_start_offset(self, topic: str, partition: int, offset: int) -> dict:
+        """Advance the log start offset (DeleteRecords / the Spark retention job publishing
+        before deleting). Never beyond the high watermark; never backwards (no-op)."""
+        r = self._leader(topic, partition)
+        plog = r.log
+        if offset > plog.high_watermark:
+            raise ApiError(
+                416,
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"{offset} is above the high watermark {plog.high_watermark}",
+            )
+        plog.advance_log_start_offset(offset)
+        return {"topic": topic, "partition": partition, "log_start_offset": plog.log_start_offset}
+
+    def mark_segment(self, segment_id: str, state: str) -> dict:
+        try:
+            return self.remote.transition(segment_id, state)
+        except KeyError:
+            raise ApiError(
+                404, ErrorCode.NOT_FOUND, f"unknown remote segment {segment_id}"
+            ) from None
+        except ValueError as exc:
+            raise ApiError(409, ErrorCode.INVALID_STATE_TRANSITION, str(exc)) from None
