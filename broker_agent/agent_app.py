@@ -37,9 +37,12 @@ INT = {"ge": 0, "le": 2**31 - 1}
 TOPIC = {"min_length": 1, "max_length": 249}
 
 
-def create_app(broker_factory, secret: bytes, *, audience: str) -> FastAPI:
+def create_app(
+    broker_factory, secret: bytes, *, audience: str, nonce_path: str | None = None
+) -> FastAPI:
     """The agent app; ``audience`` is its own ``host:port`` (``signing.audience_of`` of the URL
-    it advertises), the only target a request signed for it may name."""
+    it advertises), the only target a request signed for it may name. ``nonce_path`` keeps the
+    replay cache across restarts (see :func:`broker_agent.web.install`)."""
     state: dict = {}
 
     @contextlib.asynccontextmanager
@@ -59,7 +62,7 @@ def create_app(broker_factory, secret: bytes, *, audience: str) -> FastAPI:
         "broker_agent/README.md).",
     )
     app.add_middleware(GZipMiddleware, minimum_size=2048)
-    install(app, secret, audience=audience)
+    install(app, secret, audience=audience, nonce_path=nonce_path)
 
     def b():
         return state["b"]

@@ -562,9 +562,12 @@ class Controller:
         return pid
 
 
-def create_app(controller_factory, secret: bytes, *, audience: str) -> FastAPI:
+def create_app(
+    controller_factory, secret: bytes, *, audience: str, nonce_path: str | None = None
+) -> FastAPI:
     """The controller app; ``audience`` is its own ``host:port`` (``signing.audience_of`` of its
-    URL), the only target a request signed for it may name."""
+    URL), the only target a request signed for it may name. ``nonce_path``: see
+    :func:`broker_agent.web.install`."""
     state: dict = {}
 
     @contextlib.asynccontextmanager
@@ -581,7 +584,7 @@ def create_app(controller_factory, secret: bytes, *, audience: str) -> FastAPI:
         description="KRaft stand-in of the Strata simulated cluster. All requests but /v1/health "
         "are HMAC-signed (see broker_agent/README.md).",
     )
-    install(app, secret, audience=audience)
+    install(app, secret, audience=audience, nonce_path=nonce_path)
 
     def c() -> Controller:
         return state["c"]

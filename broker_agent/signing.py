@@ -72,6 +72,7 @@ __all__ = [
     "Refusal",
     "SignatureError",
     "audience_of",
+    "check_signature_headers",
     "load_secret",
     "sign_headers",
     "signature_for",
@@ -190,13 +191,52 @@ def sign_headers(
 
 
 class NonceCache:
-    """Nonces seen within the skew window; a second sighting is a replay. Thread-safe."""
+    """Nonces seen within the skew window; a second sighting is a replay. Thread-safe.
 
-    def __init__(self, ttl_seconds: float = 2 * MAX_SKEW_SECONDS):
+    With ``path``, the cache survives a restart: each new nonce is appended to that file (one
+    ``<unix time> <nonce>`` line, flushed to the OS before the request is served) and a new
+    process loads the lines still inside the window, so a request captured before a restart is
+    still a replay after it. The file is compacted when it holds mostly expired lines. (A power
+    loss may drop the last lines written; a process crash or SIGKILL does not.)"""
+
+    def __init__(self, ttl_seconds: float = 2 * MAX_SKEW_SECONDS, path: str | None = None):
         self._ttl = ttl_seconds
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
         self._next_prune = 0.0
+        self._path = path
+        self._file = None
+        self._lines = 0
+        if path:
+            self._load(path)
+
+    def _load(self, path: str) -> None:
+        cutoff = time.time() - self._ttl
+        try:
+            with open(path, encoding="ascii", errors="replace") as fh:
+                for line in fh:
+                    stamp, _, nonce = line.strip().partition(" ")
+                    try:
+                        t = float(stamp)
+                    except ValueError:
+                        continue  # a torn last line
+                    if nonce and t >= cutoff:
+                        self._seen[nonce] = t
+        except FileNotFoundError:
+            pass
+        self._rewrite()
+
+    def _rewrite(self) -> None:
+        """Replace the file by the live entries (under the lock, or before first use)."""
+        assert self._path
+        tmp = f"{self._path}.tmp"
+        with open(tmp, "w", encoding="ascii") as fh:
+            fh.writelines(f"{t:.3f} {n}\n" for n, t in self._seen.items())
+        os.replace(tmp, self._path)
+        if self._file is not None:
+            self._file.close()
+        self._file = open(self._path, "a", encoding="ascii")  # noqa: SIM115 (kept open)
+        self._lines = len(self._seen)
 
     def check_and_add(self, nonce: str, now: float) -> bool:
         """True if ``nonce`` is new (and remember it); False on replay."""
@@ -205,9 +245,15 @@ class NonceCache:
                 cutoff = now - self._ttl
                 self._seen = {n: t for n, t in self._seen.items() if t >= cutoff}
                 self._next_prune = now + 5
+                if self._file is not None and self._lines > 2 * len(self._seen) + 1000:
+                    self._rewrite()
             if nonce in self._seen:
                 return False
             self._seen[nonce] = now
+            if self._file is not None:
+                self._file.write(f"{now:.3f} {nonce}\n")
+                self._file.flush()
+                self._lines += 1
             return True
 
 
@@ -219,6 +265,50 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
         # Django's request.META spelling: HTTP_X_STRATA_TIMESTAMP.
         value = headers.get("HTTP_" + name.upper().replace("-", "_"))
     return value
+
+
+def check_signature_headers(
+    headers: Mapping[str, str],
+    *,
+    audiences: Collection[str] | None = None,
+    now: float | None = None,
+) -> tuple[str, str, str | None]:
+    """The checks that need no body: the headers are present and well formed, the timestamp is
+    within the skew window and the audience is this server. Servers run it before they read a
+    body, so an unsigned or misdirected request costs no more than its headers. Returns
+    ``(timestamp, nonce, audience)``; :func:`verify_signature` runs it too."""
+    now = time.time() if now is None else now
+    timestamp = _header(headers, HEADER_TIMESTAMP)
+    nonce = _header(headers, HEADER_NONCE)
+    signature = _header(headers, HEADER_SIGNATURE)
+    if not timestamp or not nonce or not signature:
+        raise SignatureError(Refusal.UNSIGNED, "missing signature headers")
+    try:
+        ts = int(timestamp)
+    except ValueError:
+        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed timestamp") from None
+    if not (16 <= len(nonce) <= 64) or not nonce.isascii() or " " in nonce:
+        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed nonce")
+    if abs(now - ts) > MAX_SKEW_SECONDS:
+        raise SignatureError(
+            Refusal.STALE_REQUEST, f"timestamp is more than {MAX_SKEW_SECONDS}s off"
+        )
+    audience = None
+    if audiences is not None:
+        audience = _header(headers, HEADER_AUDIENCE)
+        if not audience:
+            raise SignatureError(
+                Refusal.WRONG_AUDIENCE,
+                f"the request does not name its audience ({HEADER_AUDIENCE})",
+                f"no audience; this server answers to {', '.join(sorted(audiences))}",
+            )
+        if audience not in audiences:
+            raise SignatureError(
+                Refusal.WRONG_AUDIENCE,
+                "the request was signed for another target",
+                f"signed for {audience!r}; this server answers to {', '.join(sorted(audiences))}",
+            )
+    return timestamp, nonce, audience
 
 
 def verify_signature(
@@ -242,38 +332,10 @@ def verify_signature(
     and staleness are checked).
     """
     now = time.time() if now is None else now
-    timestamp = _header(headers, HEADER_TIMESTAMP)
-    nonce = _header(headers, HEADER_NONCE)
-    signature = _header(headers, HEADER_SIGNATURE)
-    if not timestamp or not nonce or not signature:
-        raise SignatureError(Refusal.UNSIGNED, "missing signature headers")
-    try:
-        ts = int(timestamp)
-    except ValueError:
-        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed timestamp") from None
-    if not (16 <= len(nonce) <= 64):
-        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed nonce")
-    audience = None
-    if audiences is not None:
-        audience = _header(headers, HEADER_AUDIENCE)
-        if not audience:
-            raise SignatureError(
-                Refusal.WRONG_AUDIENCE,
-                f"the request does not name its audience ({HEADER_AUDIENCE})",
-                f"no audience; this server answers to {', '.join(sorted(audiences))}",
-            )
-        if audience not in audiences:
-            raise SignatureError(
-                Refusal.WRONG_AUDIENCE,
-                "the request was signed for another target",
-                f"signed for {audience!r}; this server answers to {', '.join(sorted(audiences))}",
-            )
+    timestamp, nonce, audience = check_signature_headers(headers, audiences=audiences, now=now)
+    signature = _header(headers, HEADER_SIGNATURE) or ""
     expected = signature_for(secret, method, path, body, timestamp, nonce, audience=audience)
     if not hmac.compare_digest(expected, signature):
         raise SignatureError(Refusal.BAD_SIGNATURE, "signature does not match")
-    if abs(now - ts) > MAX_SKEW_SECONDS:
-        raise SignatureError(
-            Refusal.STALE_REQUEST, f"timestamp is more than {MAX_SKEW_SECONDS}s off"
-        )
     if nonce_cache is not None and not nonce_cache.check_and_add(nonce, now):
         raise SignatureError(Refusal.REPLAYED_REQUEST, "nonce already used")

@@ -2,6 +2,9 @@
 
 Process entry points (used by ``sim up``; not meant to be typed): ``controller``, ``broker``,
 ``synthetic``, ``demo-load-worker``. Everything else is under ``sim``.
+
+The commands live here; :mod:`broker_agent.processes` supervises the processes and
+:mod:`broker_agent.demo` makes traffic.
 """
 
 from __future__ import annotations
@@ -9,12 +12,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
-import secrets
 import signal
-import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -22,297 +21,46 @@ import uuid
 import httpx
 
 from broker_agent.choices import ExpirationMode, LogDirState, TieredState, TopicConfig
-from broker_agent.signing import audience_of, load_secret
+from broker_agent.demo import (
+    cmd_consume,
+    cmd_demo_load,
+    cmd_demo_worker,
+    cmd_produce,
+)
+from broker_agent.processes import (
+    DEFAULT_DATA,
+    cluster_urls,
+    controller_client,
+    data_secret,
+    ensure_secret,
+    free_port,
+    read_cluster,
+    read_json,
+    run_broker,
+    run_controller,
+    run_synthetic,
+    running_pid,
+    spawn,
+    start_broker,
+    stop_process,
+    wait_health,
+    write_json,
+)
 
 __all__ = ["main"]
-
-DEFAULT_DATA = ".run/sim"
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-# -- helpers -----------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _read_json(path: str, default=None):
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        return default
-
-
-def _write_json(path: str, obj) -> None:
-    with open(path + ".tmp", "w") as fh:
-        json.dump(obj, fh, indent=2)
-    os.replace(path + ".tmp", path)
-
-
-def _secret(data: str) -> bytes:
-    try:
-        return load_secret()
-    except RuntimeError:
-        pass
-    path = os.path.join(data, "secret")
-    with open(path, "rb") as fh:
-        return fh.read().strip()
-
-
-def _ensure_secret(data: str) -> dict[str, str]:
-    """Env for child processes: the caller's secret, else ``<data>/secret`` (created once)."""
-    env = {}
-    if os.environ.get("STRATA_AGENT_SECRET") or os.environ.get("STRATA_AGENT_SECRET_FILE"):
-        return env
-    path = os.path.join(data, "secret")
-    if not os.path.exists(path):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
-    env["STRATA_AGENT_SECRET_FILE"] = os.path.abspath(path)
-    return env
-
-
-def _pid_path(data: str, name: str) -> str:
-    return os.path.join(data, "pids", f"{name}.pid")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmd = fh.read()
-        with open(f"/proc/{pid}/stat") as fh:
-            if fh.read().split(")")[-1].split()[0] == "Z":
-                return False
-        return b"broker_agent" in cmd
-    except FileNotFoundError:
-        return False
-
-
-def _running(data: str, name: str) -> int | None:
-    try:
-        with open(_pid_path(data, name)) as fh:
-            pid = int(fh.read().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    return pid if _pid_alive(pid) else None
-
-
-def _spawn(data: str, name: str, args: list[str], extra_env: dict[str, str]) -> int:
-    os.makedirs(os.path.join(data, "logs"), exist_ok=True)
-    os.makedirs(os.path.join(data, "pids"), exist_ok=True)
-    env = dict(os.environ)
-    env.update(extra_env)
-    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    logf = open(os.path.join(data, "logs", f"{name}.log"), "ab")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "broker_agent", *args],
-        stdout=logf,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,
-        close_fds=True,
-    )
-    logf.close()
-    with open(_pid_path(data, name), "w") as fh:
-        fh.write(str(proc.pid))
-    return proc.pid
-
-
-def _kill(data: str, name: str, sig: int = signal.SIGTERM, wait: float = 5.0) -> bool:
-    pid = _running(data, name)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(_pid_path(data, name))
-    if pid is None:
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, sig)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and _pid_alive(pid):
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.05)
-    if _pid_alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-    return True
-
-
-def _wait_health(url: str, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url.rstrip("/") + "/v1/health", timeout=1).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    return False
-
-
-def _cluster(data: str) -> dict:
-    c = _read_json(os.path.join(data, "cluster.json"))
-    if c is None:
-        sys.exit(f"no simulated cluster in {data} (run: python -m broker_agent sim up)")
-    return c
-
-
-def _urls(c: dict) -> dict:
-    return {
-        "cluster_id": c["cluster_id"],
-        "mode": c["mode"],
-        "controller": c["controller"]["url"],
-        "brokers": {bid: b["url"] for bid, b in c["brokers"].items()},
-        "secret_file": c.get("secret_file"),
-    }
-
-
-def _controller(data: str):
-    from broker_agent.client import ControllerClient
-
-    c = _cluster(data)
-    return ControllerClient(c["controller"]["url"], _secret(data))
-
-
-# -- process entry points ----------------------------------------------------------------------
-
-
-def _setup_logging() -> None:
-    logging.basicConfig(
-        level=os.environ.get("STRATA_AGENT_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
-def run_controller(args) -> None:
-    import uvicorn
-
-    from broker_agent.controller import Controller, create_app
-
-    _setup_logging()
-    secret = load_secret()
-    app = create_app(
-        lambda: Controller(
-            os.path.join(args.data, "controller"), args.cluster_id, args.session_timeout_ms
-        ),
-        secret,
-        audience=audience_of(f"http://{args.host}:{args.port}"),
-    )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-
-
-def run_broker(args) -> None:
-    import uvicorn
-
-    from broker_agent.agent_app import create_app
-    from broker_agent.broker import Broker
-
-    _setup_logging()
-    secret = load_secret()
-    names = [f"logdir-{i}" for i in range(args.log_dirs)]
-    url = f"http://{args.host}:{args.port}"
-    app = create_app(
-        lambda: Broker(
-            broker_id=args.id,
-            data_dir=args.data,
-            log_dir_names=names,
-            controller_url=args.controller,
-            secret=secret,
-            url=url,
-            cluster_id=args.cluster_id,
-            segment_bytes=args.segment_bytes,
-            expiration_mode=args.expiration,
-            webhook_url=args.webhook or os.environ.get("STRATA_EVENTS_WEBHOOK_URL"),
-            probe_interval=args.probe_interval,
-            replica_lag_time_max_ms=args.replica_lag_time_max_ms,
-            log_dir_capacity_bytes=args.log_dir_capacity_bytes or None,
-        ),
-        secret,
-        audience=audience_of(url),  # the URL it registers with the controller
-    )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", limit_concurrency=500)
-
-
-def run_synthetic(args) -> None:
-    import uvicorn
-
-    from broker_agent.synthetic import create_app
-
-    _setup_logging()
-    app = create_app(
-        load_secret(),
-        cluster_id=args.cluster_id,
-        brokers=args.brokers,
-        log_dirs=args.log_dirs,
-        topics=args.topics,
-        partitions_per_topic=args.partitions_per_topic,
-        base_url=f"http://{args.host}:{args.port}",
-        tick_interval=args.tick_interval,
-    )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-
-
-# -- sim commands ------------------------------------------------------------------------------
-
-
-def _broker_args(c: dict, bid: str) -> list[str]:
-    b = c["brokers"][bid]
-    args = [
-        "broker",
-        "--id",
-        bid,
-        "--data",
-        c["data"],
-        "--port",
-        str(b["port"]),
-        "--controller",
-        c["controller"]["url"],
-        "--cluster-id",
-        c["cluster_id"],
-        "--log-dirs",
-        str(c["log_dirs"]),
-        "--segment-bytes",
-        str(c["segment_bytes"]),
-        "--expiration",
-        c["expiration"],
-        "--probe-interval",
-        str(c.get("probe_interval", 1.0)),
-        "--replica-lag-time-max-ms",
-        str(c.get("replica_lag_time_max_ms", 5000)),
-    ]
-    if c.get("webhook"):
-        args += ["--webhook", c["webhook"]]
-    if c.get("log_dir_capacity_bytes"):
-        args += ["--log-dir-capacity-bytes", str(c["log_dir_capacity_bytes"])]
-    return args
-
-
-def _start_broker(c: dict, bid: str, env: dict) -> None:
-    if _running(c["data"], f"broker-{bid}") is None:
-        _spawn(c["data"], f"broker-{bid}", _broker_args(c, bid), env)
 
 
 def cmd_up(args) -> int:
     data = os.path.abspath(args.data)
     os.makedirs(data, exist_ok=True)
-    env = _ensure_secret(data)
+    env = ensure_secret(data)
     path = os.path.join(data, "cluster.json")
-    c = _read_json(path)
+    c = read_json(path)
     synthetic = args.synthetic_topics is not None
     if c is None:
         host = "127.0.0.1"
         base = args.base_port
-        ctl_port = base if base else _free_port()
+        ctl_port = base if base else free_port()
         c = {
             "cluster_id": args.cluster_id or f"sim-{uuid.uuid4().hex[:8]}",
             "mode": "synthetic" if synthetic else "real",
@@ -343,13 +91,13 @@ def cmd_up(args) -> int:
                 }
         else:
             for i in range(1, args.brokers + 1):
-                port = base + i if base else _free_port()
+                port = base + i if base else free_port()
                 c["brokers"][str(i)] = {"port": port, "url": f"http://{host}:{port}"}
-        _write_json(path, c)
+        write_json(path, c)
     if c["mode"] == "synthetic":
-        if _running(data, "synthetic") is None:
+        if running_pid(data, "synthetic") is None:
             s = c["synthetic"]
-            _spawn(
+            spawn(
                 data,
                 "synthetic",
                 [
@@ -368,16 +116,18 @@ def cmd_up(args) -> int:
                     str(s["partitions_per_topic"]),
                     "--tick-interval",
                     str(s.get("tick_interval", 5.0)),
+                    "--data",
+                    data,
                 ],
                 env,
             )
-        if not _wait_health(c["controller"]["url"], 120):
+        if not wait_health(c["controller"]["url"], 120):
             print(json.dumps({"error": "synthetic cluster did not answer"}), file=sys.stderr)
             return 1
-        print(json.dumps(_urls(c)))
+        print(json.dumps(cluster_urls(c)))
         return 0
-    if _running(data, "controller") is None:
-        _spawn(
+    if running_pid(data, "controller") is None:
+        spawn(
             data,
             "controller",
             [
@@ -394,13 +144,13 @@ def cmd_up(args) -> int:
             env,
         )
     for bid in c["brokers"]:
-        _start_broker(c, bid, env)
+        start_broker(c, bid, env)
     urls = [c["controller"]["url"], *(b["url"] for b in c["brokers"].values())]
     for url in urls:
-        if not _wait_health(url):
+        if not wait_health(url):
             print(json.dumps({"error": f"{url} did not answer"}), file=sys.stderr)
             return 1
-    ctl = _controller(data)
+    ctl = controller_client(data)
     try:
         ctl.wait_for(
             lambda md: sum(1 for b in md.brokers if b.alive) >= len(c["brokers"]), timeout=30
@@ -408,7 +158,7 @@ def cmd_up(args) -> int:
     except TimeoutError:
         print(json.dumps({"error": "brokers did not register"}), file=sys.stderr)
         return 1
-    print(json.dumps(_urls(c)))
+    print(json.dumps(cluster_urls(c)))
     return 0
 
 
@@ -422,26 +172,26 @@ def cmd_down(args) -> int:
     )
     # brokers first, then the controller, so brokers do not spin on a dead controller
     names.sort(key=lambda n: (n == "controller", n))
-    stopped = [n for n in names if _kill(data, n)]
+    stopped = [n for n in names if stop_process(data, n)]
     print(json.dumps({"stopped": stopped}))
     return 0
 
 
 def cmd_kill_broker(args) -> int:
     data = os.path.abspath(args.data)
-    ok = _kill(data, f"broker-{args.id}", signal.SIGKILL, wait=5)
+    ok = stop_process(data, f"broker-{args.id}", signal.SIGKILL, wait=5)
     print(json.dumps({"killed": ok, "broker": args.id}))
     return 0 if ok else 1
 
 
 def cmd_start_broker(args) -> int:
     data = os.path.abspath(args.data)
-    c = _cluster(data)
+    c = read_cluster(data)
     bid = str(args.id)
     if bid not in c["brokers"]:
         sys.exit(f"unknown broker {bid}")
-    _start_broker(c, bid, _ensure_secret(data))
-    ok = _wait_health(c["brokers"][bid]["url"])
+    start_broker(c, bid, ensure_secret(data))
+    ok = wait_health(c["brokers"][bid]["url"])
     print(json.dumps({"started": ok, "broker": args.id, "url": c["brokers"][bid]["url"]}))
     return 0 if ok else 1
 
@@ -449,8 +199,8 @@ def cmd_start_broker(args) -> int:
 def _status(data: str) -> dict:
     from broker_agent.client import AgentClient
 
-    c = _cluster(data)
-    secret = _secret(data)
+    c = read_cluster(data)
+    secret = data_secret(data)
     out = {
         "cluster_id": c["cluster_id"],
         "mode": c["mode"],
@@ -459,7 +209,7 @@ def _status(data: str) -> dict:
         "topics": [],
     }
     try:
-        md = _controller(data).metadata()
+        md = controller_client(data).metadata()
     except Exception as exc:  # report, do not crash: status is for humans and scripts
         out["error"] = f"controller unreachable: {exc}"
         return out
@@ -468,7 +218,7 @@ def _status(data: str) -> dict:
         entry = {
             "broker_id": int(bid),
             "url": b["url"],
-            "running": c["mode"] == "synthetic" or _running(data, f"broker-{bid}") is not None,
+            "running": c["mode"] == "synthetic" or running_pid(data, f"broker-{bid}") is not None,
             "alive": bool(info and info.alive),
             "log_dirs": [],
             "offline_log_directory_count": 0,
@@ -526,100 +276,11 @@ def cmd_create_topic(args) -> int:
         configs[TopicConfig.REMOTE_STORAGE_ENABLE] = "true"
     if args.segment_bytes:
         configs[TopicConfig.SEGMENT_BYTES] = str(args.segment_bytes)
-    t = _controller(os.path.abspath(args.data)).create_topic(
+    t = controller_client(os.path.abspath(args.data)).create_topic(
         args.topic, args.partitions, args.replication_factor, configs
     )
     print(json.dumps({"name": t.name, "topic_id": t.topic_id, "tiered_state": t.tiered_state}))
     return 0
-
-
-def _ledger(data: str, topic: str) -> str:
-    d = os.path.join(data, "ledger")
-    os.makedirs(d, exist_ok=True)
-    return os.path.join(d, f"{topic}.acked")
-
-
-def cmd_produce(args) -> int:
-    from broker_agent.client import Producer
-
-    data = os.path.abspath(args.data)
-    ctl = _controller(data)
-    producer = Producer(ctl, _secret(data))
-    run = uuid.uuid4().hex[:8]
-    acked = 0
-    started = time.monotonic()
-    pad = "x" * max(0, args.value_size - 20)
-    with open(_ledger(data, args.topic), "a") as ledger:
-        for start in range(0, args.records, args.batch_size):
-            n = min(args.batch_size, args.records - start)
-            records = [
-                {
-                    "key": f"key-{(start + i) % 1000}" if args.keyed else None,
-                    "value": f"{run}-{start + i}|{pad}",
-                }
-                for i in range(n)
-            ]
-            producer.send(args.topic, records)
-            ledger.write("".join(r["value"].split("|")[0] + "\n" for r in records))
-            ledger.flush()
-            acked += n
-    elapsed = time.monotonic() - started
-    producer.close()
-    print(
-        json.dumps(
-            {
-                "acked": acked,
-                "seconds": round(elapsed, 3),
-                "records_per_second": round(acked / elapsed, 1) if elapsed else None,
-            }
-        )
-    )
-    return 0
-
-
-def verify_topic(data: str, topic: str) -> dict:
-    from broker_agent.client import Consumer
-
-    ctl = _controller(data)
-    consumer = Consumer(ctl, _secret(data))
-    seen: dict[str, int] = {}
-    total = 0
-    for records in consumer.read_topic(topic).values():
-        for rec in records:
-            ident = rec.value.split("|")[0]
-            seen[ident] = seen.get(ident, 0) + 1
-            total += 1
-    consumer.close()
-    try:
-        with open(_ledger(data, topic)) as fh:
-            acked = {line.strip() for line in fh if line.strip()}
-    except FileNotFoundError:
-        acked = set()
-    return {
-        "consumed": total,
-        "acked": len(acked),
-        "lost": sum(1 for a in acked if a not in seen),
-        "duplicated": sum(n - 1 for n in seen.values() if n > 1),
-    }
-
-
-def cmd_consume(args) -> int:
-    data = os.path.abspath(args.data)
-    if not args.verify:
-        from broker_agent.client import Consumer
-
-        consumer = Consumer(_controller(data), _secret(data))
-        for p, recs in consumer.read_topic(args.topic).items():
-            for r in recs:
-                print(
-                    json.dumps({"partition": p, "offset": r.offset, "key": r.key, "value": r.value})
-                )
-        return 0
-    res = verify_topic(data, args.topic)
-    print(f"consumed: {res['consumed']}")
-    print(f"lost: {res['lost']}")
-    print(f"duplicated: {res['duplicated']}")
-    return 0 if res["lost"] == 0 and res["duplicated"] == 0 else 1
 
 
 def cmd_disable_tiering(args) -> int:
@@ -628,7 +289,7 @@ def cmd_disable_tiering(args) -> int:
     from broker_agent.client import AgentClient, AgentError
 
     data = os.path.abspath(args.data)
-    ctl = _controller(data)
+    ctl = controller_client(data)
     t = ctl.topic(args.topic)
     if t.tiered_state != TieredState.DISABLING:
         t = ctl.start_disable(args.topic, args.policy)
@@ -640,7 +301,7 @@ def cmd_disable_tiering(args) -> int:
         key = f"disable-{t.topic_id}-{t.tiered_epoch}-{bid}"
         while True:
             try:
-                with AgentClient(urls[bid], _secret(data), retries=1, timeout=5) as a:
+                with AgentClient(urls[bid], data_secret(data), retries=1, timeout=5) as a:
                     a.disable_remote_topic(
                         t.name, t.topic_id, t.tiered_epoch, t.disable_policy, key
                     )
@@ -663,12 +324,12 @@ def cmd_enable_tiering(args) -> int:
     from broker_agent.client import AgentClient
 
     data = os.path.abspath(args.data)
-    ctl = _controller(data)
+    ctl = controller_client(data)
     t = ctl.enable(args.topic)
     md = ctl.metadata()
     urls = {b.broker_id: b.url for b in md.brokers}
     for bid in sorted({r for p in t.partitions for r in p.replicas}):
-        with AgentClient(urls[bid], _secret(data)) as a:
+        with AgentClient(urls[bid], data_secret(data)) as a:
             a.enable_remote_topic(
                 t.name, t.topic_id, t.tiered_epoch, f"enable-{t.topic_id}-{t.tiered_epoch}-{bid}"
             )
@@ -680,108 +341,13 @@ def cmd_enable_tiering(args) -> int:
     return 0
 
 
-DEMO_TOPICS = [
-    (
-        "demo.orders",
-        6,
-        3,
-        {
-            TopicConfig.REMOTE_STORAGE_ENABLE: "true",
-            TopicConfig.SEGMENT_BYTES: "65536",
-            TopicConfig.LOCAL_RETENTION_BYTES: "262144",
-        },
-    ),
-    (
-        "demo.payments",
-        3,
-        3,
-        {TopicConfig.REMOTE_STORAGE_ENABLE: "true", TopicConfig.SEGMENT_BYTES: "65536"},
-    ),
-    (
-        "demo.clicks",
-        3,
-        2,
-        {TopicConfig.RETENTION_BYTES: "2097152", TopicConfig.SEGMENT_BYTES: "65536"},
-    ),
-]
-
-
-def cmd_demo_load(args) -> int:
-    from broker_agent.client import AgentError
-
-    data = os.path.abspath(args.data)
-    ctl = _controller(data)
-    existing = {t.name for t in ctl.topics()}
-    live = sum(1 for b in ctl.metadata().brokers if b.alive)
-    for name, parts, rf, configs in DEMO_TOPICS:
-        if name not in existing:
-            with contextlib.suppress(AgentError):
-                ctl.create_topic(name, parts, min(rf, live), configs)
-    if args.detach:
-        _kill(data, "demo-load")
-        _spawn(
-            data,
-            "demo-load",
-            [
-                "demo-load-worker",
-                "--data",
-                data,
-                "--rate",
-                str(args.rate),
-                "--duration",
-                str(args.duration),
-            ],
-            _ensure_secret(data),
-        )
-        print(
-            json.dumps(
-                {"topics": [t[0] for t in DEMO_TOPICS], "load": "detached", "rate": args.rate}
-            )
-        )
-        return 0
-    print(
-        json.dumps({"topics": [t[0] for t in DEMO_TOPICS], "load": "foreground", "rate": args.rate})
-    )
-    return _demo_worker(data, args.rate, args.duration)
-
-
-def _demo_worker(data: str, rate: float, duration: float) -> int:
-    from broker_agent.client import Producer
-
-    _setup_logging()
-    ctl = _controller(data)
-    producer = None
-    started = time.monotonic()
-    i = 0
-    while duration <= 0 or time.monotonic() - started < duration:
-        tick = time.monotonic()
-        try:
-            producer = producer or Producer(ctl, _secret(data), timeout=10)
-            for name, *_ in DEMO_TOPICS:
-                n = max(1, int(rate / len(DEMO_TOPICS)))
-                producer.send(
-                    name,
-                    [{"key": f"user-{(i + j) % 97}", "value": f"demo-{i + j}"} for j in range(n)],
-                )
-                i += n
-        except Exception as exc:  # keep the gentle load going through broker restarts
-            logging.getLogger("demo-load").info("produce failed: %s", exc)
-            producer = None
-        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
-    return 0
-
-
-def cmd_demo_worker(args) -> int:
-    return _demo_worker(os.path.abspath(args.data), args.rate, args.duration)
-
-
 def cmd_churn(args) -> int:
     """Synthetic mode: mutate ``--fraction`` of the partitions (leaders, ISR, offsets) in one new
     metadata version, for incremental-sync benchmarks."""
     from broker_agent.client import AgentError, _SignedClient
 
     data = os.path.abspath(args.data)
-    c = _cluster(data)
+    c = read_cluster(data)
     if c["mode"] != "synthetic":
         print(
             json.dumps({"error": "sim churn needs a synthetic cluster (sim up --synthetic-topics)"})
@@ -789,7 +355,7 @@ def cmd_churn(args) -> int:
         return 2
     params = {"fraction": args.fraction, "seed": args.seed}
     try:
-        with _SignedClient(c["controller"]["url"], _secret(data), timeout=60) as client:
+        with _SignedClient(c["controller"]["url"], data_secret(data), timeout=60) as client:
             out = client.request("POST", "/v1/synthetic/churn", params=params, retries=0)
     except AgentError as exc:
         print(json.dumps({"error": exc.error, "message": exc.message}))
@@ -799,11 +365,8 @@ def cmd_churn(args) -> int:
 
 
 def cmd_log_dir_reset(args) -> int:
-    print(json.dumps(_controller(os.path.abspath(args.data)).log_dir_reset(args.id)))
+    print(json.dumps(controller_client(os.path.abspath(args.data)).log_dir_reset(args.id)))
     return 0
-
-
-# -- argument parsing --------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -843,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--topics", type=int, default=100)
     s.add_argument("--partitions-per-topic", type=int, default=2000)
     s.add_argument("--tick-interval", type=float, default=5.0)
+    s.add_argument("--data", default=None, help="where to keep the replay cache (nonces)")
     s.set_defaults(func=lambda a: run_synthetic(a) or 0)
 
     w = sub.add_parser("demo-load-worker", help=argparse.SUPPRESS)

@@ -525,6 +525,7 @@ def create_app(
     partitions_per_topic: int,
     base_url: str,
     tick_interval: float = 5.0,
+    nonce_path: str | None = None,
 ) -> FastAPI:
     cluster = SyntheticCluster(
         cluster_id, brokers, log_dirs, topics, partitions_per_topic, base_url=base_url
@@ -556,6 +557,7 @@ def create_app(
         secret,
         audience=audience_of(base_url),
         public_paths=PUBLIC_PATHS | {f"/brokers/{b}/v1/health" for b in range(1, brokers + 1)},
+        nonce_path=nonce_path,
     )
 
     def _respond(

@@ -1,5 +1,11 @@
 """Shared FastAPI plumbing: JSON errors with KIP codes and the HMAC signing middleware.
 
+The middleware refuses before it reads a body: a declared ``Content-Length`` over the limit
+(``STRATA_AGENT_MAX_BODY_BYTES``, default 8 MiB) answers 413 ``PAYLOAD_TOO_LARGE``, missing,
+malformed, stale or misdirected signature headers answer 401; only then is the body read, in
+chunks, and a body that grows past the limit (chunked uploads) is refused with 413 as soon as it
+does. Nonces are remembered across restarts when ``install`` is given a ``nonce_path``.
+
 Errors answer ``{"error": CODE, "message": ...}`` with a message written for the caller; an
 unexpected exception answers 500 ``INTERNAL_ERROR`` with a generic message and a reference, and
 its text and traceback go to the process's log only (they name files, hosts and internals).
@@ -8,6 +14,7 @@ its text and traceback go to the process's log only (they name files, hosts and 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from collections.abc import Iterable
 
@@ -17,11 +24,19 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from broker_agent.choices import ErrorCode
-from broker_agent.signing import NonceCache, SignatureError, verify_signature
+from broker_agent.signing import (
+    NonceCache,
+    SignatureError,
+    check_signature_headers,
+    verify_signature,
+)
 
 __all__ = ["PUBLIC_PATHS", "ApiError", "install"]
 
 log = logging.getLogger("broker_agent.web")
+
+#: Largest request body an agent or controller reads (bytes); ``STRATA_AGENT_MAX_BODY_BYTES``.
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 
 #: The only unsigned requests: ``GET`` (or ``HEAD``) on exactly these paths. Liveness, and the
 #: OpenAPI document with its viewer (they describe the API, they answer no data).
@@ -48,15 +63,23 @@ def install(
     *,
     audience: str | Iterable[str],
     public_paths: Iterable[str] = PUBLIC_PATHS,
+    nonce_path: str | None = None,
+    max_body_bytes: int | None = None,
 ) -> None:
     """JSON error handlers and the signing middleware on ``app``.
 
     ``audience`` is this process's own ``host:port`` as its clients dial it (``audience_of`` of
     its advertised URL; several only if one process truly is several names). A request signed
     for anything else gets 401 ``WRONG_AUDIENCE``. ``public_paths`` are compared exactly (no
-    prefix, no suffix) and only for ``GET`` / ``HEAD``.
+    prefix, no suffix) and only for ``GET`` / ``HEAD``. ``nonce_path`` keeps the replay cache
+    in a file so it survives a restart; ``max_body_bytes`` defaults to the environment's
+    ``STRATA_AGENT_MAX_BODY_BYTES``, else :data:`DEFAULT_MAX_BODY_BYTES`.
     """
-    nonces = NonceCache()
+    nonces = NonceCache(path=nonce_path)
+    limit = max_body_bytes or int(
+        os.environ.get("STRATA_AGENT_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)
+    )
+    too_large = f"request body over {limit} bytes"
     audiences = frozenset([audience] if isinstance(audience, str) else audience)
     if not audiences:
         raise ValueError("a signed app needs its audience")
@@ -101,12 +124,26 @@ def install(
         path = request.url.path
         if path in public and request.method in _PUBLIC_METHODS:
             return await call_next(request)
-        body = await request.body()
         # Sign over the request target exactly as sent (percent-encoding included).
         raw = request.scope.get("raw_path") or path.encode()
         query = request.scope.get("query_string") or b""
         full_path = raw.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
         try:
+            declared = int(request.headers.get("content-length") or 0)
+        except ValueError:
+            return _error(400, ErrorCode.INVALID_REQUEST, "malformed Content-Length")
+        if declared > limit:
+            return _error(413, ErrorCode.PAYLOAD_TOO_LARGE, too_large)
+        try:
+            check_signature_headers(request.headers, audiences=audiences)
+            chunks, size = [], 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    return _error(413, ErrorCode.PAYLOAD_TOO_LARGE, too_large)
+                chunks.append(chunk)
+            body = b"".join(chunks)
+            request._body = body  # what Request.body() caches: the route reads it from here
             verify_signature(
                 secret,
                 request.method,

@@ -22,10 +22,7 @@ from broker_agent.choices import (
     ErrorCode,
 )
 from broker_agent.client import AgentClient, AgentError
-from broker_agent.storage import (
-    StorageError,
-    decode_batches,
-)
+from broker_agent.storage import PartitionLog, StorageError, decode_batches
 
 __all__ = ["ReplicationMixin"]
 
@@ -184,9 +181,19 @@ class ReplicationMixin:
                 time.sleep(0.05)
 
     def _fetch_round(self, client: AgentClient, parts: list[Replica]) -> None:
+        """One fetch for ``parts``. ``Replica.log`` is set to None by other threads (a log dir
+        fails, the replica moves or is deleted), so each replica's log is read once into a local
+        and that object is used throughout; reading ``r.log`` again after a network round trip
+        was the fetcher's ``AttributeError: 'NoneType' object has no attribute
+        'log_end_offset'``. Work on a log taken away meanwhile is harmless: its answer is
+        dropped below, and its storage raises StorageError if its directory failed."""
+        logs: dict[tuple[str, int], tuple[Replica, PartitionLog]] = {}
         for r in parts:
-            if r.needs_truncation and r.log is not None:
-                epoch = r.log.latest_epoch
+            plog = r.log
+            if plog is None:
+                continue
+            if r.needs_truncation:
+                epoch = plog.latest_epoch
                 if epoch >= 0:
                     res = client.request(
                         "GET",
@@ -196,10 +203,11 @@ class ReplicationMixin:
                     )
                     end = res["end_offset"]
                     # Truncate to the leader's end offset for our latest epoch (KIP-101).
-                    if 0 <= end < r.log.log_end_offset:
+                    if 0 <= end < plog.log_end_offset:
                         log.info("truncating %s-%s to %s", r.topic, r.partition, end)
-                        r.log.truncate_to(end)
+                        plog.truncate_to(end)
                 r.needs_truncation = False
+            logs[(r.topic, r.partition)] = (r, plog)
         req = {
             "replica_id": self.broker_id,
             "max_wait_ms": 500,
@@ -207,11 +215,11 @@ class ReplicationMixin:
                 {
                     "topic": r.topic,
                     "partition": r.partition,
-                    "fetch_offset": r.log.log_end_offset,
+                    "fetch_offset": plog.log_end_offset,
                     "leader_epoch": r.leader_epoch,
                 }
-                for r in parts
-                if r.log is not None and not r.needs_truncation
+                for r, plog in logs.values()
+                if not r.needs_truncation
             ],
         }
         if not req["partitions"]:
@@ -220,11 +228,10 @@ class ReplicationMixin:
         resp = client.request("POST", "/v1/replica/fetch", body=req, retries=0, timeout=10)
         errors = 0
         for res in resp["partitions"]:
-            r = self.replicas.get((res["topic"], res["partition"]))
-            if r is None or r.log is None:
-                continue
+            r, plog = logs.get((res["topic"], res["partition"]), (None, None))
+            if r is None or r.log is not plog:
+                continue  # not asked for, or its log taken away while the fetch was in flight
             err = res.get("error")
-            plog = r.log
             if err == OFFSET_MOVED_TO_TIERED_STORAGE:
                 plog.truncate_fully_and_start_at(res["local_log_start_offset"])
                 plog.advance_log_start_offset(res["log_start_offset"])

@@ -1,0 +1,215 @@
+"""Traffic for the simulated cluster: ``sim produce`` / ``sim consume`` with a ledger of what
+was acknowledged (so ``--verify`` can say what was lost), and ``sim demo-load``, the live
+produce load ``make run`` keeps on its demo topics."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+
+from broker_agent.choices import TopicConfig
+from broker_agent.processes import (
+    controller_client,
+    data_secret,
+    ensure_secret,
+    setup_logging,
+    spawn,
+    stop_process,
+)
+
+__all__ = [
+    "DEMO_TOPICS",
+    "cmd_consume",
+    "cmd_demo_load",
+    "cmd_demo_worker",
+    "cmd_produce",
+    "verify_topic",
+]
+
+
+DEMO_TOPICS = [
+    (
+        "demo.orders",
+        6,
+        3,
+        {
+            TopicConfig.REMOTE_STORAGE_ENABLE: "true",
+            TopicConfig.SEGMENT_BYTES: "65536",
+            TopicConfig.LOCAL_RETENTION_BYTES: "262144",
+        },
+    ),
+    (
+        "demo.payments",
+        3,
+        3,
+        {TopicConfig.REMOTE_STORAGE_ENABLE: "true", TopicConfig.SEGMENT_BYTES: "65536"},
+    ),
+    (
+        "demo.clicks",
+        3,
+        2,
+        {TopicConfig.RETENTION_BYTES: "2097152", TopicConfig.SEGMENT_BYTES: "65536"},
+    ),
+]
+
+
+def _ledger(data: str, topic: str) -> str:
+    d = os.path.join(data, "ledger")
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, f"{topic}.acked")
+
+
+def cmd_produce(args) -> int:
+    from broker_agent.client import Producer
+
+    data = os.path.abspath(args.data)
+    ctl = controller_client(data)
+    producer = Producer(ctl, data_secret(data))
+    run = uuid.uuid4().hex[:8]
+    acked = 0
+    started = time.monotonic()
+    pad = "x" * max(0, args.value_size - 20)
+    with open(_ledger(data, args.topic), "a") as ledger:
+        for start in range(0, args.records, args.batch_size):
+            n = min(args.batch_size, args.records - start)
+            records = [
+                {
+                    "key": f"key-{(start + i) % 1000}" if args.keyed else None,
+                    "value": f"{run}-{start + i}|{pad}",
+                }
+                for i in range(n)
+            ]
+            producer.send(args.topic, records)
+            ledger.write("".join(r["value"].split("|")[0] + "\n" for r in records))
+            ledger.flush()
+            acked += n
+    elapsed = time.monotonic() - started
+    producer.close()
+    print(
+        json.dumps(
+            {
+                "acked": acked,
+                "seconds": round(elapsed, 3),
+                "records_per_second": round(acked / elapsed, 1) if elapsed else None,
+            }
+        )
+    )
+    return 0
+
+
+def verify_topic(data: str, topic: str) -> dict:
+    from broker_agent.client import Consumer
+
+    ctl = controller_client(data)
+    consumer = Consumer(ctl, data_secret(data))
+    seen: dict[str, int] = {}
+    total = 0
+    for records in consumer.read_topic(topic).values():
+        for rec in records:
+            ident = rec.value.split("|")[0]
+            seen[ident] = seen.get(ident, 0) + 1
+            total += 1
+    consumer.close()
+    try:
+        with open(_ledger(data, topic)) as fh:
+            acked = {line.strip() for line in fh if line.strip()}
+    except FileNotFoundError:
+        acked = set()
+    return {
+        "consumed": total,
+        "acked": len(acked),
+        "lost": sum(1 for a in acked if a not in seen),
+        "duplicated": sum(n - 1 for n in seen.values() if n > 1),
+    }
+
+
+def cmd_consume(args) -> int:
+    data = os.path.abspath(args.data)
+    if not args.verify:
+        from broker_agent.client import Consumer
+
+        consumer = Consumer(controller_client(data), data_secret(data))
+        for p, recs in consumer.read_topic(args.topic).items():
+            for r in recs:
+                print(
+                    json.dumps({"partition": p, "offset": r.offset, "key": r.key, "value": r.value})
+                )
+        return 0
+    res = verify_topic(data, args.topic)
+    print(f"consumed: {res['consumed']}")
+    print(f"lost: {res['lost']}")
+    print(f"duplicated: {res['duplicated']}")
+    return 0 if res["lost"] == 0 and res["duplicated"] == 0 else 1
+
+
+def cmd_demo_load(args) -> int:
+    from broker_agent.client import AgentError
+
+    data = os.path.abspath(args.data)
+    ctl = controller_client(data)
+    existing = {t.name for t in ctl.topics()}
+    live = sum(1 for b in ctl.metadata().brokers if b.alive)
+    for name, parts, rf, configs in DEMO_TOPICS:
+        if name not in existing:
+            with contextlib.suppress(AgentError):
+                ctl.create_topic(name, parts, min(rf, live), configs)
+    if args.detach:
+        stop_process(data, "demo-load")
+        spawn(
+            data,
+            "demo-load",
+            [
+                "demo-load-worker",
+                "--data",
+                data,
+                "--rate",
+                str(args.rate),
+                "--duration",
+                str(args.duration),
+            ],
+            ensure_secret(data),
+        )
+        print(
+            json.dumps(
+                {"topics": [t[0] for t in DEMO_TOPICS], "load": "detached", "rate": args.rate}
+            )
+        )
+        return 0
+    print(
+        json.dumps({"topics": [t[0] for t in DEMO_TOPICS], "load": "foreground", "rate": args.rate})
+    )
+    return _demo_worker(data, args.rate, args.duration)
+
+
+def _demo_worker(data: str, rate: float, duration: float) -> int:
+    from broker_agent.client import Producer
+
+    setup_logging()
+    ctl = controller_client(data)
+    producer = None
+    started = time.monotonic()
+    i = 0
+    while duration <= 0 or time.monotonic() - started < duration:
+        tick = time.monotonic()
+        try:
+            producer = producer or Producer(ctl, data_secret(data), timeout=10)
+            for name, *_ in DEMO_TOPICS:
+                n = max(1, int(rate / len(DEMO_TOPICS)))
+                producer.send(
+                    name,
+                    [{"key": f"user-{(i + j) % 97}", "value": f"demo-{i + j}"} for j in range(n)],
+                )
+                i += n
+        except Exception as exc:  # keep the gentle load going through broker restarts
+            logging.getLogger("demo-load").info("produce failed: %s", exc)
+            producer = None
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+    return 0
+
+
+def cmd_demo_worker(args) -> int:
+    return _demo_worker(os.path.abspath(args.data), args.rate, args.duration)

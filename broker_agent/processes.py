@@ -1,0 +1,321 @@
+"""Process supervision of the simulated cluster: its data directory (cluster.json, the secret,
+pid files), starting and stopping the controller, broker and synthetic processes, waiting for
+their health, and the process entry points ``sim up`` starts (``controller``, ``broker``,
+``synthetic``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from broker_agent.signing import audience_of, load_secret
+
+__all__ = [
+    "DEFAULT_DATA",
+    "cluster_urls",
+    "controller_client",
+    "data_secret",
+    "ensure_secret",
+    "free_port",
+    "nonce_file",
+    "read_cluster",
+    "read_json",
+    "run_broker",
+    "run_controller",
+    "run_synthetic",
+    "running_pid",
+    "setup_logging",
+    "spawn",
+    "start_broker",
+    "stop_process",
+    "wait_health",
+    "write_json",
+]
+
+
+DEFAULT_DATA = ".run/sim"
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_json(path: str, default=None):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return default
+
+
+def write_json(path: str, obj) -> None:
+    with open(path + ".tmp", "w") as fh:
+        json.dump(obj, fh, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def data_secret(data: str) -> bytes:
+    try:
+        return load_secret()
+    except RuntimeError:
+        pass
+    path = os.path.join(data, "secret")
+    with open(path, "rb") as fh:
+        return fh.read().strip()
+
+
+def ensure_secret(data: str) -> dict[str, str]:
+    """Env for child processes: the caller's secret, else ``<data>/secret`` (created once)."""
+    env = {}
+    if os.environ.get("STRATA_AGENT_SECRET") or os.environ.get("STRATA_AGENT_SECRET_FILE"):
+        return env
+    path = os.path.join(data, "secret")
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+    env["STRATA_AGENT_SECRET_FILE"] = os.path.abspath(path)
+    return env
+
+
+def _pid_path(data: str, name: str) -> str:
+    return os.path.join(data, "pids", f"{name}.pid")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read()
+        with open(f"/proc/{pid}/stat") as fh:
+            if fh.read().split(")")[-1].split()[0] == "Z":
+                return False
+        return b"broker_agent" in cmd
+    except FileNotFoundError:
+        return False
+
+
+def running_pid(data: str, name: str) -> int | None:
+    try:
+        with open(_pid_path(data, name)) as fh:
+            pid = int(fh.read().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+def spawn(data: str, name: str, args: list[str], extra_env: dict[str, str]) -> int:
+    os.makedirs(os.path.join(data, "logs"), exist_ok=True)
+    os.makedirs(os.path.join(data, "pids"), exist_ok=True)
+    env = dict(os.environ)
+    env.update(extra_env)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    logf = open(os.path.join(data, "logs", f"{name}.log"), "ab")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker_agent", *args],
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+        close_fds=True,
+    )
+    logf.close()
+    with open(_pid_path(data, name), "w") as fh:
+        fh.write(str(proc.pid))
+    return proc.pid
+
+
+def stop_process(data: str, name: str, sig: int = signal.SIGTERM, wait: float = 5.0) -> bool:
+    pid = running_pid(data, name)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_pid_path(data, name))
+    if pid is None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and _pid_alive(pid):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
+    if _pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    return True
+
+
+def wait_health(url: str, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url.rstrip("/") + "/v1/health", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def read_cluster(data: str) -> dict:
+    c = read_json(os.path.join(data, "cluster.json"))
+    if c is None:
+        sys.exit(f"no simulated cluster in {data} (run: python -m broker_agent sim up)")
+    return c
+
+
+def cluster_urls(c: dict) -> dict:
+    return {
+        "cluster_id": c["cluster_id"],
+        "mode": c["mode"],
+        "controller": c["controller"]["url"],
+        "brokers": {bid: b["url"] for bid, b in c["brokers"].items()},
+        "secret_file": c.get("secret_file"),
+    }
+
+
+def controller_client(data: str):
+    from broker_agent.client import ControllerClient
+
+    c = read_cluster(data)
+    return ControllerClient(c["controller"]["url"], data_secret(data))
+
+
+def setup_logging() -> None:
+    logging.basicConfig(
+        level=os.environ.get("STRATA_AGENT_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def nonce_file(data: str, name: str) -> str:
+    """Where process ``name`` keeps the nonces it has seen (replays stay refused across its
+    restarts); beside the cluster's other files, outside any log dir."""
+    return os.path.join(data, f"nonces-{name}.log")
+
+
+def run_controller(args) -> None:
+    import uvicorn
+
+    from broker_agent.controller import Controller, create_app
+
+    setup_logging()
+    secret = load_secret()
+    app = create_app(
+        lambda: Controller(
+            os.path.join(args.data, "controller"), args.cluster_id, args.session_timeout_ms
+        ),
+        secret,
+        audience=audience_of(f"http://{args.host}:{args.port}"),
+        nonce_path=nonce_file(args.data, "controller"),
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+def run_broker(args) -> None:
+    import uvicorn
+
+    from broker_agent.agent_app import create_app
+    from broker_agent.broker import Broker
+
+    setup_logging()
+    secret = load_secret()
+    names = [f"logdir-{i}" for i in range(args.log_dirs)]
+    url = f"http://{args.host}:{args.port}"
+    app = create_app(
+        lambda: Broker(
+            broker_id=args.id,
+            data_dir=args.data,
+            log_dir_names=names,
+            controller_url=args.controller,
+            secret=secret,
+            url=url,
+            cluster_id=args.cluster_id,
+            segment_bytes=args.segment_bytes,
+            expiration_mode=args.expiration,
+            webhook_url=args.webhook or os.environ.get("STRATA_EVENTS_WEBHOOK_URL"),
+            probe_interval=args.probe_interval,
+            replica_lag_time_max_ms=args.replica_lag_time_max_ms,
+            log_dir_capacity_bytes=args.log_dir_capacity_bytes or None,
+        ),
+        secret,
+        audience=audience_of(url),  # the URL it registers with the controller
+        nonce_path=nonce_file(args.data, f"broker-{args.id}"),
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", limit_concurrency=500)
+
+
+def run_synthetic(args) -> None:
+    import uvicorn
+
+    from broker_agent.synthetic import create_app
+
+    setup_logging()
+    app = create_app(
+        load_secret(),
+        cluster_id=args.cluster_id,
+        brokers=args.brokers,
+        log_dirs=args.log_dirs,
+        topics=args.topics,
+        partitions_per_topic=args.partitions_per_topic,
+        base_url=f"http://{args.host}:{args.port}",
+        tick_interval=args.tick_interval,
+        nonce_path=nonce_file(args.data, "synthetic") if getattr(args, "data", None) else None,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+def _broker_args(c: dict, bid: str) -> list[str]:
+    b = c["brokers"][bid]
+    args = [
+        "broker",
+        "--id",
+        bid,
+        "--data",
+        c["data"],
+        "--port",
+        str(b["port"]),
+        "--controller",
+        c["controller"]["url"],
+        "--cluster-id",
+        c["cluster_id"],
+        "--log-dirs",
+        str(c["log_dirs"]),
+        "--segment-bytes",
+        str(c["segment_bytes"]),
+        "--expiration",
+        c["expiration"],
+        "--probe-interval",
+        str(c.get("probe_interval", 1.0)),
+        "--replica-lag-time-max-ms",
+        str(c.get("replica_lag_time_max_ms", 5000)),
+    ]
+    if c.get("webhook"):
+        args += ["--webhook", c["webhook"]]
+    if c.get("log_dir_capacity_bytes"):
+        args += ["--log-dir-capacity-bytes", str(c["log_dir_capacity_bytes"])]
+    return args
+
+
+def start_broker(c: dict, bid: str, env: dict) -> None:
+    if running_pid(c["data"], f"broker-{bid}") is None:
+        spawn(c["data"], f"broker-{bid}", _broker_args(c, bid), env)
