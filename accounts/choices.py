@@ -9,6 +9,7 @@ class AccountAction:
     LOGIN = "auth.login"
     LOGOUT = "auth.logout"
     LOGIN_FAILED = "auth.login_failed"
+    LOCKED_OUT = "auth.locked_out"
     USER_CREATED = "config.user_created"
     ROLE_CHANGED = "config.role_changed"
     PASSWORD_SET = "config.password_set"  # noqa: S105 (an action name)

@@ -7,6 +7,7 @@ environment and the production hardening below applies (``manage.py check --depl
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import dj_database_url
@@ -52,6 +53,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_filters",
     "pgtrigger",
+    "axes",
     "audit",
     "accounts",
     "console",
@@ -73,6 +75,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Login lockout (django-axes): last, as its documentation asks.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -105,6 +109,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Login lockout (django-axes): after STRATA_LOGIN_FAILURE_LIMIT failed sign-ins from one
+# address for one user name, that pair is refused (429, a page that says until when) for
+# STRATA_LOGIN_COOLOFF_MINUTES. The pair, not the address alone: a team behind one NAT must not
+# lock each other out by a typo; a client that rotates user names is bounded by the audit's
+# denial counting (accounts/signals.py) rather than locked. Audited once per lockout.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("STRATA_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = dt.timedelta(minutes=env_float("STRATA_LOGIN_COOLOFF_MINUTES", 15.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# A lock ends STRATA_LOGIN_COOLOFF_MINUTES after it began; tries while locked do not extend it
+# (the page can say until when, and a guesser still gets at most LIMIT tries per cool-off).
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -159,6 +181,15 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(RUN_DIR / "celerybeat-schedule")
 # STRATA_WORKER_HEARTBEAT_MAX_AGE_SECONDS old (no broadcast to the workers on a web request).
 STRATA_WORKER_HEARTBEAT_SECONDS = env_float("STRATA_WORKER_HEARTBEAT_SECONDS", 15.0)
 STRATA_WORKER_HEARTBEAT_MAX_AGE_SECONDS = env_float("STRATA_WORKER_HEARTBEAT_MAX_AGE_SECONDS", 60.0)
+
+# --- Audit: repeated denials (audit/denials.py) ------------------------------------------------
+# The first of identical refused requests in this window is an audit event; the rest are counted
+# and written as one event (extra.repeats) when the window closes.
+STRATA_AUDIT_DENIAL_WINDOW_SECONDS = env_int("STRATA_AUDIT_DENIAL_WINDOW_SECONDS", 60)
+CELERY_BEAT_SCHEDULE["audit-flush-denials"] = {
+    "task": "audit.flush_denials",
+    "schedule": float(STRATA_AUDIT_DENIAL_WINDOW_SECONDS),
+}
 
 # --- Console: cluster sync (console/) --------------------------------------------------------
 # Every registered cluster is synced from its controller and agents this often (agent events

@@ -28,6 +28,31 @@ def make_user(username: str, role: str):
     return user
 
 
+def sign_in(client, username: str, password: str = PASSWORD) -> bool:
+    """Sign in through the login form, as a browser does (``Client.login`` passes no request,
+    which the lockout backend requires). True when the form accepted the credentials."""
+    response = client.post("/accounts/login/", {"username": username, "password": password})
+    return response.status_code == 302
+
+
+@pytest.fixture(autouse=True)
+def _fresh_denial_windows() -> None:
+    """Each test starts with no open denial windows (audit.denials counts in the shared test
+    Redis, which outlives a test's database)."""
+    import redis
+    from django.conf import settings
+
+    from audit.denials import DENIAL_KEY_PREFIX
+
+    try:
+        r = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)
+        keys = list(r.scan_iter(match=DENIAL_KEY_PREFIX + "*", count=1000))
+        if keys:
+            r.delete(*keys)
+    except redis.RedisError:
+        pass  # tests that need Redis start it themselves
+
+
 @pytest.fixture
 def viewer(db):
     return make_user("vera-viewer", "viewer")

@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from accounts.roles import Role, has_role
+from tests.conftest import sign_in
 
 PAGES = ["/", "/topics/", "/brokers/", "/topology/", "/workflows/", "/audit/", "/spark/"]
 
@@ -59,7 +60,7 @@ def test_create_user_command_creates_a_user_who_can_sign_in(client):
         "create_user", "sre1", "--role", "operator", "--password", "s3cret-pass-word", stdout=out
     )
     assert "Created user sre1 with role operator" in out.getvalue()
-    assert client.login(username="sre1", password="s3cret-pass-word")
+    assert sign_in(client, "sre1", "s3cret-pass-word")
     call_command(
         "create_user", "sre1", "--role", "approver", "--password", "other-pass-word", stdout=out
     )
@@ -74,7 +75,7 @@ def test_create_user_without_password_prints_a_generated_one(client):
     out = io.StringIO()
     call_command("create_user", "sre2", "--role", "viewer", stdout=out)
     password = out.getvalue().split("Password: ")[1].strip()
-    assert client.login(username="sre2", password=password)
+    assert sign_in(client, "sre2", password)
 
 
 def test_issue_token_prints_a_bearer_token_that_the_api_accepts(client, operator):

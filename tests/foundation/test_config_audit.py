@@ -18,6 +18,7 @@ from accounts.models import ApiToken
 from audit.models import AuditEvent
 from console.clusters import ClusterAction
 from console.models import Cluster
+from tests.conftest import sign_in
 
 pytestmark = pytest.mark.django_db
 User = get_user_model()
@@ -166,7 +167,7 @@ def test_a_new_password_alone_writes_one_password_set_event(client):
     run("create_user", "sre9", "--role", "viewer", "--password", "pw-456-def-UVW")
     event = events.one()
     assert event.action == AccountAction.PASSWORD_SET and "pw-456" not in text_of(event)
-    assert client.login(username="sre9", password="pw-456-def-UVW")
+    assert sign_in(client, "sre9", "pw-456-def-UVW")
 
 
 def test_no_user_is_created_when_its_audit_event_cannot_be_written():

@@ -30,6 +30,7 @@ from django.utils import timezone
 from accounts.roles import Role, has_role
 from audit import trail
 from audit.choices import AuditOutcome
+from audit.denials import record_denial
 from console.models import Cluster
 from workflows.choices import ApprovalDecision, AuditAction, StepState, WorkflowState
 from workflows.errors import ErrorCode, WorkflowError
@@ -72,9 +73,13 @@ def _refused(
     wf_id: Any = None,
     extra: dict[str, Any] | None = None,
 ) -> WorkflowError:
-    """Leave a ``denied`` audit event for a refused action, then hand the error back."""
-    trail.record_standalone(
+    """Leave a ``denied`` audit event for a refused action, then hand the error back.
+
+    Identical refusals (same actor, action, workflow and error code) within a window are
+    counted and written as one event when the window closes (:mod:`audit.denials`)."""
+    record_denial(
         action,
+        error=exc.code,
         actor=acting_user if getattr(acting_user, "is_authenticated", False) else None,
         context=context,
         target_type="workflow" if wf_id else "",
