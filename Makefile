@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 
-.PHONY: install run test bench lint format system-deps browser-deps clean
+.PHONY: install run dev test bench lint format system-deps browser-deps clean
 
 install: $(STAMP) system-deps
 
@@ -33,6 +33,9 @@ apt:
 
 run: install
 	$(PY) -m config.run
+
+dev: install  # make run with DEBUG=1 (tracebacks, the development secret key)
+	DEBUG=1 $(PY) -m config.run
 
 test: install browser-deps
 	$(PY) -m pytest $(PYTEST_ARGS)

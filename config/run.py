@@ -1,23 +1,36 @@
 """``make run``: bring up Strata and everything it needs, in the foreground, until Ctrl-C.
 
 Order: PostgreSQL and Redis (the configured ones, or our own under ``.run/`` when the default URL
-answers nothing), migrations, demo users, then the web server (gunicorn), a Celery worker and
-beat. Ctrl-C (or SIGTERM) stops every process started here, and the servers we started.
+answers nothing), migrations, static files, demo users, then the web server (gunicorn), a Celery
+worker and beat. Ctrl-C (or SIGTERM) stops every process started here, and the servers we
+started: each main process gets SIGTERM alone (Celery's warm shutdown lets running tasks end),
+``STRATA_STOP_GRACE_SECONDS`` (default 60) later whatever is left of its process group is
+killed; a second Ctrl-C kills at once.
+
+Production-shaped unless asked otherwise (``make dev`` or ``DEBUG=1 make run``): ``DEBUG=0``, a
+secret key generated once into ``.run/secret-key`` (mode 0600) unless ``SECRET_KEY`` /
+``SECRET_KEY_FILE`` is set, loopback ``ALLOWED_HOSTS``. It serves plain HTTP on 127.0.0.1
+only, so it turns off what needs TLS (``SECURE_SSL_REDIRECT=0``, ``STRATA_SECURE_COOKIES=0``);
+behind a TLS proxy leave those unset and their secure defaults apply.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from config import services
+from config.env import env_bool, env_float
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(os.environ.get("STRATA_RUN_DIR", ROOT / ".run"))
@@ -75,23 +88,59 @@ def _start_sim(port: str) -> None:
     )
 
 
+def production_env(run_dir: Path = RUN_DIR) -> bool:
+    """Fill in the environment ``make run``'s processes inherit (see the module docstring).
+    Returns whether DEBUG is on."""
+    os.environ.setdefault("DEBUG", "0")
+    if env_bool("DEBUG"):
+        return True
+    if not os.environ.get("SECRET_KEY") and not os.environ.get("SECRET_KEY_FILE"):
+        key = run_dir / "secret-key"
+        if not key.exists():
+            run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(50))
+        os.environ["SECRET_KEY_FILE"] = str(key)
+    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+    os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
+    os.environ.setdefault("STRATA_SECURE_COOKIES", "0")
+    return False
+
+
 def _spawn(name: str, cmd: list[str]) -> subprocess.Popen:
     print(f"Starting {name}: {' '.join(cmd)}", flush=True)
     return subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
 
 
-def _stop(procs: dict[str, subprocess.Popen]) -> None:
+def stop_processes(
+    procs: dict[str, subprocess.Popen], grace: float, hurry: Callable[[], bool] = lambda: False
+) -> None:
+    """SIGTERM to each main process only (a Celery worker then finishes its running tasks and
+    stops its pool itself; SIGTERM to the whole group killed the pool's children mid-task, with
+    ``WorkerLostError``); after ``grace`` seconds, or as soon as ``hurry()`` says so, SIGKILL to
+    what is left of each process group. Leftovers of a group whose main process exited (e.g. a
+    child it did not reap) get SIGTERM."""
     for name, proc in procs.items():
         if proc.poll() is None:
             print(f"Stopping {name} ...", flush=True)
-            os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 15
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(p.poll() is None for p in procs.values()):
+        if hurry() or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
     for proc in procs.values():
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
+        else:
+            _signal_group(proc.pid, signal.SIGTERM)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is empty
+        os.killpg(pgid, sig)
 
 
 def _wait_http(url: str, seconds: float) -> bool:
@@ -109,6 +158,7 @@ def _wait_http(url: str, seconds: float) -> bool:
 
 def main() -> int:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
+    debug = production_env()
     port = os.environ.get("PORT", "8000")
     db_url = os.environ.get("DATABASE_URL", services.DEFAULT_DATABASE_URL)
     redis_url = os.environ.get("REDIS_URL", services.DEFAULT_REDIS_URL)
@@ -116,8 +166,11 @@ def main() -> int:
     stopping = False
     with_sim = os.environ.get("STRATA_SIM", "1") != "0"
 
+    hurry = False
+
     def on_signal(signum, frame):
-        nonlocal stopping
+        nonlocal stopping, hurry
+        hurry = stopping  # a second Ctrl-C: do not wait for running tasks
         stopping = True
 
     signal.signal(signal.SIGINT, on_signal)
@@ -138,6 +191,8 @@ def main() -> int:
             print(f"\nmake run: {exc}\n", file=sys.stderr)
             return 2
         _manage("migrate", "--noinput", "-v", "0")
+        if not debug:  # WhiteNoise serves the collected, compressed files
+            _manage("collectstatic", "--noinput", "-v", "0")
         if with_sim:
             _start_sim(port)
         logins = _manage("demo_users", "--file", str(RUN_DIR / "demo-users.json"))
@@ -196,7 +251,7 @@ def main() -> int:
         )
         return 1
     finally:
-        _stop(procs)
+        stop_processes(procs, env_float("STRATA_STOP_GRACE_SECONDS", 60.0), hurry=lambda: hurry)
         if with_sim:
             print("Stopping the simulated cluster ...", flush=True)
             subprocess.run(

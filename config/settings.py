@@ -290,8 +290,8 @@ LOGGING = {
 if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SESSION_COOKIE_SECURE = True
-    CSRF_COOKIE_SECURE = True
+    # Off only where the site is served over plain HTTP on loopback (make run sets it).
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("STRATA_SECURE_COOKIES", True)
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
