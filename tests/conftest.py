@@ -53,6 +53,38 @@ def _fresh_denial_windows() -> None:
         pass  # tests that need Redis start it themselves
 
 
+FLUSH_ATTEMPTS = 5
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_survives_deadlocks() -> Iterator[None]:
+    """A transactional test's teardown TRUNCATEs every table while the module's live processes
+    (Celery worker and beat syncing every 2 s, the simulated agents posting events to the live
+    server) may still be in a transaction. TRUNCATE takes its exclusive locks table by table, so
+    a sync that already read one table and waits for the next one is a lock cycle; PostgreSQL
+    breaks it by aborting one side (CI saw the TRUNCATE lose, an ERROR at teardown). Aborting
+    and retrying is how PostgreSQL asks clients to handle a deadlock, so the flush retries:
+    the other transaction has finished (or was the one aborted) by then."""
+    import psycopg.errors
+    from django.db import OperationalError
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    original = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self, sql_list):
+        for attempt in range(1, FLUSH_ATTEMPTS + 1):
+            try:
+                return original(self, sql_list)
+            except OperationalError as exc:
+                deadlock = isinstance(exc.__cause__, psycopg.errors.DeadlockDetected)
+                if not deadlock or attempt == FLUSH_ATTEMPTS:
+                    raise
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)
+        yield
+
+
 @pytest.fixture
 def viewer(db):
     return make_user("vera-viewer", "viewer")
