@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Unreachable",
     "applied_before",
+    "applied_keys",
     "is_unreachable",
     "preflight_reads",
     "record_command",
@@ -63,6 +64,18 @@ def applied_before(ctx: StepContext, action: str, key: str | None = None) -> dic
         .first()
     )
     return None if row is None else (row["after"] or {})
+
+
+def applied_keys(ctx: StepContext, action: str, keys: list[str]) -> set[str]:
+    """Which of ``keys`` already have a successful ``action`` recorded in this workflow."""
+    return set(
+        AuditEvent.objects.filter(
+            action=action,
+            workflow=ctx.workflow,
+            outcome=AuditOutcome.SUCCESS,
+            extra__idempotency_key__in=keys,
+        ).values_list("extra__idempotency_key", flat=True)
+    )
 
 
 def record_command(

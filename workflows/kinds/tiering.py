@@ -26,10 +26,13 @@ Decisions (where the KIP leaves room):
   + 1 with our policy → our own earlier attempt (a worker killed after the controller answered),
   driven on as KIP-950 asks. Anything else fails the workflow with the controller's code.
 - **Fan-out.** One step per hosting broker (its acknowledgement, its audit event, its visible
-  state). Commands go out in parallel windows of :data:`FANOUT_CONCURRENCY`: the step of the
-  first pending broker also sends the command (with *their* step's idempotency key) to the next
-  pending brokers; their own steps then repeat it, the agent answers the repeat without applying
-  it again (``applied: false``) and the step records the acknowledgement. An unreachable broker
+  state). The step of the first pending broker sends the command to *every* pending broker at
+  once, at most :data:`FANOUT_CONCURRENCY` in flight, each with its own step's idempotency key,
+  and records each acknowledgement (audited once per key) as it arrives. A broker's own step
+  then finds its acknowledgement recorded and completes without sending again; a broker that
+  did not answer in the fan-out gets the command from its own step, which retries and waits as
+  below. (The earlier design sent windows of 8 that every later step repeated: 8 sends per
+  broker, 34 s for 60 brokers.) An unreachable broker
   parks the workflow in ``waiting`` (shown on its page with the reason) and is retried with
   exponential backoff capped at :data:`UNREACHABLE_RETRY_CAP_SECONDS`, without limit.
   ``STALE_TIERED_EPOCH`` (the broker applied a newer epoch: someone else's disablement or
@@ -92,7 +95,13 @@ from spark_tasks.models import SparkJob
 from workflows.errors import ErrorCode
 from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
 from workflows.kinds.cluster_access import agent, controller
-from workflows.kinds.commands import is_unreachable, record_command, unreachable_wait
+from workflows.kinds.commands import (
+    applied_before,
+    applied_keys,
+    is_unreachable,
+    record_command,
+    unreachable_wait,
+)
 from workflows.kinds.spark import follow_spark_run
 from workflows.models import WorkflowStep
 
@@ -319,28 +328,32 @@ def start_disablement(ctx: StepContext) -> StepResult:
     return StepResult.done({"tiered_epoch": after.tiered_epoch, "tiered_state": after.tiered_state})
 
 
-def _pending_window(ctx: StepContext) -> list[WorkflowStep]:
-    """This step and the next pending steps of the same name (the fan-out window)."""
-    return list(
-        WorkflowStep.objects.filter(
-            workflow_id=ctx.workflow.pk,
-            name=ctx.step.name,
-            position__gt=ctx.step.position,
-            state="pending",
-        ).order_by("position")[: FANOUT_CONCURRENCY - 1]
-    )
+def _pending_fan_out(ctx: StepContext, action: str) -> list[WorkflowStep]:
+    """The other pending steps of this fan-out whose broker has not acknowledged yet."""
+    pending = WorkflowStep.objects.filter(
+        workflow_id=ctx.workflow.pk,
+        name=ctx.step.name,
+        position__gt=ctx.step.position,
+        state="pending",
+    ).order_by("position")
+    acked = applied_keys(ctx, action, [s.idempotency_key for s in pending])
+    return [s for s in pending if s.idempotency_key not in acked]
 
 
-def _fan_out(ctx: StepContext, send) -> tuple[Any, list[tuple[WorkflowStep, Any]]]:
-    """Send this step's command and, in parallel, the next pending brokers' commands (their
-    own idempotency keys). Returns this step's answer (or raises its error) and the answers of
-    the others that got through (to be audited under their keys)."""
-    others = _pending_window(ctx)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1 + len(others)) as pool:
+def _fan_out(ctx: StepContext, action: str, send, on_ack) -> Any:
+    """Send this step's command and, concurrently (at most :data:`FANOUT_CONCURRENCY` in
+    flight), every other pending broker's command under its own step's idempotency key; each
+    other acknowledgement goes to ``on_ack(step, answer)`` as it arrives. Returns this step's
+    answer (or raises its error)."""
+    others = _pending_fan_out(ctx, action)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=FANOUT_CONCURRENCY) as pool:
         mine = pool.submit(send, ctx.step.broker, ctx.idempotency_key)
-        theirs = [(step, pool.submit(send, step.broker, step.idempotency_key)) for step in others]
-        answer = mine.result()
-        return answer, [(step, f.result()) for step, f in theirs if f.result() is not None]
+        theirs = {pool.submit(send, step.broker, step.idempotency_key): step for step in others}
+        for future in concurrent.futures.as_completed(theirs):
+            answer = future.result()
+            if answer is not None:
+                on_ack(theirs[future], answer)
+        return mine.result()
 
 
 def _sender(ctx: StepContext, command: str):
@@ -381,8 +394,16 @@ def _audit_ack(ctx: StepContext, action: str, broker: int, answer: Any, key: str
 
 def _broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
     broker = ctx.step.broker
+    acked = applied_before(ctx, action)
+    if acked is not None:  # acknowledged in an earlier step's fan-out: nothing to send again
+        ctx.progress(1, 1, "acks")
+        return StepResult.done(acked)
+
+    def on_ack(step: WorkflowStep, answer: Any) -> None:  # sent on their behalf: audited now
+        _audit_ack(ctx, action, step.broker, answer.model_dump(), step.idempotency_key)
+
     try:
-        result, others = _fan_out(ctx, _sender(ctx, command))
+        result = _fan_out(ctx, action, _sender(ctx, command), on_ack)
     except Exception as exc:
         if isinstance(exc, AgentError) and exc.error == AgentCode.STALE_TIERED_EPOCH:
             return StepResult.fail(
@@ -397,8 +418,6 @@ def _broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
         raise
     answer = result.model_dump()
     _audit_ack(ctx, action, broker, answer, ctx.idempotency_key)
-    for step, other in others:  # sent early on their steps' behalf: audited now, under their keys
-        _audit_ack(ctx, action, step.broker, other.model_dump(), step.idempotency_key)
     ctx.progress(1, 1, "acks")
     return StepResult.done(answer)
 
