@@ -464,7 +464,7 @@ def run(ctx) -> list[dict]:
             "metric": f"disable_tiering end to end, {synthetic['cluster_brokers']}-broker "
             f"synthetic cluster, {synthetic['cluster_partitions']:,} partitions (s)",
             "value": f"{synthetic['approve_to_end_seconds']:.2f} ({synthetic['state']})",
-            "target": "",
+            "target": "≤ 5 (issue #16)",
             "method": f"synthetic scale cluster (one process, KIP-950 endpoints of "
             f"broker_agent/synthetic_tiering.py), registered + synced with manage.py "
             f"(first sync {synthetic['sync_seconds']:.1f} s); topic of "
