@@ -235,9 +235,14 @@ CELERY_BEAT_SCHEDULE["spark-storage-report"] = {
     "schedule": crontab(hour=0, minute=30),  # daily
     "args": ("storage_report",),
 }
+# Supervision (spark_tasks/tasks.py): a run's heartbeat is renewed this often while a process
+# works on it; a RUNNING run whose heartbeat is older than SPARK_RUN_LOST_AFTER_SECONDS is failed
+# as lost by the reaper, which beat runs every SPARK_REAP_INTERVAL_SECONDS.
+SPARK_HEARTBEAT_SECONDS = env_float("SPARK_HEARTBEAT_SECONDS", 5.0)
+SPARK_RUN_LOST_AFTER_SECONDS = env_float("SPARK_RUN_LOST_AFTER_SECONDS", 120.0)
 CELERY_BEAT_SCHEDULE["spark-reap-stale-runs"] = {
     "task": "spark_tasks.reap_stale_runs",
-    "schedule": 600.0,
+    "schedule": env_float("SPARK_REAP_INTERVAL_SECONDS", 60.0),
 }
 # A finished run's files (inputs, plan, deleted/, log) are kept this many days; the run's row,
 # summary and audit events are kept for ever.

@@ -85,6 +85,10 @@ class SparkJobRun(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    lost = models.BooleanField(
+        default=False,
+        help_text="Failed because no live process worked on it any more (its worker died).",
+    )
     exit_code = models.IntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     log_tail = models.TextField(blank=True)

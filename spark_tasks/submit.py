@@ -11,7 +11,9 @@
 - stdout and stderr stream to ``<work>/spark.log``; the result keeps its last lines.
 - Progress: the job writes ``<work>/progress.json`` (see ``jobkit``); ``on_progress`` is called
   with it while the job runs. The Spark UI is off (no port to collide on between concurrent runs).
-- A timeout kills the whole process group (the JVM and its Python workers).
+- The job runs under :mod:`spark_tasks.guard`, the leader of its own process group: the whole
+  tree (``spark-submit``, the JVM, the Python driver and workers) stops when the process that
+  submitted it dies, even by SIGKILL, and a timeout stops the whole group.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = PACKAGE_DIR.parent
 LOG_TAIL_LINES = 80
 TIMEOUT_EXIT_CODE = -9
+GUARD = PACKAGE_DIR / "guard.py"
 
 
 @dataclasses.dataclass
@@ -117,7 +120,7 @@ class TreeRss:
 _EXECUTOR_MARKS = (b"pyspark.daemon", b"CoarseGrainedExecutorBackend")
 
 
-def _tree_rss(pid: int) -> TreeRss:
+def _tree_rss(pid: int, *, skip_root: bool = False) -> TreeRss:
     """Resident memory of a process and its descendants (Linux /proc), in bytes: ``total``, and
     ``driver``, the same without the executors' subtrees (``_EXECUTOR_MARKS``).
 
@@ -126,7 +129,8 @@ def _tree_rss(pid: int) -> TreeRss:
     task slot) and, under a ``local-cluster`` master, the executor JVMs. Those are the
     executors' side: on a cluster they run on the executor hosts, so ``driver`` leaves them out.
     In local mode the JVM is driver and executor at once, so ``driver`` still counts the
-    executors' JVM memory: an upper bound on the driver's."""
+    executors' JVM memory: an upper bound on the driver's. ``skip_root`` leaves ``pid`` itself
+    out (the guard that supervises the job)."""
     total = driver = 0
     page = os.sysconf("SC_PAGE_SIZE")
     stack = [(pid, False)]
@@ -149,6 +153,8 @@ def _tree_rss(pid: int) -> TreeRss:
                     children.extend(int(c) for c in fh.read().split())
         except (OSError, ValueError):
             continue
+        if skip_root and current == pid:
+            rss = 0
         total += rss
         if not in_executor:
             driver += rss
@@ -243,7 +249,7 @@ def spark_submit(
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         proc = subprocess.Popen(
-            cmd,
+            [sys.executable, str(GUARD), str(os.getpid()), "--", *cmd],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -259,7 +265,7 @@ def spark_submit(
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                rss = _tree_rss(proc.pid)
+                rss = _tree_rss(proc.pid, skip_root=True)  # the guard is not the job
                 peak, peak_driver = max(peak, rss.total), max(peak_driver, rss.driver)
                 now = time.monotonic()
                 if timeout_seconds and now - started > timeout_seconds:

@@ -5,11 +5,18 @@
   RUNNING, or a RUNNING run whose heartbeat went stale because its worker died) and exits if it
   lost the race; it then submits the job, streams progress into the row and records the outcome.
   Every step is idempotent: the job replaces its outputs, the agent calls are idempotent.
+- Supervision (issue #16): while a process works on a run, a thread renews ``heartbeat_at``
+  every ``SPARK_HEARTBEAT_SECONDS`` (spark-submit, inventory export and metadata calls alike),
+  and the job's processes run under :mod:`spark_tasks.guard`, so they stop when that process
+  dies. A RUNNING run whose heartbeat is older than ``SPARK_RUN_LOST_AFTER_SECONDS`` is *lost*:
+  the reaper (beat, every ``SPARK_REAP_INTERVAL_SECONDS``) fails it with ``lost=True`` and says
+  why, within minutes rather than after Redis' visibility timeout (hours). A workflow step
+  following a lost run queues it again (``workflows.kinds.spark.follow_spark_run``).
 - ``spark_tasks.schedule_job(job, cluster=None)`` is what beat calls (retention hourly, orphans
   and storage report daily, reaping every 10 minutes; see ``config/settings.py``) for every
   registered cluster (:func:`registered_clusters`); it never stacks a run on an active one of the
   same job and cluster.
-- ``spark_tasks.reap_stale_runs`` fails runs whose heartbeat stopped and that nobody re-claimed.
+- ``spark_tasks.reap_stale_runs`` fails (as lost) runs whose heartbeat stopped.
 - ``spark_tasks.prune_run_files`` deletes the files of runs finished more than
   ``SPARK_RUN_FILES_DAYS`` days ago (daily); the rows and their audit events stay.
 
@@ -34,13 +41,14 @@ import datetime as dt
 import json
 import logging
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from audit.choices import AuditContext, AuditOutcome
@@ -83,7 +91,8 @@ STORE_ROOT_JOBS = (*DRY_RUN_JOBS, SparkJob.DELETE_OBJECTS)
 METADATA_JOBS = (SparkJob.RETENTION, SparkJob.PURGE)
 NEEDS_PARTITIONS = (SparkJob.RETENTION, SparkJob.PURGE, SparkJob.STORAGE_REPORT)
 
-STALE_AFTER = dt.timedelta(minutes=15)  # heartbeats come every 2 s while a job runs
+#: The error of a run failed as lost (its row also says ``lost=True``).
+LOST_ERROR = "lost: no heartbeat for {seconds} s; the worker running it stopped (the job's processes stopped with it)"
 HARD_LIMIT = settings.SPARK_TASK_HARD_TIME_LIMIT
 SOFT_LIMIT = HARD_LIMIT - 120
 
@@ -140,7 +149,7 @@ def _claim(run_id: int, task_id: str | None) -> bool:
         took_over = False
         if not claimed:  # a worker died mid-run: its redelivered message takes the run over
             took_over = claimed = SparkJobRun.objects.filter(
-                pk=run_id, state=SparkRunState.RUNNING, heartbeat_at__lt=now - STALE_AFTER
+                pk=run_id, state=SparkRunState.RUNNING, heartbeat_at__lt=now - _lost_after()
             ).update(**fields)
         if claimed:
             run = SparkJobRun.objects.get(pk=run_id)
@@ -169,14 +178,51 @@ def execute_run(self, run_id: int) -> str:
         output_dir=str(out), log_path=str(work / "spark.log")
     )
     try:
-        summary = _execute(run, work, out)
-        plan = _plan_digest_fields(run, out)
+        with _Heartbeat(run.pk):
+            summary = _execute(run, work, out)
+            plan = _plan_digest_fields(run, out)
     except Exception as exc:  # recorded on the row; the task itself succeeds
         log.exception("spark run %s failed", run.pk)
         _finish(run.pk, SparkRunState.FAILED, error=str(exc)[:4000])
         return SparkRunState.FAILED
     _finish(run.pk, SparkRunState.SUCCEEDED, summary=summary, plan=plan)
     return SparkRunState.SUCCEEDED
+
+
+def _lost_after() -> dt.timedelta:
+    return dt.timedelta(seconds=settings.SPARK_RUN_LOST_AFTER_SECONDS)
+
+
+class _Heartbeat:
+    """Renews the run's ``heartbeat_at`` from a thread every ``SPARK_HEARTBEAT_SECONDS`` while
+    the block runs: the heartbeat says "a live process works on this run", whatever it is doing
+    (waiting for the JVM, exporting the inventory, calling agents). A failed renewal is logged and
+    tried again at the next beat; the thread closes its own database connection."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"spark-run-{run_id}-heartbeat")
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(settings.SPARK_HEARTBEAT_SECONDS):
+                try:
+                    SparkJobRun.objects.filter(pk=self.run_id, state=SparkRunState.RUNNING).update(
+                        heartbeat_at=timezone.now()
+                    )
+                except DatabaseError:
+                    log.warning("spark run %s: heartbeat not recorded", self.run_id, exc_info=True)
+        finally:
+            connection.close()
 
 
 def _plan_digest_fields(run: SparkJobRun, out: Path) -> dict[str, Any]:
@@ -454,26 +500,31 @@ def registered_clusters() -> list[str]:
 
 
 @shared_task(name="spark_tasks.reap_stale_runs", soft_time_limit=60, time_limit=90)
-def reap_stale_runs(max_age_seconds: int | None = None) -> int:
-    """Fail RUNNING runs whose heartbeat is older than the job timeout plus a margin (their worker
-    is gone and no redelivery took them over). Returns how many."""
-    limit = dt.timedelta(seconds=max_age_seconds or settings.SPARK_JOB_TIMEOUT_SECONDS * 2 + 600)
+def reap_stale_runs(max_age_seconds: float | None = None) -> int:
+    """Fail as lost the RUNNING runs whose heartbeat is older than ``max_age_seconds`` (default
+    ``SPARK_RUN_LOST_AFTER_SECONDS``): no live process works on them (see the module docstring).
+    Each is audited with ``lost: true``. Returns how many."""
+    limit = dt.timedelta(seconds=max_age_seconds) if max_age_seconds is not None else _lost_after()
     cutoff = timezone.now() - limit
     reaped = 0
     stale = SparkJobRun.objects.filter(state=SparkRunState.RUNNING, heartbeat_at__lt=cutoff)
     for run_id in stale.values_list("pk", flat=True):
-        error = "worker lost: no heartbeat"
+        error = LOST_ERROR.format(seconds=round(limit.total_seconds()))
         with transaction.atomic():
             done = SparkJobRun.objects.filter(
                 pk=run_id, state=SparkRunState.RUNNING, heartbeat_at__lt=cutoff
-            ).update(state=SparkRunState.FAILED, finished_at=timezone.now(), error=error)
+            ).update(state=SparkRunState.FAILED, finished_at=timezone.now(), error=error, lost=True)
             if done:
                 record_run_event(
                     SparkJobRun.objects.get(pk=run_id),
                     SparkAuditAction.FAILED,
                     default_context=AuditContext.BEAT,
                     outcome=AuditOutcome.FAILURE,
-                    extra={**finished_extra(SparkRunState.FAILED, error, None), "reaped": True},
+                    extra={
+                        **finished_extra(SparkRunState.FAILED, error, None),
+                        "reaped": True,
+                        "lost": True,
+                    },
                 )
                 reaped += 1
     return reaped
