@@ -228,7 +228,10 @@ def reject_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) ->
     return workflow_out(_load(workflow_id), steps=True)
 
 
-@router.post("/workflows/{workflow_id}/cancel", summary="Cancel before it runs")
+@router.post(
+    "/workflows/{workflow_id}/cancel",
+    summary="Cancel before it runs; an admin may stop a started workflow, with a reason",
+)
 @_api_errors
 def cancel_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> dict:
     actions.do_cancel_workflow(

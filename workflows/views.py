@@ -132,6 +132,10 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
         can_cancel=wf.state in WorkflowState.CANCELLABLE
         and (wf.requester_id == user.pk or has_role(user, Role.ADMIN)),
+        # once it has started, an admin may still stop it (with a reason)
+        can_stop=wf.state in WorkflowState.OPEN
+        and wf.state not in WorkflowState.CANCELLABLE
+        and has_role(user, Role.ADMIN),
         timeline=list(AuditEvent.objects.filter(workflow=wf).order_by("seq")[:TIMELINE_LIMIT]),
         logs=list(wf.logs.select_related("step").order_by("-created_at", "-id")[:50]),
     )

@@ -1,5 +1,6 @@
 """Approvals name the plan hash; nobody approves their own request or twice; any rejection
-rejects; approvals expire; requester or admin cancels before it runs."""
+rejects; approvals expire; requester or admin cancels before it runs; once it runs, an admin may
+stop it with a reason."""
 
 from __future__ import annotations
 
@@ -161,3 +162,61 @@ def test_unknown_workflow_is_404(api, approver):
     response = api(approver).post("/workflows/999999/approve", {"plan_hash": "x"})
     assert response.status_code == 404 and response.json()["error"] == "NOT_FOUND"
     assert api(approver).get("/workflows/999999").status_code == 404
+
+
+def _running(wf) -> Workflow:
+    """As if a worker had started it and holds its lease."""
+    Workflow.objects.filter(pk=wf.pk).update(
+        state=WorkflowState.RUNNING,
+        lease_owner="worker-that-died",
+        lease_expires_at=timezone.now() + dt.timedelta(hours=1),
+    )
+    wf.refresh_from_db()
+    return wf
+
+
+def test_an_admin_stops_a_started_workflow_only_with_a_reason(api, operator, approver, admin):
+    """Issue #16: a workflow stuck on a lost worker could be cancelled by nobody."""
+    wf = _running(approve(request_noop(operator), approver))
+    response = api(admin).post(f"/workflows/{wf.pk}/cancel", {"comment": "   "})
+    assert response.status_code == 400 and response.json()["error"] == "INVALID_REQUEST"
+    response = api(admin).post(f"/workflows/{wf.pk}/cancel", {"comment": "worker lost, retry"})
+    assert response.status_code == 200, response.content
+    wf.refresh_from_db()
+    assert wf.state == WorkflowState.CANCELLED and wf.lease_owner == ""
+    refused, event = AuditEvent.objects.filter(
+        action=AuditAction.WORKFLOW_CANCELLED, workflow=wf
+    ).order_by("seq")
+    assert refused.outcome != AuditOutcome.SUCCESS and event.outcome == AuditOutcome.SUCCESS
+    assert event.extra["stopped_while"] == WorkflowState.RUNNING
+    assert event.extra["comment"] == "worker lost, retry" and event.actor_id == admin.pk
+
+
+def test_a_stopped_workflow_is_never_run_again(api, operator, approver, admin):
+    """The run that held the lease is fenced and no worker claims a cancelled workflow."""
+    from workflows import engine
+
+    wf = _running(approve(request_noop(operator), approver))
+    api(admin).post(f"/workflows/{wf.pk}/cancel", {"comment": "stop"})
+    events = AuditEvent.objects.count()
+    engine.run(wf.pk)  # what a redelivered task or the reconciler would do
+    wf.refresh_from_db()
+    assert wf.state == WorkflowState.CANCELLED and not wf.steps.exists()
+    assert AuditEvent.objects.count() == events
+    assert not Workflow.objects.filter(pk=wf.pk, lease_owner="worker-that-died").exists()
+
+
+def test_only_an_admin_stops_a_started_workflow(api, operator, approver):
+    wf = _running(approve(request_noop(operator), approver))
+    for user in (operator, approver):
+        response = api(user).post(f"/workflows/{wf.pk}/cancel", {"comment": "please"})
+        assert response.status_code in (403, 409)
+    wf.refresh_from_db()
+    assert wf.state == WorkflowState.RUNNING
+
+
+def test_an_ended_workflow_cannot_be_cancelled(api, operator, admin):
+    wf = request_noop(operator)
+    api(operator).post(f"/workflows/{wf.pk}/cancel")
+    response = api(admin).post(f"/workflows/{wf.pk}/cancel", {"comment": "again"})
+    assert response.status_code == 409 and "ended" in response.json()["message"]

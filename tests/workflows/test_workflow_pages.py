@@ -112,6 +112,22 @@ def test_cancel_and_confirm_forms(client, operator, approver):
     assert Workflow.objects.get(pk=gated.pk).state == WorkflowState.RUNNING
 
 
+def test_a_waiting_workflow_shows_the_stop_form_to_admins_only(client, operator, approver, admin):
+    gated = approve(request_noop(operator, "gated", mode="gate"), approver)
+    engine.run(gated.pk)  # waits at its human gate: started, not cancellable by its requester
+    client.force_login(operator)
+    html = client.get(f"/workflows/{gated.pk}/").content.decode()
+    assert "Cancel workflow" not in html and "data-stop" not in html
+    client.force_login(admin)
+    html = client.get(f"/workflows/{gated.pk}/").content.decode()
+    assert "data-stop" in html and "Why (required)" in html
+    response = client.post(f"/workflows/{gated.pk}/cancel/", {"comment": "not needed"}, follow=True)
+    assert f"Workflow #{gated.pk} cancelled." in response.content.decode()
+    gated.refresh_from_db()
+    assert gated.state == WorkflowState.CANCELLED
+    assert set(gated.steps.values_list("state", flat=True)) <= {"succeeded", "cancelled"}
+
+
 def test_viewer_sees_no_action_buttons_and_is_refused(client, operator, viewer):
     wf = request_noop(operator)
     client.force_login(viewer)

@@ -437,25 +437,65 @@ def do_reject_workflow(
 def do_cancel_workflow(
     workflow_id: Any, /, *, acting_user: Any, comment: Any = "", context: str | None = None
 ) -> Workflow:
-    """Cancel before execution starts: the requester or an admin."""
+    """Cancel a workflow: before execution starts, the requester or an admin; once it runs or
+    waits, an admin only, with a reason (the comment).
+
+    Stopping a started workflow (issue #16: a workflow stuck on a lost worker or run could be
+    cancelled by nobody) cancels its unfinished steps and clears the lease in the same
+    transaction as the audit event. The engine's run that may still hold the lease is fenced: its
+    next commit finds the lease gone and changes nothing, and a cancelled workflow is never
+    claimed again. What a step already sent is not undone (a topic may stay DISABLING, a purge
+    may have deleted part of its plan): the event records the step it stopped at, and the way
+    forward is a new, reviewed workflow."""
     comment = _clean_text(comment, "comment")
     now = timezone.now()
     with transaction.atomic():
         wf = _locked(workflow_id)
-        if not (wf.requester_id == acting_user.pk or has_role(acting_user, Role.ADMIN)):
+        is_admin = has_role(acting_user, Role.ADMIN)
+        if not (wf.requester_id == acting_user.pk or is_admin):
             raise WorkflowError(
                 ErrorCode.FORBIDDEN, "Only the requester or an admin may cancel.", 403
             )
-        if wf.state not in WorkflowState.CANCELLABLE:
+        started = wf.state in WorkflowState.OPEN and wf.state not in WorkflowState.CANCELLABLE
+        if wf.state not in WorkflowState.CANCELLABLE and not (started and is_admin):
             raise WorkflowError(
                 ErrorCode.WORKFLOW_NOT_CANCELLABLE,
-                f"Workflow #{wf.pk} is {wf.state}: only a workflow that has not started can be cancelled.",
+                f"Workflow #{wf.pk} is {wf.state}: once it has started, only an admin may stop it."
+                if started
+                else f"Workflow #{wf.pk} is {wf.state}: it has ended.",
                 409,
             )
+        if started and not comment.strip():
+            raise WorkflowError(
+                ErrorCode.INVALID_REQUEST,
+                "Stopping a started workflow needs a reason (comment).",
+                400,
+            )
         before = workflow_snapshot(wf)
+        extra: dict[str, Any] = {"comment": comment}
+        if started:
+            unfinished = wf.steps.exclude(state__in=StepState.TERMINAL)
+            extra.update(
+                stopped_while=wf.state,
+                current_step=wf.current_step,
+                steps_cancelled=list(
+                    unfinished.order_by("position").values_list("name", flat=True)
+                ),
+            )
+            unfinished.update(state=StepState.CANCELLED, finished_at=now)
+            wf.lease_owner, wf.lease_expires_at, wf.resume_at = "", None, None
         wf.state = WorkflowState.CANCELLED
         wf.finished_at = now
-        wf.save(update_fields=["state", "finished_at", "updated_at"])
+        wf.save(
+            update_fields=[
+                "state",
+                "finished_at",
+                "lease_owner",
+                "lease_expires_at",
+                "resume_at",
+                "updated_at",
+            ]
+        )
         trail.record(
             AuditAction.WORKFLOW_CANCELLED,
             actor=acting_user,
@@ -465,7 +505,7 @@ def do_cancel_workflow(
             workflow=wf,
             before=before,
             after=workflow_snapshot(wf),
-            extra={"comment": comment},
+            extra=extra,
         )
     return wf
 

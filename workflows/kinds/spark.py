@@ -96,6 +96,59 @@ def _queued_run(ctx: StepContext, key: str) -> SparkJobRun | None:
     return SparkJobRun.objects.filter(pk=event["extra"]["spark_run"]).first()
 
 
+#: How many times a step queues its Spark run again after the run was lost with its worker.
+LOST_RUN_RESUBMITS = 2
+
+
+def _attempt_key(key: str, attempt: int) -> str:
+    return key if attempt == 0 else f"{key}:resubmit-{attempt}"
+
+
+def _latest_run(ctx: StepContext, key: str) -> tuple[int, SparkJobRun | None]:
+    """The step's latest queued run and its attempt number (0 = the first), or (0, None)."""
+    found: tuple[int, SparkJobRun | None] = (0, None)
+    for attempt in range(LOST_RUN_RESUBMITS + 1):
+        run = _queued_run(ctx, _attempt_key(key, attempt))
+        if run is None:
+            break
+        found = (attempt, run)
+    return found
+
+
+def _queue_once(
+    ctx: StepContext, key: str, job: str, arguments: dict[str, Any], dry_run: bool
+) -> SparkJobRun:
+    """Queue the run of ``key`` unless it is queued already (under the workflow's row lock, with
+    its ``spark.run_queued_by_workflow`` audit event in the same transaction)."""
+    from spark_tasks.tasks import enqueue_run
+
+    with transaction.atomic():
+        Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).first()
+        run = _queued_run(ctx, key)
+        if run is not None:
+            return run
+        run = enqueue_run(
+            job,
+            arguments,
+            dry_run=dry_run,
+            cluster=ctx.params["cluster"],
+            requested_by=None,
+            audit_context=AuditContext.WORKER,
+        )
+        trail.record(
+            SparkStepAction.RUN_QUEUED,
+            actor=None,
+            context=AuditContext.WORKER,
+            target_type="spark_run",
+            target_id=run.pk,
+            workflow=ctx.workflow,
+            after={"job": job, "arguments": arguments, "dry_run": dry_run},
+            extra={"idempotency_key": key, "spark_run": run.pk, "step": ctx.step.name},
+        )
+    ctx.log(f"Spark {job} run #{run.pk} queued: {reverse('spark_tasks:run-detail', args=[run.pk])}")
+    return run
+
+
 def follow_spark_run(
     ctx: StepContext, job: str, arguments: dict[str, Any], *, dry_run: bool
 ) -> StepResult:
@@ -105,38 +158,17 @@ def follow_spark_run(
     names the step's idempotency key: a step run again after a crash finds its run instead of
     queueing a second one. While the run is active the step's progress is the run's Spark tasks
     (done / total, shown as the step's progress bar) and the step log links to the run page;
-    after ``FOLLOW_SLICE_SECONDS`` the workflow waits (visible) and looks again. A failed or
-    cancelled run fails the step with ``SPARK_RUN_FAILED``."""
-    from spark_tasks.tasks import enqueue_run
+    after ``FOLLOW_SLICE_SECONDS`` the workflow waits (visible) and looks again.
 
+    A run *lost* with its worker (``SparkJobRun.lost``: no heartbeat, failed by the reaper) is
+    queued again under the next attempt key, up to :data:`LOST_RUN_RESUBMITS` times: every job a
+    step runs is idempotent (plans are rewritten, log start offsets never move back, a deleted
+    object counts as deleted), and a lost run says nothing about the job. Any other failed or
+    cancelled run fails the step with ``SPARK_RUN_FAILED``."""
     key = f"{ctx.idempotency_key}:spark"
-    run = _queued_run(ctx, key)
+    attempt, run = _latest_run(ctx, key)
     if run is None:
-        with transaction.atomic():
-            Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).first()
-            run = _queued_run(ctx, key)
-            if run is None:
-                run = enqueue_run(
-                    job,
-                    arguments,
-                    dry_run=dry_run,
-                    cluster=ctx.params["cluster"],
-                    requested_by=None,
-                    audit_context=AuditContext.WORKER,
-                )
-                trail.record(
-                    SparkStepAction.RUN_QUEUED,
-                    actor=None,
-                    context=AuditContext.WORKER,
-                    target_type="spark_run",
-                    target_id=run.pk,
-                    workflow=ctx.workflow,
-                    after={"job": job, "arguments": arguments, "dry_run": dry_run},
-                    extra={"idempotency_key": key, "spark_run": run.pk, "step": ctx.step.name},
-                )
-        ctx.log(
-            f"Spark {job} run #{run.pk} queued: {reverse('spark_tasks:run-detail', args=[run.pk])}"
-        )
+        run = _queue_once(ctx, key, job, arguments, dry_run)
     deadline = time.monotonic() + FOLLOW_SLICE_SECONDS
     while True:
         run.refresh_from_db()
@@ -150,6 +182,11 @@ def follow_spark_run(
                     "output_dir": run.output_dir,
                 }
             )
+        if run.state == SparkRunState.FAILED and run.lost and attempt < LOST_RUN_RESUBMITS:
+            attempt += 1
+            ctx.log(f"Spark {job} run #{run.pk} was lost with its worker: queued again")
+            run = _queue_once(ctx, _attempt_key(key, attempt), job, arguments, dry_run)
+            continue
         if run.state in SparkRunState.TERMINAL:
             return StepResult.fail(
                 "SPARK_RUN_FAILED", f"Spark {job} run #{run.pk} {run.state}: {run.error[:500]}"
