@@ -13,7 +13,7 @@
   why, within minutes rather than after Redis' visibility timeout (hours). A workflow step
   following a lost run queues it again (``workflows.kinds.spark.follow_spark_run``).
 - ``spark_tasks.schedule_job(job, cluster=None)`` is what beat calls (retention hourly, orphans
-  and storage report daily, reaping every 10 minutes; see ``config/settings.py``) for every
+  and storage report daily, reaping every minute; see ``config/settings.py``) for every
   registered cluster (:func:`registered_clusters`); it never stacks a run on an active one of the
   same job and cluster.
 - ``spark_tasks.reap_stale_runs`` fails (as lost) runs whose heartbeat stopped.
@@ -92,7 +92,10 @@ METADATA_JOBS = (SparkJob.RETENTION, SparkJob.PURGE)
 NEEDS_PARTITIONS = (SparkJob.RETENTION, SparkJob.PURGE, SparkJob.STORAGE_REPORT)
 
 #: The error of a run failed as lost (its row also says ``lost=True``).
-LOST_ERROR = "lost: no heartbeat for {seconds} s; the worker running it stopped (the job's processes stopped with it)"
+LOST_ERROR = (
+    "lost: no heartbeat for {seconds} s; the worker running it stopped "
+    "(the job's processes stopped with it)"
+)
 HARD_LIMIT = settings.SPARK_TASK_HARD_TIME_LIMIT
 SOFT_LIMIT = HARD_LIMIT - 120
 
