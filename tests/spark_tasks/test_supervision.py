@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from unittest import mock
 
@@ -23,6 +22,7 @@ from spark_tasks import guard
 from spark_tasks.audit import SparkAuditAction
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.tasks import execute_run, reap_stale_runs
+from tests.workflows.conftest import wait_for
 
 # A stand-in for spark-submit: a process tree (a shell, two sleeping children) that records its
 # pids and never ends by itself.
@@ -37,17 +37,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait(predicate, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _pids(path: Path) -> list[int]:
-    _wait(lambda: path.exists() and len(path.read_text().split()) == 3, 30, "the tree to start")
+    wait_for(lambda: path.exists() and len(path.read_text().split()) == 3, 30, "the tree to start")
     return [int(p) for p in path.read_text().split()]
 
 
@@ -70,7 +61,7 @@ def test_the_job_tree_dies_with_a_sigkilled_parent(tmp_path):
     assert all(_alive(p) for p in tree)
     parent.kill()
     parent.wait()
-    _wait(lambda: not any(_alive(p) for p in tree), 60, "the orphaned tree to be gone")
+    wait_for(lambda: not any(_alive(p) for p in tree), 60, "the orphaned tree to be gone")
 
 
 def test_a_stopped_guard_stops_its_group_and_says_so(tmp_path):
@@ -83,7 +74,7 @@ def test_a_stopped_guard_stops_its_group_and_says_so(tmp_path):
     tree = _pids(pids_file)
     os.killpg(proc.pid, signal.SIGTERM)  # what a timeout or a Celery time limit does
     assert proc.wait(timeout=60) == guard.STOPPED_EXIT_CODE
-    _wait(lambda: not any(_alive(p) for p in tree), 30, "the group to be gone")
+    wait_for(lambda: not any(_alive(p) for p in tree), 30, "the group to be gone")
 
 
 def test_the_guard_passes_the_jobs_exit_code_through(tmp_path):
@@ -138,7 +129,7 @@ def test_a_working_run_keeps_its_heartbeat_fresh_between_progress_reports(settin
 
     def slow_execute(run, work, out):
         start = SparkJobRun.objects.get(pk=run.pk).heartbeat_at
-        _wait(lambda: SparkJobRun.objects.get(pk=run.pk).heartbeat_at > start, 30, "a heartbeat")
+        wait_for(lambda: SparkJobRun.objects.get(pk=run.pk).heartbeat_at > start, 30, "a heartbeat")
         beats.append(SparkJobRun.objects.get(pk=run.pk).heartbeat_at)
         return {}
 

@@ -74,12 +74,9 @@ committed with the engine's ``workflow.step_succeeded`` event carrying the same 
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import time
 from typing import TYPE_CHECKING, Any
-
-from django.db import connection
 
 from broker_agent.choices import (
     DisablePolicy,
@@ -95,15 +92,14 @@ from spark_tasks.models import SparkJob
 from workflows.errors import ErrorCode
 from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
 from workflows.kinds.cluster_access import agent, controller
-from workflows.kinds.commands import (
-    applied_before,
-    applied_keys,
-    is_unreachable,
-    record_command,
-    unreachable_wait,
-)
+from workflows.kinds.commands import is_unreachable, record_command, unreachable_wait
 from workflows.kinds.spark import follow_spark_run
-from workflows.models import WorkflowStep
+from workflows.kinds.tiering_fanout import (
+    FANOUT_CONCURRENCY,
+    UNREACHABLE_RETRY_CAP_SECONDS,
+    audit_ack,
+    broker_command,
+)
 
 if TYPE_CHECKING:
     from broker_agent.models import TopicMetadata
@@ -119,8 +115,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FANOUT_CONCURRENCY = 8
-UNREACHABLE_RETRY_CAP_SECONDS = 15.0
 VERIFY_RECORDS = 5
 VERIFY_KEY = "strata.verify"
 VERIFY_TIMEOUT_SECONDS = 60.0
@@ -328,103 +322,9 @@ def start_disablement(ctx: StepContext) -> StepResult:
     return StepResult.done({"tiered_epoch": after.tiered_epoch, "tiered_state": after.tiered_state})
 
 
-def _pending_fan_out(ctx: StepContext, action: str) -> list[WorkflowStep]:
-    """The other pending steps of this fan-out whose broker has not acknowledged yet."""
-    pending = WorkflowStep.objects.filter(
-        workflow_id=ctx.workflow.pk,
-        name=ctx.step.name,
-        position__gt=ctx.step.position,
-        state="pending",
-    ).order_by("position")
-    acked = applied_keys(ctx, action, [s.idempotency_key for s in pending])
-    return [s for s in pending if s.idempotency_key not in acked]
-
-
-def _fan_out(ctx: StepContext, action: str, send, on_ack) -> Any:
-    """Send this step's command and, concurrently (at most :data:`FANOUT_CONCURRENCY` in
-    flight), every other pending broker's command under its own step's idempotency key; each
-    other acknowledgement goes to ``on_ack(step, answer)`` as it arrives. Returns this step's
-    answer (or raises its error)."""
-    others = _pending_fan_out(ctx, action)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=FANOUT_CONCURRENCY) as pool:
-        mine = pool.submit(send, ctx.step.broker, ctx.idempotency_key)
-        theirs = {pool.submit(send, step.broker, step.idempotency_key): step for step in others}
-        for future in concurrent.futures.as_completed(theirs):
-            answer = future.result()
-            if answer is not None:
-                on_ack(theirs[future], answer)
-        return mine.result()
-
-
-def _sender(ctx: StepContext, command: str):
-    cluster, topic = ctx.params["cluster"], ctx.params["topic"]
-    topic_id = ctx.plan["topic_id"]
-    epoch = ctx.plan.get("new_tiered_epoch", ctx.plan["tiered_epoch"])
-    policy = ctx.params.get("policy")
-
-    def send(broker: int, key: str):
-        try:
-            with agent(cluster, broker) as a:
-                if command == "disable":
-                    return a.disable_remote_topic(topic, topic_id, epoch, policy, key)
-                return a.enable_remote_topic(topic, topic_id, epoch, key)
-        except Exception as exc:
-            if broker == ctx.step.broker:
-                raise
-            log.info("fan-out to broker %s deferred to its own step: %s", broker, exc)
-            return None
-        finally:
-            connection.close()  # every send runs in a pool thread: close its own connection
-
-    return send
-
-
-def _audit_ack(ctx: StepContext, action: str, broker: int, answer: Any, key: str) -> None:
-    record_command(
-        ctx,
-        action,
-        target_type="broker",
-        target_id=broker,
-        before={"tiered_epoch": ctx.plan["tiered_epoch"], "tiered_state": ctx.plan["tiered_state"]},
-        after=answer,
-        extra={"topic": ctx.params["topic"], "cluster": ctx.params["cluster"]},
-        key=key,
-    )
-
-
-def _broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
-    broker = ctx.step.broker
-    acked = applied_before(ctx, action)
-    if acked is not None:  # acknowledged in an earlier step's fan-out: nothing to send again
-        ctx.progress(1, 1, "acks")
-        return StepResult.done(acked)
-
-    def on_ack(step: WorkflowStep, answer: Any) -> None:  # sent on their behalf: audited now
-        _audit_ack(ctx, action, step.broker, answer.model_dump(), step.idempotency_key)
-
-    try:
-        result = _fan_out(ctx, action, _sender(ctx, command), on_ack)
-    except Exception as exc:
-        if isinstance(exc, AgentError) and exc.error == AgentCode.STALE_TIERED_EPOCH:
-            return StepResult.fail(
-                AgentCode.STALE_TIERED_EPOCH,
-                f"broker {broker} fenced the command: {exc.message} (a newer tiering change "
-                "overtook this workflow)",
-            )
-        if is_unreachable(exc):
-            return unreachable_wait(ctx, exc, UNREACHABLE_RETRY_CAP_SECONDS)
-        if isinstance(exc, AgentError):
-            return StepResult.fail(exc.error, f"broker {broker}: {exc.message}")
-        raise
-    answer = result.model_dump()
-    _audit_ack(ctx, action, broker, answer, ctx.idempotency_key)
-    ctx.progress(1, 1, "acks")
-    return StepResult.done(answer)
-
-
 def disable_remote_topic(ctx: StepContext) -> StepResult:
     """DisableRemoteTopic to one hosting broker at the new tiered epoch, until it acknowledges."""
-    return _broker_command(ctx, "disable", TieringAction.DISABLE_REMOTE_TOPIC)
+    return broker_command(ctx, "disable", TieringAction.DISABLE_REMOTE_TOPIC)
 
 
 def complete_disablement(ctx: StepContext) -> StepResult:
@@ -453,7 +353,7 @@ def complete_disablement(ctx: StepContext) -> StepResult:
                             ctx, send_exc, UNREACHABLE_RETRY_CAP_SECONDS, who=f"Broker {b}"
                         )
                     raise
-                _audit_ack(ctx, TieringAction.DISABLE_REMOTE_TOPIC, b, answer.model_dump(), key)
+                audit_ack(ctx, TieringAction.DISABLE_REMOTE_TOPIC, b, answer.model_dump(), key)
             raise RuntimeError(f"brokers {pending} had not acknowledged; sent again") from None
     record_command(
         ctx,
@@ -506,7 +406,7 @@ def enable_at_controller(ctx: StepContext) -> StepResult:
 
 def enable_remote_topic(ctx: StepContext) -> StepResult:
     """EnableRemoteTopic to one hosting broker at the (unchanged) tiered epoch."""
-    return _broker_command(ctx, "enable", TieringAction.ENABLE_REMOTE_TOPIC)
+    return broker_command(ctx, "enable", TieringAction.ENABLE_REMOTE_TOPIC)
 
 
 def verify_tiering(ctx: StepContext) -> StepResult:

@@ -1,0 +1,134 @@
+"""The DisableRemoteTopic / EnableRemoteTopic fan-out of :mod:`workflows.kinds.tiering` (see its
+"Fan-out" decision): the first pending broker's step sends the command to every pending broker,
+at most :data:`FANOUT_CONCURRENCY` in flight, each under its own step's idempotency key, and
+audits each acknowledgement once as it arrives; a later step whose key is acknowledged completes
+without sending. An unreachable broker waits (backoff capped at
+:data:`UNREACHABLE_RETRY_CAP_SECONDS`)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection
+
+from broker_agent.choices import ErrorCode as AgentCode
+from broker_agent.client import AgentError
+from workflows.kinds import StepResult
+from workflows.kinds.cluster_access import agent
+from workflows.kinds.commands import (
+    applied_before,
+    applied_keys,
+    is_unreachable,
+    record_command,
+    unreachable_wait,
+)
+from workflows.models import WorkflowStep
+
+if TYPE_CHECKING:
+    from workflows.engine import StepContext
+
+__all__ = ["FANOUT_CONCURRENCY", "UNREACHABLE_RETRY_CAP_SECONDS", "audit_ack", "broker_command"]
+
+FANOUT_CONCURRENCY = 8
+UNREACHABLE_RETRY_CAP_SECONDS = 15.0
+
+log = logging.getLogger(__name__)
+
+
+def _pending_fan_out(ctx: StepContext, action: str) -> list[WorkflowStep]:
+    """The other pending steps of this fan-out whose broker has not acknowledged yet."""
+    pending = WorkflowStep.objects.filter(
+        workflow_id=ctx.workflow.pk,
+        name=ctx.step.name,
+        position__gt=ctx.step.position,
+        state="pending",
+    ).order_by("position")
+    acked = applied_keys(ctx, action, [s.idempotency_key for s in pending])
+    return [s for s in pending if s.idempotency_key not in acked]
+
+
+def _fan_out(ctx: StepContext, action: str, send, on_ack) -> Any:
+    """Send this step's command and, concurrently (at most :data:`FANOUT_CONCURRENCY` in
+    flight), every other pending broker's command under its own step's idempotency key; each
+    other acknowledgement goes to ``on_ack(step, answer)`` as it arrives. Returns this step's
+    answer (or raises its error)."""
+    others = _pending_fan_out(ctx, action)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=FANOUT_CONCURRENCY) as pool:
+        mine = pool.submit(send, ctx.step.broker, ctx.idempotency_key)
+        theirs = {pool.submit(send, step.broker, step.idempotency_key): step for step in others}
+        for future in concurrent.futures.as_completed(theirs):
+            answer = future.result()
+            if answer is not None:
+                on_ack(theirs[future], answer)
+        return mine.result()
+
+
+def _sender(ctx: StepContext, command: str):
+    cluster, topic = ctx.params["cluster"], ctx.params["topic"]
+    topic_id = ctx.plan["topic_id"]
+    epoch = ctx.plan.get("new_tiered_epoch", ctx.plan["tiered_epoch"])
+    policy = ctx.params.get("policy")
+
+    def send(broker: int, key: str):
+        try:
+            with agent(cluster, broker) as a:
+                if command == "disable":
+                    return a.disable_remote_topic(topic, topic_id, epoch, policy, key)
+                return a.enable_remote_topic(topic, topic_id, epoch, key)
+        except Exception as exc:
+            if broker == ctx.step.broker:
+                raise
+            log.info("fan-out to broker %s deferred to its own step: %s", broker, exc)
+            return None
+        finally:
+            connection.close()  # every send runs in a pool thread: close its own connection
+
+    return send
+
+
+def audit_ack(ctx: StepContext, action: str, broker: int, answer: Any, key: str) -> None:
+    record_command(
+        ctx,
+        action,
+        target_type="broker",
+        target_id=broker,
+        before={"tiered_epoch": ctx.plan["tiered_epoch"], "tiered_state": ctx.plan["tiered_state"]},
+        after=answer,
+        extra={"topic": ctx.params["topic"], "cluster": ctx.params["cluster"]},
+        key=key,
+    )
+
+
+def broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
+    """One broker's Disable/EnableRemoteTopic step: done at once when an earlier step's fan-out
+    already got its acknowledgement; otherwise the fan-out from here (this step's broker and
+    every other pending one), with this broker's errors mapped to the step's outcome."""
+    broker = ctx.step.broker
+    acked = applied_before(ctx, action)
+    if acked is not None:  # acknowledged in an earlier step's fan-out: nothing to send again
+        ctx.progress(1, 1, "acks")
+        return StepResult.done(acked)
+
+    def on_ack(step: WorkflowStep, answer: Any) -> None:  # sent on their behalf: audited now
+        audit_ack(ctx, action, step.broker, answer.model_dump(), step.idempotency_key)
+
+    try:
+        result = _fan_out(ctx, action, _sender(ctx, command), on_ack)
+    except Exception as exc:
+        if isinstance(exc, AgentError) and exc.error == AgentCode.STALE_TIERED_EPOCH:
+            return StepResult.fail(
+                AgentCode.STALE_TIERED_EPOCH,
+                f"broker {broker} fenced the command: {exc.message} (a newer tiering change "
+                "overtook this workflow)",
+            )
+        if is_unreachable(exc):
+            return unreachable_wait(ctx, exc, UNREACHABLE_RETRY_CAP_SECONDS)
+        if isinstance(exc, AgentError):
+            return StepResult.fail(exc.error, f"broker {broker}: {exc.message}")
+        raise
+    answer = result.model_dump()
+    audit_ack(ctx, action, broker, answer, ctx.idempotency_key)
+    ctx.progress(1, 1, "acks")
+    return StepResult.done(answer)
