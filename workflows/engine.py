@@ -24,8 +24,8 @@ How a run goes (``run(workflow_id)``, called by the Celery task ``run_workflow``
    - ``StepResult.wait`` → step and workflow ``waiting`` until ``resume_at``; the workflow
      stays ``waiting`` while that step is re-tried and turns ``running`` when it succeeds.
    - a gate step not yet confirmed → ``waiting`` until ``POST .../confirm``.
-   - exception → retried with exponential backoff (``resume_at``) up to ``max_attempts``,
-     then failed; ``StepResult.fail`` / a Refusal → failed at once.
+   - exception → retried with exponential backoff (``resume_at``) until ``max_attempts``
+     runs have raised (``failures``; waits do not count), then failed; ``StepResult.fail`` / a Refusal → failed at once.
 4. All steps succeeded → ``succeeded``.
 
 Crash safety: a run killed anywhere leaves a lease that expires; the beat reconciler
@@ -500,7 +500,8 @@ class _Run:
             except Exception as exc:  # a step's failure, retried with backoff
                 log.warning("step %s of %s failed: %s", step.name, self.wf, exc, exc_info=True)
                 ctx.log(f"attempt {step.attempts} failed: {exc!r}", level="error")
-                if step.attempts >= step.max_attempts:
+                step.failures += 1
+                if step.failures >= step.max_attempts:
                     return self.fail(step, "STEP_FAILED", f"{type(exc).__name__}: {exc}")
                 return self.retry(step, f"{type(exc).__name__}: {exc}")
             if result.status == StepResult.FAIL:
@@ -569,12 +570,18 @@ class _Run:
         step.save(update_fields=[*fields, "updated_at"])
 
     def retry(self, step: WorkflowStep, error: str) -> str:
-        delay = backoff_seconds(step.attempts)
+        delay = backoff_seconds(step.failures)
         when = timezone.now() + dt.timedelta(seconds=delay)
         with transaction.atomic():
             wf = self.locked()
             before = workflow_snapshot(wf)
-            self._step_update(step, state=StepState.PENDING, last_error=error, not_before=when)
+            self._step_update(
+                step,
+                state=StepState.PENDING,
+                last_error=error,
+                not_before=when,
+                failures=step.failures,
+            )
             self.release(wf)
             wf.resume_at = when
             wf.save(update_fields=["lease_owner", "lease_expires_at", "resume_at", "updated_at"])
@@ -587,6 +594,7 @@ class _Run:
                     "step": step.name,
                     "position": step.position,
                     "attempts": step.attempts,
+                    "failures": step.failures,
                     "error": error[:2000],
                     "retry_in_seconds": delay,
                 },
@@ -633,7 +641,13 @@ class _Run:
             wf = self.locked()
             before = workflow_snapshot(wf)
             if step is not None:
-                self._step_update(step, state=StepState.FAILED, last_error=message, finished_at=now)
+                self._step_update(
+                    step,
+                    state=StepState.FAILED,
+                    last_error=message,
+                    finished_at=now,
+                    failures=step.failures,
+                )
                 WorkflowStep.objects.filter(workflow=wf, state=StepState.PENDING).update(
                     state=StepState.CANCELLED
                 )

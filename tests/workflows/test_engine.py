@@ -123,9 +123,42 @@ def test_a_step_failing_every_attempt_fails_the_workflow(operator, approver, mon
     assert wf.state == WorkflowState.FAILED and wf.error_code == "STEP_FAILED"
     step = wf.steps.get(name="apply")
     assert step.state == StepState.FAILED and step.attempts == step.max_attempts == 5
+    assert step.failures == 5
     assert wf.steps.get(name="verify").state == StepState.CANCELLED
     failed = AuditEvent.objects.get(action=AuditAction.WORKFLOW_FAILED, workflow=wf)
     assert "disk on fire" in failed.extra["message"]
+
+
+def test_waiting_runs_are_not_failures(operator, approver, monkeypatch):
+    """A step that waits (a Spark run, an unreachable broker) is re-run many times; one
+    exception afterwards is retried, not the last straw: only raising runs count."""
+    from workflows.kinds import StepResult
+
+    runs, original = {"n": 0}, noop.apply
+
+    def waits_then_raises_once(ctx):
+        runs["n"] += 1
+        if runs["n"] <= 6:
+            return StepResult.wait("still following", retry_in=0.01)
+        if runs["n"] == 7:
+            raise ConnectionError("redis went away for a moment")
+        return original(ctx)
+
+    monkeypatch.setattr(noop, "apply", waits_then_raises_once)
+    wf = approve(request_noop(operator, partitions=1), approver)
+    for _ in range(12):
+        due = timezone.now() - dt.timedelta(seconds=1)
+        Workflow.objects.filter(pk=wf.pk).update(resume_at=due)
+        WorkflowStep.objects.filter(workflow=wf).update(not_before=None)
+        engine.run(wf.pk)
+        wf.refresh_from_db()
+        if wf.state in WorkflowState.TERMINAL:
+            break
+    assert wf.state == WorkflowState.SUCCEEDED, wf.error_message
+    step = wf.steps.get(name="apply")
+    assert (step.attempts, step.failures) == (8, 1)
+    retry = AuditEvent.objects.get(action=AuditAction.STEP_RETRY, workflow=wf)
+    assert retry.extra["failures"] == 1 and retry.extra["attempts"] == 7
 
 
 def test_a_changed_plan_voids_approvals_and_returns_to_pending(

@@ -144,7 +144,14 @@ class WorkflowStep(models.Model):
     broker = models.IntegerField(null=True, blank=True, help_text="Broker id, when per broker.")
     state = models.CharField(max_length=20, choices=StepState.CHOICES, default=StepState.PENDING)
     gate = models.BooleanField(default=False, help_text="Waits for a human confirmation.")
-    attempts = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Times the step function was run (every wait's re-run counts)."
+    )
+    failures = models.PositiveIntegerField(
+        default=0,
+        help_text="Runs that raised; the step fails when this reaches max_attempts (a step that "
+        "waits, e.g. on a Spark run for hours, is not one failure away from the end).",
+    )
     max_attempts = models.PositiveIntegerField(default=5)
     last_error = models.TextField(blank=True)
     progress_done = models.BigIntegerField(default=0)
