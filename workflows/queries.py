@@ -119,6 +119,8 @@ def workflow_out(wf: Workflow, *, steps: bool = False) -> dict[str, Any]:
                 "state": s.state,
                 "gate": s.gate,
                 "attempts": s.attempts,
+                "failures": s.failures,
+                "max_attempts": s.max_attempts,
                 "last_error": s.last_error,
                 "progress": {
                     "done": s.progress_done,
