@@ -7,7 +7,7 @@ dotted name. Only the log's own action is here.
 
 from __future__ import annotations
 
-__all__ = ["AuditContext", "AuditLogAction", "AuditOutcome"]
+__all__ = ["AuditContext", "AuditOutcome"]
 
 
 class AuditContext:
@@ -33,9 +33,3 @@ class AuditOutcome:
 
     ALL = (SUCCESS, DENIED, FAILURE)
     CHOICES = [(c, c.capitalize()) for c in ALL]
-
-
-class AuditLogAction:
-    """Actions of the audit log about itself."""
-
-    CHECKPOINT = "audit.checkpoint"

@@ -2,11 +2,17 @@
 
 Decisions:
 - Append only, enforced by PostgreSQL: a pgtrigger ``Protect`` trigger refuses UPDATE and DELETE
-  on every row, whoever connects. TRUNCATE is not refused (Django's test flush uses it); the
-  production database role should not hold the TRUNCATE privilege on this table.
-- Hash-chained: ``hash = sha256(canonical JSON of the event's fields + prev_hash)`` and ``seq``
-  counts 1, 2, 3, ... without gaps, so an edited, deleted or re-ordered row breaks the chain even
-  when someone disabled the trigger. ``audit.trail.verify_chain`` walks it.
+  on every row, whoever connects (TRUNCATE is not a row operation; Django's test flush uses it).
+- Not writable but by INSERT: the application's database role holds only INSERT and SELECT on
+  this table (``manage.py grant_app_role``; the table belongs to the role migrations run as), so
+  the trigger's bypass (``pgtrigger.ignore``), UPDATE, DELETE and TRUNCATE are not available to
+  the application at all.
+- Keyed chain: ``hash = HMAC-SHA256(key, canonical JSON of the event's fields + prev_hash)``
+  with a key kept outside PostgreSQL (:mod:`audit.keys`; ``key_id`` names it) and ``seq`` counts
+  1, 2, 3, ... without gaps, so an edited, deleted or re-ordered row breaks the chain even when
+  someone with the owner's rights disabled the trigger, and cannot be re-computed without the
+  key. Signed checkpoints kept outside the database (:mod:`audit.checkpoints`) catch a removed
+  tail. ``audit.trail.verify_chain`` walks it.
 - Written only through ``audit.trail.record()``, inside the transaction of the change it
   describes, under an advisory lock that serialises appends (a linear chain).
 """
@@ -58,6 +64,12 @@ class AuditEvent(models.Model):
         max_length=16, choices=AuditOutcome.CHOICES, default=AuditOutcome.SUCCESS, db_index=True
     )
     extra = models.JSONField(default=dict, blank=True)
+    key_id = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        help_text="Id of the audit key the hash is an HMAC under (empty: unkeyed SHA-256).",
+    )
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64, unique=True)
 

@@ -7,14 +7,20 @@ the *last* statement of the transaction: it takes a transaction-scoped advisory 
 serialises every audited transaction until commit, so the chain stays linear under concurrent
 writers; taking row locks after it invites lock-order deadlocks.
 
-Hash: ``sha256`` of the canonical JSON (sorted keys, no spaces, UTF-8) of the event's fields and
-``prev_hash``. JSON values are normalised *before* they are stored and hashed (integral floats
-become ints, datetimes ISO strings) so that what PostgreSQL's ``jsonb`` gives back hashes the
-same. The first event's ``prev_hash`` is 64 zeros.
+Hash: ``HMAC-SHA256(key, canonical JSON)`` of the event's fields, ``key_id`` and ``prev_hash``
+(sorted keys, no spaces, UTF-8), with the signing key of :mod:`audit.keys`; with no key
+configured, a plain ``sha256`` of the same JSON without ``key_id`` (the form events had before
+keys existed, so old chains still verify). JSON values are normalised *before* they are stored
+and hashed (integral floats become ints, datetimes ISO strings) so that what PostgreSQL's
+``jsonb`` gives back hashes the same. The first event's ``prev_hash`` is 64 zeros.
 
-Limits: the chain detects an edit, deletion or insertion anywhere except the removal of the
-newest events; an externally kept checkpoint (``audit.checkpoint`` events, ``verify_audit
---head``) covers that.
+What ``verify_chain`` detects: an edit, deletion, insertion or re-ordering anywhere in the chain;
+a chain re-computed without the key (an unkeyed event after a keyed one, an unknown key id, or a
+hash that is not the HMAC under the named key); and, against the signed checkpoints of
+:mod:`audit.checkpoints`, a removed tail (newest events deleted) and an unkeyed prefix re-written
+before the first checkpoint it covers. What it cannot detect: events removed from the tail after
+the latest checkpoint (at most ``STRATA_AUDIT_CHECKPOINT_SECONDS`` of history), and anything done
+by someone who holds the audit key *and* can write the checkpoint directory.
 """
 
 from __future__ import annotations
@@ -35,7 +41,9 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.utils import timezone
 
+from audit import checkpoints as checkpoint_store
 from audit.choices import AuditContext, AuditOutcome
+from audit.keys import AuditKey, keyring, signing_key
 from audit.models import AuditEvent
 
 __all__ = [
@@ -145,8 +153,11 @@ def _iso(when: dt.datetime) -> str:
 
 
 def event_payload(row: dict[str, Any]) -> dict[str, Any]:
-    """The hashed fields of an event, from a ``values()`` row or a dict of field values."""
-    return {
+    """The hashed fields of an event, from a ``values()`` row or a dict of field values.
+
+    ``key_id`` is part of the payload only when set: an unkeyed event hashes exactly as events
+    did before keys existed."""
+    payload = {
         "seq": row["seq"],
         "created_at": _iso(row["created_at"]),
         "actor_id": row["actor_id"],
@@ -162,6 +173,9 @@ def event_payload(row: dict[str, Any]) -> dict[str, Any]:
         "extra": row["extra"],
         "prev_hash": row["prev_hash"],
     }
+    if row.get("key_id"):
+        payload["key_id"] = row["key_id"]
+    return payload
 
 
 def canonical_json(payload: dict[str, Any]) -> str:
@@ -170,8 +184,12 @@ def canonical_json(payload: dict[str, Any]) -> str:
     )
 
 
-def compute_hash(payload: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+def compute_hash(payload: dict[str, Any], key: AuditKey | None = None) -> str:
+    """HMAC-SHA256 under ``key`` of the canonical JSON; plain SHA-256 when ``key`` is None."""
+    text = canonical_json(payload)
+    if key is not None:
+        return key.sign(text)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # --- append -------------------------------------------------------------------------------
@@ -233,8 +251,14 @@ def record(
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [AUDIT_LOCK_KEY])
     last = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
     seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-    fields.update(seq=seq, prev_hash=prev_hash, created_at=timezone.now())
-    fields["hash"] = compute_hash(event_payload(fields))
+    key = signing_key()
+    fields.update(
+        seq=seq,
+        prev_hash=prev_hash,
+        created_at=timezone.now(),
+        key_id=key.key_id if key else "",
+    )
+    fields["hash"] = compute_hash(event_payload(fields), key)
     return AuditEvent.objects.create(**fields)
 
 
@@ -250,11 +274,23 @@ def record_standalone(action: str, **kwargs: Any) -> AuditEvent:
 
 @dataclasses.dataclass
 class VerifyResult:
+    """What ``verify_chain`` found. Stable fields (``/api/v1/audit/verify``, ``verify_audit
+    --json``): ``ok``, ``events``, ``first_broken`` (``seq``, ``id``, ``reason``), ``head_seq``,
+    ``head_hash``; added: ``keyed_events`` / ``unkeyed_events`` (how many are HMACs under a
+    configured key / plain SHA-256), ``checkpoints`` (valid signed checkpoints read),
+    ``checkpoint_seq`` (the latest one's seq) and ``problems`` (checkpoint files that are not
+    valid, each a reason; any makes ``ok`` false)."""
+
     ok: bool
     events: int
     first_broken: dict[str, Any] | None = None
     head_seq: int | None = None
     head_hash: str | None = None
+    keyed_events: int = 0
+    unkeyed_events: int = 0
+    checkpoints: int = 0
+    checkpoint_seq: int | None = None
+    problems: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -275,45 +311,92 @@ _VERIFY_FIELDS = (
     "after",
     "outcome",
     "extra",
+    "key_id",
     "prev_hash",
     "hash",
 )
 
 
+def _row_problem(
+    row: dict[str, Any], expected_seq: int, prev: str, keyed_seen: bool, keys: dict[str, AuditKey]
+) -> str | None:
+    if row["seq"] != expected_seq:
+        return f"sequence gap: expected seq {expected_seq}, found {row['seq']}"
+    if row["prev_hash"] != prev:
+        return "prev_hash does not match the previous event's hash"
+    key = None
+    if row["key_id"]:
+        key = keys.get(row["key_id"])
+        if key is None:
+            return f"signed with audit key {row['key_id']}, which is not configured here"
+    elif keyed_seen:
+        return "unkeyed event after keyed events (re-written without the audit key?)"
+    if compute_hash(event_payload(row), key) != row["hash"]:
+        return "hash does not match the event's contents"
+    return None
+
+
 def verify_chain(
-    chunk_size: int = 5000, progress: Callable[[int], None] | None = None
+    chunk_size: int = 5000,
+    progress: Callable[[int], None] | None = None,
+    after: tuple[int, str] | None = None,
 ) -> VerifyResult:
     """Walk the chain in ``seq`` order over a server-side cursor; stop at the first break.
 
     A break is a gap or repeat in ``seq`` (a deleted or inserted row), a ``prev_hash`` that is
-    not the previous event's hash (re-ordered or deleted), or a ``hash`` that does not match the
-    event's fields (edited)."""
-    expected_seq, prev = 1, GENESIS_HASH
-    count = 0
-    rows = AuditEvent.objects.order_by("seq").values(*_VERIFY_FIELDS).iterator(chunk_size)
-    for row in rows:
-        reason = None
-        if row["seq"] != expected_seq:
-            reason = f"sequence gap: expected seq {expected_seq}, found {row['seq']}"
-        elif row["prev_hash"] != prev:
-            reason = "prev_hash does not match the previous event's hash"
-        elif compute_hash(event_payload(row)) != row["hash"]:
-            reason = "hash does not match the event's contents"
-        if reason:
-            return VerifyResult(
-                ok=False,
-                events=count,
-                first_broken={"seq": row["seq"], "id": row["id"], "reason": reason},
-                head_seq=expected_seq - 1 or None,
-                head_hash=prev if count else None,
-            )
-        count += 1
-        expected_seq, prev = row["seq"] + 1, row["hash"]
-        if progress and count % chunk_size == 0:
-            progress(count)
-    return VerifyResult(
-        ok=True,
-        events=count,
-        head_seq=expected_seq - 1 or None,
-        head_hash=prev if count else None,
+    not the previous event's hash (re-ordered or deleted), a ``hash`` that is not the event's
+    HMAC under the key its ``key_id`` names (edited, or re-computed without the key), an unkeyed
+    event after a keyed one, an event whose hash differs from a signed checkpoint's, or a chain
+    that ends before the latest signed checkpoint (its tail removed).
+
+    ``after=(seq, hash)`` verifies only the events after a trusted ``seq`` whose hash is ``hash``
+    (the checkpoint writer's incremental check); ``events`` then counts those events only."""
+    marks, problems = checkpoint_store.load_valid()
+    keys = keyring()
+    result = VerifyResult(
+        ok=not problems,
+        events=0,
+        checkpoints=len(marks),
+        checkpoint_seq=max(marks) if marks else None,
+        problems=problems,
     )
+    expected_seq, prev = (after[0] + 1, after[1]) if after else (1, GENESIS_HASH)
+    rows = AuditEvent.objects.order_by("seq")
+    if after:
+        rows = rows.filter(seq__gt=after[0])
+        anchor = AuditEvent.objects.filter(seq=after[0]).values("id", "hash").first()
+        if anchor is None or anchor["hash"] != after[1]:
+            result.ok = False
+            result.first_broken = {
+                "seq": after[0],
+                "id": anchor and anchor["id"],
+                "reason": "the event a signed checkpoint names is missing or differs",
+            }
+            return result
+    for row in rows.values(*_VERIFY_FIELDS).iterator(chunk_size):
+        reason = _row_problem(row, expected_seq, prev, result.keyed_events > 0, keys)
+        if reason is None and row["seq"] in marks and marks[row["seq"]] != row["hash"]:
+            reason = "hash differs from the signed checkpoint at this seq (re-written)"
+        if reason:
+            result.ok = False
+            result.first_broken = {"seq": row["seq"], "id": row["id"], "reason": reason}
+            break
+        result.events += 1
+        if row["key_id"]:
+            result.keyed_events += 1
+        else:
+            result.unkeyed_events += 1
+        expected_seq, prev = row["seq"] + 1, row["hash"]
+        if progress and result.events % chunk_size == 0:
+            progress(result.events)
+    result.head_seq = expected_seq - 1 or None
+    result.head_hash = prev if result.events or after else None
+    if result.first_broken is None and marks and max(marks) > expected_seq - 1:
+        result.ok = False
+        result.first_broken = {
+            "seq": expected_seq,
+            "id": None,
+            "reason": f"the log ends at #{expected_seq - 1} but a signed checkpoint names "
+            f"#{max(marks)}: events were removed from its end",
+        }
+    return result

@@ -12,6 +12,13 @@ secret key generated once into ``.run/secret-key`` (mode 0600) unless ``SECRET_K
 ``SECRET_KEY_FILE`` is set, loopback ``ALLOWED_HOSTS``. It serves plain HTTP on 127.0.0.1
 only, so it turns off what needs TLS (``SECURE_SSL_REDIRECT=0``, ``STRATA_SECURE_COOKIES=0``);
 behind a TLS proxy leave those unset and their secure defaults apply.
+
+The audit log (always, DEBUG or not): an audit key generated once into ``.run/audit-key``
+(0600) unless ``STRATA_AUDIT_KEY`` / ``_FILE`` is set; migrations run as the configured
+``DATABASE_URL``'s role (the owner), then ``grant_app_role`` makes ``STRATA_DB_APP_ROLE``
+(default ``strata_app``, password generated into ``.run/db-app-password``) and the web server,
+worker and beat connect as that role, which cannot UPDATE, DELETE or TRUNCATE the audit table.
+``STRATA_DB_APP_ROLE=`` (empty) runs them as the owner, as before.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -95,12 +103,7 @@ def production_env(run_dir: Path = RUN_DIR) -> bool:
     if env_bool("DEBUG"):
         return True
     if not os.environ.get("SECRET_KEY") and not os.environ.get("SECRET_KEY_FILE"):
-        key = run_dir / "secret-key"
-        if not key.exists():
-            run_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(50))
+        key = _secret_file(run_dir / "secret-key", lambda: secrets.token_urlsafe(50))
         os.environ["SECRET_KEY_FILE"] = str(key)
     os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
     os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
@@ -108,9 +111,52 @@ def production_env(run_dir: Path = RUN_DIR) -> bool:
     return False
 
 
-def _spawn(name: str, cmd: list[str]) -> subprocess.Popen:
+def _secret_file(path: Path, make: Callable[[], str]) -> Path:
+    """``path``, created once with ``make()`` as its content, mode 0600."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(make() + "\n")
+    return path
+
+
+def audit_env(run_dir: Path = RUN_DIR) -> None:
+    """The audit key every process signs with, kept outside PostgreSQL (see the docstring)."""
+    if not os.environ.get("STRATA_AUDIT_KEY") and not os.environ.get("STRATA_AUDIT_KEY_FILE"):
+        key = _secret_file(run_dir / "audit-key", lambda: secrets.token_hex(32))
+        os.environ["STRATA_AUDIT_KEY_FILE"] = str(key)
+
+
+def app_database_url(db_url: str, run_dir: Path = RUN_DIR) -> str:
+    """``db_url`` as the application role, after ``grant_app_role`` (see the docstring); the
+    owner's URL when ``STRATA_DB_APP_ROLE`` is empty or the grant fails (said on stderr)."""
+    role = os.environ.get("STRATA_DB_APP_ROLE", "strata_app")
+    if not role:
+        return db_url
+    password = _secret_file(run_dir / "db-app-password", lambda: secrets.token_urlsafe(24))
+    try:
+        print(_manage("grant_app_role", role, "--password-file", str(password)), end="")
+    except subprocess.CalledProcessError:
+        print(
+            f"make run: could not create the database role {role} (the DATABASE_URL role needs "
+            "CREATEROLE and to own the tables); the processes run as the owner, so the audit "
+            "table is protected only by its trigger. STRATA_DB_APP_ROLE= silences this.",
+            file=sys.stderr,
+        )
+        return db_url
+    parts = urllib.parse.urlsplit(db_url)
+    host = parts.hostname or "127.0.0.1"
+    netloc = (
+        f"{urllib.parse.quote(role)}:{urllib.parse.quote(password.read_text().strip())}"
+        f"@{'[' + host + ']' if ':' in host else host}{f':{parts.port}' if parts.port else ''}"
+    )
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _spawn(name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     print(f"Starting {name}: {' '.join(cmd)}", flush=True)
-    return subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+    return subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)
 
 
 def stop_processes(
@@ -159,6 +205,7 @@ def _wait_http(url: str, seconds: float) -> bool:
 def main() -> int:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     debug = production_env()
+    audit_env()
     port = os.environ.get("PORT", "8000")
     db_url = os.environ.get("DATABASE_URL", services.DEFAULT_DATABASE_URL)
     redis_url = os.environ.get("REDIS_URL", services.DEFAULT_REDIS_URL)
@@ -197,6 +244,7 @@ def main() -> int:
             _start_sim(port)
         logins = _manage("demo_users", "--file", str(RUN_DIR / "demo-users.json"))
         print(logins, end="")
+        app_env = {**os.environ, "DATABASE_URL": app_database_url(db_url)}
 
         commands = {
             "web": [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}",
@@ -206,7 +254,7 @@ def main() -> int:
             "beat": [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO"],
         }  # fmt: skip
         for name, cmd in commands.items():
-            procs[name] = _spawn(name, cmd)
+            procs[name] = _spawn(name, cmd, app_env)
         health = f"http://127.0.0.1:{port}/api/v1/health"
         if _wait_http(health, 60):
             print(
@@ -241,7 +289,7 @@ def main() -> int:
                     file=sys.stderr,
                 )
                 time.sleep(1)
-                procs[name] = _spawn(name, commands[name])
+                procs[name] = _spawn(name, commands[name], app_env)
             time.sleep(0.5)
         return 0
     except subprocess.CalledProcessError as exc:

@@ -191,6 +191,24 @@ CELERY_BEAT_SCHEDULE["audit-flush-denials"] = {
     "schedule": float(STRATA_AUDIT_DENIAL_WINDOW_SECONDS),
 }
 
+# --- Audit: key and checkpoints (audit/keys.py, audit/checkpoints.py) --------------------------
+# The chain is an HMAC chain under this key (one per line in the file; the first signs). Kept
+# outside PostgreSQL: make run generates .run/audit-key. Unset: events are written unkeyed.
+STRATA_AUDIT_KEYS = env_secret("STRATA_AUDIT_KEY", "")
+# Signed checkpoints (head seq + hash) are written here, outside PostgreSQL, every
+# STRATA_AUDIT_CHECKPOINT_SECONDS; verify_audit checks the chain against them (a truncated tail
+# is caught). Empty: no checkpoints (and verify_audit says so).
+STRATA_AUDIT_CHECKPOINT_DIR = env_str(
+    "STRATA_AUDIT_CHECKPOINT_DIR", str(RUN_DIR / "audit-checkpoints")
+)
+STRATA_AUDIT_CHECKPOINT_SECONDS = env_float("STRATA_AUDIT_CHECKPOINT_SECONDS", 300.0)
+#: How many checkpoint files are kept (the newest; older ones are removed).
+STRATA_AUDIT_CHECKPOINT_KEEP = env_int("STRATA_AUDIT_CHECKPOINT_KEEP", 1000)
+CELERY_BEAT_SCHEDULE["audit-checkpoint"] = {
+    "task": "audit.write_checkpoint",
+    "schedule": STRATA_AUDIT_CHECKPOINT_SECONDS,
+}
+
 # --- Console: cluster sync (console/) --------------------------------------------------------
 # Every registered cluster is synced from its controller and agents this often (agent events
 # trigger an immediate sync on top, through the signed /agent-events/ webhook).

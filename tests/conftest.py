@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -110,12 +111,32 @@ def admin(db):
     return make_user("ada-admin", "admin")
 
 
+#: The role child processes (workers, beat, the web server) connect as, like ``make run``'s:
+#: ``manage.py grant_app_role`` gives it everything but UPDATE / DELETE / TRUNCATE on the audit
+#: table, so the whole suite shows those grants are enough. Empty: children connect as the owner.
+TEST_APP_ROLE = os.environ.get("STRATA_TEST_DB_APP_ROLE", "strata_test_app")
+_granted: set[str] = set()
+
+
+def grant_test_app_role() -> str:
+    """Run ``grant_app_role`` on the test database once per session; the role's name."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    if TEST_APP_ROLE and connection.settings_dict["NAME"] not in _granted:
+        call_command("grant_app_role", TEST_APP_ROLE, stdout=io.StringIO())
+        _granted.add(connection.settings_dict["NAME"])
+    return TEST_APP_ROLE
+
+
 def child_database_url() -> str:
-    """DATABASE_URL of the test database that pytest-django set up (for child processes)."""
+    """DATABASE_URL of the test database that pytest-django set up (for child processes), as
+    the application role."""
     from django.db import connection
 
     s = connection.settings_dict
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+    user = grant_test_app_role() or s["USER"]
+    auth = user + (f":{s['PASSWORD']}" if s.get("PASSWORD") and user == s["USER"] else "")
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 

@@ -13,3 +13,9 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp.apps.TestAppConfig"]
 # process at that step boundary, once per workflow and step (marker files in STRATA_FAULT_DIR).
 STRATA_FAULT_KILL_AT = env_str("STRATA_FAULT_KILL_AT", "")
 STRATA_FAULT_DIR = Path(env_str("STRATA_FAULT_DIR", str(RUN_DIR / "faults")))
+
+# The suite runs with a keyed chain (the workers it starts read the same default). Checkpoints
+# are off unless a test turns them on: the database is flushed between tests, so a checkpoint
+# kept from an earlier test would read as a truncated log.
+STRATA_AUDIT_KEYS = env_str("STRATA_AUDIT_KEY", "strata-test-suite-audit-key-0123456789abcdef")
+STRATA_AUDIT_CHECKPOINT_DIR = env_str("STRATA_AUDIT_CHECKPOINT_DIR", "")

@@ -1,4 +1,8 @@
-"""``manage.py verify_audit``: walk the audit hash chain; exit 1 naming the first broken event."""
+"""``manage.py verify_audit``: walk the audit chain; exit 1 naming the first broken event.
+
+Checks the keyed hash chain and the signed checkpoints (:mod:`audit.checkpoints`); ``--head``
+adds a head kept by hand elsewhere. Says how many events are unkeyed (written before a key was
+configured) and how many checkpoints it read, so "intact" never overstates what was checked."""
 
 from __future__ import annotations
 
@@ -10,7 +14,10 @@ from audit.trail import verify_chain
 
 
 class Command(BaseCommand):
-    help = "Verify the audit log's hash chain. Exits non-zero and names the first broken event."
+    help = (
+        "Verify the audit log's keyed hash chain against the signed checkpoints. Exits non-zero "
+        "and names the first broken event, or the checkpoint that is not valid."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
@@ -38,6 +45,8 @@ class Command(BaseCommand):
             self.stdout.write(
                 _json(result.as_dict() | ({"head_problem": problem} if problem else {}))
             )
+        if result.problems:
+            raise CommandError("Audit checkpoints not valid: " + "; ".join(result.problems))
         if not result.ok:
             broken = result.first_broken or {}
             raise CommandError(
@@ -51,6 +60,16 @@ class Command(BaseCommand):
                 f"Audit chain intact: {result.events} events; head #{result.head_seq} "
                 f"{result.head_hash}"
             )
+            self.stdout.write(
+                f"  {result.keyed_events} keyed (HMAC), {result.unkeyed_events} unkeyed"
+            )
+            if result.checkpoints:
+                self.stdout.write(
+                    f"  matches {result.checkpoints} signed checkpoints, the latest at "
+                    f"#{result.checkpoint_seq}"
+                )
+            else:
+                self.stdout.write("  no signed checkpoint: a removed tail would not be detected")
 
 
 def _json(value) -> str:
