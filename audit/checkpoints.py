@@ -98,6 +98,12 @@ def load_valid() -> tuple[dict[int, str], list[str]]:
     marks: dict[int, str] = {}
     problems: list[str] = []
     keys = keyring()
+    names = sorted(p.name for p in directory.iterdir() if _NAME.match(p.name))
+    if names and not keys:
+        return {}, [
+            f"{len(names)} signed checkpoints but no audit key is configured here "
+            "(set STRATA_AUDIT_KEY or STRATA_AUDIT_KEY_FILE)"
+        ]
     for path in sorted(directory.iterdir()):
         match = _NAME.match(path.name)
         if not match:

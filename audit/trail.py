@@ -328,7 +328,10 @@ def _row_problem(
     if row["key_id"]:
         key = keys.get(row["key_id"])
         if key is None:
-            return f"signed with audit key {row['key_id']}, which is not configured here"
+            return (
+                f"signed with audit key {row['key_id']}, which is not configured here "
+                "(STRATA_AUDIT_KEY / STRATA_AUDIT_KEY_FILE)"
+            )
     elif keyed_seen:
         return "unkeyed event after keyed events (re-written without the audit key?)"
     if compute_hash(event_payload(row), key) != row["hash"]:

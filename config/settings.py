@@ -194,7 +194,11 @@ CELERY_BEAT_SCHEDULE["audit-flush-denials"] = {
 # --- Audit: key and checkpoints (audit/keys.py, audit/checkpoints.py) --------------------------
 # The chain is an HMAC chain under this key (one per line in the file; the first signs). Kept
 # outside PostgreSQL: make run generates .run/audit-key. Unset: events are written unkeyed.
-STRATA_AUDIT_KEYS = env_secret("STRATA_AUDIT_KEY", "")
+# Unset and make run's generated key exists: that key, so manage.py commands run beside make run
+# (verify_audit, audit_checkpoint) verify what its processes wrote.
+STRATA_AUDIT_KEYS = env_secret("STRATA_AUDIT_KEY", "") or (
+    (RUN_DIR / "audit-key").read_text().strip() if (RUN_DIR / "audit-key").is_file() else ""
+)
 # Signed checkpoints (head seq + hash) are written here, outside PostgreSQL, every
 # STRATA_AUDIT_CHECKPOINT_SECONDS; verify_audit checks the chain against them (a truncated tail
 # is caught). Empty: no checkpoints (and verify_audit says so).

@@ -254,3 +254,9 @@ def test_checkpoints_are_off_without_a_key(events, settings, tmp_path):
     settings.STRATA_AUDIT_KEYS = ""
     assert checkpoint_head() == ("off", None)
     assert not list(tmp_path.iterdir())
+
+
+def test_without_the_key_the_chain_is_unverifiable_not_intact(events, settings):
+    settings.STRATA_AUDIT_KEYS = ""
+    with pytest.raises(CommandError, match=f"cannot be verified from event #{events[0].seq} on"):
+        call_command("verify_audit")

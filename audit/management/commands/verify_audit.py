@@ -49,6 +49,11 @@ class Command(BaseCommand):
             raise CommandError("Audit checkpoints not valid: " + "; ".join(result.problems))
         if not result.ok:
             broken = result.first_broken or {}
+            if "not configured here" in str(broken.get("reason")):
+                raise CommandError(
+                    f"Audit chain cannot be verified from event #{broken.get('seq')} on: "
+                    f"{broken.get('reason')}. {result.events} events before it verified."
+                )
             raise CommandError(
                 f"Audit chain broken at event #{broken.get('seq')} (id {broken.get('id')}): "
                 f"{broken.get('reason')}. {result.events} events before it verified."
