@@ -10,6 +10,8 @@ import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
+import django_filters
+from django import forms
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -20,7 +22,11 @@ from audit.models import AuditEvent
 __all__ = [
     "AUDIT_EXPORT_FIELDS",
     "AUDIT_FILTERS",
+    "AuditFilter",
+    "FilterText",
+    "IntegerFilter",
     "InvalidFilter",
+    "apply_filterset",
     "audit_event_out",
     "diff",
     "export_rows",
@@ -96,44 +102,77 @@ def int_param(params: Any, name: str) -> int | None:
     return value
 
 
+class IntegerFilter(django_filters.Filter):
+    """An exact integer (``NumberFilter`` takes decimals); non-negative, 64-bit."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", 0)
+        kwargs.setdefault("max_value", 2**63 - 1)
+        super().__init__(*args, **kwargs)
+
+
+class FilterText(django_filters.CharFilter):
+    """Text filter with the length limit every filter has (NUL is refused by the form field)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", MAX_FILTER_LEN)
+        super().__init__(*args, **kwargs)
+
+
+class AuditFilter(django_filters.FilterSet):
+    """Filters of the audit page, its export and ``GET /api/v1/audit`` (stable names)."""
+
+    actor = FilterText(field_name="actor_name")
+    action = FilterText(field_name="action", lookup_expr="startswith")
+    kind = FilterText(field_name="workflow__kind")
+    target = FilterText(method="filter_target")
+    workflow = IntegerFilter(field_name="workflow_id")
+    outcome = django_filters.ChoiceFilter(choices=AuditOutcome.CHOICES)
+    context = django_filters.ChoiceFilter(choices=AuditContext.CHOICES)
+    since = FilterText(method="filter_since")
+    until = FilterText(method="filter_until")
+
+    class Meta:
+        model = AuditEvent
+        fields: list[str] = []
+
+    def filter_target(self, qs: QuerySet, name: str, value: str) -> QuerySet:
+        ttype, sep, tid = value.strip().partition(":")
+        return qs.filter(target_type=ttype, target_id=tid) if sep else qs.filter(target_id=value)
+
+    def filter_since(self, qs: QuerySet, name: str, value: str) -> QuerySet:
+        return qs.filter(created_at__gte=when_param({name: value}, name))
+
+    def filter_until(self, qs: QuerySet, name: str, value: str) -> QuerySet:
+        return qs.filter(created_at__lte=when_param({name: value}, name, end_of_day=True))
+
+
+def apply_filterset(
+    filterset_class: type[django_filters.FilterSet], params: Any, queryset: QuerySet
+) -> tuple[QuerySet, dict[str, str]]:
+    """``queryset`` filtered by ``params`` (a QueryDict or dict) through ``filterset_class``;
+    returns it with the filters that were applied (their text, for the page's form and links).
+    A value the filter's form refuses raises :class:`InvalidFilter` naming the filter."""
+    # A QueryDict's ``get`` gives a key's last value, as the hand-written filters read it.
+    data = {k: str(params.get(k)).strip() for k in params if params.get(k) is not None}
+    fs = filterset_class(data, queryset=queryset)
+    if not fs.is_valid():
+        name, errors = next(iter(fs.errors.items()))
+        raise InvalidFilter(f"{name}: {' '.join(errors)}")
+    applied = {
+        name: data[name]
+        for name in fs.filters
+        if fs.form.cleaned_data.get(name) not in (None, "") and data.get(name)
+    }
+    return fs.qs, applied
+
+
 def filter_audit(params: Any) -> tuple[QuerySet[AuditEvent], dict[str, str]]:
     """Apply the audit filters in ``params`` (a QueryDict or dict); returns the queryset (newest
     first) and the filters that were applied, for the page's form and links."""
-    qs = AuditEvent.objects.order_by("-seq")
-    applied: dict[str, str] = {}
-    if actor := text_param(params, "actor"):
-        qs = qs.filter(actor_name=actor)
-        applied["actor"] = actor
-    if action := text_param(params, "action"):
-        qs = qs.filter(action__startswith=action)
-        applied["action"] = action
-    if kind := text_param(params, "kind"):
-        qs = qs.filter(workflow__kind=kind)
-        applied["kind"] = kind
-    if target := text_param(params, "target"):
-        ttype, sep, tid = target.partition(":")
-        qs = qs.filter(target_type=ttype, target_id=tid) if sep else qs.filter(target_id=target)
-        applied["target"] = target
-    if (workflow := int_param(params, "workflow")) is not None:
-        qs = qs.filter(workflow_id=workflow)
-        applied["workflow"] = str(workflow)
-    if outcome := text_param(params, "outcome"):
-        if outcome not in AuditOutcome.ALL:
-            raise InvalidFilter(f"outcome must be one of {', '.join(AuditOutcome.ALL)}.")
-        qs = qs.filter(outcome=outcome)
-        applied["outcome"] = outcome
-    if context := text_param(params, "context"):
-        if context not in AuditContext.ALL:
-            raise InvalidFilter(f"context must be one of {', '.join(AuditContext.ALL)}.")
-        qs = qs.filter(context=context)
-        applied["context"] = context
-    if (since := when_param(params, "since")) is not None:
-        qs = qs.filter(created_at__gte=since)
-        applied["since"] = text_param(params, "since")
-    if (until := when_param(params, "until", end_of_day=True)) is not None:
-        qs = qs.filter(created_at__lte=until)
-        applied["until"] = text_param(params, "until")
-    return qs, applied
+    return apply_filterset(AuditFilter, params, AuditEvent.objects.order_by("-seq"))
 
 
 def page_by_seq(

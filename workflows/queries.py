@@ -1,7 +1,7 @@
 """Read helpers of the workflow pages and API: the list's filters, serialisation.
 
-The workflow list paginates on the server. Filter values are read with the audit app's
-parameter helpers (one rule for what a valid filter value is).
+The workflow list paginates on the server. Its filters are a django-filter ``FilterSet`` applied
+by the audit app's ``apply_filterset`` (one rule for what a valid filter value is, one error).
 """
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import django_filters
 from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
-from audit.queries import InvalidFilter, text_param
+from audit.queries import FilterText, InvalidFilter, apply_filterset
 from workflows.choices import WorkflowState
 from workflows.errors import ErrorCode, WorkflowError
 from workflows.models import Approval, Workflow
@@ -32,31 +33,33 @@ def filter_workflows(params: Any) -> tuple[QuerySet[Workflow], dict[str, str]]:
         raise WorkflowError(ErrorCode.INVALID_REQUEST, exc.message) from None
 
 
+class WorkflowFilter(django_filters.FilterSet):
+    """Filters of the workflows page and ``GET /api/v1/workflows`` (stable names). ``state`` is
+    a state, or ``open`` / ``past`` (each with its own order: newest request / newest end)."""
+
+    state = django_filters.ChoiceFilter(
+        choices=[("open", "open"), ("past", "past"), *((s, s) for s in WorkflowState.ALL)],
+        method="filter_state",
+    )
+    kind = FilterText()
+    cluster = FilterText()
+    target = FilterText()
+    requester = FilterText(field_name="requester__username")
+
+    class Meta:
+        model = Workflow
+        fields: list[str] = []
+
+    def filter_state(self, qs: QuerySet, name: str, value: str) -> QuerySet:
+        if value == "open":
+            return qs.filter(state__in=WorkflowState.OPEN).order_by("-created_at", "-id")
+        if value == "past":
+            return qs.filter(state__in=WorkflowState.TERMINAL).order_by("-finished_at", "-id")
+        return qs.filter(state=value)
+
+
 def _filter_workflows(params: Any) -> tuple[QuerySet[Workflow], dict[str, str]]:
-    qs = Workflow.objects.select_related("requester")
-    applied: dict[str, str] = {}
-    state = text_param(params, "state")
-    if state == "open":
-        qs = qs.filter(state__in=WorkflowState.OPEN).order_by("-created_at", "-id")
-    elif state == "past":
-        qs = qs.filter(state__in=WorkflowState.TERMINAL).order_by("-finished_at", "-id")
-    elif state:
-        if state not in WorkflowState.ALL:
-            raise WorkflowError(
-                ErrorCode.INVALID_REQUEST,
-                f"state must be open, past or one of {', '.join(WorkflowState.ALL)}.",
-            )
-        qs = qs.filter(state=state)
-    if state:
-        applied["state"] = state
-    for name in ("kind", "cluster", "target"):
-        if value := text_param(params, name):
-            qs = qs.filter(**{name: value})
-            applied[name] = value
-    if requester := text_param(params, "requester"):
-        qs = qs.filter(requester__username=requester)
-        applied["requester"] = requester
-    return qs, applied
+    return apply_filterset(WorkflowFilter, params, Workflow.objects.select_related("requester"))
 
 
 def with_decisions(qs: QuerySet[Workflow]) -> QuerySet[Workflow]:
