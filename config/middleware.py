@@ -50,6 +50,9 @@ PUBLIC_PATH_PREFIXES = ("/" + settings.STATIC_URL.lstrip("/"),)
 #: Namespaces and URL names answered in JSON (401 / 403 bodies) that accept bearer tokens.
 MACHINE_NAMESPACES = frozenset({"api"})
 MACHINE_VIEWS = frozenset({"console:metrics"})
+#: Pages inside a machine namespace: a browser without a session is sent to sign in (the API's
+#: Swagger UI); a bearer token still works.
+PAGES_IN_MACHINE_NAMESPACES = frozenset({"api:openapi-view"})
 
 
 class Access:
@@ -111,7 +114,8 @@ class StrataAccessMiddleware:
                 request.strata_api_token = token  # the API's BearerToken reuses it
         user = getattr(request, "user", None)
         if user is None or not user.is_authenticated:
-            return self._deny(request, Access.UNAUTHENTICATED, machine)
+            page = view_name in PAGES_IN_MACHINE_NAMESPACES and bearer_token(request) is None
+            return self._deny(request, Access.UNAUTHENTICATED, machine and not page)
         if not user_roles(user).intersection(Role.ALL):
             return self._deny(request, Access.FORBIDDEN, machine)
         request.strata_access = Access.ALLOWED

@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "django_filters",
+    "ninja",  # serves Swagger UI from its own static files (not a CDN) at /api/v1/docs
     "pgtrigger",
     "axes",
     "audit",

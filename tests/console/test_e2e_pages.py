@@ -197,3 +197,24 @@ def test_topology(page, viewer, world):
     page.wait_for_url("**page=2**")
     _shot(page, "topology")
     assert page.console_errors == []
+
+
+def test_api_docs_render_offline_behind_the_login(page, viewer, live_server):
+    """Swagger UI comes from the project's static files: no request leaves the server."""
+    outside: list[str] = []
+
+    def only_local(route):
+        if route.request.url.startswith(live_server.url):
+            return route.continue_()
+        outside.append(route.request.url)
+        return route.abort()
+
+    page.context.route("**/*", only_local)
+    page.goto("/api/v1/docs")
+    assert "/accounts/login/" in page.url  # the docs need a signed-in user with a role
+    login(page, viewer.username)
+    page.goto("/api/v1/docs")
+    page.locator(".opblock").first.wait_for(timeout=15_000)
+    assert page.locator(".opblock").count() >= 10
+    assert page.get_by_text("/api/v1/workflows", exact=True).count() >= 1
+    assert outside == [] and page.console_errors == []
