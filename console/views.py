@@ -27,6 +27,9 @@ BEAT_FRESH = dt.timedelta(minutes=2)
 LIVE_SECONDS = 5
 PARTITIONS_PER_PAGE = 50
 TOPOLOGY_PER_PAGE = 50
+#: The key lookup takes keys up to this long (a longer GET would meet the server's request-line
+#: limit; the input stops typing there and the view says so).
+MAX_KEY_CHARS = 1024
 
 
 def _system_status_context() -> dict:
@@ -152,8 +155,14 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "marked": marked,
         "tasks": selectors.task_states(t),
         "stale": selectors.stale_sources(c),
-        "lookup": selectors.lookup_key(t, key) if key is not None else None,
-        "key": key or "",
+        "lookup": selectors.lookup_key(t, key) if key is not None and len(key) <= MAX_KEY_CHARS else None,
+        "key_error": (
+            f"A key of at most {MAX_KEY_CHARS:,} characters, please."
+            if key and len(key) > MAX_KEY_CHARS
+            else ""
+        ),
+        "key": (key or "")[:MAX_KEY_CHARS],
+        "max_key": MAX_KEY_CHARS,
         "can_request": can_request,
         "actions": _topic_actions(c, t) if can_request else [],
     }

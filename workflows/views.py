@@ -31,7 +31,7 @@ from audit.models import AuditEvent
 from workflows import actions
 from workflows.choices import ApprovalDecision, StepState, WorkflowState
 from workflows.errors import WorkflowError
-from workflows.kinds import Refusal, all_kinds, get_kind
+from workflows.kinds import MAX_TEXT, Refusal, all_kinds, get_kind
 from workflows.models import Workflow
 from workflows.queries import (
     filter_workflows,
@@ -291,6 +291,7 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
             "kind": kind,
             "kinds": all_kinds(include_hidden=False),
             "fields": fields,
+            "max_text": MAX_TEXT,  # the inputs' maxlength: no request line a server refuses
             "cluster": data.get("cluster") or "",
             "reason": data.get("reason") or "",
             "preview": preview,
