@@ -137,6 +137,14 @@ class SparkJobRun(models.Model):
         return min(100, int(100 * self.tasks_done / self.tasks_total))
 
     @property
+    def stages_skipped(self) -> int:
+        """Of a succeeded run, the stages Spark planned but skipped (their shuffle output was
+        reused): why "8/10 stages" is a finished run, not an unfinished one."""
+        if self.state != SparkRunState.SUCCEEDED:
+            return 0
+        return max(0, self.stages_total - self.stages_done)
+
+    @property
     def has_plan(self) -> bool:
         return self.job in SparkJob.PLANNING and bool(self.output_dir)
 

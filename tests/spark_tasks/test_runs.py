@@ -301,3 +301,25 @@ def test_old_finished_runs_lose_their_files_but_keep_their_rows(
     page = client.get(reverse("spark_tasks:run-plan", args=[runs["old_done"].pk]))
     assert page.status_code == 200
     assert "removed 14 days after it finished" in page.content.decode()
+
+
+def test_a_succeeded_run_reads_done_with_its_skipped_stages_not_8_of_10(client, viewer):
+    run = SparkJobRun.objects.create(
+        job=SparkJob.PURGE,
+        state=SparkRunState.SUCCEEDED,
+        stages_total=10,
+        stages_done=8,
+        tasks_total=10,
+        tasks_done=8,
+        heartbeat_at=timezone.now() - dt.timedelta(minutes=9),
+        log_tail="first line\nlast line",
+    )
+    assert run.stages_skipped == 2 and run.task_percent == 100
+    client.force_login(viewer)
+    html = client.get(reverse("spark_tasks:run-detail", args=[run.pk])).content.decode()
+    assert "done: 8 stages and 8 tasks ran; 2 skipped" in html
+    assert "8/10 stages" not in html and "last heartbeat" not in html  # finished: no heartbeat
+    running = SparkJobRun.objects.create(
+        job=SparkJob.PURGE, state=SparkRunState.RUNNING, stages_total=10, stages_done=8
+    )
+    assert running.stages_skipped == 0
