@@ -155,7 +155,9 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "marked": marked,
         "tasks": selectors.task_states(t),
         "stale": selectors.stale_sources(c),
-        "lookup": selectors.lookup_key(t, key) if key is not None and len(key) <= MAX_KEY_CHARS else None,
+        "lookup": selectors.lookup_key(t, key)
+        if key is not None and len(key) <= MAX_KEY_CHARS
+        else None,
         "key_error": (
             f"A key of at most {MAX_KEY_CHARS:,} characters, please."
             if key and len(key) > MAX_KEY_CHARS
