@@ -188,12 +188,15 @@ def workflow_approve(request: HttpRequest, pk: int) -> HttpResponse:
             messages.error(request, f"{exc.code}: {exc.message}")
             return HttpResponseRedirect(reverse("workflows:approve", args=[wf.pk]))
         return HttpResponseRedirect(reverse("workflows:detail", args=[wf.pk]))
+    valid = wf.valid_approvals()
     return render(
         request,
         "workflows/workflow_approve.html",
         {
             "wf": wf,
             "approvals": list(wf.approvals.all()),
+            "my_approval": valid.filter(approver=request.user).first(),
+            "valid_count": valid.count(),
             "is_requester": wf.requester_id == request.user.pk,
             "is_approver": has_role(request.user, Role.APPROVER),
             "ttl_hours": settings.STRATA_APPROVAL_TTL_HOURS,

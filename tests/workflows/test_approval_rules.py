@@ -99,6 +99,15 @@ def test_any_rejection_rejects(api, operator, approver, second_approver, setting
     assert third.status_code == 409
 
 
+def test_a_rejection_must_say_why(api, operator, approver):
+    wf = request_noop(operator)
+    for body in ({}, {"comment": "   "}):
+        response = api(approver).post(f"/workflows/{wf.pk}/reject", body)
+        assert response.status_code == 400 and "comment is required" in response.json()["message"]
+    wf.refresh_from_db()
+    assert wf.state == WorkflowState.PENDING_APPROVAL and not wf.approvals.exists()
+
+
 def test_the_requester_cannot_reject_their_own_request(api, admin):
     wf = request_noop(admin)
     response = api(admin).post(f"/workflows/{wf.pk}/reject", {})

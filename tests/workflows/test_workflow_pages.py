@@ -73,6 +73,32 @@ def test_approval_page_approves_with_the_shown_hash(client, operator, approver):
     assert Workflow.objects.get(pk=wf.pk).state == WorkflowState.APPROVED
 
 
+def test_after_approving_the_page_says_so_instead_of_offering_approve_again(
+    client, operator, approver, settings
+):
+    settings.STRATA_APPROVAL_POLICY = {"noop_check": {"approvals": 2}}
+    wf = request_noop(operator)
+    client.force_login(approver)
+    client.post(f"/workflows/{wf.pk}/approve/", {"decision": "approve", "plan_hash": wf.plan_hash})
+    page = client.get(f"/workflows/{wf.pk}/approve/").content.decode()
+    assert 'data-testid="already-approved"' in page and "1 of 2 approvals" in page
+    assert 'data-testid="approve"' not in page
+
+
+def test_rejecting_on_the_page_without_a_comment_is_refused_with_a_message(
+    client, operator, approver
+):
+    wf = request_noop(operator)
+    client.force_login(approver)
+    response = client.post(
+        f"/workflows/{wf.pk}/approve/",
+        {"decision": "reject", "plan_hash": wf.plan_hash, "comment": ""},
+        follow=True,
+    )
+    assert "comment is required to reject" in response.content.decode()
+    assert Workflow.objects.get(pk=wf.pk).state == WorkflowState.PENDING_APPROVAL
+
+
 def test_approval_page_refuses_self_approval_with_a_message(client, admin):
     wf = request_noop(admin)
     client.force_login(admin)

@@ -399,7 +399,8 @@ def do_reject_workflow(
     comment: Any = "",
     context: str | None = None,
 ) -> Workflow:
-    """Reject: any rejection ends the workflow. ``plan_hash``, when given, must be current."""
+    """Reject: any rejection ends the workflow. ``plan_hash``, when given, must be current;
+    ``comment`` is required (a rejection says why)."""
     comment = _clean_text(comment, "comment")
     if plan_hash is not None and not isinstance(plan_hash, str):
         raise WorkflowError(ErrorCode.INVALID_REQUEST, "plan_hash must be a string.")
@@ -407,6 +408,11 @@ def do_reject_workflow(
     with transaction.atomic():
         wf = _locked(workflow_id)
         _check_decider(wf, acting_user, plan_hash or None, now)
+        if not comment:  # after the decider checks: who may not decide hears that first
+            raise WorkflowError(
+                ErrorCode.INVALID_REQUEST,
+                "comment is required to reject: say why, so the requester can act on it.",
+            )
         before = workflow_snapshot(wf)
         Approval.objects.create(
             workflow=wf,
