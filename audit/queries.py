@@ -75,11 +75,13 @@ def when_param(params: Any, name: str, end_of_day: bool = False) -> dt.datetime 
     if not raw:
         return None
     try:
-        value = parse_datetime(raw)
-        if value is None:
-            day = parse_date(raw)
-            if day is not None:
-                value = dt.datetime.combine(day, dt.time.max if end_of_day else dt.time.min)
+        # A plain date first: parse_datetime also reads "2026-11-24" (as midnight), which made
+        # "until" a day exclude that very day.
+        day = parse_date(raw) if len(raw) == 10 else None
+        if day is not None:
+            value = dt.datetime.combine(day, dt.time.max if end_of_day else dt.time.min)
+        else:
+            value = parse_datetime(raw)
     except ValueError:
         value = None
     if value is None:
@@ -172,7 +174,12 @@ def apply_filterset(
 def filter_audit(params: Any) -> tuple[QuerySet[AuditEvent], dict[str, str]]:
     """Apply the audit filters in ``params`` (a QueryDict or dict); returns the queryset (newest
     first) and the filters that were applied, for the page's form and links."""
-    return apply_filterset(AuditFilter, params, AuditEvent.objects.order_by("-seq"))
+    qs, applied = apply_filterset(AuditFilter, params, AuditEvent.objects.order_by("-seq"))
+    if "since" in applied and "until" in applied:
+        since, until = when_param(applied, "since"), when_param(applied, "until", end_of_day=True)
+        if since and until and since > until:
+            raise InvalidFilter("since is after until: no event can match; swap them.")
+    return qs, applied
 
 
 def page_by_seq(

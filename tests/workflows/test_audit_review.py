@@ -60,6 +60,7 @@ def test_api_filters_by_actor_kind_target_outcome_context_and_time(api, operator
         {"before": "-1"},
         {"limit": "x"},
         {"workflow": "99999999999999999999999"},
+        {"since": "2026-11-24", "until": "2026-11-23"},
     ],
 )
 def test_api_bad_filters_are_400_invalid_request(api, viewer, params):
@@ -88,6 +89,16 @@ def test_audit_page_filters_and_pages_on_the_server(client, viewer):
 def test_audit_page_bad_filters_never_500(client, viewer, query):
     client.force_login(viewer)
     assert client.get("/audit/" + query).status_code == 400
+
+
+def test_since_after_until_is_said_and_one_day_is_the_whole_day(client, viewer):
+    client.force_login(viewer)
+    response = client.get("/audit/?since=2026-11-24&until=2026-11-23")
+    assert response.status_code == 400 and "since is after until" in response.content.decode()
+    event = _event(actor=None)
+    day = event.created_at.date().isoformat()
+    html = client.get(f"/audit/?since={day}&until={day}").content.decode()
+    assert f'href="/audit/{event.seq}/"' in html
 
 
 def test_event_detail_shows_a_before_after_diff(client, viewer):
