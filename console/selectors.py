@@ -97,9 +97,10 @@ def stale_sources(cluster: Cluster) -> list[dict]:
 
 
 def cluster_overview() -> list[dict]:
-    """Per cluster: brokers up / down, offline dirs, partition health, topics by tiered state.
+    """Per cluster: brokers up / down, offline dirs (and the oldest five by name, for the
+    incident banner), partition health, topics by tiered state.
 
-    Four queries for any number of clusters; partition numbers are the sync's aggregates.
+    Five queries for any number of clusters; partition numbers are the sync's aggregates.
     """
     clusters = list(Cluster.objects.all())
     brokers = {
@@ -117,6 +118,13 @@ def cluster_overview() -> list[dict]:
         .annotate(n=Count("id"))
         .values_list("cluster_id", "n")
     )
+    failed: dict[int, list[dict]] = defaultdict(list)
+    for row in (
+        LogDir.objects.filter(state=LogDirState.OFFLINE)
+        .order_by("state_changed_at", "broker__broker_id", "name")
+        .values("cluster_id", "broker__broker_id", "name", "path", "state_changed_at")[:50]
+    ):
+        failed[row["cluster_id"]].append(row)
     by_state: dict[int, dict[str, int]] = defaultdict(dict)
     for row in Topic.objects.values("cluster_id", "tiered_state").annotate(n=Count("id")):
         by_state[row["cluster_id"]][row["tiered_state"]] = row["n"]
@@ -131,6 +139,7 @@ def cluster_overview() -> list[dict]:
                 "brokers_offline": b.get("offline", 0),
                 "brokers_stale": b.get("stale", 0),
                 "offline_log_dirs": dirs.get(c.pk, 0),
+                "failed_dirs": failed.get(c.pk, [])[:5],  # the oldest failures, for the banner
                 "topics_by_tiered_state": {s: by_state[c.pk].get(s, 0) for s in TieredState.ALL},
             }
         )

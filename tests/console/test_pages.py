@@ -194,3 +194,28 @@ def test_request_form_inputs_stop_at_the_length_a_request_line_takes(browser_cli
         "/workflows/new/", {"kind": "disable_tiering", "cluster": "local", "topic": "orders"}
     ).content.decode()
     assert html.count('maxlength="255"') >= 2  # cluster and topic
+
+
+def test_overview_names_the_failed_dir_and_links_to_its_incident(browser_client, synced, builder):
+    html = browser_client.get("/").content.decode()
+    assert 'data-testid="failed-dirs"' not in html
+    builder.fail_log_dir(2, "logdir-0")
+    sync(synced, builder)
+    html = browser_client.get("/").content.decode()
+    assert 'data-testid="failed-dirs"' in html and "1 log dir offline" in html
+    assert "/brokers/?cluster=local&amp;dir=2:logdir-0" in html
+    assert 'data-metric="offline-log-dirs"><a href="/brokers/?cluster=local">1</a>' in html
+    incident = browser_client.get("/brokers/?cluster=local&dir=2:logdir-0").content.decode()
+    assert "logdir-0" in incident and "Incident" in incident
+
+
+def test_overview_recent_audit_events_show_a_denied_outcome(browser_client, synced):
+    from django.db import transaction
+
+    from audit import trail
+    from audit.choices import AuditContext, AuditOutcome
+
+    with transaction.atomic():
+        trail.record("test.refused", context=AuditContext.WEB, outcome=AuditOutcome.DENIED)
+    html = browser_client.get("/").content.decode()
+    assert 'data-outcome="denied"' in html and "test.refused" in html
