@@ -22,7 +22,8 @@ How a run goes (``run(workflow_id)``, called by the Celery task ``run_workflow``
    and the reconciler handed the workflow to another run) cannot commit anything.
    - done → step succeeded; next step.
    - ``StepResult.wait`` → step and workflow ``waiting`` until ``resume_at``; the workflow
-     stays ``waiting`` while that step is re-tried and turns ``running`` when it succeeds.
+     stays ``waiting`` while that step is re-tried and turns ``running`` when it succeeds. A
+     wait is audited once, and again only when its reason changes.
    - a gate step not yet confirmed → ``waiting`` until ``POST .../confirm``.
    - exception → retried with exponential backoff (``resume_at``) until ``max_attempts``
      runs have raised (``failures``; waits do not count), then failed; ``StepResult.fail`` / a Refusal → failed at once.
@@ -607,9 +608,24 @@ class _Run:
         with transaction.atomic():
             wf = self.locked()
             before = workflow_snapshot(wf)
+            # The same wait again (a re-check that found nothing new) changes no state worth an
+            # event: one audit event per wait, not one per re-check (a probe every 5 s for ten
+            # minutes was 240 events). A new reason is news and is recorded.
+            again = (
+                wf.state == WorkflowState.WAITING
+                and wf.waiting_reason == reason
+                and wf.current_step == (step.label or step.name)
+            )
             self._step_update(step, state=StepState.WAITING, last_error=reason, not_before=when)
             self.release(wf)
             wf.state, wf.waiting_reason, wf.resume_at = WorkflowState.WAITING, reason, when
+            if again:
+                wf.save(
+                    update_fields=["lease_owner", "lease_expires_at", "resume_at", "updated_at"]
+                )
+                if retry_in:
+                    _schedule(wf.pk, retry_in)
+                return wf.state
             self._transition(
                 wf,
                 AuditAction.WORKFLOW_WAITING,

@@ -161,6 +161,40 @@ def test_waiting_runs_are_not_failures(operator, approver, monkeypatch):
     assert retry.extra["failures"] == 1 and retry.extra["attempts"] == 7
 
 
+def test_a_wait_is_audited_once_and_again_only_when_its_reason_changes(
+    operator, approver, monkeypatch
+):
+    """A re-check that finds nothing new writes no audit event (a probe every 5 s wrote two
+    per probe); a new reason is news."""
+    from workflows.kinds import StepResult
+
+    runs, original = {"n": 0}, noop.apply
+    reasons = ["acks 0 of 3", "acks 0 of 3", "acks 0 of 3", "acks 2 of 3", "acks 2 of 3"]
+
+    def waits(ctx):
+        runs["n"] += 1
+        if runs["n"] <= len(reasons):
+            return StepResult.wait(reasons[runs["n"] - 1], retry_in=0.01)
+        return original(ctx)
+
+    monkeypatch.setattr(noop, "apply", waits)
+    wf = approve(request_noop(operator, partitions=1), approver)
+    for _ in range(12):
+        Workflow.objects.filter(pk=wf.pk).update(resume_at=timezone.now() - dt.timedelta(seconds=1))
+        WorkflowStep.objects.filter(workflow=wf).update(not_before=None)
+        engine.run(wf.pk)
+        wf.refresh_from_db()
+        if wf.state in WorkflowState.TERMINAL:
+            break
+    assert wf.state == WorkflowState.SUCCEEDED, wf.error_message
+    waits_audited = AuditEvent.objects.filter(workflow=wf, action=AuditAction.WORKFLOW_WAITING)
+    assert [e.extra["reason"] for e in waits_audited.order_by("seq")] == [
+        "acks 0 of 3",
+        "acks 2 of 3",
+    ]
+    assert wf.steps.get(name="apply").attempts == 6
+
+
 def test_a_changed_plan_voids_approvals_and_returns_to_pending(
     api, operator, approver, second_approver, monkeypatch
 ):

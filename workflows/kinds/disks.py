@@ -400,15 +400,24 @@ def probe_log_dir(ctx: StepContext) -> StepResult:
     with agent(cluster, broker) as a:
         after = a.probe_log_dir(name).model_dump()
     healthy = after["state"] in LogDirState.GOOD
-    record_command(
-        ctx,
-        DiskAction.PROBE,
-        target_type="log_dir",
-        target_id=f"{broker}:{name}",
-        before=before,
-        after=after,
-        outcome=AuditOutcome.SUCCESS if healthy else AuditOutcome.FAILURE,
+    # The error's kind, without the per-probe file name: a probe failing the same way as the
+    # last one is not audited again (counted in the next event's extra instead).
+    failing = f"{after['state']}, {str(after.get('error') or 'no error').split(':', 1)[0]}"
+    reason = (
+        f"{name} on broker {broker} still fails its probe ({failing}); is the new disk mounted "
+        "at the dir's path?"
     )
+    if healthy or reason != ctx.step.last_error:
+        record_command(
+            ctx,
+            DiskAction.PROBE,
+            target_type="log_dir",
+            target_id=f"{broker}:{name}",
+            before=before,
+            after=after,
+            outcome=AuditOutcome.SUCCESS if healthy else AuditOutcome.FAILURE,
+            extra={"probes": ctx.step.attempts},
+        )
     if healthy:
         return StepResult.done({"state": after["state"], "applied_now": True})
     if ctx.step.attempts >= PROBE_MAX_ATTEMPTS:
@@ -416,11 +425,7 @@ def probe_log_dir(ctx: StepContext) -> StepResult:
             DiskRefusal.LOG_DIR_STILL_OFFLINE,
             f"{name} on broker {broker} still fails its probe: {after.get('error')}",
         )
-    return StepResult.wait(
-        f"{name} on broker {broker} still fails its probe ({after.get('error')}); "
-        "is the new disk mounted at the dir's path?",
-        retry_in=5.0,
-    )
+    return StepResult.wait(reason, retry_in=5.0)
 
 
 @waits_when_unreachable
