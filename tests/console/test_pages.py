@@ -219,3 +219,12 @@ def test_overview_recent_audit_events_show_a_denied_outcome(browser_client, sync
         trail.record("test.refused", context=AuditContext.WEB, outcome=AuditOutcome.DENIED)
     html = browser_client.get("/").content.decode()
     assert 'data-outcome="denied"' in html and "test.refused" in html
+
+
+def test_a_dead_brokers_dirs_read_unknown_not_a_green_online(browser_client, synced, builder):
+    sync(synced, builder, down={2})
+    html = browser_client.get("/brokers/").content.decode()
+    assert 'data-dir="2:logdir-0" data-state="UNKNOWN"' in html
+    assert 'data-dir="1:logdir-0" data-state="ONLINE"' in html
+    row = re.search(r'<tr data-broker="2">(.*?)</tr>', html, re.S).group(1)
+    assert "last seen ONLINE" in row and '<span class="badge online">ONLINE</span></a>' not in row
