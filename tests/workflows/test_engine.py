@@ -129,6 +129,17 @@ def test_a_step_failing_every_attempt_fails_the_workflow(operator, approver, mon
     assert "disk on fire" in failed.extra["message"]
 
 
+def _run_until_terminal(wf: Workflow, runs: int = 12) -> None:
+    """Run the engine on ``wf`` as the beat would, each time as soon as it is due."""
+    for _ in range(runs):
+        Workflow.objects.filter(pk=wf.pk).update(resume_at=timezone.now() - dt.timedelta(seconds=1))
+        WorkflowStep.objects.filter(workflow=wf).update(not_before=None)
+        engine.run(wf.pk)
+        wf.refresh_from_db()
+        if wf.state in WorkflowState.TERMINAL:
+            return
+
+
 def test_waiting_runs_are_not_failures(operator, approver, monkeypatch):
     """A step that waits (a Spark run, an unreachable broker) is re-run many times; one
     exception afterwards is retried, not the last straw: only raising runs count."""
@@ -146,14 +157,7 @@ def test_waiting_runs_are_not_failures(operator, approver, monkeypatch):
 
     monkeypatch.setattr(noop, "apply", waits_then_raises_once)
     wf = approve(request_noop(operator, partitions=1), approver)
-    for _ in range(12):
-        due = timezone.now() - dt.timedelta(seconds=1)
-        Workflow.objects.filter(pk=wf.pk).update(resume_at=due)
-        WorkflowStep.objects.filter(workflow=wf).update(not_before=None)
-        engine.run(wf.pk)
-        wf.refresh_from_db()
-        if wf.state in WorkflowState.TERMINAL:
-            break
+    _run_until_terminal(wf)
     assert wf.state == WorkflowState.SUCCEEDED, wf.error_message
     step = wf.steps.get(name="apply")
     assert (step.attempts, step.failures) == (8, 1)
@@ -179,13 +183,7 @@ def test_a_wait_is_audited_once_and_again_only_when_its_reason_changes(
 
     monkeypatch.setattr(noop, "apply", waits)
     wf = approve(request_noop(operator, partitions=1), approver)
-    for _ in range(12):
-        Workflow.objects.filter(pk=wf.pk).update(resume_at=timezone.now() - dt.timedelta(seconds=1))
-        WorkflowStep.objects.filter(workflow=wf).update(not_before=None)
-        engine.run(wf.pk)
-        wf.refresh_from_db()
-        if wf.state in WorkflowState.TERMINAL:
-            break
+    _run_until_terminal(wf)
     assert wf.state == WorkflowState.SUCCEEDED, wf.error_message
     waits_audited = AuditEvent.objects.filter(workflow=wf, action=AuditAction.WORKFLOW_WAITING)
     assert [e.extra["reason"] for e in waits_audited.order_by("seq")] == [
