@@ -115,17 +115,23 @@ def admin(db):
 #: ``manage.py grant_app_role`` gives it everything but UPDATE / DELETE / TRUNCATE on the audit
 #: table, so the whole suite shows those grants are enough. Empty: children connect as the owner.
 TEST_APP_ROLE = os.environ.get("STRATA_TEST_DB_APP_ROLE", "strata_test_app")
-_granted: set[str] = set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_app_role(django_db_setup, django_db_blocker) -> None:
+    """``grant_app_role`` on the test database once, at the start of the session and outside
+    any test's transaction (a grant made inside one is rolled back with it, and every child
+    process after it could not connect)."""
+    from django.core.management import call_command
+
+    if TEST_APP_ROLE:
+        with django_db_blocker.unblock():
+            call_command("grant_app_role", TEST_APP_ROLE, stdout=io.StringIO())
 
 
 def grant_test_app_role() -> str:
-    """Run ``grant_app_role`` on the test database once per session; the role's name."""
-    from django.core.management import call_command
-    from django.db import connection
-
-    if TEST_APP_ROLE and connection.settings_dict["NAME"] not in _granted:
-        call_command("grant_app_role", TEST_APP_ROLE, stdout=io.StringIO())
-        _granted.add(connection.settings_dict["NAME"])
+    """The role child processes connect as (granted by the session fixture above); empty when
+    they connect as the owner."""
     return TEST_APP_ROLE
 
 
