@@ -98,16 +98,13 @@ def load_valid() -> tuple[dict[int, str], list[str]]:
     marks: dict[int, str] = {}
     problems: list[str] = []
     keys = keyring()
-    names = sorted(p.name for p in directory.iterdir() if _NAME.match(p.name))
-    if names and not keys:
+    files = sorted((p, m) for p in directory.iterdir() if (m := _NAME.match(p.name)))
+    if files and not keys:
         return {}, [
-            f"{len(names)} signed checkpoints but no audit key is configured here "
+            f"{len(files)} signed checkpoints but no audit key is configured here "
             "(set STRATA_AUDIT_KEY or STRATA_AUDIT_KEY_FILE)"
         ]
-    for path in sorted(directory.iterdir()):
-        match = _NAME.match(path.name)
-        if not match:
-            continue
+    for path, match in files:
         try:
             doc = json.loads(path.read_text())
             seq, head_hash = int(doc["seq"]), str(doc["hash"])

@@ -21,7 +21,6 @@ from audit.models import AuditEvent
 
 __all__ = [
     "AUDIT_EXPORT_FIELDS",
-    "AUDIT_FILTERS",
     "AuditFilter",
     "FilterText",
     "IntegerFilter",
@@ -33,8 +32,8 @@ __all__ = [
     "filter_audit",
     "int_param",
     "page_by_seq",
+    "parse_when",
     "text_param",
-    "when_param",
 ]
 
 
@@ -46,17 +45,6 @@ class InvalidFilter(ValueError):
         return str(self)
 
 
-AUDIT_FILTERS = (
-    "actor",
-    "action",
-    "kind",
-    "target",
-    "workflow",
-    "outcome",
-    "context",
-    "since",
-    "until",
-)
 MAX_FILTER_LEN = 255
 
 
@@ -70,10 +58,9 @@ def text_param(params: Any, name: str) -> str:
     return value
 
 
-def when_param(params: Any, name: str, end_of_day: bool = False) -> dt.datetime | None:
-    raw = text_param(params, name)
-    if not raw:
-        return None
+def parse_when(raw: str, end_of_day: bool = False) -> dt.datetime | None:
+    """A date (its first or, with ``end_of_day``, its last instant) or an ISO 8601 date-time,
+    aware (UTC when naive); None when ``raw`` is neither."""
     try:
         # A plain date first: parse_datetime also reads "2026-11-24" (as midnight), which made
         # "until" a day exclude that very day.
@@ -83,10 +70,8 @@ def when_param(params: Any, name: str, end_of_day: bool = False) -> dt.datetime 
         else:
             value = parse_datetime(raw)
     except ValueError:
-        value = None
-    if value is None:
-        raise InvalidFilter(f"{name} must be a date or ISO 8601 date-time.")
-    if timezone.is_naive(value):
+        return None
+    if value is not None and timezone.is_naive(value):
         value = timezone.make_aware(value, dt.UTC)
     return value
 
@@ -123,6 +108,28 @@ class FilterText(django_filters.CharFilter):
         super().__init__(*args, **kwargs)
 
 
+class WhenField(forms.CharField):
+    """A date or ISO 8601 date-time (:func:`parse_when`); a date means its whole day."""
+
+    def __init__(self, *args: Any, end_of_day: bool = False, **kwargs: Any) -> None:
+        self.end_of_day = end_of_day
+        kwargs.setdefault("max_length", MAX_FILTER_LEN)
+        super().__init__(*args, **kwargs)
+
+    def clean(self, value: Any) -> dt.datetime | None:
+        text = super().clean(value)
+        if not text:
+            return None
+        when = parse_when(text, self.end_of_day)
+        if when is None:
+            raise forms.ValidationError("must be a date or ISO 8601 date-time.")
+        return when
+
+
+class WhenFilter(django_filters.Filter):
+    field_class = WhenField
+
+
 class AuditFilter(django_filters.FilterSet):
     """Filters of the audit page, its export and ``GET /api/v1/audit`` (stable names)."""
 
@@ -133,8 +140,8 @@ class AuditFilter(django_filters.FilterSet):
     workflow = IntegerFilter(field_name="workflow_id")
     outcome = django_filters.ChoiceFilter(choices=AuditOutcome.CHOICES)
     context = django_filters.ChoiceFilter(choices=AuditContext.CHOICES)
-    since = FilterText(method="filter_since")
-    until = FilterText(method="filter_until")
+    since = WhenFilter(field_name="created_at", lookup_expr="gte")
+    until = WhenFilter(field_name="created_at", lookup_expr="lte", end_of_day=True)
 
     class Meta:
         model = AuditEvent
@@ -144,11 +151,11 @@ class AuditFilter(django_filters.FilterSet):
         ttype, sep, tid = value.strip().partition(":")
         return qs.filter(target_type=ttype, target_id=tid) if sep else qs.filter(target_id=value)
 
-    def filter_since(self, qs: QuerySet, name: str, value: str) -> QuerySet:
-        return qs.filter(created_at__gte=when_param({name: value}, name))
-
-    def filter_until(self, qs: QuerySet, name: str, value: str) -> QuerySet:
-        return qs.filter(created_at__lte=when_param({name: value}, name, end_of_day=True))
+    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+        since, until = self.form.cleaned_data.get("since"), self.form.cleaned_data.get("until")
+        if since and until and since > until:
+            raise InvalidFilter("since is after until: no event can match; swap them.")
+        return super().filter_queryset(queryset)
 
 
 def apply_filterset(
@@ -174,12 +181,7 @@ def apply_filterset(
 def filter_audit(params: Any) -> tuple[QuerySet[AuditEvent], dict[str, str]]:
     """Apply the audit filters in ``params`` (a QueryDict or dict); returns the queryset (newest
     first) and the filters that were applied, for the page's form and links."""
-    qs, applied = apply_filterset(AuditFilter, params, AuditEvent.objects.order_by("-seq"))
-    if "since" in applied and "until" in applied:
-        since, until = when_param(applied, "since"), when_param(applied, "until", end_of_day=True)
-        if since and until and since > until:
-            raise InvalidFilter("since is after until: no event can match; swap them.")
-    return qs, applied
+    return apply_filterset(AuditFilter, params, AuditEvent.objects.order_by("-seq"))
 
 
 def page_by_seq(

@@ -276,7 +276,8 @@ def record_standalone(action: str, **kwargs: Any) -> AuditEvent:
 class VerifyResult:
     """What ``verify_chain`` found. Stable fields (``/api/v1/audit/verify``, ``verify_audit
     --json``): ``ok``, ``events``, ``first_broken`` (``seq``, ``id``, ``reason``), ``head_seq``,
-    ``head_hash``; added: ``keyed_events`` / ``unkeyed_events`` (how many are HMACs under a
+    ``head_hash``; added: ``first_broken.unverifiable`` (the event names a key not configured
+    here: unverifiable, not evidence of tampering), ``keyed_events`` / ``unkeyed_events`` (how many are HMACs under a
     configured key / plain SHA-256), ``checkpoints`` (valid signed checkpoints read),
     ``checkpoint_seq`` (the latest one's seq) and ``problems`` (checkpoint files that are not
     valid, each a reason; any makes ``ok`` false)."""
@@ -382,7 +383,13 @@ def verify_chain(
             reason = "hash differs from the signed checkpoint at this seq (re-written)"
         if reason:
             result.ok = False
-            result.first_broken = {"seq": row["seq"], "id": row["id"], "reason": reason}
+            result.first_broken = {
+                "seq": row["seq"],
+                "id": row["id"],
+                "reason": reason,
+                # not evidence of tampering: this verifier lacks the key the event names
+                "unverifiable": bool(row["key_id"]) and row["key_id"] not in keys,
+            }
             break
         result.events += 1
         if row["key_id"]:

@@ -129,19 +129,13 @@ def _test_app_role(django_db_setup, django_db_blocker) -> None:
             call_command("grant_app_role", TEST_APP_ROLE, stdout=io.StringIO())
 
 
-def grant_test_app_role() -> str:
-    """The role child processes connect as (granted by the session fixture above); empty when
-    they connect as the owner."""
-    return TEST_APP_ROLE
-
-
 def child_database_url() -> str:
     """DATABASE_URL of the test database that pytest-django set up (for child processes), as
     the application role."""
     from django.db import connection
 
     s = connection.settings_dict
-    user = grant_test_app_role() or s["USER"]
+    user = TEST_APP_ROLE or s["USER"]
     auth = user + (f":{s['PASSWORD']}" if s.get("PASSWORD") and user == s["USER"] else "")
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 

@@ -19,7 +19,7 @@ from audit.keys import AuditKey, key_id_of, signing_key
 from audit.models import AuditEvent
 from audit.tasks import checkpoint_head
 from audit.trail import verify_chain
-from tests.conftest import grant_test_app_role
+from tests.conftest import TEST_APP_ROLE
 
 pytestmark = pytest.mark.django_db
 
@@ -123,7 +123,7 @@ DENIED = r"permission denied|must be owner"
 
 def test_the_app_role_can_append_to_the_audit_log_but_never_rewrite_it(events):
     """``grant_app_role``: INSERT and SELECT on the audit table, nothing that edits or removes."""
-    role = grant_test_app_role() or "strata_test_app"
+    role = TEST_APP_ROLE or "strata_test_app"
     attacks = [
         "UPDATE workflows_auditevent SET actor_name = 'mallory'",
         "DELETE FROM workflows_auditevent",
@@ -260,3 +260,4 @@ def test_without_the_key_the_chain_is_unverifiable_not_intact(events, settings):
     settings.STRATA_AUDIT_KEYS = ""
     with pytest.raises(CommandError, match=f"cannot be verified from event #{events[0].seq} on"):
         call_command("verify_audit")
+    assert verify_chain().first_broken["unverifiable"] is True

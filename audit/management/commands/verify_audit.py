@@ -49,7 +49,7 @@ class Command(BaseCommand):
             raise CommandError("Audit checkpoints not valid: " + "; ".join(result.problems))
         if not result.ok:
             broken = result.first_broken or {}
-            if "not configured here" in str(broken.get("reason")):
+            if broken.get("unverifiable"):
                 raise CommandError(
                     f"Audit chain cannot be verified from event #{broken.get('seq')} on: "
                     f"{broken.get('reason')}. {result.events} events before it verified."
