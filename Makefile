@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 
-.PHONY: install run dev test bench lint format system-deps browser-deps clean
+.PHONY: install run dev test bench chaos lint format system-deps browser-deps clean
 
 install: $(STAMP) system-deps
 
@@ -42,6 +42,9 @@ test: install browser-deps
 
 bench: install
 	$(PY) -m bench.run $(BENCH)
+
+chaos: install  # every workflow kind under every fault, on its own PostgreSQL and Redis (~1 h)
+	$(PY) -m bench.chaos $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

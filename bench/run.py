@@ -106,11 +106,15 @@ def assemble() -> None:
     lines = [
         "# Benchmark results",
         "",
-        "Written by `make bench` (`python -m bench.run`). Each section is a module's last run and",
-        "says when and on which machine it was measured (kept in `bench/results/`).",
+        "Written by `make bench` (`python -m bench.run`) and, for the chaos table, `make chaos`.",
+        "Each section is its module's last run and says when and on which machine it was",
+        "measured (kept in `bench/results/`).",
         "",
     ]
     lines += [part.read_text() for part in sorted((BENCH_DIR / "results").glob("bench_*.md"))]
+    chaos = BENCH_DIR / "results" / "chaos.md"  # `make chaos` (bench/chaos.py)
+    if chaos.exists():
+        lines.append(chaos.read_text())
     (BENCH_DIR / "RESULTS.md").write_text("\n".join(lines))
 
 

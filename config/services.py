@@ -26,7 +26,7 @@ from psycopg import sql
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/strata"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
-__all__ = ["ServiceError", "ensure_postgres", "ensure_redis", "stop_started"]
+__all__ = ["ServiceError", "Started", "ensure_postgres", "ensure_redis", "started", "stop_started"]
 
 
 class ServiceError(Exception):
@@ -35,9 +35,16 @@ class ServiceError(Exception):
 
 @dataclasses.dataclass
 class Started:
+    """A server this process started: how to stop it and how it was started (both run as
+    ``user`` when set; ``make chaos`` stops and starts its private servers with them)."""
+
     name: str
     stop: list[str]
     user: str | None = None
+    start: list[str] = dataclasses.field(default_factory=list)
+
+    def command(self, which: str) -> list[str]:
+        return _as_user(self.start if which == "start" else self.stop, self.user)
 
 
 _started: list[Started] = []
@@ -135,12 +142,10 @@ def _start_own_postgres(run_dir: Path, port: int) -> None:
         shutil.chown(log, user=user, group=user)
     opts = f"-p {port} -h 127.0.0.1 -k {sock}"
     print(f"Starting PostgreSQL on 127.0.0.1:{port} (data in {data}) ...", flush=True)
-    subprocess.run(
-        _as_user([pg_ctl, "-D", str(data), "-o", opts, "-l", str(log), "-w", "start"], user),
-        check=True,
-    )
+    start = [pg_ctl, "-D", str(data), "-o", opts, "-l", str(log), "-w", "start"]
+    subprocess.run(_as_user(start, user), check=True)
     _started.append(
-        Started("PostgreSQL", [pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"], user)
+        Started("PostgreSQL", [pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"], user, start)
     )
 
 
@@ -196,31 +201,33 @@ def _start_own_redis(run_dir: Path, port: int) -> None:
     data = run_dir / "redis"
     data.mkdir(parents=True, exist_ok=True)
     print(f"Starting Redis on 127.0.0.1:{port} (in {data}) ...", flush=True)
-    subprocess.run(
-        [
-            server,
-            "--daemonize",
-            "yes",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dir",
-            str(data),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--pidfile",
-            str(data / "redis.pid"),
-            "--logfile",
-            str(run_dir / "redis.log"),
-        ],
-        check=True,
-    )
+    start = [
+        server,
+        "--daemonize",
+        "yes",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(data),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--pidfile",
+        str(data / "redis.pid"),
+        "--logfile",
+        str(run_dir / "redis.log"),
+    ]
+    subprocess.run(start, check=True)
     cli = shutil.which("redis-cli")
     _started.append(
-        Started("Redis", [cli, "-p", str(port), "shutdown", "nosave"] if cli else ["true"])
+        Started(
+            "Redis",
+            [cli, "-p", str(port), "shutdown", "nosave"] if cli else ["true"],
+            start=start,
+        )
     )
     client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
     for _ in range(50):
@@ -257,6 +264,11 @@ def ensure_redis(url: str, *, is_default: bool, run_dir: Path) -> str:
             f"REDIS_URL: Redis at {host}:{port} refused us ({exc}). Check the password or DB."
         ) from None
     return f"Redis {host}:{port}: ok"
+
+
+def started(name: str) -> Started | None:
+    """The server named ``name`` ("PostgreSQL", "Redis") if this process started it."""
+    return next((item for item in _started if item.name == name), None)
 
 
 def stop_started() -> None:

@@ -12,6 +12,10 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp.apps.TestAppConfig"]
 # "<kind>:<step>:<before|after>[,...]" ("*" matches any kind or step) SIGKILLs the worker
 # process at that step boundary, once per workflow and step (marker files in STRATA_FAULT_DIR).
 STRATA_FAULT_KILL_AT = env_str("STRATA_FAULT_KILL_AT", "")
+# STRATA_FAULT_PAUSE_AT (same syntax): the first matching boundary of each workflow writes
+# ``wf<pk>-paused`` and waits (at most 120 s) for ``wf<pk>-resume``; ``make chaos`` injects its
+# fault (Redis, PostgreSQL or an agent down) in between, so it lands mid-run for every kind.
+STRATA_FAULT_PAUSE_AT = env_str("STRATA_FAULT_PAUSE_AT", "")
 STRATA_FAULT_DIR = Path(env_str("STRATA_FAULT_DIR", str(RUN_DIR / "faults")))
 
 # The suite runs with a keyed chain (the workers it starts read the same default). Checkpoints

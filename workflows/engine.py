@@ -78,9 +78,11 @@ __all__ = [
     "step_boundary",
 ]
 
-#: Sent before a claimed step runs (``when="before"``) and after its success is committed
-#: (``when="after"``), with ``workflow`` and ``step``. Production connects nothing; the test app
-#: (``tests.testapp``) connects its fault injector here.
+#: Sent before a claimed step runs (``when="before"``), after its function returned success but
+#: before that is recorded (``when="mid"``: the effect reached the cluster, PostgreSQL does not
+#: know yet) and after its success is committed (``when="after"``), with ``workflow`` and
+#: ``step``. Production connects nothing; the test app (``tests.testapp``) connects its fault
+#: injector here (``make chaos``, the crash tests).
 step_boundary = Signal()
 
 #: Planning that fails for another reason than an unreachable cluster (a bug, bad data) is
@@ -509,6 +511,8 @@ class _Run:
                 return self.fail(step, result.code or "STEP_FAILED", result.reason)
             if result.status == StepResult.WAIT:
                 return self.wait(step, result.reason, result.retry_in)
+            # the step's effect is done and not yet recorded: the hardest moment to crash
+            step_boundary.send(_Run, workflow=self.wf, step=step, when="mid")
             self.complete(step, result.output)
             step_boundary.send(_Run, workflow=self.wf, step=step, when="after")
 

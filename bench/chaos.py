@@ -1,0 +1,157 @@
+"""``make chaos``: the chaos suite (``tests/chaos``) on a private PostgreSQL and Redis, then its
+table of faults by workflow kinds in ``bench/RESULTS.md``.
+
+Usage: ``python -m bench.chaos [pytest args ...]`` (e.g. ``-k disable_tiering``; a filtered run
+still rewrites the table, with the cells it did not run marked "not run").
+
+The suite stops PostgreSQL for 10 s and kills Redis, so it never uses the servers ``make test``
+and ``make run`` use: it starts its own on free ports under ``.run/chaos`` (as ``make run``
+starts its own) and stops them at the end. That also means it may run while another suite
+runs, if the machine has the cores.
+
+Not part of ``make test`` / ``.ci/run``: 35 cells take about an hour on 2 cores, beyond the
+suite's 30-minute budget. Each cell is a pass / fail of correctness, never of speed; the
+seconds in the table are what the cell took, for reading only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.run import BENCH_DIR, ROOT, _machine, assemble
+from config import services
+
+KIND_ORDER = (
+    "disable_tiering",
+    "enable_tiering",
+    "recover_log_dir",
+    "expand_partitions",
+    "shrink_partitions",
+    "remote_purge",
+    "orphan_sweep",
+)
+FAULT_ORDER = (
+    ("kill_boundaries", "worker SIGKILL at every step boundary"),
+    ("kill_mid_step", "worker SIGKILL mid-step"),
+    ("redis_restart", "Redis killed and restarted"),
+    ("agent_down_30s", "one broker agent down 30 s"),
+    ("postgres_down_10s", "PostgreSQL down 10 s"),
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cell_text(row: dict | None) -> str:
+    if row is None:
+        return "not run"
+    if not row["passed"]:
+        return f"**FAILED** ({row['phase']}): {row['error'].replace('|', '/')[:160]}"
+    kills = f", {row['kills']} kills" if row.get("kills") else ""
+    exits = row.get("worker_exits", 0)
+    exits_text = f", worker restarted {exits}x" if exits else ", no worker exit"
+    return f"exactly once, {row.get('workflow_seconds', row['seconds'])} s{kills}{exits_text}"
+
+
+def write_section(rows: list[dict], elapsed: float, machine: list[str]) -> Path:
+    cells = {(r["kind"], r["fault"]): r for r in rows if "kind" in r and "fault" in r}
+    passed = sum(1 for r in cells.values() if r["passed"])
+    lines = [
+        "## Chaos: every workflow kind under every fault",
+        "",
+        f"(`make chaos`, `tests/chaos`, {elapsed / 60:.1f} min; {passed} of "
+        f"{len(KIND_ORDER) * len(FAULT_ORDER)} cells passed; measured on:)",
+        "",
+        *machine,
+        "",
+        "Method: one simulated cluster (3 brokers x 2 log dirs, real processes) under a steady "
+        "keyed produce load (acks=all, 25 records/s); per cell a fresh topic, a real Celery "
+        "worker with beat, the request planned by the worker and approved through the API, then "
+        "the fault. Kills come from the test app's fault injector at the engine's step "
+        "boundaries (`before`, `mid` = effect done but not recorded, `after`); for the Spark "
+        "kinds the mid-step cell also SIGKILLs the worker while the deleting job's JVM runs. "
+        "Redis, agent and PostgreSQL faults are brought in at a pause after the first step. "
+        "A cell passes when the workflow succeeded exactly once: one completion per step, one "
+        "audit event per effect and target, the kind's effect once on the cluster (one "
+        "tiered-epoch increment, one ack per broker, ...), an intact audit chain, no Spark "
+        "process left, no acknowledged record lost or duplicated (the workflow's topic and the "
+        "load topic), and no worker exit unless the cell killed it. PostgreSQL and Redis are "
+        "the suite's own (stopped and killed by the cells).",
+        "",
+        "| kind | " + " | ".join(label for _, label in FAULT_ORDER) + " |",
+        "|---|" + "---|" * len(FAULT_ORDER),
+    ]
+    for kind in KIND_ORDER:
+        texts = [_cell_text(cells.get((kind, fault))) for fault, _ in FAULT_ORDER]
+        lines.append(f"| {kind} | " + " | ".join(texts) + " |")
+    loads = [r["load"] for r in cells.values() if isinstance(r.get("load"), dict)]
+    if loads:
+        lines += [
+            "",
+            f"Load: {sum(x['acked'] for x in loads)} records acknowledged during the cells, "
+            f"{sum(x['lost'] for x in loads)} lost, {sum(x['duplicated'] for x in loads)} "
+            f"duplicated; {sum(x['unacknowledged_sends'] for x in loads)} sends were not "
+            "acknowledged (a broker down) and are not counted.",
+        ]
+    path = BENCH_DIR / "results" / "chaos.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv: list[str]) -> int:
+    work = ROOT / ".run" / "chaos"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    pg_port, redis_port = _free_port(), _free_port()
+    database_url = f"postgres://postgres@127.0.0.1:{pg_port}/strata_chaos"
+    redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    results = work / "results.jsonl"
+    machine = _machine()
+    started = time.monotonic()
+    try:
+        print(services.ensure_postgres(database_url, is_default=True, run_dir=work), flush=True)
+        print(services.ensure_redis(redis_url, is_default=True, run_dir=work), flush=True)
+        pg, rd = services.started("PostgreSQL"), services.started("Redis")
+        if pg is None or rd is None:
+            raise SystemExit("make chaos needs its own PostgreSQL and Redis; they did not start")
+        stop_now = [a if a != "fast" else "immediate" for a in pg.stop]
+        env = {
+            **os.environ,
+            # importing config set config.settings here; the suite needs the test app's
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "STRATA_CHAOS": "1",
+            "STRATA_CHAOS_RESULTS": str(results),
+            "STRATA_CHAOS_POSTGRES": json.dumps(
+                {"start": pg.command("start"), "stop": services._as_user(stop_now, pg.user)}
+            ),
+            "STRATA_CHAOS_REDIS": json.dumps(
+                {"start": rd.command("start"), "pidfile": str(work / "redis" / "redis.pid")}
+            ),
+        }
+        cmd = [sys.executable, "-m", "pytest", "tests/chaos", "-p", "no:cacheprovider", *argv]
+        code = subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
+    finally:
+        services.stop_started()
+    rows = (
+        [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    )
+    path = write_section(rows, time.monotonic() - started, machine)
+    assemble()
+    print(f"wrote {path} and {BENCH_DIR / 'RESULTS.md'}")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
