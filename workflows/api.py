@@ -9,7 +9,9 @@ Errors are ``{"error": CODE, "message": ...}``.
 A request never calls the cluster: ``POST /workflows`` answers 201 with ``state`` ``planning``
 (``plan`` empty, ``plan_hash`` ""); a worker plans it, after which ``GET /workflows/{id}`` shows
 ``pending_approval`` with ``plan`` (the actions, hashed into ``plan_hash``) and
-``plan_information`` (+ ``plan_information_at``), or ``refused`` with ``error``. A client that
+``plan_information`` (+ ``plan_information_at``) and ``plan_summary`` (the plan review an
+approver reads: rows of ``what``, ``target``, ``before``, ``after``, ``size``, ``destructive``),
+or ``refused`` with ``error``. A client that
 sends ``expected_plan_hash`` gets ``refused`` / ``PLAN_CHANGED`` when the actions differ.
 ``POST /workflows/preview`` validates a request without recording it or planning it.
 """
@@ -32,11 +34,8 @@ from workflows import actions
 from workflows.errors import ErrorCode, WorkflowError
 from workflows.kinds import FLAT_REQUEST_FIELDS, all_kinds
 from workflows.models import Workflow
-from workflows.queries import (
-    filter_workflows,
-    with_decisions,
-    workflow_out,
-)
+from workflows.output import workflow_out
+from workflows.queries import filter_workflows, with_decisions
 
 router = Router(tags=["workflows"])
 

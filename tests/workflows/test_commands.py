@@ -13,7 +13,7 @@ from audit.models import AuditEvent
 from workflows import engine
 from workflows.choices import AuditAction, WorkflowState
 from workflows.models import Workflow
-from workflows.queries import workflow_out
+from workflows.output import workflow_out
 
 pytestmark = pytest.mark.django_db
 

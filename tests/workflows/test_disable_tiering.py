@@ -12,6 +12,7 @@ from broker_agent.choices import RemoteSegmentState, TieredState
 from console.models import Partition
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from workflows.choices import StepState, WorkflowState
+from workflows.kinds import size_text
 from workflows.kinds.tiering import TieringAction
 from workflows.models import Workflow, WorkflowStep
 
@@ -160,7 +161,7 @@ def test_retain_disables_on_every_broker_once_and_keeps_remote_data_readable(
 
 
 def test_delete_needs_two_approvers_and_runs_the_spark_purge_to_the_end(
-    lab, api, operator, approver, second_approver, worker
+    lab, api, client, operator, approver, second_approver, worker
 ):
     sim = lab
     tiered_topic(sim, "clicks", partitions=1, records=300)
@@ -170,6 +171,20 @@ def test_delete_needs_two_approvers_and_runs_the_spark_purge_to_the_end(
     created = _request(api, operator, topic="clicks", policy="delete")
     assert created["state"] == WorkflowState.PENDING_APPROVAL, created
     assert created["approvals_required"] == 2 and "purge" in created["plan"]["effect"]
+    # the approver decides from the approve page alone: the plan review names the brokers, the
+    # epoch change and, in red, the segments and bytes that become unreadable at once
+    info = created["plan_information"]
+    destructive = [r for r in created["plan_summary"] if r["destructive"]]
+    assert len(destructive) == 1 and "unreadable" in destructive[0]["what"]
+    assert destructive[0]["size"].startswith(f"{info['remote_segments']} remote segments, ")
+    client.force_login(approver)
+    html = client.get(f"/workflows/{created['id']}/approve/").content.decode()
+    review = html[html.index('data-testid="plan-review"') : html.index("</table>")]
+    assert "brokers 1 (1 replica), 2 (1 replica), 3 (1 replica)" in review
+    assert "ENABLED, tiered epoch 0" in review and "DISABLING, tiered epoch 1" in review
+    row = review[review.index('data-testid="plan-destructive"') :]
+    assert f"{info['remote_segments']} remote segments, " in row.split("</tr>")[0]
+    assert size_text(info["remote_bytes"]) in row.split("</tr>")[0]
     api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
     assert state_of(created["id"]) == WorkflowState.PENDING_APPROVAL
     api(second_approver).post(

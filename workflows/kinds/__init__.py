@@ -66,14 +66,17 @@ __all__ = [
     "Plan",
     "PlanUnavailable",
     "Refusal",
+    "ReviewRow",
     "StepDef",
     "StepResult",
     "WorkflowKind",
     "all_kinds",
     "approvals_required",
+    "find_kind",
     "get_kind",
     "plan_hash",
     "register",
+    "size_text",
 ]
 
 #: The flat request fields the stable API and CLI accept besides ``params`` (aliases of the
@@ -113,6 +116,27 @@ class Plan:
 
     actions: dict[str, Any]
     information: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewRow:
+    """One line of the plan review an approver reads (``plan_summary``): what happens, to what,
+    before → after, how much; ``destructive`` rows (data that becomes unreadable or is deleted)
+    are shown in red."""
+
+    what: str
+    target: str = ""
+    before: str = ""
+    after: str = ""
+    size: str = ""
+    destructive: bool = False
+
+
+def size_text(n: Any) -> str:
+    """Bytes for people ("400.0 KB"); "?" when unknown."""
+    from django.template.defaultfilters import filesizeformat
+
+    return filesizeformat(n).replace("\xa0", " ") if isinstance(n, int) else "?"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,6 +332,11 @@ class WorkflowKind:
         """The steps for ``plan`` = the plan's *actions*."""
         raise NotImplementedError
 
+    def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        """The plan as an approver reads it (``plan_summary`` on the approve and workflow pages
+        and in the API), from its ``actions`` and ``information``. Default: one row per step."""
+        return [ReviewRow(what=str(step)) for step in actions.get("steps", [])]
+
     def approvals_for(self, params: dict[str, Any]) -> int:
         """The kind's own count for ``params`` (before any site policy)."""
         return self.approvals if self.approvals is not None else settings.STRATA_APPROVALS_DEFAULT
@@ -332,6 +361,11 @@ def get_kind(name: Any) -> WorkflowKind:
         known = ", ".join(sorted(k for k, v in _REGISTRY.items() if not v.hidden))
         raise Refusal(ErrorCode.INVALID_REQUEST, f"Unknown workflow kind {name!r}; known: {known}.")
     return kind
+
+
+def find_kind(name: str) -> WorkflowKind | None:
+    """The registered kind called ``name``, or None (a row of a kind this version lacks)."""
+    return _REGISTRY.get(name)
 
 
 def all_kinds(include_hidden: bool = False) -> list[WorkflowKind]:

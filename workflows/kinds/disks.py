@@ -68,7 +68,17 @@ from broker_agent.choices import ErrorCode as AgentErrorCode
 from broker_agent.choices import LogDirState, ReplicaState, TopicConfig
 from broker_agent.client import AgentError
 from broker_agent.models import BrokerSnapshot, ClusterMetadata, PartitionMetadata, TopicMetadata
-from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import (
+    Field,
+    Plan,
+    Refusal,
+    ReviewRow,
+    StepDef,
+    StepResult,
+    WorkflowKind,
+    register,
+    size_text,
+)
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (
     applied_before,
@@ -670,6 +680,57 @@ class RecoverLogDir(WorkflowKind):
 
     def plan(self, params: dict[str, Any]) -> Plan:
         return plan_recovery(params)
+
+    def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        where = f"broker {actions['broker']} {actions['log_dir']}"
+        replicas = ", ".join(f"{x['topic']}:{x['partition']}" for x in actions["replicas"][:20])
+        more = len(actions["replicas"]) - 20
+        replicas += f" and {more} more" if more > 0 else ""
+        rows = [
+            ReviewRow(
+                "Cordon the log dir (no new replicas placed on it)",
+                where,
+                str(information.get("log_dir_state", "?")),
+                "cordoned"
+                + (", its replicas go offline" if actions["cordon_takes_replicas_offline"] else ""),
+                destructive=bool(actions["cordon_takes_replicas_offline"]),
+            )
+        ]
+        if actions["mode"] == RecoveryMode.REPLACE:
+            rows += [
+                ReviewRow("Wait for an operator to confirm the disk was replaced", where),
+                ReviewRow("Probe the new disk", where, "", "ONLINE"),
+            ]
+        else:
+            fits = ", ".join(
+                f"{g['name']} ({'fits' if g['fits'] else 'does not fit'})"
+                for g in actions.get("good_log_dirs", [])
+            )
+            rows.append(
+                ReviewRow(
+                    "Remove the dir from the broker's configuration",
+                    where,
+                    "configured",
+                    f"removed; replicas go to {fits or 'the good dirs'}",
+                    destructive=True,
+                )
+            )
+        rows += [
+            ReviewRow(
+                "LogDirReset: drop what the dir held, re-create its replicas from their leaders",
+                replicas or "no replicas",
+                "offline replicas",
+                "re-created, back in the ISR",
+                f"{actions['replica_count']} replicas, "
+                f"{size_text(information.get('bytes_to_recreate'))} to copy",
+                destructive=True,
+            ),
+            ReviewRow(
+                "Verify: OfflineReplicaCount = 0 and a produce / consume round trip",
+                f"broker {actions['broker']}",
+            ),
+        ]
+        return rows
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         broker, name = params["broker"], params["log_dir"]

@@ -49,7 +49,17 @@ from audit.models import AuditEvent
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.plan_digest import plan_digest
 from workflows.errors import ErrorCode
-from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import (
+    Field,
+    Plan,
+    Refusal,
+    ReviewRow,
+    StepDef,
+    StepResult,
+    WorkflowKind,
+    register,
+    size_text,
+)
 from workflows.kinds.commands import record_command
 from workflows.models import Workflow
 
@@ -305,6 +315,50 @@ class _ReviewedPlanKind(WorkflowKind):
             "dry_run_finished_at": run.finished_at.isoformat() if run.finished_at else None,
         }
         return Plan(actions=actions, information=information)
+
+    def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        reasons = actions.get("by_reason") or {}
+        why = (
+            ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
+            if isinstance(reasons, dict)
+            else ""
+        )
+        rows = []
+        if "publish_log_start_offsets" in actions.get("steps", []):
+            rows += [
+                ReviewRow(
+                    "Publish the new log start offsets to the partitions' leaders",
+                    f"the partitions in dry run #{actions['spark_run']}",
+                ),
+                ReviewRow(
+                    "Mark the segments DELETE_SEGMENT_STARTED",
+                    "remote-log metadata",
+                    "COPY_SEGMENT_FINISHED",
+                    "DELETE_SEGMENT_STARTED",
+                ),
+            ]
+        rows.append(
+            ReviewRow(
+                f"Delete the objects {self.job} dry run #{actions['spark_run']} planned (Spark)",
+                why or "the reviewed plan",
+                "in the remote store",
+                "deleted",
+                f"{actions['plan_rows']} object{'' if actions['plan_rows'] == 1 else 's'}, "
+                f"{size_text(actions.get('plan_bytes'))}; plan "
+                f"sha256 {str(actions['plan_sha256'])[:12]}",
+                destructive=True,
+            )
+        )
+        if "mark_delete_finished" in actions.get("steps", []):
+            rows.append(
+                ReviewRow(
+                    "Mark the segments DELETE_SEGMENT_FINISHED",
+                    "remote-log metadata",
+                    "DELETE_SEGMENT_STARTED",
+                    "DELETE_SEGMENT_FINISHED",
+                )
+            )
+        return rows
 
 
 def _check_plan(ctx: StepContext) -> None:

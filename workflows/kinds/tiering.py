@@ -90,9 +90,23 @@ from broker_agent.client import AgentError
 from console.models import Cluster, LogDir, Partition, Replica, Topic
 from spark_tasks.models import SparkJob
 from workflows.errors import ErrorCode
-from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import (
+    Field,
+    Plan,
+    Refusal,
+    ReviewRow,
+    StepDef,
+    StepResult,
+    WorkflowKind,
+    register,
+)
 from workflows.kinds.cluster_access import agent, controller
-from workflows.kinds.commands import is_unreachable, record_command, unreachable_wait
+from workflows.kinds.commands import (
+    applied_before,
+    is_unreachable,
+    record_command,
+    unreachable_wait,
+)
 from workflows.kinds.spark import follow_spark_run
 from workflows.kinds.tiering_fanout import (
     FANOUT_CONCURRENCY,
@@ -100,6 +114,7 @@ from workflows.kinds.tiering_fanout import (
     audit_ack,
     broker_command,
 )
+from workflows.kinds.tiering_review import disable_review, enable_review
 
 if TYPE_CHECKING:
     from broker_agent.models import TopicMetadata
@@ -410,29 +425,38 @@ def enable_remote_topic(ctx: StepContext) -> StepResult:
 
 
 def verify_tiering(ctx: StepContext) -> StepResult:
-    """New segments tier with the current epoch and offsets continue without a gap."""
+    """New segments tier with the current epoch and offsets continue without a gap.
+
+    The marker records are produced once per workflow: a re-run (after a crash, or a retry
+    when the copier was slow) verifies the batch its first run produced and audited, rather
+    than producing another."""
     cluster, topic, epoch = ctx.params["cluster"], ctx.params["topic"], ctx.plan["tiered_epoch"]
+    prior = applied_before(ctx, TieringAction.VERIFY_PRODUCE)
     with controller(cluster) as ctl:
         meta = ctl.topic(topic)
-    part = next(
-        (p for p in sorted(meta.partitions, key=lambda p: p.partition) if p.leader >= 0), None
-    )
-    if part is None:
+    ordered = sorted(meta.partitions, key=lambda p: p.partition)
+    if prior is not None:
+        part = next((x for x in ordered if x.partition == prior["partition"]), None)
+    else:
+        part = next((x for x in ordered if x.leader >= 0), None)
+    if part is None or part.leader < 0:
         raise RuntimeError(f"{topic} has no partition with a leader to verify on")
     p, leader = part.partition, part.leader
-    marker = f"wf{ctx.workflow.pk}:{ctx.step.attempts}"
+    marker = f"wf{ctx.workflow.pk}:verify"
     records = [{"key": VERIFY_KEY, "value": f"{marker}:{i}"} for i in range(VERIFY_RECORDS)]
     with agent(cluster, leader) as a:
-        produced = a.produce(topic, p, records)
-        last = produced.base_offset + VERIFY_RECORDS - 1
-        record_command(
-            ctx,
-            TieringAction.VERIFY_PRODUCE,
-            target_type="topic",
-            target_id=f"{cluster}/{topic}",
-            after={"partition": p, "base_offset": produced.base_offset, "records": VERIFY_RECORDS},
-            key=f"{ctx.idempotency_key}:{ctx.step.attempts}",
-        )
+        if prior is None:
+            base = a.produce(topic, p, records).base_offset
+            record_command(
+                ctx,
+                TieringAction.VERIFY_PRODUCE,
+                target_type="topic",
+                target_id=f"{cluster}/{topic}",
+                after={"partition": p, "base_offset": base, "records": VERIFY_RECORDS},
+            )
+        else:
+            base = int(prior["base_offset"])
+        last = base + VERIFY_RECORDS - 1
         a.roll(topic, p)
         deadline = time.monotonic() + VERIFY_TIMEOUT_SECONDS
         segment = None
@@ -479,7 +503,7 @@ def verify_tiering(ctx: StepContext) -> StepResult:
             "OFFSET_GAP",
             f"{topic}-{p}: offsets {start}..{last} read back as {offsets[:20]}…",
         )
-    expected = {produced.base_offset + i: r["value"] for i, r in enumerate(records)}
+    expected = {base + i: r["value"] for i, r in enumerate(records)}
     if any(values.get(o) != v for o, v in expected.items()):
         return StepResult.fail("VERIFY_MISMATCH", f"{topic}-{p}: marker records read back wrong")
     ctx.progress(1, 1, "segments")
@@ -590,6 +614,9 @@ class DisableTiering(WorkflowKind):
         ]
         return Plan(actions=actions, information=information)
 
+    def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        return disable_review(actions, information)
+
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         steps = [
             StepDef(
@@ -684,6 +711,9 @@ class EnableTiering(WorkflowKind):
             "synced_at": _synced_at(topic),
         }
         return Plan(actions=actions, information=information)
+
+    def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        return enable_review(actions, information)
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         return [

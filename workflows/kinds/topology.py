@@ -52,7 +52,16 @@ from broker_agent.choices import ErrorCode as AgentErrorCode
 from broker_agent.client import AgentError
 from broker_agent.hashing import parent_partition
 from broker_agent.models import ClusterMetadata, TopicMetadata
-from workflows.kinds import Field, Plan, Refusal, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import (
+    Field,
+    Plan,
+    Refusal,
+    ReviewRow,
+    StepDef,
+    StepResult,
+    WorkflowKind,
+    register,
+)
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import preflight_reads, run_command, waits_when_unreachable
 
@@ -275,6 +284,28 @@ class ExpandPartitions(_PartitionCountKind):
         information = {"live_brokers": alive}
         return Plan(actions=actions, information=information)
 
+    def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        topic, u, target = (
+            actions["topic"],
+            actions["undeleted_partition_count"],
+            actions["new_undeleted_partition_count"],
+        )
+        splits = ", ".join(f"{x['partition']} ← {x['parent']}" for x in actions["new_partitions"])
+        return [
+            ReviewRow(
+                "Raise undeleted_partition_count at the controller",
+                f"topic {topic}",
+                f"{u} partitions",
+                f"{target} partitions",
+            ),
+            ReviewRow(
+                "Create the new partitions, each splitting one parent (linear hashing)",
+                f"new ← parent: {splits}",
+                "",
+                f"RF {actions['replication_factor']}, keys of each parent keep their order",
+            ),
+        ]
+
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         return [
             StepDef(
@@ -345,6 +376,33 @@ class ShrinkPartitions(_PartitionCountKind):
             "records_per_partition": {str(p): n for p, n in sorted(left.items())},
         }
         return Plan(actions=actions, information=information)
+
+    def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        topic, u, target = (
+            actions["topic"],
+            actions["undeleted_partition_count"],
+            actions["new_undeleted_partition_count"],
+        )
+        marks = ", ".join(
+            f"{x['partition']} → {x['keys_move_to']}" for x in actions["partitions_to_mark"]
+        )
+        left = information.get("records_to_drain")
+        return [
+            ReviewRow(
+                "Mark the highest partitions for deletion; their keys move back to lower ones",
+                f"topic {topic}, partition → keys move to: {marks}",
+                f"{u} partitions",
+                f"{target} partitions",
+            ),
+            ReviewRow(
+                "Remove each marked partition once drained (retention or DeleteRecords)",
+                f"topic {topic}",
+                "readable",
+                "removed",
+                f"{left} records left to drain (moves with traffic)" if left is not None else "",
+                destructive=True,
+            ),
+        ]
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         return [

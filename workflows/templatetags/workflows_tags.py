@@ -25,3 +25,11 @@ def compact_json(value: Any) -> str:
     if value in (None, "", {}, []):
         return "—"
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def plan_review(wf: Any) -> list[dict[str, Any]]:
+    """The workflow's plan review rows (``workflows.queries.plan_summary``)."""
+    from workflows.output import plan_summary
+
+    return plan_summary(wf)

@@ -11,7 +11,7 @@ from workflows.actions import do_approve_workflow, do_reject_workflow
 from workflows.errors import WorkflowError
 from workflows.management.commands.request_workflow import acting_user
 from workflows.models import Workflow
-from workflows.queries import workflow_out
+from workflows.output import workflow_out
 
 
 class Command(BaseCommand):

@@ -17,7 +17,7 @@ from workflows.choices import WorkflowState
 from workflows.errors import WorkflowError
 from workflows.kinds import FLAT_REQUEST_FIELDS
 from workflows.models import Workflow
-from workflows.queries import workflow_out
+from workflows.output import workflow_out
 
 
 def acting_user(username: str):
