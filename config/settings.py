@@ -157,6 +157,11 @@ STORAGES = {
 CELERY_TASK_HARD_TIME_LIMIT = env_int("CELERY_TASK_HARD_TIME_LIMIT", 3600)
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 3300)
 CELERY_BROKER_URL = REDIS_URL
+# kombu's Redis transport with the restart fix of config/broker_transport.py (a worker no longer
+# exits when Redis restarts); plain redis:// only: rediss:// and sentinel keep kombu's own.
+CELERY_BROKER_TRANSPORT = (
+    "config.broker_transport:Transport" if REDIS_URL.startswith("redis://") else None
+)
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_ACKS_LATE = True
