@@ -5,13 +5,15 @@ messages, Celery's consumer closes the broken connection, kombu's channel close 
 those messages back into Redis through a connection that is already released, and the
 ``AttributeError`` it raises (``'NoneType' object has no attribute 'hostname'``, kombu 5.7.0;
 the same path as celery/kombu#582) is not one of the connection errors Celery ignores there: the
-worker logs "Unrecoverable error" and exits.
+worker logs "Unrecoverable error" and exits. A task that finishes after the connection was lost
+takes the same way when its acknowledgement is sent on the dead channel.
 
 Those messages cannot be restored anyway: the server that held them is gone. Strata loses
 nothing by dropping them here, because no message carries state: the workflow rows are in
 PostgreSQL and the reconciler (beat) re-enqueues whatever lost its message. So when the
 connection is gone, the restore is skipped with a warning and the consumer reconnects as it
-does for any lost connection.
+does for any lost connection; any other use of the dead channel (an ack) raises Redis'
+``ConnectionError``, which Celery handles as the connection error it is ("Couldn't ack").
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 from typing import Any
 
 from kombu.transport import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,12 @@ class QoS(redis.QoS):
 
 class Channel(redis.Channel):
     QoS = QoS
+
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
+        transport = getattr(self, "connection", None)
+        if transport is None or transport.client is None:
+            raise RedisConnectionError("the broker connection is closed (Redis went away)")
+        return super()._connparams(asynchronous)
 
 
 class Transport(redis.Transport):
