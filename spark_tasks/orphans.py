@@ -14,6 +14,11 @@
   (``file:`` scheme dropped, repeated and trailing slashes folded). A file is referenced when its
   path, or a directory above it, is a referenced object path (a segment may be one file or a
   directory of files) — an anti-join of the listing against the references.
+- Metadata records are never orphans: the store keeps each segment's RemoteLogSegmentMetadata
+  beside its object as ``<partition dir>/<segment_id>.json`` (``broker_agent/remote.py``), and
+  no record references another record's file. The sweep deletes objects only; a record goes
+  with the delete path that finishes its segment. (Found by ``make chaos``: the sweep planned
+  every record older than its window, and the segments they described became unreadable.)
 - An inventory without a single reference while the store holds files is refused (exit code 3):
   that is an export gone wrong, not a store full of garbage.
 - Writes ``plan/`` (reason ``orphan``; segment_id, cluster, topic, partition are null),
@@ -37,6 +42,8 @@ from spark_tasks.schema import PLAN_SCHEMA, PlanReason, SegmentState
 
 JOB = "orphans"
 MIN_WINDOW_MS = 3_600_000
+#: a metadata record of the store: ``.../<partition>/<32 hex segment id>.json``
+METADATA_RECORD = r"/[0-9]+/[0-9a-f]{32}\.json$"
 DEFAULT_WINDOW = "24h"
 REFUSED_EMPTY_INVENTORY = 3
 
@@ -166,7 +173,9 @@ def run(
         .select("path")
         .distinct()
     )
-    unreferenced = files.join(referenced, "path", "left_anti")
+    unreferenced = files.join(referenced, "path", "left_anti").filter(
+        ~F.col("path").rlike(METADATA_RECORD)
+    )
     cutoff = now_ms - older_than_ms
     orphans = unreferenced.filter(F.col("mtime_ms") < cutoff)
     plan = orphans.select(

@@ -284,6 +284,7 @@ def _setup_sweep(cell: Cell) -> None:
 def _check_sweep(cell: Cell, wf: Workflow) -> None:
     assert not cell.facts["orphan"].exists()
     assert all(path.exists() for path in cell.facts["referenced"])
+    assert len(_segments(cell)) == len(cell.facts["referenced"])  # their metadata records too
     _nothing_lost(cell)
 
 

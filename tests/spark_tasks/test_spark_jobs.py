@@ -353,6 +353,11 @@ def test_orphans_finds_only_old_unreferenced_objects(generated, workspace):
     os.utime(orphan, (old, old))
     young = remote / CLUSTER / "topic-0000-0" / "upload-in-flight.log"
     young.write_bytes(b"y")
+    # the store keeps each segment's metadata record beside it: never an orphan, however old
+    record = remote / CLUSTER / "topic-0000-0" / "0" / f"{'ab' * 16}.json"
+    record.parent.mkdir(exist_ok=True)
+    record.write_text("{}")
+    os.utime(record, (old, old))
     out, result = _submit(
         "orphans",
         [
@@ -370,6 +375,7 @@ def test_orphans_finds_only_old_unreferenced_objects(generated, workspace):
     paths = pq.read_table(out / "plan")["object_path"].to_pylist()
     assert str(orphan) in paths
     assert str(young) not in paths
+    assert str(record) not in paths
     assert result.summary["unreferenced_younger_than_window"] >= 1
     assert orphan.exists()  # dry run
 

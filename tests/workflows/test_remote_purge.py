@@ -124,4 +124,7 @@ def test_orphan_sweep_deletes_the_reviewed_orphans_and_nothing_referenced(
     assert body["plan"]["plan_rows"] >= 1 and body["plan"]["plan_bytes"] >= 1000
     assert not orphan.exists()
     assert all(_exists(s.object_path) for s in referenced)
+    # the segments' metadata records (beside their objects) are not orphans: still readable
+    after = list(sim.agent(leader).inventory("kept"))
+    assert [s.segment_id for s in after] == [s.segment_id for s in referenced]
     assert verify_chain().ok
