@@ -268,7 +268,7 @@ def test_cell(
 
     markers = {p.name for p in worker.fault_dir.iterdir()} if worker.fault_dir.exists() else set()
     kills = [m for m in markers if m.endswith(("-before", "-mid", "-after"))]
-    record_property("kills", len(kills) + len(injector.drivers and [1]))
+    record_property("kills", len(kills) + (1 if injector.drivers else 0))
     if fault == "kill_boundaries":
         assert len(kills) == 2 * len(steps), sorted(kills)  # every boundary was hit
     elif fault == "kill_mid_step":
