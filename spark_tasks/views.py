@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.roles import Role, has_role, require_role
 from console.models import Cluster
-from spark_tasks.models import SparkJob, SparkJobRun
+from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.tasks import enqueue_run
 
 RUNS_PER_PAGE = 25
@@ -84,10 +84,20 @@ def start_dry_run(request: HttpRequest) -> HttpResponse:
     return redirect("spark_tasks:run-detail", pk=run.pk)
 
 
+#: The workflow kind that executes a reviewed dry run of each job (``workflows.kinds.spark``;
+#: named here because this app sits below workflows; a workflows test keeps the two in step).
+EXECUTED_BY = {SparkJob.PURGE: "remote_purge", SparkJob.ORPHANS: "orphan_sweep"}
+
+
 @require_http_methods(["GET"])
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(SparkJobRun.objects.select_related("requested_by"), pk=pk)
-    context = {"run": run, "summary": run.output_summary or {}}
+    executable = run.dry_run and run.state == SparkRunState.SUCCEEDED and bool(run.plan_rows)
+    context = {
+        "run": run,
+        "summary": run.output_summary or {},
+        "execute_kind": EXECUTED_BY.get(run.job) if executable else None,
+    }
     if getattr(request, "htmx", False):
         response = render(request, "spark_tasks/partials/run_status.html", context)
         if run.is_terminal:

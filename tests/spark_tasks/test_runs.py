@@ -323,3 +323,25 @@ def test_a_succeeded_run_reads_done_with_its_skipped_stages_not_8_of_10(client, 
         job=SparkJob.PURGE, state=SparkRunState.RUNNING, stages_total=10, stages_done=8
     )
     assert running.stages_skipped == 0
+
+
+def test_a_succeeded_dry_run_with_a_plan_offers_to_execute_it_as_a_workflow(client, viewer):
+    run = SparkJobRun.objects.create(
+        job=SparkJob.PURGE,
+        cluster="lab",
+        dry_run=True,
+        state=SparkRunState.SUCCEEDED,
+        plan_rows=7,
+    )
+    client.force_login(viewer)
+    html = client.get(reverse("spark_tasks:run-detail", args=[run.pk])).content.decode()
+    assert f"/workflows/new/?kind=remote_purge&amp;cluster=lab&amp;spark_run={run.pk}" in html
+    for other in (
+        {"dry_run": False, "plan_rows": 7},  # a deleting run: nothing left to execute
+        {"dry_run": True, "plan_rows": 0},  # planned nothing
+    ):
+        done = SparkJobRun.objects.create(
+            job=SparkJob.PURGE, cluster="lab", state=SparkRunState.SUCCEEDED, **other
+        )
+        page = client.get(reverse("spark_tasks:run-detail", args=[done.pk])).content.decode()
+        assert 'data-testid="execute-plan"' not in page

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from workflows.kinds import get_kind
+from workflows.kinds import all_kinds, get_kind
 from workflows.output import plan_summary
 
 DISABLE = {
@@ -89,3 +89,10 @@ def test_plan_summary_is_empty_without_a_plan_or_for_a_plan_it_cannot_read():
     assert plan_summary(unknown) == []
     wf = SimpleNamespace(kind="disable_tiering", plan=DISABLE, plan_information=SIZES)
     assert plan_summary(wf)[-1]["destructive"] is True
+
+
+def test_every_dry_run_the_spark_page_offers_to_execute_names_the_kind_that_executes_it():
+    from spark_tasks.views import EXECUTED_BY
+
+    executing = {k.job: k.name for k in all_kinds() if getattr(k, "job", None)}
+    assert executing == EXECUTED_BY
