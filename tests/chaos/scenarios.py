@@ -5,6 +5,7 @@ on the simulated cluster. The fault-independent checks live in ``test_chaos.py``
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -155,6 +156,8 @@ def _setup_recover(cell: Cell) -> None:
     broker = _leader(sim, cell.topic, 0)  # a leader's dir fails
     name = sim.dir_of(broker, cell.topic, 0)
     assert name is not None
+    # an earlier cell broke this dir too: its old disk's contents are gone with the new disk
+    shutil.rmtree(f"{sim.log_dir_path(broker, name)}.failed", ignore_errors=True)
     sim.break_log_dir(broker, name)
     cell.params = {"broker": broker, "log_dir": name, "mode": "replace"}
     wait_plan_stable("recover_log_dir", {"cluster": CLUSTER, **cell.params}, timeout=60)

@@ -214,6 +214,7 @@ def test_replace_mode_waits_for_the_new_disk_then_recovers_every_replica(
         DiskAction.CORDON: 1,
         DiskAction.PROBE: 1,
         DiskAction.LOG_DIR_RESET: 1,
+        DiskAction.VERIFY_PRODUCER: 1,
         DiskAction.VERIFY_PRODUCE: 1,
     }
     cordon = AuditEvent.objects.get(workflow=wf, action=DiskAction.CORDON)
@@ -272,6 +273,7 @@ def test_remove_mode_cordons_a_degraded_dir_first_and_needs_two_approvals(
         DiskAction.CORDON: 1,
         DiskAction.REMOVE: 1,
         DiskAction.LOG_DIR_RESET: 1,
+        DiskAction.VERIFY_PRODUCER: 1,
         DiskAction.VERIFY_PRODUCE: 1,
     }
     remove = AuditEvent.objects.get(workflow=wf, action=DiskAction.REMOVE)

@@ -119,6 +119,8 @@ class DiskAction:
     REMOVE = "disks.remove_log_dir"
     LOG_DIR_RESET = "disks.log_dir_reset"
     VERIFY_PRODUCE = "disks.verify_produce_consume"
+    #: the producer id of the verify batches, allocated once per workflow
+    VERIFY_PRODUCER = "disks.verify_producer"
 
 
 class DiskRefusal:
@@ -553,14 +555,34 @@ def recreate_replicas(ctx: StepContext) -> StepResult:
     )
 
 
+def _verify_producer_id(ctx: StepContext, cluster: str, broker: int) -> int:
+    """The producer id of this workflow's verify batches: allocated by the controller once and
+    kept in the audit log, so a re-run (after a failed attempt or a crash) sends the same
+    (producer id, sequence 0) and the leader's duplicate check appends nothing twice."""
+    key = f"{ctx.idempotency_key}:producer"
+    prior = applied_before(ctx, DiskAction.VERIFY_PRODUCER, key)
+    if prior is None:
+        with controller(cluster) as ctl:
+            allocated = ctl.allocate_producer_id()
+        record_command(
+            ctx,
+            DiskAction.VERIFY_PRODUCER,
+            target_type="broker",
+            target_id=broker,
+            after={"producer_id": allocated},
+            key=key,
+        )
+        prior = applied_before(ctx, DiskAction.VERIFY_PRODUCER, key)  # a racing run's, if first
+    assert prior is not None
+    return int(prior["producer_id"])
+
+
 def _round_trip(
-    cluster: str, broker: int, md: ClusterMetadata, keys: list[str], tag: str
+    cluster: str, broker: int, md: ClusterMetadata, keys: list[str], tag: str, producer_id: int
 ) -> dict[str, Any]:
     """Produce a known batch (acks=all) to each partition's leader, read it back from the
     leader, and check the recovered replica on ``broker`` holds it too."""
     parts = _partitions(md)
-    with controller(cluster) as ctl:
-        producer_id = ctl.allocate_producer_id()
     checked, lost, missing_on_broker = [], [], []
     ends: dict[str, int] = {}
     for key in keys:
@@ -626,7 +648,8 @@ def verify(ctx: StepContext) -> StepResult:
             retry_in=POLL_SECONDS,
         )
     sample = [k for k in keys if not parts[k][1].marked_for_deletion][:VERIFY_MAX_PARTITIONS]
-    result = _round_trip(cluster, broker, md, sample, f"wf{ctx.workflow.pk}")
+    producer_id = _verify_producer_id(ctx, cluster, broker)
+    result = _round_trip(cluster, broker, md, sample, f"wf{ctx.workflow.pk}", producer_id)
     result["offline_replica_count"] = offline
     ok = not result["lost"] and not result["missing_on_recovered_replica"]
     record_command(
