@@ -110,6 +110,8 @@ def _live_context(request: HttpRequest, wf: Workflow) -> dict[str, Any]:
         "can_confirm": gate is not None and has_role(request.user, Role.OPERATOR),
         "done_steps": sum(1 for s in steps if s.state == StepState.SUCCEEDED),
         "now": timezone.now(),
+        # the live partial also refreshes the page's timeline and state badge (htmx OOB swaps)
+        "timeline": list(AuditEvent.objects.filter(workflow=wf).order_by("seq")[:TIMELINE_LIMIT]),
     }
 
 
@@ -136,7 +138,6 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
         can_stop=wf.state in WorkflowState.OPEN
         and wf.state not in WorkflowState.CANCELLABLE
         and has_role(user, Role.ADMIN),
-        timeline=list(AuditEvent.objects.filter(workflow=wf).order_by("seq")[:TIMELINE_LIMIT]),
         logs=list(wf.logs.select_related("step").order_by("-created_at", "-id")[:50]),
     )
     return render(request, "workflows/workflow_detail.html", context)

@@ -244,3 +244,23 @@ def test_actions_on_pages_need_post(client, operator):
     wf = request_noop(operator)
     client.force_login(operator)
     assert client.get(f"/workflows/{wf.pk}/cancel/").status_code == 405
+
+
+def test_the_live_poll_also_refreshes_the_request_state_and_the_timeline(
+    client, operator, approver
+):
+    """The page's top card and timeline followed a run only on reload ("Approved" beside a
+    succeeded progress panel): the live partial now re-sends both out of band."""
+    wf = approve(request_noop(operator), approver)
+    client.force_login(operator)
+    page = client.get(f"/workflows/{wf.pk}/").content.decode()
+    assert 'id="wf-request-state"' in page and 'id="wf-timeline"' in page
+    assert "hx-swap-oob" not in page  # only poll answers swap out of band
+    engine.run(wf.pk)
+    live = client.get(f"/workflows/{wf.pk}/live/", HTTP_HX_REQUEST="true")
+    assert live.status_code == 286
+    html = live.content.decode()
+    state = html[html.index('id="wf-request-state"') :]
+    assert state.startswith('id="wf-request-state" class="badge succeeded" hx-swap-oob="true">')
+    timeline = html[html.index('<ol class="timeline" id="wf-timeline" hx-swap-oob="true">') :]
+    assert "workflow.succeeded" in timeline
