@@ -27,11 +27,15 @@ class ErrorCode:
 class WorkflowError(Exception):
     """Raised by ``do_*`` actions and kind pre-flights; nothing was changed when it is raised."""
 
-    def __init__(self, code: str, message: str, status: int = 400) -> None:
+    def __init__(
+        self, code: str, message: str, status: int = 400, *, workflow_id: int | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
+        #: the workflow the error is about (``WORKFLOW_CONFLICT``: the open one): pages link it
+        self.workflow_id = workflow_id
 
     def as_dict(self) -> dict[str, str]:
         return {"error": self.code, "message": self.message}

@@ -247,6 +247,7 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
     kind = None
     preview = None
     error = None
+    error_workflow = None
     status = 200
     if kind_name:
         try:
@@ -274,6 +275,7 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
             )
         except WorkflowError as exc:
             error, status = f"{exc.code}: {exc.message}", exc.status
+            error_workflow = exc.workflow_id
         else:
             messages.success(
                 request, f"Workflow #{wf.pk} requested: a worker is computing its plan."
@@ -300,6 +302,7 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
             "reason": data.get("reason") or "",
             "preview": preview,
             "error": error,
+            "error_workflow": error_workflow,
             "can_request": has_role(request.user, Role.OPERATOR),
             "is_admin": has_role(request.user, Role.ADMIN),
         },

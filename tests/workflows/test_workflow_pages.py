@@ -216,14 +216,16 @@ def test_request_form_shows_refusals_without_500(client, operator, query):
     assert not Workflow.objects.exists()
 
 
-def test_request_form_post_conflict_is_shown(client, operator):
-    request_noop(operator, "orders")
+def test_request_form_post_conflict_is_shown_with_a_link_to_the_open_workflow(client, operator):
+    open_wf = request_noop(operator, "orders")
     client.force_login(operator)
     response = client.post(
         "/workflows/new/",
         {"kind": "noop_check", "cluster": "lab", "topic": "orders", "reason": "x"},
     )
-    assert response.status_code == 409 and "WORKFLOW_CONFLICT" in response.content.decode()
+    html = response.content.decode()
+    assert response.status_code == 409 and "WORKFLOW_CONFLICT" in html
+    assert f'href="/workflows/{open_wf.pk}/" data-testid="conflict-link"' in html
 
 
 @pytest.mark.parametrize(

@@ -259,6 +259,7 @@ def _conflict(existing: Workflow) -> WorkflowError:
         f"Workflow #{existing.pk} ({existing.kind}, {existing.state}) is already open on "
         f"{existing.cluster}/{existing.target}.",
         409,
+        workflow_id=existing.pk,
     )
 
 
