@@ -3,6 +3,8 @@ with a request check; role checks; never a 500 on bad input."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from workflows import engine
@@ -266,3 +268,24 @@ def test_the_live_poll_also_refreshes_the_request_state_and_the_timeline(
     assert state.startswith('id="wf-request-state" class="badge succeeded" hx-swap-oob="true">')
     timeline = html[html.index('<ol class="timeline" id="wf-timeline" hx-swap-oob="true">') :]
     assert "workflow.succeeded" in timeline
+
+
+def test_the_list_counts_approvals_as_the_workflow_page_does(client, operator, approver, admin):
+    """The list showed every decision ("2 / 2" on a rejected workflow whose page said 0 / 1):
+    it now counts what the page counts, the approvals valid for the current plan."""
+    from audit.choices import AuditContext
+    from workflows.actions import do_reject_workflow
+
+    pending = request_noop(operator, "pending")
+    approved = approve(request_noop(operator, "approved"), approver)
+    rejected = approve(request_noop(operator, "rejected", partitions=3), approver)
+    Workflow.objects.filter(pk=rejected.pk).update(state=WorkflowState.PENDING_APPROVAL)
+    do_reject_workflow(rejected.pk, acting_user=admin, comment="not now", context=AuditContext.CLI)
+    client.force_login(operator)
+    listing = client.get("/workflows/").content.decode()
+    for wf in (pending, approved, rejected):
+        wf.refresh_from_db()
+        page = client.get(f"/workflows/{wf.pk}/").content.decode()
+        shown = re.search(r"<dt>Approvals</dt><dd>(\d+ / \d+)</dd>", page).group(1)
+        row = listing[listing.index(f">#{wf.pk}<") :].split("</tr>")[0]
+        assert f'<td class="num">{shown}</td>' in row, (wf.state, shown, row)

@@ -33,3 +33,14 @@ def plan_review(wf: Any) -> list[dict[str, Any]]:
     from workflows.output import plan_summary
 
     return plan_summary(wf)
+
+
+@register.filter
+def approvals_counted(wf: Any) -> int:
+    """Approvals that count for the workflow's current plan (``Approval.counts_for``): what the
+    workflow page shows, never voided or expired ones or rejections. Uses the prefetched
+    approvals (``queries.with_decisions``)."""
+    from django.utils import timezone
+
+    now = timezone.now()
+    return sum(1 for a in wf.approvals.all() if a.counts_for(wf.plan_hash, now))
