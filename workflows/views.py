@@ -28,6 +28,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from accounts.roles import Role, has_role
 from audit.choices import AuditContext
 from audit.models import AuditEvent
+from console.models import Broker, Cluster, LogDir, Topic
 from workflows import actions
 from workflows.choices import ApprovalDecision, StepState, WorkflowState
 from workflows.errors import WorkflowError
@@ -234,6 +235,40 @@ def workflow_confirm(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
+#: At most this many suggestions per field in the request form (a datalist, not a menu).
+SUGGESTIONS_LIMIT = 500
+
+
+def _suggestions(cluster_name: str, broker: str | None) -> dict[str, list[str]]:
+    """Values the request form suggests (an HTML datalist), from the synced inventory in
+    PostgreSQL: clusters; the chosen cluster's topics, brokers and log dirs (of the chosen
+    broker when one is given). Free text stays allowed: the inventory may lag the cluster."""
+    out: dict[str, list[str]] = {
+        "cluster": list(Cluster.objects.order_by("name").values_list("name", flat=True)[:200])
+    }
+    cluster = Cluster.objects.filter(name=cluster_name).first() if cluster_name else None
+    if cluster is None:
+        return out
+    out["topic"] = list(
+        Topic.objects.filter(cluster=cluster)
+        .order_by("name")
+        .values_list("name", flat=True)[:SUGGESTIONS_LIMIT]
+    )
+    out["broker"] = [
+        str(b)
+        for b in Broker.objects.filter(cluster=cluster)
+        .order_by("broker_id")
+        .values_list("broker_id", flat=True)[:SUGGESTIONS_LIMIT]
+    ]
+    dirs = LogDir.objects.filter(cluster=cluster)
+    if broker and broker.isdigit():
+        dirs = dirs.filter(broker__broker_id=int(broker))
+    out["log_dir"] = list(
+        dirs.order_by("name").values_list("name", flat=True).distinct()[:SUGGESTIONS_LIMIT]
+    )
+    return out
+
+
 @require_http_methods(["GET", "POST"])
 def workflow_new(request: HttpRequest) -> HttpResponse:
     """The generic request form, driven by the kind registry.
@@ -299,6 +334,9 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
             "fields": fields,
             "max_text": MAX_TEXT,  # the inputs' maxlength: no request line a server refuses
             "cluster": data.get("cluster") or "",
+            "suggestions": _suggestions(data.get("cluster") or "", data.get("broker"))
+            if kind is not None
+            else {},
             "reason": data.get("reason") or "",
             "preview": preview,
             "error": error,

@@ -289,3 +289,30 @@ def test_the_list_counts_approvals_as_the_workflow_page_does(client, operator, a
         shown = re.search(r"<dt>Approvals</dt><dd>(\d+ / \d+)</dd>", page).group(1)
         row = listing[listing.index(f">#{wf.pk}<") :].split("</tr>")[0]
         assert f'<td class="num">{shown}</td>' in row, (wf.state, shown, row)
+
+
+def test_request_form_suggests_the_synced_inventory(client, operator):
+    from console.models import Broker, Cluster, LogDir, Topic
+
+    lab = Cluster.objects.create(name="lab", controller_url="http://127.0.0.1:1", secret_ref="x")
+    Cluster.objects.create(name="prod", controller_url="http://127.0.0.1:2", secret_ref="x")
+    b1 = Broker.objects.create(cluster=lab, broker_id=1)
+    b2 = Broker.objects.create(cluster=lab, broker_id=2)
+    LogDir.objects.create(cluster=lab, broker=b1, name="logdir-0")
+    LogDir.objects.create(cluster=lab, broker=b2, name="logdir-9")
+    Topic.objects.create(
+        cluster=lab, name="orders", initial_partition_count=1, undeleted_partition_count=1
+    )
+    client.force_login(operator)
+    html = client.get("/workflows/new/?kind=recover_log_dir&cluster=lab&broker=1").content.decode()
+
+    def options(name: str) -> list[str]:
+        block = html[html.index(f'data-testid="suggest-{name}"') :].split("</datalist>")[0]
+        return re.findall(r'<option value="([^"]*)">', block)
+
+    assert options("cluster") == ["lab", "prod"]
+    assert options("broker") == ["1", "2"]
+    assert options("log_dir") == ["logdir-0"]  # of the chosen broker
+    assert 'list="dl-log_dir"' in html
+    html = client.get("/workflows/new/?kind=disable_tiering&cluster=lab").content.decode()
+    assert options("topic") == ["orders"]
