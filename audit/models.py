@@ -25,7 +25,7 @@ from django.db import models
 
 from audit.choices import AuditContext, AuditOutcome
 
-__all__ = ["AuditEvent"]
+__all__ = ["AuditEvent", "ChainVerification"]
 
 
 class AuditEventQuerySet(models.QuerySet):
@@ -96,3 +96,37 @@ class AuditEvent(models.Model):
     @property
     def target_label(self) -> str:
         return f"{self.target_type}:{self.target_id}" if self.target_type else self.target_id
+
+
+class ChainVerification(models.Model):
+    """One run of :func:`audit.trail.verify_chain` asked for from the audit page ("Verify the
+    chain now"). The request only creates this row; a worker walks the chain (it reads every
+    event, which a web request must not do on a large log) and stores what it found. At most
+    one is queued or running at a time."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    ok = models.BooleanField(null=True, blank=True)
+    #: ``VerifyResult.as_dict()`` (events, first_broken, head_seq, checkpoints, problems, ...)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"chain verification #{self.pk} ({self.state})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in (self.State.DONE, self.State.FAILED)

@@ -14,14 +14,15 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.db.models import Model
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from audit.choices import AuditContext, AuditOutcome
-from audit.models import AuditEvent
+from audit.models import AuditEvent, ChainVerification
 from audit.queries import (
     AUDIT_EXPORT_FIELDS,
     InvalidFilter,
@@ -30,10 +31,15 @@ from audit.queries import (
     filter_audit,
     page_by_seq,
 )
+from audit.tasks import request_verification
 
 AUDIT_PAGE_SIZE = 50
 EXPORT_CHUNK = 2000
 MAX_SEQ = 2**63 - 1
+
+
+#: htmx stops polling on this status (a finished verification).
+HTMX_STOP_POLLING = 286
 
 
 def _seq(value: int) -> int:
@@ -78,6 +84,7 @@ def audit(request: HttpRequest) -> HttpResponse:
             "kinds": workflows.objects.order_by("kind").values_list("kind", flat=True).distinct(),
             "workflow": workflow,
             "now": timezone.now(),
+            "verification": ChainVerification.objects.select_related("requested_by").first(),
         },
         status=400 if error else 200,
     )
@@ -172,4 +179,26 @@ def audit_export(request: HttpRequest, fmt: str) -> HttpResponse:
         name = f"strata-audit-{stamp}.jsonl"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+def verify_request(request: HttpRequest) -> HttpResponse:
+    """ "Verify the chain now": creates the verification row (or finds the open one); a worker
+    walks the chain. Back to the audit page, whose card follows it."""
+    row, created = request_verification(request.user)
+    if created:
+        messages.success(request, f"Chain verification #{row.pk} queued: a worker walks the chain.")
+    else:
+        messages.info(request, f"Chain verification #{row.pk} is already {row.state}.")
+    return redirect("audit:list")
+
+
+@require_GET
+def verify_status(request: HttpRequest, pk: int) -> HttpResponse:
+    """The verification card, polled (htmx) until the verification finishes (then 286)."""
+    row = get_object_or_404(ChainVerification.objects.select_related("requested_by"), pk=pk)
+    response = render(request, "audit/partials/verification.html", {"verification": row})
+    if row.is_finished:
+        response.status_code = HTMX_STOP_POLLING
     return response
