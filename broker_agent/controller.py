@@ -41,6 +41,7 @@ from broker_agent.models import (
     PartitionForKeyResponse,
     TieringCommandRequest,
     TopicMetadata,
+    validate_topic_name,
 )
 from broker_agent.web import ApiError, install
 
@@ -265,6 +266,10 @@ class Controller:
         return CleanupPolicy.COMPACT in configs.get(TopicConfig.CLEANUP_POLICY, "").split(",")
 
     def create_topic(self, req: CreateTopicRequest) -> dict:
+        try:
+            validate_topic_name(req.name)
+        except ValueError as exc:
+            raise ApiError(400, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)) from None
         if req.name in self.topics:
             raise ApiError(409, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} exists")
         self.validate_configs(dict(req.configs))

@@ -7,6 +7,7 @@ Names follow Kafka: ``tiered_epoch``, ``log_start_offset``, ``local_log_start_of
 from __future__ import annotations
 
 import json
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "SNAPSHOT_TSV_COLUMNS",
     "SNAPSHOT_TSV_MEDIA_TYPE",
+    "TOPIC_NAME_MAX_LENGTH",
+    "TOPIC_NAME_PATTERN",
     "AlterConfigsRequest",
     "AlterIsrRequest",
     "AlterPartitionCountRequest",
@@ -48,6 +51,7 @@ __all__ = [
     "WebhookEvent",
     "snapshot_tsv",
     "split_snapshot_tsv",
+    "validate_topic_name",
 ]
 
 Int32 = Field(ge=-(2**31), le=2**31 - 1)
@@ -124,8 +128,38 @@ class ClusterMetadata(_Model):
     """Delta answers: ``topic:partition`` removed since ``since`` (KIP-253 drained partitions)."""
 
 
+TOPIC_NAME_MAX_LENGTH = 249
+"""Kafka's ``Topic.MAX_NAME_LENGTH``."""
+TOPIC_NAME_PATTERN = r"[a-zA-Z0-9._-]+"
+"""Kafka's legal topic characters (``Topic.validate``): ASCII letters, digits, ``.``, ``_``, ``-``."""
+
+
+def validate_topic_name(name: str) -> str:
+    """Kafka's rule for a topic name (``org.apache.kafka.common.internals.Topic.validate``):
+    1 to 249 characters of ``[a-zA-Z0-9._-]``, and neither ``.`` nor ``..``.
+
+    Returns the name, or raises ``ValueError`` saying which part of the rule it breaks. Kafka
+    only warns when two names collide once ``.`` and ``_`` are treated alike; so does Strata
+    (it refuses nothing more than Kafka does)."""
+    if not name:
+        raise ValueError("a topic name cannot be empty")
+    if name in (".", ".."):
+        raise ValueError(f"a topic name cannot be {name!r}")
+    if len(name) > TOPIC_NAME_MAX_LENGTH:
+        raise ValueError(
+            f"a topic name can be at most {TOPIC_NAME_MAX_LENGTH} characters, not {len(name)}"
+        )
+    if not re.fullmatch(TOPIC_NAME_PATTERN, name):
+        raise ValueError(
+            f"topic name {name!r} is illegal: it may hold only ASCII letters, digits, "
+            "'.', '_' and '-'"
+        )
+    return name
+
+
 class CreateTopicRequest(_Model):
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._]+$")
+    name: str
+    """Checked by the controller with :func:`validate_topic_name` (INVALID_TOPIC_EXCEPTION)."""
     partitions: int = Field(ge=1, le=100_000)
     replication_factor: int = Field(ge=1, le=1000)
     configs: dict[str, str] = {}

@@ -492,5 +492,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one CLI command. A refusal from the controller or an agent, or a process that does not
+    answer, is one line on stderr (``error: CODE: message``) and exit 1, never a traceback:
+    these are the operator's input or the cluster's state, not a bug in the CLI."""
+    from broker_agent.client import AgentError
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except AgentError as exc:
+        print(f"error: {exc.error}: {exc.message}", file=sys.stderr)
+    except httpx.TransportError as exc:
+        try:
+            where = str(exc.request.url)
+        except RuntimeError:  # an error raised before a request was bound to it
+            where = "the cluster"
+        print(
+            f"error: {where} did not answer ({type(exc).__name__}); is the cluster up?",
+            file=sys.stderr,
+        )
+    return 1

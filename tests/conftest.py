@@ -124,10 +124,14 @@ TEST_APP_ROLE = os.environ.get("STRATA_TEST_DB_APP_ROLE", "strata_test_app")
 def _test_app_role(django_db_setup, django_db_blocker) -> None:
     """``grant_app_role`` on the test database once, at the start of the session and outside
     any test's transaction (a grant made inside one is rolled back with it, and every child
-    process after it could not connect)."""
-    from django.core.management import call_command
+    process after it could not connect).
 
-    if TEST_APP_ROLE:
+    Only on a database pytest-django set up (``test_...``): a run of tests that need no database
+    (``pytest tests/broker_agent``) leaves the connection on the configured, unmigrated one."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    if TEST_APP_ROLE and connection.settings_dict["NAME"].startswith("test_"):
         with django_db_blocker.unblock():
             call_command("grant_app_role", TEST_APP_ROLE, stdout=io.StringIO())
 
