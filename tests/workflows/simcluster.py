@@ -56,11 +56,15 @@ class Sim:
             producer.close()
 
     def read_values(self, topic: str) -> list[str]:
+        return [r.value for recs in self.read_records(topic).values() for r in recs]
+
+    def read_records(self, topic: str) -> dict:
+        """Every record of ``topic`` by partition (key, value, offset), from the leaders."""
         from broker_agent.client import Consumer
 
         consumer = Consumer(self.controller, self.secret)
         try:
-            return [r.value for recs in consumer.read_topic(topic).values() for r in recs]
+            return consumer.read_topic(topic)
         finally:
             consumer.close()
 

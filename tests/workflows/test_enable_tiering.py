@@ -9,6 +9,7 @@ import pytest
 from audit.models import AuditEvent
 from audit.trail import verify_chain
 from broker_agent.choices import TieredState
+from broker_agent.hashing import partition_for_key
 from console.models import Partition
 from workflows.choices import WorkflowState
 from workflows.kinds.tiering import TieringAction
@@ -116,4 +117,12 @@ def test_reenable_tiers_new_segments_at_the_current_epoch_without_an_offset_gap(
     first, last = verify["checked_offsets"]
     assert verify["segment_offsets"][0] <= last <= verify["segment_offsets"][1]
     assert first < verify["segment_offsets"][0]  # the check crossed into the new segment
+    # the markers went where KIP-253 linear hashing puts their key, as the plan said
+    assert (
+        verify["partition"]
+        == info["verify_on_partition"]
+        == partition_for_key(
+            verify["key"].encode(), topic.initial_partition_count, topic.undeleted_partition_count
+        )
+    )
     assert verify_chain().ok

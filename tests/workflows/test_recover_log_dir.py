@@ -210,6 +210,15 @@ def test_replace_mode_waits_for_the_new_disk_then_recovers_every_replica(
     verify = wf.steps.get(name="verify").output
     assert verify["lost"] == [] and verify["missing_on_recovered_replica"] == []
     assert verify["partitions_checked"] == len(on_dir)
+    # KIP-253: the verify records carry no key (a keyed one would belong where its key hashes)
+    ours = [
+        (p, r.key)
+        for p, recs in sim.read_records("orders").items()
+        for r in recs
+        if r.value.startswith(f"wf{wf_id}:")
+    ]
+    assert ours and all(key is None for _, key in ours), ours
+    assert {("orders", p) for p, _ in ours} == {tp for tp in on_dir if tp[0] == "orders"}
     assert _disk_events(wf) == {
         DiskAction.CORDON: 1,
         DiskAction.PROBE: 1,

@@ -51,7 +51,8 @@ workflow page) → ``probe_log_dir`` (re-probe: ONLINE again, lifts the cordon) 
 ``recreate_replicas`` reports progress in bytes (the re-created replicas' local size against
 their leaders') and waits (``StepResult.wait``) until every one is ONLINE and back in the ISR.
 ``verify`` checks the broker's OfflineReplicaCount is 0 and produces a known batch with acks=all
-to each affected partition (at most :data:`VERIFY_MAX_PARTITIONS`), reads it back from the
+to each affected partition not marked for deletion (at most :data:`VERIFY_MAX_PARTITIONS`;
+records without a key, which KIP-253 lets go to any partition below U), reads it back from the
 leader and confirms the recovered replica holds it: nothing acknowledged may be lost.
 
 Every agent / controller command is audited (``disks.*`` actions, before / after) and applied
@@ -581,7 +582,12 @@ def _round_trip(
     cluster: str, broker: int, md: ClusterMetadata, keys: list[str], tag: str, producer_id: int
 ) -> dict[str, Any]:
     """Produce a known batch (acks=all) to each partition's leader, read it back from the
-    leader, and check the recovered replica on ``broker`` holds it too."""
+    leader, and check the recovered replica on ``broker`` holds it too.
+
+    The records have no key: a keyed record belongs on the partition KIP-253 linear hashing puts
+    its key on, and writing one anywhere else would break the per-key order of a topic's
+    consumers; a record without a key may go to any partition below U, as Kafka's partitioner
+    sends it (the caller already left out partitions marked for deletion)."""
     parts = _partitions(md)
     checked, lost, missing_on_broker = [], [], []
     ends: dict[str, int] = {}
@@ -592,7 +598,7 @@ def _round_trip(
             resp = leader.produce(
                 t.name,
                 p.partition,
-                [{"key": f"strata-verify:{tag}", "value": v} for v in values],
+                [{"value": v} for v in values],
                 producer_id=producer_id,
                 base_sequence=0,
                 undeleted_partition_count=t.undeleted_partition_count,

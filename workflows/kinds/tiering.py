@@ -59,8 +59,11 @@ Decisions (where the KIP leaves room):
 - **Console sync.** The last step syncs the cluster's inventory (best effort), so the topic page
   and the next pre-flight see the new state without waiting for beat.
 - **enable_tiering verification.** After EnableRemoteTopic on every broker, ``verify_tiering``
-  produces :data:`VERIFY_RECORDS` marker records (key ``strata.verify``) to the lowest-numbered
-  partition with a leader, rolls its active segment and waits for the copier: the segment holding
+  produces :data:`VERIFY_RECORDS` marker records (key ``strata.verify``, or the first of
+  ``strata.verify.N`` that hashes to a led partition) to the partition KIP-253 linear hashing with
+  U places the key on, as any producer of the topic would (never a partition marked for
+  deletion: those are ≥ U), with ``undeleted_partition_count`` on the produce; rolls its active
+  segment and waits for the copier: the segment holding
   them must be COPY_SEGMENT_FINISHED with the topic's current tiered epoch, and reading from the
   record before that segment up to the last marker must give consecutive offsets (no gap at the
   boundary between data tiered before and after the re-enable) with the markers' values. The
@@ -87,6 +90,7 @@ from broker_agent.choices import (
 )
 from broker_agent.choices import ErrorCode as AgentCode
 from broker_agent.client import AgentError
+from broker_agent.hashing import partition_for_key
 from console.models import Cluster, LogDir, Partition, Replica, Topic
 from spark_tasks.models import SparkJob
 from workflows.errors import ErrorCode
@@ -132,7 +136,30 @@ log = logging.getLogger(__name__)
 
 VERIFY_RECORDS = 5
 VERIFY_KEY = "strata.verify"
+#: Keys tried (``strata.verify``, ``strata.verify.1``, ...) for one that hashes to a led partition.
+VERIFY_KEY_CANDIDATES = 64
 VERIFY_TIMEOUT_SECONDS = 60.0
+
+
+def verify_placement(
+    initial_partition_count: int, undeleted_partition_count: int, led: set[int]
+) -> tuple[str, int] | None:
+    """The key of the marker records and the partition they go to: where KIP-253 linear hashing
+    with U = ``undeleted_partition_count`` places the key, as every producer of the topic would.
+
+    Writing a keyed record anywhere else would break the per-key order the topic promises, and
+    linear hashing with U never picks a partition marked for deletion (those are ≥ U). The key is
+    the first of ``strata.verify``, ``strata.verify.1``, ... that lands on a partition in ``led``
+    (with a leader), so a leaderless partition does not stall the check; ``None`` when none of
+    :data:`VERIFY_KEY_CANDIDATES` does."""
+    for i in range(VERIFY_KEY_CANDIDATES):
+        key = VERIFY_KEY if i == 0 else f"{VERIFY_KEY}.{i}"
+        p = partition_for_key(key.encode(), initial_partition_count, undeleted_partition_count)
+        if p in led:
+            return key, p
+    return None
+
+
 COMPACT = "compact"
 
 
@@ -169,7 +196,14 @@ def _partitions(topic: Topic) -> list[Partition]:
     return list(
         Partition.objects.filter(topic=topic)
         .order_by("partition")
-        .only("partition", "replicas", "leader", "remote_bytes", "remote_segments")
+        .only(
+            "partition",
+            "replicas",
+            "leader",
+            "marked_for_deletion",
+            "remote_bytes",
+            "remote_segments",
+        )
     )
 
 
@@ -434,25 +468,30 @@ def verify_tiering(ctx: StepContext) -> StepResult:
     prior = applied_before(ctx, TieringAction.VERIFY_PRODUCE)
     with controller(cluster) as ctl:
         meta = ctl.topic(topic)
-    ordered = sorted(meta.partitions, key=lambda p: p.partition)
     if prior is not None:
-        part = next((x for x in ordered if x.partition == prior["partition"]), None)
+        key, p = prior.get("key", VERIFY_KEY), int(prior["partition"])
     else:
-        part = next((x for x in ordered if x.leader >= 0), None)
+        led = {x.partition for x in meta.partitions if x.leader >= 0 and not x.marked_for_deletion}
+        placed = verify_placement(meta.initial_partition_count, meta.undeleted_partition_count, led)
+        if placed is None:
+            raise RuntimeError(f"{topic}: no verify key hashes to a partition with a leader")
+        key, p = placed
+    part = next((x for x in meta.partitions if x.partition == p), None)
     if part is None or part.leader < 0:
-        raise RuntimeError(f"{topic} has no partition with a leader to verify on")
-    p, leader = part.partition, part.leader
+        raise RuntimeError(f"{topic}-{p} has no leader to verify on")
     marker = f"wf{ctx.workflow.pk}:verify"
-    records = [{"key": VERIFY_KEY, "value": f"{marker}:{i}"} for i in range(VERIFY_RECORDS)]
-    with agent(cluster, leader) as a:
+    records = [{"key": key, "value": f"{marker}:{i}"} for i in range(VERIFY_RECORDS)]
+    with agent(cluster, part.leader) as a:
         if prior is None:
-            base = a.produce(topic, p, records).base_offset
+            base = a.produce(
+                topic, p, records, undeleted_partition_count=meta.undeleted_partition_count
+            ).base_offset
             record_command(
                 ctx,
                 TieringAction.VERIFY_PRODUCE,
                 target_type="topic",
                 target_id=f"{cluster}/{topic}",
-                after={"partition": p, "base_offset": base, "records": VERIFY_RECORDS},
+                after={"partition": p, "key": key, "base_offset": base, "records": VERIFY_RECORDS},
             )
         else:
             base = int(prior["base_offset"])
@@ -511,6 +550,7 @@ def verify_tiering(ctx: StepContext) -> StepResult:
     return StepResult.done(
         {
             "partition": p,
+            "key": key,
             "segment_id": segment.segment_id,
             "segment_tiered_epoch": segment.tiered_epoch,
             "segment_offsets": [segment.start_offset, segment.end_offset],
@@ -681,7 +721,12 @@ class EnableTiering(WorkflowKind):
             raise Refusal(ErrorCode.INVALID_REQUEST, f"{topic.name} is already tiered.")
         partitions = _partitions(topic)
         brokers = _hosting_brokers(partitions)
-        verify_on = next((p.partition for p in partitions if p.leader >= 0), None)
+        placed = verify_placement(
+            topic.initial_partition_count,
+            topic.undeleted_partition_count,
+            {p.partition for p in partitions if p.leader >= 0 and not p.marked_for_deletion},
+        )
+        verify_key, verify_on = placed or (VERIFY_KEY, None)
         actions = {
             "summary": (
                 f"Enable tiering of {topic.name} at tiered epoch {topic.tiered_epoch} on "
@@ -694,8 +739,9 @@ class EnableTiering(WorkflowKind):
             "partitions": len(partitions),
             "brokers": brokers,
             "verification": (
-                f"Writes {VERIFY_RECORDS} records with key {VERIFY_KEY!r} to the first partition "
-                "with a leader, rolls it, waits for the copier: the new segment must carry tiered "
+                f"Writes {VERIFY_RECORDS} records with key {verify_key!r} to the partition KIP-253 "
+                f"linear hashing places it on (U = {topic.undeleted_partition_count}), rolls it, "
+                "waits for the copier: the new segment must carry tiered "
                 f"epoch {topic.tiered_epoch} and offsets must continue without a gap."
             ),
             "steps": [
