@@ -12,7 +12,7 @@ from datetime import datetime
 
 import django_filters
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, Subquery
 from django.http import Http404
 
 from broker_agent.hashing import murmur2, partition_for_hash, partitions_split_from, to_positive
@@ -36,12 +36,14 @@ __all__ = [
     "get_cluster",
     "get_topic",
     "incident",
+    "leader_balance",
     "lookup_key",
     "paginate",
     "partition_cells",
     "split_tree",
     "stale_sources",
     "task_states",
+    "topic_spread",
     "topology_page",
 ]
 
@@ -219,6 +221,162 @@ def task_states(topic: Topic) -> list[dict]:
         .order_by("broker__broker_id")
     )
     return list(rows)
+
+
+#: Kafka's ``leader.imbalance.per.broker.percentage`` default: a broker whose preferred partitions
+#: are led by another broker for more than this share is imbalanced (the controller's trigger for
+#: an automatic preferred leader election).
+LEADER_IMBALANCE_PERCENT = 10
+#: A broker leading more than this many times its fair share (led partitions / brokers) is skewed.
+LEADER_SKEW_RATIO = 1.5
+#: A partition holding more than this many times the average is called out as hot.
+HOT_PARTITION_RATIO = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerLeaders:
+    broker_id: int
+    leaders: int
+    """Partitions of the topic this broker leads now (controller metadata)."""
+    preferred: int
+    """Partitions whose preferred leader (first replica) is this broker."""
+    preferred_led_elsewhere: int
+    skewed: bool
+    imbalanced: bool
+
+    @property
+    def imbalance_percent(self) -> float:
+        return 100.0 * self.preferred_led_elsewhere / self.preferred if self.preferred else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderBalance:
+    """How the topic's leadership is spread: per broker, and whether it needs attention."""
+
+    brokers: list[BrokerLeaders]
+    led: int
+    fair_share: float
+
+    @property
+    def skewed(self) -> list[BrokerLeaders]:
+        return [b for b in self.brokers if b.skewed]
+
+    @property
+    def imbalanced(self) -> list[BrokerLeaders]:
+        return [b for b in self.brokers if b.imbalanced]
+
+
+def leader_balance(topic: Topic, brokers: list[int]) -> LeaderBalance:
+    """Leader skew of one topic over ``brokers`` (those hosting its replicas), two queries.
+
+    Two signals, as an SRE reads them after an expansion or a broker restart:
+
+    - **skew**: a broker leads more than :data:`LEADER_SKEW_RATIO` times its fair share (partitions
+      with a leader / brokers) and at least two more than that share, so one extra leader of a
+      small topic is not an alarm;
+    - **imbalance**, Kafka's own measure: the share of the partitions preferring a broker (it is
+      their first replica) that another broker leads, above
+      :data:`LEADER_IMBALANCE_PERCENT` % — what a preferred leader election
+      (``kafka-leader-election.sh --election-type PREFERRED``) puts right.
+    """
+    parts = Partition.objects.filter(topic=topic)
+    leaders = dict(
+        parts.filter(leader__gte=0).values_list("leader").annotate(n=Count("id")).order_by()
+    )
+    preferred: dict[int, tuple[int, int]] = {
+        row["pref"]: (row["n"], row["elsewhere"])
+        for row in parts.exclude(replicas=[])
+        .annotate(pref=F("replicas__0"))
+        .values("pref")
+        .annotate(
+            n=Count("id"),
+            elsewhere=Count("id", filter=Q(leader__gte=0) & ~Q(leader=F("replicas__0"))),
+        )
+        .order_by()
+    }
+    ids = sorted(set(brokers) | set(leaders) | set(preferred))
+    led = sum(leaders.values())
+    fair = led / len(ids) if ids else 0.0
+    rows = []
+    for b in ids:
+        n = leaders.get(b, 0)
+        pref, elsewhere = preferred.get(b, (0, 0))
+        rows.append(
+            BrokerLeaders(
+                broker_id=b,
+                leaders=n,
+                preferred=pref,
+                preferred_led_elsewhere=elsewhere,
+                skewed=n > LEADER_SKEW_RATIO * fair and n - fair >= 2,
+                imbalanced=bool(pref) and 100 * elsewhere > LEADER_IMBALANCE_PERCENT * pref,
+            )
+        )
+    return LeaderBalance(brokers=rows, led=led, fair_share=fair)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """min / average / max of one measure over the topic's partitions, and where the max is."""
+
+    label: str
+    unit: str
+    low: int
+    average: float
+    high: int
+    high_partition: int | None
+
+    @property
+    def average_rounded(self) -> int:
+        return round(self.average)
+
+    @property
+    def hot(self) -> bool:
+        return self.high > HOT_PARTITION_RATIO * self.average > 0
+
+
+def topic_spread(topic: Topic) -> list[Spread]:
+    """How evenly the topic's data is spread over its partitions (records retained, local and
+    remote bytes): a hot partition is keyed traffic concentrated on few keys, or a partition
+    whose copier or retention is stuck. Two queries on the topic's index, whatever the partition
+    count: min / average / max of each measure, and the partition holding each max."""
+    parts = Partition.objects.filter(topic=topic)
+    measures = [
+        ("Records retained", "records", F("log_end_offset") - F("log_start_offset")),
+        ("Local bytes", "bytes", F("local_bytes")),
+        ("Remote bytes", "bytes", F("remote_bytes")),
+    ]
+    agg = parts.aggregate(
+        **{
+            f"{fn.__name__.lower()}{i}": fn(expr)
+            for i, (_label, _unit, expr) in enumerate(measures)
+            for fn in (Min, Avg, Max)
+        }
+    )
+    if agg["max0"] is None:
+        return []
+    tops = (
+        Topic.objects.filter(pk=topic.pk)
+        .values(
+            **{
+                f"top{i}": Subquery(
+                    parts.annotate(v=expr).order_by("-v", "partition").values("partition")[:1]
+                )
+                for i, (_label, _unit, expr) in enumerate(measures)
+            }
+        )
+        .get()
+    )
+    return [
+        Spread(
+            label=label,
+            unit=unit,
+            low=agg[f"min{i}"],
+            average=float(agg[f"avg{i}"]),
+            high=agg[f"max{i}"],
+            high_partition=tops[f"top{i}"] if agg[f"max{i}"] > 0 else None,
+        )
+        for i, (label, unit, _expr) in enumerate(measures)
+    ]
 
 
 # -- KIP-253 -----------------------------------------------------------------------------------

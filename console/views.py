@@ -147,13 +147,16 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
     marked = list(parts_qs.filter(marked_for_deletion=True)[:50]) if tree is None else None
     key = request.GET.get("key")
     can_request = has_role(request.user, Role.OPERATOR)
+    tasks = selectors.task_states(t)
     context = {
         "cluster": c,
         "topic": t,
         "page": page,
         "tree": tree,
         "marked": marked,
-        "tasks": selectors.task_states(t),
+        "tasks": tasks,
+        "leaders": selectors.leader_balance(t, [r["broker__broker_id"] for r in tasks]),
+        "spread": selectors.topic_spread(t),
         "stale": selectors.stale_sources(c),
         "lookup": selectors.lookup_key(t, key)
         if key is not None and len(key) <= MAX_KEY_CHARS

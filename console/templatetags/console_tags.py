@@ -1,4 +1,5 @@
-"""Template helpers of the console pages: data age, the KIP-950 offsets bar, usage bars."""
+"""Template helpers of the console pages: data age, the KIP-950 offsets bar, bytes and usage
+bars."""
 
 from __future__ import annotations
 
@@ -96,6 +97,34 @@ def offsets_bar(
 
 
 @register.simple_tag
+def bytes_bar(remote_bytes: int, local_bytes: int, width: int = BAR_WIDTH * 2) -> SafeString:
+    """A topic's bytes: remote above, local below, on one scale (the larger of the two).
+
+    Two lanes, not one stacked bar: a segment copied to the remote tier and not yet deleted
+    locally counts in both, so remote + local is no total of anything."""
+    hi = max(remote_bytes, local_bytes, 1)
+    height = 2 * LANE + 4
+    parts = [f'<rect x="0" y="0" width="{width}" height="{height}" class="bar-bg"></rect>']
+    for y, n, cls, name in (
+        (1, remote_bytes, "bar-remote", "remote"),
+        (LANE + 3, local_bytes, "bar-local", "local"),
+    ):
+        if n > 0:
+            w = max(round(n * width / hi, 1), 1)
+            parts.append(
+                f'<rect x="0" y="{y}" width="{w}" height="{LANE}" class="{cls}">'
+                f"<title>{name} {n} bytes</title></rect>"
+            )
+    return SafeString(  # only integers are interpolated
+        f'<svg class="bytes" role="img" aria-label="remote {remote_bytes} bytes, local '
+        f'{local_bytes} bytes" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'data-remote-bytes="{remote_bytes}" data-local-bytes="{local_bytes}">'
+        + "".join(parts)
+        + "</svg>"
+    )
+
+
+@register.simple_tag
 def usage_bar(used: int, total: int) -> SafeString:
     pct = 100.0 * used / total if total else 0.0
     return format_html(
@@ -104,6 +133,12 @@ def usage_bar(used: int, total: int) -> SafeString:
         round(pct),
         round(pct, 1),
     )
+
+
+@register.filter
+def task_row(rows: list[dict], broker_id: int) -> dict | None:
+    """The :func:`~console.selectors.task_states` row of ``broker_id`` (or ``None``)."""
+    return next((r for r in rows if r["broker__broker_id"] == broker_id), None)
 
 
 @register.filter
