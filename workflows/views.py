@@ -30,6 +30,7 @@ from audit.choices import AuditContext
 from audit.models import AuditEvent
 from console.models import Broker, Cluster, LogDir, Topic
 from workflows import actions
+from workflows.actions.workflows import MAX_REASON
 from workflows.choices import ApprovalDecision, StepState, WorkflowState
 from workflows.errors import WorkflowError
 from workflows.kinds import MAX_TEXT, Refusal, all_kinds, get_kind
@@ -140,6 +141,7 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
         and wf.state not in WorkflowState.CANCELLABLE
         and has_role(user, Role.ADMIN),
         logs=list(wf.logs.select_related("step").order_by("-created_at", "-id")[:50]),
+        max_reason=MAX_REASON,
     )
     return render(request, "workflows/workflow_detail.html", context)
 
@@ -202,6 +204,7 @@ def workflow_approve(request: HttpRequest, pk: int) -> HttpResponse:
             "is_requester": wf.requester_id == request.user.pk,
             "is_approver": has_role(request.user, Role.APPROVER),
             "ttl_hours": settings.STRATA_APPROVAL_TTL_HOURS,
+            "max_reason": MAX_REASON,
         },
     )
 
@@ -333,6 +336,7 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
             "kinds": all_kinds(include_hidden=False),
             "fields": fields,
             "max_text": MAX_TEXT,  # the inputs' maxlength: no request line a server refuses
+            "max_reason": MAX_REASON,  # what the action accepts; the page counts down to it
             "cluster": data.get("cluster") or "",
             "suggestions": _suggestions(data.get("cluster") or "", data.get("broker"))
             if kind is not None

@@ -30,7 +30,11 @@ def test_request_approve_and_watch_it_succeed(
     # the form checks the request (target, approvals); it computes no plan
     expect(page.get_by_test_id("target")).to_have_text("noop:browser")
     assert page.get_by_test_id("plan-hash").count() == 0
+    # the reason counts its characters against the limit the server enforces, as you type
+    expect(page.locator("#f-reason-counter")).to_have_text("0 / 2,000 characters")
     page.fill("#f-reason", "browser self-test")
+    expect(page.locator("#f-reason-counter")).to_have_text("17 / 2,000 characters")
+    assert page.locator("#f-reason").get_attribute("maxlength") == "2000"
     page.get_by_test_id("submit-request").click()
     page.wait_for_url(re.compile(r"/workflows/\d+/$"))
     url = page.url

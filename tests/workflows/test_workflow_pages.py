@@ -172,6 +172,9 @@ def test_request_form_checks_the_request_then_a_worker_plans_it(client, operator
     html = page.content.decode()
     assert page.status_code == 200 and 'data-testid="target">noop:orders<' in html
     assert "a worker computes the plan" in html
+    # the reason field stops where the server does and counts down to it (static/strata.js)
+    assert 'name="reason" rows="2" cols="60" required maxlength="2000" data-counter>' in html
+    assert "/static/strata.js" in html
     response = client.post(
         "/workflows/new/",
         {
@@ -316,3 +319,12 @@ def test_request_form_suggests_the_synced_inventory(client, operator):
     assert 'list="dl-log_dir"' in html
     html = client.get("/workflows/new/?kind=disable_tiering&cluster=lab").content.decode()
     assert options("topic") == ["orders"]
+
+
+def test_a_reason_over_the_limit_is_refused_by_the_server_too(client, operator):
+    client.force_login(operator)
+    body = {"kind": "noop_check", "cluster": "lab", "topic": "o", "partitions": "3"}
+    response = client.post("/workflows/new/", {**body, "reason": "x" * 2001})
+    assert response.status_code in (200, 400)
+    assert not Workflow.objects.exists()
+    assert client.post("/workflows/new/", {**body, "reason": "x" * 2000}).status_code == 302
