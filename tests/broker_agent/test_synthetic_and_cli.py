@@ -182,7 +182,16 @@ def test_external_expiration_exposes_inventory_and_marking(sim_factory):
     sim.cli("produce", "--topic", "ext", "--records", "500", "--batch-size", "20")
     agent = sim.agent(1)
     agent.roll("ext", 0)
-    wait_until(lambda: sim.replica(1, "ext").remote_segments > 3, 20, what="segments tiered")
+    # every rolled segment tiered: the copier is done, so the snapshot and the inventory below
+    # are read from the same state (comparing them while it still copies is a race)
+    wait_until(
+        lambda: (
+            (x := sim.replica(1, "ext")).remote_segments > 3
+            and x.remote_log_end_offset == x.log_end_offset - 1
+        ),
+        30,
+        what="every rolled segment tiered",
+    )
     r = sim.replica(1, "ext")
     assert r.expiration_state == TaskState.EXTERNAL
     rows = sorted(agent.inventory("ext", page_size=2), key=lambda s: s.start_offset)
