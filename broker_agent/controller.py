@@ -29,6 +29,7 @@ from broker_agent.choices import (
     TieredState,
     TopicConfig,
 )
+from broker_agent.client import AgentClient
 from broker_agent.hashing import murmur2, partition_for_key, to_positive
 from broker_agent.models import (
     AlterConfigsRequest,
@@ -84,19 +85,41 @@ class Controller:
                 obj["tiering_acks"] = set(obj.get("tiering_acks", []))
                 self.topics[obj["name"]] = obj
             elif key.startswith("broker/"):
-                obj.update(alive=False, last_heartbeat=0.0, offline=set(), log_dirs=[])
+                # KIP-112 scenario 6 (and KRaft): a restarted controller keeps each registered,
+                # unfenced broker's session for one session timeout after load; the session
+                # reaper fences only a broker that does not heartbeat within it, and only that
+                # triggers elections. A broker fenced before the restart stays fenced.
+                fenced = obj.pop("fenced", False)
+                obj.update(
+                    alive=not fenced,
+                    last_heartbeat=time.monotonic(),
+                    offline=set(),
+                    log_dirs=[],
+                )
                 self.brokers[obj["broker_id"]] = obj
             elif key == "meta":
                 self.version = obj["version"]
                 self.next_producer_id = obj["next_producer_id"]
-        # Nothing is known to be alive after a restart: brokers re-register with heartbeats.
-        self._reelect(self.topics.values())
+        # No election here: leaders, ISR and leader epochs are as persisted until a broker's
+        # session expires or its heartbeat reports offline replicas.
 
     def _save_topic(self, topic: dict) -> None:
         obj = dict(topic, tiering_acks=sorted(topic["tiering_acks"]))
         obj["partitions"] = {str(p): v for p, v in topic["partitions"].items()}
         self.db.execute(
             "INSERT OR REPLACE INTO kv VALUES (?, ?)", (f"topic/{topic['name']}", json.dumps(obj))
+        )
+
+    def _save_broker(self, b: dict) -> None:
+        """The broker's registration and whether it is fenced (KRaft persists both)."""
+        self.db.execute(
+            "INSERT OR REPLACE INTO kv VALUES (?, ?)",
+            (
+                f"broker/{b['broker_id']}",
+                json.dumps(
+                    {"broker_id": b["broker_id"], "url": b["url"], "fenced": not b["alive"]}
+                ),
+            ),
         )
 
     def _save_meta(self) -> None:
@@ -172,8 +195,51 @@ class Controller:
                 for b in expired:
                     log.warning("broker %s fenced: no heartbeat", b["broker_id"])
                     b["alive"] = False
+                    self._save_broker(b)
                 changed = self._reelect(self.topics.values())
                 self._bump(*changed)
+
+    async def resume_disablements(self, secret: bytes) -> None:
+        """KIP-950 "Controller Failover in DISABLING State": after a (re)start, the controller
+        sends DisableRemoteTopic again to every broker hosting a topic left DISABLING that has
+        not acknowledged its tiered epoch, retried until each answers, and completes the
+        disablement (DISABLED) once all have - as the KIP's controller does.
+
+        Only what the start found DISABLING: in normal operation a Strata workflow sends the
+        commands and completes; a workflow that resumes the same disablement meanwhile gets the
+        brokers' idempotent answers (same epoch: ``applied: false``) and a no-op completion."""
+        pending = {n for n, t in self.topics.items() if t["tiered_state"] == TieredState.DISABLING}
+        delay = 0.5
+        while pending:
+            for name in sorted(pending):
+                t = self.topics.get(name)
+                if t is None or t["tiered_state"] != TieredState.DISABLING:
+                    pending.discard(name)  # completed (or deleted) by someone else
+                    continue
+                for b in sorted(self.hosting_brokers(t) - t["tiering_acks"]):
+                    if not self._alive(b):
+                        continue  # retried once its session is back
+                    try:
+                        await asyncio.to_thread(self._send_disable, secret, t, b)
+                    except Exception as exc:  # any refusal or silence: retried with backoff
+                        log.info("DisableRemoteTopic %s to broker %s: %s", name, b, exc)
+                if not self.hosting_brokers(t) - t["tiering_acks"]:
+                    if kip950.complete_disablement(name, t, self.hosting_brokers(t), None):
+                        self._bump(t)
+                    log.info("disablement of %s completed after controller start", name)
+                    pending.discard(name)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def _send_disable(self, secret: bytes, t: dict, broker_id: int) -> None:
+        with AgentClient(self.brokers[broker_id]["url"], secret, retries=0, timeout=10) as a:
+            a.disable_remote_topic(
+                t["name"],
+                t["topic_id"],
+                t["tiered_epoch"],
+                t["disable_policy"],
+                idempotency_key=f"controller-{t['topic_id']}-{t['tiered_epoch']}-{broker_id}",
+            )
 
     # -- views -------------------------------------------------------------------------------
 
@@ -335,21 +401,34 @@ class Controller:
         - on DISABLING any disable or enable is refused with TIERED_STORAGE_DISABLEMENT_IN_PROGRESS
           (KIP-950: re-enablement only once disablement completed).
         - ``remote.storage.enable=true`` on DISABLED re-enables; "re-enablement will not provide
-          an option to specify a policy", so a policy in the same request is INVALID_REQUEST.
+          an option to specify a policy", so a policy in the same request is INVALID_REQUEST, and
+          the previous disablement's policy is cleared from the configs.
+        - the policy applied is the policy shown: a disablement without a policy uses the one the
+          configs hold (else retain); a policy-only change is accepted on an ENABLED topic only
+          (:func:`broker_agent.kip950.check_policy_change`).
         - a compacted topic cannot be tiered, and a tiered topic cannot become compacted.
         """
         t = self.topic(name)
         self.validate_configs(req.configs)
         kip950.check_epoch(t, req.expected_tiered_epoch)
+        enable = req.configs.get(TopicConfig.REMOTE_STORAGE_ENABLE)
+        policy = req.configs.get(TopicConfig.REMOTE_LOG_DISABLE_POLICY)
+        state = t["tiered_state"]
+        if TopicConfig.REMOTE_LOG_DISABLE_POLICY in req.configs and (
+            enable is None
+            or (
+                enable == "false"
+                and state != TieredState.ENABLED
+                and policy != t["configs"].get(TopicConfig.REMOTE_LOG_DISABLE_POLICY)
+            )
+        ):
+            kip950.check_policy_change(name, t)  # no disablement starts to apply it
         new = dict(t["configs"])
         for k, v in req.configs.items():
             if v is None:
                 new.pop(k, None)
             else:
                 new[k] = v
-        enable = req.configs.get(TopicConfig.REMOTE_STORAGE_ENABLE)
-        policy = req.configs.get(TopicConfig.REMOTE_LOG_DISABLE_POLICY)
-        state = t["tiered_state"]
         if self._compacted(new) and (enable == "true" or state == TieredState.ENABLED):
             raise ApiError(
                 400,
@@ -360,11 +439,13 @@ class Controller:
             if state == TieredState.DISABLING:
                 raise kip950.disablement_in_progress(name, t)
             if state == TieredState.ENABLED:
-                kip950.begin_disablement(t, policy or DisablePolicy.DEFAULT)
+                t["configs"] = new  # begin_disablement writes the policy it applies into them
+                kip950.begin_disablement(t, kip950.disable_policy_for(t, policy))
+                new = t["configs"]
         elif enable == "true":
-            kip950.re_enable(name, t, policy)
-        elif policy is not None and state == TieredState.DISABLING:
-            raise kip950.disablement_in_progress(name, t)
+            t["configs"] = new
+            kip950.re_enable(name, t, policy)  # clears the previous disablement's policy
+            new = t["configs"]
         t["configs"] = new
         self._bump(t)
         return t
@@ -477,15 +558,14 @@ class Controller:
         if b is None:
             b = {"broker_id": hb.broker_id, "url": hb.url, "alive": False, "offline": set()}
             self.brokers[hb.broker_id] = b
-            self.db.execute(
-                "INSERT OR REPLACE INTO kv VALUES (?, ?)",
-                (f"broker/{hb.broker_id}", json.dumps({"broker_id": hb.broker_id, "url": hb.url})),
-            )
         was_alive, old_offline, old_dirs = b["alive"], b.get("offline", set()), b.get("log_dirs")
+        old_url = b["url"]
         b["url"] = hb.url
         b["last_heartbeat"] = time.monotonic()
         b["last_heartbeat_ms"] = _now_ms()
         b["alive"] = hb.online
+        if first or was_alive != b["alive"] or old_url != b["url"]:
+            self._save_broker(b)
         b["offline"] = set(hb.offline_replicas)
         b["log_dirs"] = [d.model_dump() for d in hb.log_dirs]
         changed: dict[str, dict] = {}
@@ -579,8 +659,10 @@ def create_app(
     async def lifespan(_app):
         state["c"] = controller_factory()
         reaper = asyncio.create_task(state["c"].session_reaper())
+        resumer = asyncio.create_task(state["c"].resume_disablements(secret))
         yield
         reaper.cancel()
+        resumer.cancel()
 
     app = FastAPI(
         title="Strata simulated controller",

@@ -13,9 +13,21 @@ The simulated controller (:mod:`broker_agent.controller`) and the synthetic scal
 - DISABLING → DISABLED once every broker hosting the topic acknowledged the current epoch
   ("Completion of disablement"); completing a DISABLED topic again is a no-op.
 - DISABLED (or never tiered) → ENABLED: "re-enablement will not provide an option to specify
-  a policy", so a policy with it is INVALID_REQUEST.
+  a policy", so a policy with it is INVALID_REQUEST, and the previous disablement's
+  ``remote.log.disable.policy`` is cleared from the configs.
+- The policy applied is the policy shown (:func:`disable_policy_for`): a disablement that names
+  no policy uses the ``remote.log.disable.policy`` the topic's configs hold (set beforehand on the
+  ENABLED topic), else retain; and the configs then hold the policy applied. Changing or deleting
+  the policy alone is accepted on an ENABLED topic only (:func:`check_policy_change`): on a
+  DISABLING topic it is TIERED_STORAGE_DISABLEMENT_IN_PROGRESS, on a DISABLED or never-tiered one
+  INVALID_CONFIG - it would show a policy other than the one applied.
 - A request that names an expected tiered epoch other than the topic's is STALE_TIERED_EPOCH
   (the fence every workflow step uses).
+- Two-sided fencing at a broker (:func:`check_broker_command`): DisableRemoteTopic /
+  EnableRemoteTopic is applied only at the controller's current tiered epoch, while the controller
+  has the topic DISABLING (or DISABLED, a re-send) / ENABLED. An older epoch is
+  STALE_TIERED_EPOCH; a newer one UNKNOWN_TIERED_EPOCH (as Kafka fences leader epochs with
+  FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH): a broker never runs ahead of its controller.
 """
 
 from __future__ import annotations
@@ -28,8 +40,11 @@ from broker_agent.web import ApiError
 
 __all__ = [
     "begin_disablement",
+    "check_broker_command",
     "check_epoch",
+    "check_policy_change",
     "complete_disablement",
+    "disable_policy_for",
     "disablement_in_progress",
     "re_enable",
     "record_ack",
@@ -55,6 +70,70 @@ def check_epoch(st: TopicState, expected: int | None) -> None:
             ErrorCode.STALE_TIERED_EPOCH,
             f"expected tiered epoch {expected}, topic is at {st['tiered_epoch']}",
             tiered_epoch=st["tiered_epoch"],
+        )
+
+
+def check_broker_command(name: str, st: TopicState, command: str, tiered_epoch: int) -> None:
+    """Whether a broker may apply ``command`` (``"disable"`` / ``"enable"``) at ``tiered_epoch``,
+    given the controller's state ``st`` of the topic (KIP-950 fidelity, two-sided fencing).
+
+    The broker's own check (an epoch below the one it applied) comes first and stays; this one
+    keeps a broker from applying a command the controller has not issued: an epoch from the
+    future (a forged, replayed-from-elsewhere or mistyped request), or a disable of a topic the
+    controller is not disabling."""
+    current = st["tiered_epoch"]
+    what = "DisableRemoteTopic" if command == "disable" else "EnableRemoteTopic"
+    if tiered_epoch < current:
+        raise ApiError(
+            409,
+            ErrorCode.STALE_TIERED_EPOCH,
+            f"{what} at tiered epoch {tiered_epoch}; the controller's is {current}",
+            tiered_epoch=current,
+        )
+    if tiered_epoch > current:
+        raise ApiError(
+            409,
+            ErrorCode.UNKNOWN_TIERED_EPOCH,
+            f"{what} at tiered epoch {tiered_epoch}; the controller's is {current} "
+            "(a broker never applies an epoch its controller has not reached)",
+            tiered_epoch=current,
+        )
+    allowed = (
+        (TieredState.DISABLING, TieredState.DISABLED)
+        if command == "disable"
+        else (TieredState.ENABLED,)
+    )
+    if st["tiered_state"] not in allowed:
+        raise ApiError(
+            409,
+            ErrorCode.INVALID_STATE_TRANSITION,
+            f"{what} for {name}, which the controller has {st['tiered_state']} at tiered "
+            f"epoch {current}",
+            tiered_epoch=current,
+        )
+
+
+def disable_policy_for(st: TopicState, asked: str | None) -> str:
+    """The policy a disablement applies: the one asked for, else the one the configs hold, else
+    KIP-950's default (retain)."""
+    return (
+        asked or st["configs"].get(TopicConfig.REMOTE_LOG_DISABLE_POLICY) or DisablePolicy.DEFAULT
+    )
+
+
+def check_policy_change(name: str, st: TopicState) -> None:
+    """A change of ``remote.log.disable.policy`` without ``remote.storage.enable`` (set or
+    deleted): only an ENABLED topic takes it, for its next disablement."""
+    state = st["tiered_state"]
+    if state == TieredState.DISABLING:
+        raise disablement_in_progress(name, st)
+    if state != TieredState.ENABLED:
+        raise ApiError(
+            400,
+            ErrorCode.INVALID_CONFIG,
+            f"{name} is {state}: remote.log.disable.policy applies to the next disablement, so "
+            "it is set on an ENABLED topic (or with remote.storage.enable=false); here it would "
+            "show a policy other than the one applied",
         )
 
 
@@ -88,7 +167,7 @@ def start_disablement(
             ErrorCode.INVALID_STATE_TRANSITION,
             f"{name} is {st['tiered_state']}, not ENABLED",
         )
-    begin_disablement(st, policy or DisablePolicy.DEFAULT)
+    begin_disablement(st, disable_policy_for(st, policy))
 
 
 def record_ack(st: TopicState, broker_id: int, tiered_epoch: int) -> bool:
@@ -130,5 +209,9 @@ def re_enable(name: str, st: TopicState, policy: str | None) -> None:
     if state in (TieredState.DISABLED, TieredState.NONE):
         if policy is not None and state == TieredState.DISABLED:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, "re-enablement takes no disable policy")
+        if state == TieredState.DISABLED:  # that disablement's policy is spent
+            st["configs"] = {
+                k: v for k, v in st["configs"].items() if k != TopicConfig.REMOTE_LOG_DISABLE_POLICY
+            }
         st["tiered_state"] = TieredState.ENABLED
         st["disable_policy"] = None

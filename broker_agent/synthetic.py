@@ -382,18 +382,27 @@ class SyntheticCluster:
 
     def _cluster_entry(self, i: int) -> str:
         s = self._snap_entry[i]
-        if s is None:
+        live = (
+            self.tiering.cluster_tiering(i // self.ppt)
+            if self.tiering is not None and self.tiering.topics
+            else None
+        )
+        if s is None or live is not None:
             t, p = divmod(i, self.ppt)
-            tiered = TieredState.ENABLED if self.tiered(t) else TieredState.NONE
+            tiered, epoch = live or (
+                TieredState.ENABLED if self.tiered(t) else TieredState.NONE,
+                0,
+            )
             s = (
                 f'{{"topic":"{self.topics[t]}","partition":{p},'
                 f'"replicas":{_ints(self.replicas(i))},"leader":{self.leader(i)},'
                 f'"leader_epoch":{self.leader_epoch[i]},"isr":{_ints(self.isr(i))},'
                 f'"offline_replicas":[],"log_start_offset":{self.lso[i]},'
-                f'"log_end_offset":{self.leo[i]},"tiered_state":"{tiered}","tiered_epoch":0,'
-                f'"version":{self.pversion[i]}}}'
+                f'"log_end_offset":{self.leo[i]},"tiered_state":"{tiered}",'
+                f'"tiered_epoch":{epoch},"version":{self.pversion[i]}}}'
             )
-            self._snap_entry[i] = s
+            if live is None:
+                self._snap_entry[i] = s
         return s
 
     def cluster_snapshot(self, since: int | None) -> bytes:
@@ -420,14 +429,27 @@ class SyntheticCluster:
         state = TaskState.RUNNING if tiered else TaskState.STOPPED
         return state, state, tiered
 
-    def _replica_json(self, i: int, is_leader: bool) -> str:
-        """One replica entry of a broker snapshot (the same for every follower of ``i``)."""
+    def _live_tiering(self, b: int, i: int, is_leader: bool) -> tuple[str, int, str, str] | None:
+        """The replica's tiering as broker ``b`` applied it (see
+        :meth:`SyntheticTiering.replica_tiering`), or ``None`` for the layout's."""
+        tiering = self.tiering
+        if tiering is None or not tiering.brokers or (b, i // self.ppt) not in tiering.brokers:
+            return None
+        return tiering.replica_tiering(b, i // self.ppt, is_leader)
+
+    def _replica_json(self, i: int, is_leader: bool, b: int = 0) -> str:
+        """One replica entry of broker ``b``'s snapshot (the same for every follower of ``i``,
+        cached, unless ``b`` applied a tiering command for its topic)."""
+        live = self._live_tiering(b, i, is_leader)
         cache = self._replica_entry[1 if is_leader else 0]
         s = cache[i]
-        if s is None:
+        if s is None or live is not None:
             t, p = divmod(i, self.ppt)
             copier, expiration, tiered = self._task_states(t, is_leader)
             tstate = TieredState.ENABLED if tiered else TieredState.NONE
+            epoch = 0
+            if live is not None:
+                tstate, epoch, copier, expiration = live
             leo, lso = self.leo[i], self.lso[i]
             s = (
                 f'{{"topic":"{self.topics[t]}","topic_id":"{self.topic_ids[t]}",'
@@ -437,28 +459,34 @@ class SyntheticCluster:
                 f'"leader_epoch":{self.leader_epoch[i]},"isr":{_ints(self.isr(i))},'
                 f'"log_start_offset":{lso},"local_log_start_offset":{lso},'
                 f'"log_end_offset":{leo},"high_watermark":{leo},"size_bytes":0,'
-                f'"tiered_state":"{tstate}","tiered_epoch":0,"copier_state":"{copier}",'
+                f'"tiered_state":"{tstate}","tiered_epoch":{epoch},"copier_state":"{copier}",'
                 f'"expiration_state":"{expiration}","version":{self.pversion[i]}}}'
             )
-            cache[i] = s
+            if live is None:
+                cache[i] = s
         return s
 
-    def _replica_row(self, i: int, is_leader: bool) -> str:
+    def _replica_row(self, i: int, is_leader: bool, b: int = 0) -> str:
         """:meth:`_replica_json` as a ``format=tsv`` row, without its leading broker id:
         ``SNAPSHOT_TSV_COLUMNS[1:]`` (topic ... version)."""
+        live = self._live_tiering(b, i, is_leader)
         cache = self._replica_entry[3 if is_leader else 2]
         s = cache[i]
-        if s is None:
+        if s is None or live is not None:
             t, p = divmod(i, self.ppt)
             copier, expiration, _ = self._task_states(t, is_leader)
+            epoch = 0
+            if live is not None:
+                _state, epoch, copier, expiration = live
             leo, lso = self.leo[i], self.lso[i]
             s = (
                 f"{self.topics[t]}\t{p}\tlogdir-{i % self.log_dirs}\t{ReplicaState.ONLINE}\t"
                 f"{'t' if is_leader else 'f'}\t{self.leader_epoch[i]}\t{lso}\t{lso}\t"
-                f"{leo}\t{leo}\t0\t0\t{copier}\t{expiration}\t-1\t-1\t0\t0\t"
+                f"{leo}\t{leo}\t0\t{epoch}\t{copier}\t{expiration}\t-1\t-1\t0\t0\t"
                 f"{self.pversion[i]}"
             )
-            cache[i] = s
+            if live is None:
+                cache[i] = s
         return s
 
     def log_dirs_body(self, broker_id: int) -> bytes:
@@ -489,10 +517,10 @@ class SyntheticCluster:
             if rows:
                 columns = ",".join(f'"{c}"' for c in SNAPSHOT_TSV_COLUMNS)
                 lines = "".join(
-                    f"{b}\t{self._replica_row(i, self.leader(i) == b)}\n" for i in indexes
+                    f"{b}\t{self._replica_row(i, self.leader(i) == b, b)}\n" for i in indexes
                 )
                 return (f'{head}"replica_columns":[{columns}]}}\n{lines}').encode()
-            parts = ",".join(self._replica_json(i, self.leader(i) == b) for i in indexes)
+            parts = ",".join(self._replica_json(i, self.leader(i) == b, b) for i in indexes)
             return f'{head}"replicas":[{parts}]}}'.encode()
 
     # -- response cache ----------------------------------------------------------------------

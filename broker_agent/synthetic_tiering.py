@@ -39,10 +39,11 @@ Versions: every controller change (and every ack) is one new metadata version, s
 so a ``delta=true`` answer carries the topic (with its topic-level fields). A broker command
 applied also bumps the snapshot version of the partitions that broker hosts.
 
-Known gap: ``SyntheticCluster`` renders topic heads (``/v1/metadata``, ``GET /v1/topics[/{t}]``)
-and replica entries from its fixed layout (even topics ENABLED at epoch 0), not from this state;
-only the answers of the endpoints above carry the live tiering state until
-``SyntheticCluster._topic_head`` asks :meth:`SyntheticTiering.topic_head` (see the README).
+Rendering: ``SyntheticCluster`` asks this state for topic heads (``/v1/metadata``,
+``GET /v1/topics[/{t}]``: :meth:`SyntheticTiering.topic_head`), for the replica entries of broker
+snapshots (:meth:`SyntheticTiering.replica_tiering`, once that broker applied a command) and for
+the cluster snapshot (:meth:`SyntheticTiering.cluster_tiering`), so snapshots report the same
+tiering state as metadata (#14 gap 10). Topics never touched keep the cached layout.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from fastapi import FastAPI, Query
 from fastapi.responses import Response
 
 from broker_agent import kip950
-from broker_agent.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
+from broker_agent.choices import DisablePolicy, ErrorCode, TaskState, TieredState, TopicConfig
 from broker_agent.models import CommandResult, RemoteTopicCommand, TieringCommandRequest
 from broker_agent.web import ApiError
 
@@ -139,6 +140,27 @@ class SyntheticTiering:
         c._cache_bytes = 0
 
     # -- rendering ---------------------------------------------------------------------------
+
+    def replica_tiering(self, broker_id: int, t: int, is_leader: bool) -> tuple[str, int, str, str]:
+        """What a replica of topic ``t`` on ``broker_id`` reports in its snapshot once that broker
+        applied a Disable/EnableRemoteTopic: (tiered state, tiered epoch, copier state,
+        expiration state), as the real broker's snapshot says it - disabled: the copier stops,
+        remote expiration goes on with retain and stops with delete. Followers run no task."""
+        cur = self.brokers[(broker_id, t)]
+        state, epoch = cur["state"], cur["tiered_epoch"]
+        if not is_leader:
+            return state, epoch, TaskState.NOT_LEADER, TaskState.NOT_LEADER
+        if state == TieredState.ENABLED:
+            return state, epoch, TaskState.RUNNING, TaskState.RUNNING
+        expiration = (
+            TaskState.RUNNING if cur["policy"] == DisablePolicy.RETAIN else TaskState.STOPPED
+        )
+        return state, epoch, TaskState.STOPPED, expiration
+
+    def cluster_tiering(self, t: int) -> tuple[str, int] | None:
+        """The controller's (tiered state, tiered epoch) of ``t`` once a command touched it."""
+        st = self.topics.get(t)
+        return None if st is None else (st["tiered_state"], st["tiered_epoch"])
 
     def topic_head(self, t: int) -> str:
         """A ``TopicMetadata`` object up to ``"partitions":[`` (same shape as
@@ -257,6 +279,7 @@ class SyntheticTiering:
                     tiered_epoch=epoch,
                 )
             repeat = cmd.tiered_epoch == epoch
+            kip950.check_broker_command(cmd.topic, self.topic(t), "disable", cmd.tiered_epoch)
             if not repeat:
                 self.brokers[(broker_id, t)] = {
                     "state": TieredState.DISABLED,
@@ -294,6 +317,7 @@ class SyntheticTiering:
                     tiered_epoch=cur["tiered_epoch"],
                 )
             repeat = cur["state"] == TieredState.ENABLED and cmd.tiered_epoch == cur["tiered_epoch"]
+            kip950.check_broker_command(cmd.topic, self.topic(t), "enable", cmd.tiered_epoch)
             if not repeat:
                 self.brokers[(broker_id, t)] = {
                     "state": TieredState.ENABLED,

@@ -14,6 +14,7 @@ import time
 
 import httpx
 
+from broker_agent import kip950
 from broker_agent.broker.state import (
     Replica,
     _now_ms,
@@ -268,6 +269,34 @@ class TieringMixin:
                 f"applied, but the controller did not take the ack: {exc}",
             ) from None
 
+    def _controller_view(self, cmd, command: str) -> dict:
+        """The controller's state of ``cmd.topic`` to fence ``command`` against
+        (:func:`broker_agent.kip950.check_broker_command`): the metadata this broker applied last,
+        or, when that would refuse, the controller asked now - the metadata poll can be a moment
+        behind a disablement the controller has just started. Called outside the broker's lock."""
+        cached = self._check_topic(cmd)  # a topic this broker does not know: 404, asks nobody
+        if cached is not None:
+            try:
+                kip950.check_broker_command(cmd.topic, cached, command, cmd.tiered_epoch)
+            except ApiError:
+                pass
+            else:
+                return cached
+        try:
+            return self.controller.topic(cmd.topic).model_dump()
+        except AgentError as exc:
+            if exc.status == 404:
+                raise ApiError(404, exc.error, exc.message) from None
+            raise ApiError(
+                503, ErrorCode.BROKER_NOT_AVAILABLE, f"the controller refused: {exc.message}"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise ApiError(
+                503,
+                ErrorCode.BROKER_NOT_AVAILABLE,
+                f"the controller did not answer ({type(exc).__name__}); retry",
+            ) from None
+
     def disable_remote_topic(self, cmd) -> dict:
         """DisableRemoteTopic (KIP-950).
 
@@ -278,10 +307,13 @@ class TieringMixin:
         retain: the copier stops, remote data stays readable and keeps expiring. delete: copier
         and expiration stop, log start offset := local log start offset, remote segments with a
         tiered epoch below this one become unreadable at once and are purged asynchronously.
+        Two-sided: a new command is applied only at the controller's current epoch of a
+        DISABLING (or DISABLED) topic; a future epoch is UNKNOWN_TIERED_EPOCH.
         """
         if cmd.policy is not None and cmd.policy not in DisablePolicy.ALL:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, f"unsupported policy {cmd.policy!r}")
         policy = cmd.policy or DisablePolicy.DEFAULT
+        controller_view = self._controller_view(cmd, "disable")
         with self.lock:
             t = self._check_topic(cmd)
             done = self.applied_commands.get(cmd.idempotency_key)
@@ -303,6 +335,7 @@ class TieringMixin:
                     f"DisableRemoteTopic at tiered epoch {cmd.tiered_epoch}; broker applied {epoch}",
                     tiered_epoch=epoch,
                 )
+            kip950.check_broker_command(cmd.topic, controller_view, "disable", cmd.tiered_epoch)
             parts = sorted(p for (tp, p), r in self.replicas.items() if tp == cmd.topic)
             repeat = cmd.tiered_epoch == epoch
             if not repeat:
@@ -335,7 +368,10 @@ class TieringMixin:
     def enable_remote_topic(self, cmd) -> dict:
         """EnableRemoteTopic: re-enable copying at the topic's (unchanged) tiered epoch, so
         segments tiered from now on carry it and can never be mistaken for segments fenced by an
-        earlier delete-policy disablement. Older epochs are refused; repeats are applied once."""
+        earlier delete-policy disablement. Older epochs are refused; repeats are applied once.
+        Two-sided: a new command is applied only at the controller's current epoch of an ENABLED
+        topic; a future epoch is UNKNOWN_TIERED_EPOCH."""
+        controller_view = self._controller_view(cmd, "enable")
         with self.lock:
             t = self._check_topic(cmd)
             done = self.applied_commands.get(cmd.idempotency_key)
@@ -350,6 +386,7 @@ class TieringMixin:
                     tiered_epoch=cur["tiered_epoch"],
                 )
             repeat = cur["state"] == TieredState.ENABLED and cmd.tiered_epoch == cur["tiered_epoch"]
+            kip950.check_broker_command(cmd.topic, controller_view, "enable", cmd.tiered_epoch)
             if not repeat:
                 self.tiering[cmd.topic] = dict(
                     cur,

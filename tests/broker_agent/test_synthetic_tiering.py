@@ -9,6 +9,7 @@ import pytest
 
 from broker_agent.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
 from broker_agent.client import AgentClient, AgentError, ControllerClient
+from broker_agent.models import SNAPSHOT_TSV_COLUMNS, split_snapshot_tsv
 
 from .conftest import _kill_all, run_cli
 
@@ -169,6 +170,11 @@ def test_agents_fence_stale_epochs_and_apply_keys_once(syn):
     # epoch 0 is what the broker adopted at creation: a disable there is stale
     err = _refused(a.disable_remote_topic, topic, t.topic_id, 0, "delete", "s0")
     assert (err.status, err.error, err.body["tiered_epoch"]) == (409, "STALE_TIERED_EPOCH", 0)
+    # two-sided: an epoch the controller has not reached is never applied
+    err = _refused(a.disable_remote_topic, topic, t.topic_id, 2, "delete", "s2")
+    assert (err.status, err.error, err.body["tiered_epoch"]) == (409, "UNKNOWN_TIERED_EPOCH", 1)
+    err = _refused(a.enable_remote_topic, topic, t.topic_id, 1, "e1")
+    assert err.error == ErrorCode.INVALID_STATE_TRANSITION  # the controller is disabling
     first = a.disable_remote_topic(topic, t.topic_id, 1, "delete", "key-a")
     assert first.applied
     assert a.disable_remote_topic(topic, t.topic_id, 1, "delete", "key-a") == first.model_copy(
@@ -232,3 +238,35 @@ def test_metadata_and_topic_render_the_live_tiering_state(syn):
     assert syn.ctl.topic(topic).tiered_state == live["tiered_state"]
     md = syn.ctl.metadata()
     assert next(t for t in md.topics if t.name == topic).tiered_epoch == live["tiered_epoch"]
+
+
+def test_snapshots_report_the_same_tiering_state_as_metadata(syn):
+    """#14 gap 10: once brokers applied a disablement, their snapshots (JSON and ``format=tsv``)
+    and the cluster snapshot say what metadata says: DISABLED at the new epoch, the copier
+    stopped on leaders, remote expiration stopped with delete and running with retain."""
+    topic = "synthetic.topic-0002"  # an earlier test may have left it DISABLING with retain
+    run_cli(syn.data, "disable-tiering", topic, "--policy", "delete")
+    meta = next(t for t in syn.ctl.metadata().topics if t.name == topic)
+    assert (meta.tiered_state, meta.tiered_epoch) == ("DISABLED", 1)
+    expiration = "STOPPED" if meta.disable_policy == "delete" else "RUNNING"
+    leaders = {p.partition: p.leader for p in meta.partitions}
+    for b in range(1, BROKERS + 1):
+        mine = [r for r in syn.agent(b).snapshot().replicas if r.topic == topic]
+        assert mine and {(r.tiered_state, r.tiered_epoch) for r in mine} == {("DISABLED", 1)}
+        for r in mine:
+            if leaders[r.partition] == b:
+                assert (r.copier_state, r.expiration_state) == ("STOPPED", expiration)
+            else:
+                assert r.copier_state == r.expiration_state == "NOT_LEADER"
+        _header, rows = split_snapshot_tsv(syn.agent(b).snapshot_tsv())
+        ours = [
+            dict(zip(SNAPSHOT_TSV_COLUMNS, line.split("\t"), strict=True))
+            for line in bytes(rows).decode().splitlines()
+            if line.split("\t")[1] == topic
+        ]
+        assert len(ours) == len(mine) and {o["tiered_epoch"] for o in ours} == {"1"}
+    cluster = syn.ctl.request("GET", "/v1/snapshot")
+    entries = [p for p in cluster["partitions"] if p["topic"] == topic]
+    assert entries and {(p["tiered_state"], p["tiered_epoch"]) for p in entries} == {
+        ("DISABLED", 1)
+    }

@@ -169,3 +169,91 @@ def test_compacted_topic_cannot_be_tiered(sim_factory):
     with pytest.raises(AgentError) as exc:
         sim.controller.alter_configs("c", {"remote.storage.enable": "true"})
     assert exc.value.error == ErrorCode.REMOTE_STORAGE_NOT_SUPPORTED_FOR_COMPACTED_TOPIC
+
+
+def _code(call, *args, **kw) -> str:
+    with pytest.raises(AgentError) as exc:
+        call(*args, **kw)
+    return exc.value.error
+
+
+def test_agents_apply_tiering_commands_only_at_the_controllers_current_epoch(sim_factory):
+    """KIP-950 two-sided fencing (#14 gap 3): a broker applies DisableRemoteTopic /
+    EnableRemoteTopic only at the controller's current tiered epoch of a DISABLING /
+    re-enabled topic. A future epoch is refused (UNKNOWN_TIERED_EPOCH) like a stale one, and
+    so is a command for a state the controller is not in; nothing is applied by a refusal."""
+    sim = sim_factory(1, 1)
+    sim.controller.create_topic("f", 1, 1, {"remote.storage.enable": "true"})
+    t = sim.controller.topic("f")
+    agent = sim.agent(1)
+    # ENABLED at epoch 0: no disablement was started, so epoch 1 is from the future
+    assert _code(agent.disable_remote_topic, "f", t.topic_id, 1, "retain") == (
+        ErrorCode.UNKNOWN_TIERED_EPOCH
+    )
+    assert _code(agent.disable_remote_topic, "f", t.topic_id, 0, "retain") == (
+        ErrorCode.STALE_TIERED_EPOCH
+    )
+
+    t = sim.controller.start_disable("f", "retain")  # DISABLING at epoch 1
+    assert _code(agent.disable_remote_topic, "f", t.topic_id, 2, "retain") == (
+        ErrorCode.UNKNOWN_TIERED_EPOCH
+    )
+    assert _code(agent.enable_remote_topic, "f", t.topic_id, 1) == (
+        ErrorCode.INVALID_STATE_TRANSITION  # the controller is disabling, not re-enabling
+    )
+    # at once after the controller moved (the broker asks it when its metadata is behind)
+    done = agent.disable_remote_topic("f", t.topic_id, 1, "retain", idempotency_key="d1")
+    assert done.applied is True  # the refusals before applied nothing
+    assert agent.disable_remote_topic("f", t.topic_id, 1, "retain").applied is False  # re-send
+    t = sim.controller.complete_disable("f", expected_tiered_epoch=1)
+    assert t.tiered_state == TieredState.DISABLED
+
+    assert _code(agent.enable_remote_topic, "f", t.topic_id, 1) == (
+        ErrorCode.INVALID_STATE_TRANSITION  # not re-enabled at the controller yet
+    )
+    t = sim.controller.enable("f", expected_tiered_epoch=1)
+    assert _code(agent.enable_remote_topic, "f", t.topic_id, 2) == ErrorCode.UNKNOWN_TIERED_EPOCH
+    assert agent.enable_remote_topic("f", t.topic_id, 1, idempotency_key="e1").applied is True
+    # a repeat of an applied key is answered as before, whatever the controller did since
+    sim.controller.start_disable("f", "delete")
+    assert agent.enable_remote_topic("f", t.topic_id, 1, idempotency_key="e1").applied is False
+
+
+def test_the_policy_applied_is_the_policy_shown(sim_factory):
+    """KIP-950 fidelity (#14 gap 4): a remote.log.disable.policy in the configs is the one the
+    next disablement applies when it names none, and it is cleared on re-enable; a policy-only
+    change is taken by an ENABLED topic only."""
+    sim = sim_factory(1, 1)
+    ctl = sim.controller
+    ctl.create_topic("p", 1, 1, {"remote.storage.enable": "true"})
+    policy = "remote.log.disable.policy"
+    # set on the ENABLED topic, for its next disablement
+    assert ctl.alter_configs("p", {policy: "delete"}).configs[policy] == "delete"
+    t = ctl.start_disable("p")  # names no policy: the one shown is applied
+    assert (t.tiered_state, t.disable_policy, t.configs[policy]) == (
+        "DISABLING",
+        "delete",
+        "delete",
+    )
+    assert _code(ctl.alter_configs, "p", {policy: "retain"}) == (
+        ErrorCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS
+    )
+    sim.agent(1).disable_remote_topic("p", t.topic_id, 1, "delete")
+    t = ctl.complete_disable("p", expected_tiered_epoch=1)
+    assert (t.tiered_state, t.disable_policy) == ("DISABLED", "delete")
+    # DISABLED: the configs keep showing the policy that was applied
+    for change in (
+        {policy: "retain"},
+        {policy: None},
+        {"remote.storage.enable": "false", policy: "retain"},
+    ):
+        assert _code(ctl.alter_configs, "p", change) == ErrorCode.INVALID_CONFIG, change
+    assert ctl.topic("p").configs[policy] == "delete"
+    # re-enable clears the spent policy: nothing shown that the next disablement would not apply
+    t = ctl.enable("p", expected_tiered_epoch=1)
+    assert t.tiered_state == "ENABLED" and policy not in t.configs and t.disable_policy is None
+    # AlterConfigs remote.storage.enable=false without a policy: the configs' one, else retain
+    ctl.alter_configs("p", {policy: "retain"})
+    t = ctl.alter_configs("p", {"remote.storage.enable": "false"})
+    assert (t.tiered_state, t.tiered_epoch, t.disable_policy) == ("DISABLING", 2, "retain")
+    assert t.configs[policy] == "retain"
