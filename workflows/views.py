@@ -28,6 +28,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from accounts.roles import Role, has_role
 from audit.choices import AuditContext
 from audit.models import AuditEvent
+from console.choices import DisablePolicy
 from console.models import Broker, Cluster, LogDir, Topic
 from workflows import actions
 from workflows.actions.workflows import MAX_REASON
@@ -54,6 +55,46 @@ def running_panel(request: HttpRequest) -> HttpResponse:
     """The Overview's "Running workflows" panel (loaded by htmx): the newest active ones."""
     active = Workflow.objects.filter(state__in=WorkflowState.ACTIVE).order_by("-created_at")
     return render(request, "workflows/partials/running.html", {"workflows": active[:8]})
+
+
+@require_GET
+def disablement_driver(request: HttpRequest) -> HttpResponse:
+    """Who drives a DISABLING topic (loaded by htmx into the topic page, since the console app
+    does not read workflows): the open workflow on ``topic:<name>``, or "no driver" and, for an
+    operator, the request that takes the disablement over at its epoch and policy."""
+    cluster = request.GET.get("cluster", "")[:MAX_TEXT]
+    name = request.GET.get("topic", "")[:MAX_TEXT]
+    wf = (
+        Workflow.objects.filter(
+            cluster=cluster, target=f"topic:{name}", state__in=WorkflowState.OPEN
+        )
+        .order_by("-created_at")
+        .first()
+    )
+    topic = (
+        Topic.objects.filter(cluster__name=cluster, name=name)
+        .only("tiered_state", "tiered_epoch", "disable_policy", "tiering_acks")
+        .first()
+    )
+    adopt_url = None
+    if topic is not None and wf is None and has_role(request.user, Role.OPERATOR):
+        adopt_url = (
+            reverse("workflows:new")
+            + "?"
+            + urlencode(
+                {
+                    "kind": "disable_tiering",
+                    "cluster": cluster,
+                    "topic": name,
+                    "policy": topic.disable_policy or DisablePolicy.DEFAULT,
+                }
+            )
+        )
+    return render(
+        request,
+        "workflows/partials/disablement_driver.html",
+        {"wf": wf, "topic": topic, "name": name, "adopt_url": adopt_url},
+    )
 
 
 @require_GET

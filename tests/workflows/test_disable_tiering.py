@@ -78,7 +78,12 @@ def test_bad_requests_are_refused_with_their_kip_codes_and_change_nothing(
         ({"topic": "no-such-topic"}, "refused", "INVALID_REQUEST"),
         ({"topic": "plain"}, "refused", "INVALID_REQUEST"),  # not tiered
         ({"topic": "refusals", "broker": 1}, 400, "INVALID_REQUEST"),  # field it does not take
-        ({"topic": "busy"}, "refused", "TIERED_STORAGE_DISABLEMENT_IN_PROGRESS"),
+        # in progress with retain: a request with another policy cannot take it over
+        (
+            {"topic": "busy", "policy": "delete"},
+            "refused",
+            "TIERED_STORAGE_DISABLEMENT_IN_PROGRESS",
+        ),
         ({"topic": "refusals", "cluster": "nowhere"}, 400, "INVALID_REQUEST"),
     ]
     for fields, status, code in cases:
@@ -157,6 +162,51 @@ def test_retain_disables_on_every_broker_once_and_keeps_remote_data_readable(
     again = _request(api, operator, topic="orders")
     assert again["state"] == WorkflowState.REFUSED, again
     assert again["error"]["code"] == "INVALID_REQUEST" and "DISABLED" in again["error"]["message"]
+    assert verify_chain().ok
+
+
+def test_a_disablement_left_disabling_with_no_driver_is_taken_over_and_driven_on(
+    lab, api, client, operator, approver, worker
+):
+    """KIP-950 fidelity (#14 gap 2): a topic left DISABLING with no live workflow (started by
+    AlterConfigs through the controller API; one broker acknowledged) shows "no driver" on its
+    page, with the action; the disable request with its policy takes it over at its epoch: no
+    second increment, DisableRemoteTopic to the brokers, DISABLED."""
+    sim = lab
+    tiered_topic(sim, "stuck", partitions=2, records=100)
+    t = sim.controller.alter_configs("stuck", {"remote.storage.enable": "false"})
+    assert (t.tiered_state, t.tiered_epoch, t.disable_policy) == ("DISABLING", 1, "retain")
+    sim.agent(1).disable_remote_topic("stuck", t.topic_id, 1, "retain")
+    sync()
+    client.force_login(operator)
+    page = client.get(f"/topics/{CLUSTER}/stuck/").content.decode()
+    assert 'id="tiering-driver" hx-get="/workflows/driver/?cluster=' in page
+    driver = client.get(f"/workflows/driver/?cluster={CLUSTER}&topic=stuck").content.decode()
+    assert 'data-testid="no-driver"' in driver and "acknowledged so far: 1" in driver
+    assert "kind=disable_tiering" in driver and "policy=retain" in driver
+
+    created = _request(api, operator, topic="stuck")  # policy retain, as the topic's
+    plan = created["plan"]
+    assert created["state"] == WorkflowState.PENDING_APPROVAL, created
+    assert plan["adopt"] is True and (plan["tiered_epoch"], plan["new_tiered_epoch"]) == (0, 1)
+    assert created["plan_information"]["acknowledged_by"] == [1]
+    driven = client.get(f"/workflows/driver/?cluster={CLUSTER}&topic=stuck").content.decode()
+    assert f"workflow #{created['id']}" in driven and "no-driver" not in driven
+    approve_page = client.get(f"/workflows/{created['id']}/").content.decode()
+    assert "Take over the disablement in progress" in approve_page
+
+    api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
+    wait_for(lambda: state_of(created["id"]) in WorkflowState.TERMINAL, 90, "the workflow to end")
+    body = api(operator).get(f"/workflows/{created['id']}").json()
+    assert body["state"] == WorkflowState.SUCCEEDED, body
+    topic = sim.controller.topic("stuck")
+    assert (topic.tiered_state, topic.tiered_epoch) == (TieredState.DISABLED, 1)  # no 2nd epoch
+    assert sorted(topic.tiering_acks) == [1, 2, 3]
+    events = AuditEvent.objects.filter(workflow_id=created["id"], action__startswith="tiering.")
+    actions = list(events.values_list("action", flat=True))
+    assert actions.count(TieringAction.ADOPT_DISABLEMENT) == 1
+    assert TieringAction.START_DISABLEMENT not in actions
+    assert actions.count(TieringAction.COMPLETE_DISABLEMENT) == 1
     assert verify_chain().ok
 
 

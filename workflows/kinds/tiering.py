@@ -25,6 +25,14 @@ Decisions (where the KIP leaves room):
   plan's epoch → start with the expected-epoch check; DISABLING / DISABLED at the plan's epoch
   + 1 with our policy → our own earlier attempt (a worker killed after the controller answered),
   driven on as KIP-950 asks. Anything else fails the workflow with the controller's code.
+- **Adoption.** A topic found DISABLING at planning (AlterConfigs through the controller API, a
+  workflow that failed, a controller that restarted) has no driver unless an open workflow holds
+  its target - there is at most one (``WORKFLOW_CONFLICT``). A disable request with the topic's
+  policy plans to take it over: the plan's epoch is the current one minus one, so
+  ``start_disablement`` finds it ours (audited ``tiering.adopt_disablement``) and the steps send
+  DisableRemoteTopic and complete as for a disablement of our own; a request with another policy
+  is refused with ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS``. The topic page says "no driver" and
+  offers it.
 - **Fan-out.** One step per hosting broker (its acknowledgement, its audit event, its visible
   state). The step of the first pending broker sends the command to *every* pending broker at
   once, at most :data:`FANOUT_CONCURRENCY` in flight, each with its own step's idempotency key,
@@ -167,6 +175,8 @@ class TieringAction:
     """Audit actions of the tiering kinds."""
 
     START_DISABLEMENT = "tiering.start_disablement"
+    #: a disablement found DISABLING with no workflow driving it, taken over (KIP-950 failure modes)
+    ADOPT_DISABLEMENT = "tiering.adopt_disablement"
     DISABLE_REMOTE_TOPIC = "tiering.disable_remote_topic"
     COMPLETE_DISABLEMENT = "tiering.complete_disablement"
     ENABLE = "tiering.enable"
@@ -341,6 +351,19 @@ def start_disablement(ctx: StepContext) -> StepResult:
         if ours:
             after = before
             ctx.log(f"already {before.tiered_state} at tiered epoch {new_epoch}: driving it on")
+            if ctx.plan.get("adopt"):
+                record_command(
+                    ctx,
+                    TieringAction.ADOPT_DISABLEMENT,
+                    target_type="topic",
+                    target_id=f"{ctx.params['cluster']}/{topic}",
+                    before=_topic_state(before),
+                    after=_topic_state(after),
+                    extra={"policy": policy, "acknowledged_by": before.tiering_acks},
+                )
+                return StepResult.done(
+                    {"tiered_epoch": after.tiered_epoch, "tiered_state": after.tiered_state}
+                )
         elif before.tiered_state == TieredState.ENABLED and before.tiered_epoch == epoch:
             try:
                 after = ctl.start_disable(topic, policy=policy, expected_tiered_epoch=epoch)
@@ -568,7 +591,9 @@ class DisableTiering(WorkflowKind):
     label = "Disable tiering (KIP-950)"
     description = (
         "ENABLED → DISABLING (tiered epoch + 1) → DisableRemoteTopic to every hosting broker → "
-        "DISABLED; with policy delete, then the Spark purge job."
+        "DISABLED; with policy delete, then the Spark purge job. A topic left DISABLING with no "
+        "workflow driving it (started by AlterConfigs, or by a workflow that failed) is taken "
+        "over at its epoch and policy."
     )
     approvals = 1
 
@@ -592,32 +617,43 @@ class DisableTiering(WorkflowKind):
 
     def plan(self, params: dict[str, Any]) -> Plan:
         topic = _topic(params)
-        if topic.tiered_state == TieredState.DISABLING:
+        policy = params["policy"]
+        adopt = topic.tiered_state == TieredState.DISABLING
+        if adopt and policy != (topic.disable_policy or DisablePolicy.DEFAULT):
             raise Refusal(
                 AgentCode.TIERED_STORAGE_DISABLEMENT_IN_PROGRESS,
-                f"Disablement of {topic.name} at tiered epoch {topic.tiered_epoch} is in progress.",
+                f"Disablement of {topic.name} at tiered epoch {topic.tiered_epoch} with policy "
+                f"{topic.disable_policy} is in progress; to drive it on, request it with policy "
+                f"{topic.disable_policy}.",
                 409,
             )
-        if topic.tiered_state != TieredState.ENABLED:
+        if not adopt and topic.tiered_state != TieredState.ENABLED:
             raise Refusal(
                 ErrorCode.INVALID_REQUEST,
                 f"{topic.name} is not tiered (tiered state {topic.tiered_state}).",
             )
         partitions = _partitions(topic)
         brokers = _hosting_brokers(partitions)
-        policy = params["policy"]
+        # Adopting a disablement in progress: the epoch the controller is at is the plan's new
+        # one, so start_disablement finds it "ours" and drives it on without a second increment.
+        epoch = topic.tiered_epoch - 1 if adopt else topic.tiered_epoch
+        summary = (
+            f"Drive on the disablement of {topic.name} (policy {policy}) left DISABLING at tiered "
+            f"epoch {topic.tiered_epoch} with no workflow driving it: DisableRemoteTopic to "
+            f"{len(brokers)} brokers, then DISABLED."
+            if adopt
+            else f"Disable tiering of {topic.name} with policy {policy}: tiered epoch "
+            f"{epoch} → {epoch + 1}, DisableRemoteTopic to {len(brokers)} brokers."
+        )
         actions: dict[str, Any] = {
-            "summary": (
-                f"Disable tiering of {topic.name} with policy {policy}: tiered epoch "
-                f"{topic.tiered_epoch} → {topic.tiered_epoch + 1}, DisableRemoteTopic to "
-                f"{len(brokers)} brokers."
-            ),
+            "summary": summary,
             "topic": topic.name,
             "topic_id": topic.topic_id,
             "policy": policy,
+            "adopt": adopt,
             "tiered_state": topic.tiered_state,
-            "tiered_epoch": topic.tiered_epoch,
-            "new_tiered_epoch": topic.tiered_epoch + 1,
+            "tiered_epoch": epoch,
+            "new_tiered_epoch": epoch + 1,
             "partitions": len(partitions),
             "brokers": brokers,
             "replicas_per_broker": {
@@ -629,6 +665,8 @@ class DisableTiering(WorkflowKind):
             "remote_bytes": sum(p.remote_bytes for p in partitions),
             "synced_at": _synced_at(topic),
         }
+        if adopt:
+            information["acknowledged_by"] = sorted(topic.tiering_acks or [])
         if policy == DisablePolicy.RETAIN:
             actions["effect"] = (
                 "Copying stops; remote segments stay readable and keep expiring by the topic-wide "

@@ -33,13 +33,24 @@ def _remote_size(information: dict[str, Any]) -> str:
 def disable_review(actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
     topic, epoch, new = actions["topic"], actions["tiered_epoch"], actions["new_tiered_epoch"]
     where = f"topic {topic} ({actions['partitions']} partitions)"
-    rows = [
+    start = (
         ReviewRow(
+            "Take over the disablement in progress (nothing drives it)",
+            where,
+            f"DISABLING, tiered epoch {new}, acknowledged by "
+            f"{', '.join(map(str, information.get('acknowledged_by') or [])) or 'no broker'}",
+            f"driven by this workflow, tiered epoch {new} (no new epoch)",
+        )
+        if actions.get("adopt")
+        else ReviewRow(
             "Start disablement at the controller",
             where,
             f"{actions['tiered_state']}, tiered epoch {epoch}",
             f"DISABLING, tiered epoch {new}",
-        ),
+        )
+    )
+    rows = [
+        start,
         ReviewRow(
             "DisableRemoteTopic (each broker acknowledges once)",
             _brokers_text(actions),
