@@ -15,7 +15,13 @@ from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
 from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, Subquery
 from django.http import Http404
 
-from broker_agent.hashing import murmur2, partition_for_hash, partitions_split_from, to_positive
+from broker_agent.hashing import (
+    murmur2,
+    parent_partition,
+    partition_for_hash,
+    partitions_split_from,
+    to_positive,
+)
 from console.choices import (
     BrokerState,
     DisablePolicy,
@@ -417,18 +423,30 @@ def split_tree(topic: Topic, partitions: dict[int, Partition]) -> list[dict] | N
     q - N*2^floor(log2(q/N)). Includes partitions marked for deletion (>= U) while they exist.
     None when the topic is too large to draw."""
     n = topic.initial_partition_count
-    top = max([topic.undeleted_partition_count, *[p + 1 for p in partitions]])
+    u = topic.undeleted_partition_count
+    top = max([u, *[p + 1 for p in partitions]])
     if top > SPLIT_TREE_MAX_PARTITIONS or n <= 0:
         return None
+    prev = topic.previous_undeleted_partition_count
+    expanded = range(prev, u) if prev is not None and prev < u else range(0)
 
     def node(p: int) -> dict:
         children = [q for q in partitions_split_from(p, n, top) if q != p]
+        row = partitions.get(p)
+        parent = parent_partition(p, n) if p >= n else None
+        marked = bool(row and row.marked_for_deletion)
+        after_creation = (row.leader_epoch_after_creation or {}) if row else {}
         return {
             "partition": p,
-            "row": partitions.get(p),
+            "row": row,
             "children": [node(c) for c in children],
             "initial": p < n,
-            "marked": bool(partitions.get(p) and partitions[p].marked_for_deletion),
+            "marked": marked,
+            "new": p in expanded and not marked,
+            "parent": parent,
+            # KIP-253 leaderEpochAfterCreation: the parent's leader epoch when p was created;
+            # a consumer reads p only after the parent up to that epoch's end (the barrier)
+            "split_epoch": after_creation.get(str(parent)) if parent is not None else None,
         }
 
     return [node(p) for p in range(n)]

@@ -141,6 +141,7 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
                 "log_start_offset",
                 "log_end_offset",
                 "leader",
+                "leader_epoch_after_creation",
             )
         }
         tree = selectors.split_tree(t, rows)

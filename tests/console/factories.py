@@ -51,6 +51,7 @@ class Part:
     remote_log_end_offset: int = -1
     remote_bytes: int = 0
     local_bytes: int = 0
+    leader_epoch_after_creation: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -240,9 +241,11 @@ class ClusterBuilder:
         """KIP-253: expansion adds partitions; a shrink marks the highest ones for deletion."""
         t = self.topics[topic]
         rf = len(next(iter(t.parts.values())).replicas)
+        after_creation = {str(p): part.leader_epoch for p, part in t.parts.items()}
         for p in range(count):
             if p not in t.parts:
                 self._add_partition(t, p, rf, 0, 0)
+                t.parts[p].leader_epoch_after_creation = dict(after_creation)
         for p, part in t.parts.items():
             part.marked_for_deletion = p >= count
         t.undeleted_partition_count = count
@@ -310,6 +313,7 @@ class ClusterBuilder:
                         offline_replicas=p.offline_replicas,
                         created=[r for r in p.replicas if r not in p.offline_replicas],
                         marked_for_deletion=p.marked_for_deletion,
+                        leader_epoch_after_creation=p.leader_epoch_after_creation,
                         leader_epoch_before_deletion=(
                             {str(p.partition): p.leader_epoch} if p.marked_for_deletion else {}
                         ),

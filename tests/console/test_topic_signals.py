@@ -85,3 +85,34 @@ def test_a_topic_with_remote_bytes_draws_both_lanes(page, synced):
     assert t.remote_bytes > 0 and t.local_bytes > 0
     html = page("orders")
     assert 'class="bar-remote"><title>remote ' in html and 'class="bar-local"><title>local ' in html
+
+
+def test_split_tree_marks_new_partitions_with_their_parent_and_split_epoch(page, cluster, builder):
+    """#15 / KIP-253: the split tree says which partitions the last expansion added, which parent
+    each splits and the parent's leader epoch at creation (leaderEpochAfterCreation)."""
+    builder.add_topic("grow", partitions=2, rf=3)
+    sync(cluster, builder)
+    builder.alter_partition_count("grow", 4)
+    sync(cluster, builder)
+    tree = {n["partition"]: n for n in _walk(selectors.split_tree(_topic("grow"), _rows("grow")))}
+    assert [p for p, n in tree.items() if n["new"]] == [2, 3]
+    assert (tree[2]["parent"], tree[3]["parent"]) == (0, 1)
+    assert tree[2]["split_epoch"] == 0 and tree[0]["parent"] is None
+    html = page("grow")
+    assert 'class="node new" data-partition="2"' in html
+    assert "split from 0 at its leader epoch 0" in html
+    builder.alter_partition_count("grow", 3)  # partition 3 marked for deletion
+    sync(cluster, builder)
+    tree = {n["partition"]: n for n in _walk(selectors.split_tree(_topic("grow"), _rows("grow")))}
+    assert tree[3]["marked"] and not tree[3]["new"]
+    assert "its keys go back to 1" in page("grow")
+
+
+def _rows(topic: str) -> dict:
+    return {p.partition: p for p in _topic(topic).partitions.all()}
+
+
+def _walk(nodes):
+    for n in nodes:
+        yield n
+        yield from _walk(n["children"])
