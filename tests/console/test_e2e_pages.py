@@ -142,6 +142,15 @@ def test_topic_detail(page, viewer, world):
     page.goto("/topics/local/orders/")
     page.wait_for_selector("svg.offsets")
     _shot(page, "topic-detail-orders")
+    # a DISABLING topic asks the workflows app who drives it; the answer fills its own box and
+    # leaves the rest of the page (and its live refresh) in place
+    b.disable_tiering("orders", policy="retain")
+    sync(cluster, b)
+    page.goto("/topics/local/orders/")
+    page.get_by_test_id("no-driver").wait_for(timeout=15_000)
+    assert page.locator("#tiering-h").is_visible() and page.locator("#parts-h").is_visible()
+    assert page.locator("#topic-live").count() == 1
+    _shot(page, "topic-detail-orders-no-driver")
     assert page.console_errors == []
 
 
