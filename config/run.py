@@ -58,6 +58,10 @@ def _manage(*args: str) -> str:
     return out.stdout
 
 
+#: The simulated size of each log dir of make run's cluster (``sim up --log-dir-capacity-bytes``).
+DEMO_LOG_DIR_CAPACITY_BYTES = 1 << 30
+
+
 def _sim(*args: str) -> str:
     """Run a ``python -m broker_agent sim`` subcommand on make run's simulated cluster."""
     cmd = [PY, "-m", "broker_agent", "sim", *args, "--data", str(RUN_DIR / "sim")]
@@ -77,6 +81,10 @@ def _start_sim(port: str) -> None:
         "2",
         "--expiration",
         "external",
+        # each dir its own 1 GiB disk: usage and "fits" are the dir's, not the host
+        # filesystem's that every dir of the demo shares
+        "--log-dir-capacity-bytes",
+        str(DEMO_LOG_DIR_CAPACITY_BYTES),
         "--webhook",
         f"http://127.0.0.1:{port}{WEBHOOK_PATH}",
     )
