@@ -42,6 +42,8 @@ from workflows.queries import (
 )
 
 PAGE_SIZE = 25
+#: How often the workflows list refreshes while a workflow on the page is open.
+LIST_REFRESH_SECONDS = 5
 AUDIT_PAGE_SIZE = 50
 TIMELINE_LIMIT = 200
 EXPORT_CHUNK = 2000
@@ -118,6 +120,9 @@ def workflow_list(request: HttpRequest) -> HttpResponse:
             "kinds": all_kinds(include_hidden=True),
             "now": timezone.now(),
             "can_request": has_role(request.user, Role.OPERATOR),
+            # the list refreshes itself while a workflow on it can still move
+            "live": any(w.state in WorkflowState.OPEN for w in page.object_list),
+            "live_seconds": LIST_REFRESH_SECONDS,
         },
         status=400 if error else 200,
     )
