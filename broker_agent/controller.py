@@ -267,12 +267,16 @@ class Controller:
             "offline_log_directory_count": sum(
                 1 for d in dirs if d["state"] == LogDirState.OFFLINE
             ),
+            # KIP-112 OfflineReplicaCount is the broker's own metric: a live broker's replicas
+            # on its offline log dirs. A fenced broker reports none.
             "offline_replica_count": sum(
                 1
                 for t in self.topics.values()
                 for p in t["partitions"].values()
                 if b["broker_id"] in p["offline_replicas"]
-            ),
+            )
+            if b["alive"]
+            else 0,
             "last_heartbeat_ms": b.get("last_heartbeat_ms", 0),
         }
 

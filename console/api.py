@@ -117,6 +117,7 @@ class BrokerOut(Schema):
     alive: bool
     offline_log_directory_count: int
     offline_replica_count: int
+    down_replica_count: int
     stale: bool
     error: str
     last_good_at: datetime | None
@@ -305,6 +306,7 @@ def list_brokers(request: HttpRequest, name: str) -> dict:
                 "alive": b.alive,
                 "offline_log_directory_count": b.offline_log_directory_count,
                 "offline_replica_count": b.offline_replica_count,
+                "down_replica_count": b.down_replica_count,
                 "stale": b.stale,
                 "error": b.error,
                 "last_good_at": b.last_good_at,

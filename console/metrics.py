@@ -68,7 +68,12 @@ class InventoryCollector(Collector):
         )
         offline_replicas = GaugeMetricFamily(
             "strata_broker_offline_replica_count",
-            "KIP-112 OfflineReplicaCount per broker.",
+            "KIP-112 OfflineReplicaCount per live broker: its replicas on offline log dirs.",
+            labels=["cluster", "broker"],
+        )
+        down_replicas = GaugeMetricFamily(
+            "strata_broker_down_replica_count",
+            "Replicas unavailable because their broker is down (not in OfflineReplicaCount).",
             labels=["cluster", "broker"],
         )
         up = GaugeMetricFamily(
@@ -89,14 +94,16 @@ class InventoryCollector(Collector):
             "error",
             "offline_log_directory_count",
             "offline_replica_count",
+            "down_replica_count",
         ):
             broker_ids[b.pk] = b.broker_id
             labels = [names.get(b.cluster_id, "?"), str(b.broker_id)]
             offline_dirs.add_metric(labels, b.offline_log_directory_count)
             offline_replicas.add_metric(labels, b.offline_replica_count)
+            down_replicas.add_metric(labels, b.down_replica_count)
             up.add_metric(labels, 1 if b.state in (BrokerState.ONLINE, BrokerState.DEGRADED) else 0)
             stale.add_metric(labels, 1 if b.error else 0)
-        yield from (offline_dirs, offline_replicas, up, stale)
+        yield from (offline_dirs, offline_replicas, down_replicas, up, stale)
 
         dir_state = GaugeMetricFamily(
             "strata_log_dir_state",

@@ -28,7 +28,17 @@ class Broker(models.Model):
     agent_state = models.CharField(max_length=32, blank=True)
     expiration_mode = models.CharField(max_length=16, blank=True)
     offline_log_directory_count = models.IntegerField(default=0)  # KIP-112 metric
-    offline_replica_count = models.IntegerField(default=0)  # KIP-112 metric
+    offline_replica_count = models.IntegerField(
+        default=0,
+        help_text="KIP-112 OfflineReplicaCount as the broker reports it: its replicas on its "
+        "offline log dirs (a live broker's metric; 0 while the broker is down).",
+    )
+    down_replica_count = models.IntegerField(
+        default=0,
+        db_default=0,  # the sync inserts brokers with raw SQL
+        help_text="Replicas unavailable because the broker itself is down (not alive): counted "
+        "here, not in OfflineReplicaCount, which a dead broker does not report.",
+    )
     last_heartbeat_ms = models.BigIntegerField(default=0)
     snapshot_version = models.BigIntegerField(
         default=-1, help_text="Agent snapshot version last applied (-1: never)."

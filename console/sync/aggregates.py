@@ -78,12 +78,15 @@ class AggregateSync:
             WHERE t.id = a.topic_id
             """
         )
-        # KIP-112 OfflineReplicaCount per broker: partitions listing it as an offline replica
-        # (replicas on dead brokers and on offline log dirs), and OfflineLogDirectoryCount.
+        # KIP-112 OfflineReplicaCount per broker, as a broker reports it: a live broker's
+        # replicas on its offline log dirs (partitions listing it as an offline replica while it
+        # is alive). A dead broker reports nothing: its replicas are counted apart, as down.
+        # And OfflineLogDirectoryCount.
         self.sql(
             """
             UPDATE console_broker b SET
-                offline_replica_count = coalesce(o.n, 0),
+                offline_replica_count = CASE WHEN b.alive THEN coalesce(o.n, 0) ELSE 0 END,
+                down_replica_count = CASE WHEN b.alive THEN 0 ELSE coalesce(o.n, 0) END,
                 offline_log_directory_count = coalesce(d.offline, 0),
                 state = CASE
                     WHEN NOT b.alive THEN %(offline)s

@@ -37,6 +37,7 @@ def test_brokers_have_the_stable_fields(api, synced, builder):
         "state",
         "offline_log_directory_count",
         "offline_replica_count",
+        "down_replica_count",
         "log_dirs",
     }
     assert b1["state"] == "DEGRADED" and b1["offline_log_directory_count"] == 1

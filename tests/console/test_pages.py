@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from console.models import Broker
 from tests.console.conftest import sync
 from tests.console.factories import ClusterBuilder
 
@@ -228,3 +229,15 @@ def test_a_dead_brokers_dirs_read_unknown_not_a_green_online(browser_client, syn
     assert 'data-dir="1:logdir-0" data-state="ONLINE"' in html
     row = re.search(r'<tr data-broker="2">(.*?)</tr>', html, re.S).group(1)
     assert "last seen ONLINE" in row and '<span class="badge online">ONLINE</span></a>' not in row
+
+
+def test_a_killed_broker_shows_its_replicas_as_down_not_as_offline_replicas(
+    browser_client, synced, builder
+):
+    builder.kill_broker(3)
+    sync(synced, builder, down={3})
+    row = re.search(
+        r'<tr data-broker="3">(.*?)</tr>', browser_client.get("/brokers/").content.decode(), re.S
+    ).group(1)
+    down = Broker.objects.get(broker_id=3).down_replica_count
+    assert down > 0 and f'data-down-replicas="{down}">broker down: {down} replicas' in row

@@ -107,13 +107,22 @@ def test_a_failing_controller_keeps_the_last_good_metadata(synced, builder):
     assert run.brokers_synced == 3  # the agents still synced
 
 
-def test_dead_broker_is_offline_and_its_replicas_count_offline(synced, builder):
+def test_offline_replica_count_is_a_live_brokers_and_a_dead_brokers_replicas_count_as_down(
+    synced, builder
+):
+    """KIP-112 (#14 gap 6): OfflineReplicaCount is what a live broker reports, its replicas on
+    its offline dirs; a dead broker reports nothing, its replicas are counted apart as down."""
+    builder.fail_log_dir(1, "logdir-1")
     builder.kill_broker(3)
     sync(synced, builder)
+    b1 = Broker.objects.get(cluster=synced, broker_id=1)
+    on_bad_dir = Replica.objects.filter(broker=b1, log_dir__name="logdir-1").count()
+    assert on_bad_dir > 0
+    assert (b1.offline_replica_count, b1.down_replica_count) == (on_bad_dir, 0)
     b3 = Broker.objects.get(cluster=synced, broker_id=3)
-    assert b3.state == BrokerState.OFFLINE and b3.stale
+    assert b3.state == BrokerState.OFFLINE and b3.stale and not b3.alive
     replicas_on_3 = Replica.objects.filter(broker=b3).count()
-    assert b3.offline_replica_count == replicas_on_3
+    assert (b3.offline_replica_count, b3.down_replica_count) == (0, replicas_on_3)
 
 
 def test_expansion_records_the_count_before_for_key_lookups(synced, builder):
