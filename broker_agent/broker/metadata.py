@@ -112,7 +112,13 @@ class MetadataMixin:
             r.log = None
         r.topic_id = t["topic_id"]
         created = self.broker_id in part["created"]
-        if r.log is None and not created:
+        # KIP-112: a replica the controller lists as created but found on no dir is offline
+        # (KAFKA_STORAGE_ERROR) while the broker has a bad dir - its data may be there. "Even if
+        # isNewReplica=false and replica is not found on any log directory, broker will still
+        # create replica on a good log directory if there is no bad log directory" (the seed;
+        # shipped Kafka does the same): a replaced, empty disk refills from the leaders with no
+        # LogDirReset. A cordoned dir counts as bad: its recovery is in an operator's hands.
+        if r.log is None and (not created or self._no_bad_dir()):
             self._create_replica(r, t)
         if r.log is not None and not created:
             self.pending_created.add(_key(*key))
@@ -137,6 +143,9 @@ class MetadataMixin:
             self._update_hw(r)
         with r.cond:
             r.cond.notify_all()
+
+    def _no_bad_dir(self) -> bool:
+        return all(d.good and not d.cordoned for d in self.log_dirs.values())
 
     def _create_replica(self, r: Replica, t: dict) -> None:
         """KIP-112: new replicas only on good dirs (the one holding the fewest replicas)."""

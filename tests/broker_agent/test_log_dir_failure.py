@@ -160,3 +160,30 @@ def test_log_dir_failure_on_leader_during_bootstrap(sim_factory):
         load.wait_acked(200)
     load.verify_exactly_once()
     _heal_and_reset(sim, leader, "events", d)
+
+
+def test_replicas_are_recreated_without_log_dir_reset_once_no_dir_is_bad(sim_factory):
+    """KIP-112 (#14 gap 7): "Even if isNewReplica=false and replica is not found on any log
+    directory, broker will still create replica on a good log directory if there is no bad log
+    directory." The replaced disk refills from the leader; LogDirReset is not needed."""
+    sim = sim_factory(3, 2, *FAST)
+    sim.controller.create_topic("events", 1, 3)
+    part = sim.partition("events")
+    follower = next(b for b in part.replicas if b != part.leader)
+    with Load(sim, "events") as load:
+        load.wait_acked(200)
+        d = _replica_dir(sim, follower, "events")
+        _break_dir(d.path)
+        _wait_offline(sim, follower, d.name)
+        _assert_offline_gauges(sim, follower, "events", d.name)  # offline while the dir is bad
+        _heal_dir(d.path)  # an empty disk in its place, no LogDirReset
+        assert sim.agent(follower).probe_log_dir(d.name).state == LogDirState.ONLINE
+        wait_until(
+            lambda: follower in sim.partition("events").isr, 30, what="replica back in the ISR"
+        )
+        load.wait_acked(200)
+    load.verify_exactly_once()
+    r = sim.replica(follower, "events")
+    assert r.state == "ONLINE" and r.log_end_offset > 0
+    snap = sim.agent(follower).snapshot()
+    assert snap.offline_log_directory_count == 0 and snap.offline_replica_count == 0

@@ -484,8 +484,13 @@ def remove_log_dir(ctx: StepContext) -> StepResult:
 
 @waits_when_unreachable
 def log_dir_reset(ctx: StepContext) -> StepResult:
-    """LogDirReset: the controller drops the broker from every ``created`` list, so the broker
-    re-creates its missing replicas on good dirs."""
+    """LogDirReset (the KIP-112 draft's path): the controller drops the broker from every
+    ``created`` list, so the broker re-creates its missing replicas on good dirs.
+
+    Once the broker has no bad dir left (the disk replaced and probed ONLINE, or the bad dir
+    removed from its config) it already re-creates them by itself, as the seed's later text and
+    shipped Kafka do; the reset then changes nothing for those and is kept so a broker that
+    still holds a bad dir elsewhere gets its replicas back too."""
     cluster, broker = ctx.params["cluster"], ctx.params["broker"]
 
     def created_count() -> dict[str, Any]:
@@ -783,7 +788,12 @@ class RecoverLogDir(WorkflowKind):
                 StepDef("remove_log_dir", remove_log_dir, label=f"Remove {name} from config")
             )
         steps += [
-            StepDef("log_dir_reset", log_dir_reset, label="LogDirReset"),
+            StepDef(
+                "log_dir_reset",
+                log_dir_reset,
+                label="LogDirReset (KIP-112 draft; with no bad dir left the broker already "
+                "re-creates its replicas)",
+            ),
             StepDef(
                 "recreate_replicas",
                 recreate_replicas,
