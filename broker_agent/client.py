@@ -611,17 +611,20 @@ class Consumer:
     def read_partition(
         self, topic: str, partition: int, start: int | None = None, until: int | None = None
     ):
-        """All records from ``start`` (default: log start) to the high watermark (or ``until``)."""
+        """All records from ``start`` (default: log start) to the high watermark (or ``until``).
+
+        From the log start: a fetch at 0 is out of range once retention or a delete-policy
+        disablement moved the log start offset up; the answer names it and reading goes on from
+        there (it used to raise). A start below the log start does the same."""
         out = []
-        offset = start
-        if offset is None:
-            offset = self.fetch_once(topic, partition, 0, timeout=30).log_start_offset
+        offset = 0 if start is None else start
         while True:
             try:
                 resp = self.fetch_once(topic, partition, offset)
             except AgentError as exc:
-                if exc.error == ErrorCode.OFFSET_OUT_OF_RANGE and "log_start_offset" in exc.body:
-                    offset = exc.body["log_start_offset"]
+                lso = exc.body.get("log_start_offset")
+                if exc.error == ErrorCode.OFFSET_OUT_OF_RANGE and lso is not None and offset < lso:
+                    offset = lso
                     continue
                 raise
             out.extend(resp.records)

@@ -248,3 +248,15 @@ def test_synthetic_since_answers_match_a_full_scan_of_versions():
     c.tick(0.05)
     assert c._snap_log.since(start) is None
     assert c._changed_since(start) == _scan(c.pversion, start)
+
+
+def test_sim_consume_reads_from_the_log_start_once_it_is_above_zero(sim_factory):
+    """#14 (CLI): ``sim consume`` without a group reads from each partition's log start offset;
+    it used to crash with OFFSET_OUT_OF_RANGE once retention had moved that above 0."""
+    sim = sim_factory(1, 1)
+    sim.cli("create-topic", "trimmed", "--partitions", "1", "--replication-factor", "1")
+    sim.cli("produce", "--topic", "trimmed", "--records", "50")
+    assert sim.agent(1).publish_log_start_offset("trimmed", 0, 20)["log_start_offset"] == 20
+    out = sim.cli("consume", "--topic", "trimmed")
+    offsets = [json.loads(line)["offset"] for line in out.stdout.splitlines()]
+    assert offsets == list(range(20, 50))
