@@ -140,6 +140,16 @@ def create_app(
                 raise ApiError(400, ErrorCode.INVALID_REQUEST, "delay_ms: 0..60000")
             return b().set_probe_delay(name, float(delay))
 
+        @app.put("/v1/test/copier-paused", include_in_schema=False)
+        def copier_paused(body: Annotated[dict, Body()]) -> dict:
+            """Test-only: hold every copier of this broker (a copier that cannot keep up, or a
+            remote store it cannot reach) while tiering stays ENABLED: copy lag grows."""
+            paused = body.get("paused") if isinstance(body, dict) else None
+            if not isinstance(paused, bool):
+                raise ApiError(400, ErrorCode.INVALID_REQUEST, "paused: true or false")
+            b().copier_paused = paused
+            return {"copier_paused": paused}
+
     @app.post("/v1/log-dir-reset")
     def log_dir_reset() -> dict:
         """KIP-112 LogDirReset for this broker, sent to the controller; replicas missing from
@@ -160,8 +170,11 @@ def create_app(
         partition: int,
         offset: int = Query(0, ge=0, le=2**62),
         max_records: int = Query(5000, ge=1, le=100_000),
+        undeleted_partition_count: int | None = Query(None, ge=1, le=1_000_000),
     ):
-        return b().fetch(topic, partition, offset, max_records)
+        """Records from ``offset`` up to the high watermark. ``undeleted_partition_count``
+        (KIP-253 consumers): refused with INVALID_PARTITION_METADATA unless it is the leader's."""
+        return b().fetch(topic, partition, offset, max_records, undeleted_partition_count)
 
     @app.post("/v1/partitions/{topic}/{partition}/roll")
     def roll(topic: str, partition: int) -> dict:
@@ -180,9 +193,14 @@ def create_app(
 
     @app.get("/v1/replica/{topic}/{partition}/offsets-for-leader-epoch")
     def offsets_for_leader_epoch(
-        topic: str, partition: int, leader_epoch: int = Query(ge=0, le=2**31)
+        topic: str,
+        partition: int,
+        leader_epoch: int = Query(ge=0, le=2**31),
+        undeleted_partition_count: int | None = Query(None, ge=1, le=1_000_000),
     ) -> dict:
-        return b().offsets_for_leader_epoch(topic, partition, leader_epoch)
+        return b().offsets_for_leader_epoch(
+            topic, partition, leader_epoch, undeleted_partition_count
+        )
 
     @app.get("/v1/remote/inventory")
     def inventory(

@@ -34,6 +34,8 @@ from broker_agent.models import (
     ClusterMetadata,
     CommandResult,
     FetchResponse,
+    GroupAssignment,
+    GroupView,
     LogDirInfo,
     LogDirRemovalPlan,
     PartitionStateRow,
@@ -279,6 +281,46 @@ class ControllerClient(_SignedClient):
     def allocate_producer_id(self) -> int:
         return self.request("POST", "/v1/producer-ids")["producer_id"]
 
+    # -- consumer groups (broker_agent.groups) ---------------------------------------------------
+
+    def groups(self) -> list[GroupView]:
+        return [GroupView.model_validate(g) for g in self.request("GET", "/v1/groups")]
+
+    def group(self, group: str) -> GroupView:
+        return GroupView.model_validate(self.request("GET", f"/v1/groups/{group}"))
+
+    def join_group(self, group: str, topics: list[str], member_id: str | None = None):
+        return GroupAssignment.model_validate(
+            self.request(
+                "POST",
+                f"/v1/groups/{group}/join",
+                body={"member_id": member_id, "topics": topics},
+            )
+        )
+
+    def group_heartbeat(self, group: str, member_id: str) -> GroupAssignment:
+        return GroupAssignment.model_validate(
+            self.request("POST", f"/v1/groups/{group}/heartbeat", body={"member_id": member_id})
+        )
+
+    def leave_group(self, group: str, member_id: str) -> dict:
+        return self.request("POST", f"/v1/groups/{group}/leave", body={"member_id": member_id})
+
+    def commit_offsets(
+        self, group: str, member_id: str, generation: int, offsets: dict[str, dict[int, int]]
+    ) -> dict:
+        return self.request(
+            "POST",
+            f"/v1/groups/{group}/commit",
+            body={
+                "member_id": member_id,
+                "generation": generation,
+                "offsets": {
+                    t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()
+                },
+            },
+        )
+
     def wait_for(self, predicate, timeout: float = 30.0, interval: float = 0.1):
         """Poll metadata until ``predicate(metadata)`` is truthy; return its value."""
         deadline = time.monotonic() + timeout
@@ -415,15 +457,40 @@ class AgentClient(_SignedClient):
         )
 
     def fetch(
-        self, topic: str, partition: int, offset: int, max_records: int = 5000
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int = 5000,
+        *,
+        undeleted_partition_count: int | None = None,
     ) -> FetchResponse:
+        params = {"offset": offset, "max_records": max_records}
+        if undeleted_partition_count is not None:
+            params["undeleted_partition_count"] = undeleted_partition_count
         return FetchResponse.model_validate(
             self.request(
-                "GET",
-                f"/v1/partitions/{topic}/{partition}/records",
-                params={"offset": offset, "max_records": max_records},
-                retries=0,
+                "GET", f"/v1/partitions/{topic}/{partition}/records", params=params, retries=0
             )
+        )
+
+    def offsets_for_leader_epoch(
+        self,
+        topic: str,
+        partition: int,
+        leader_epoch: int,
+        *,
+        undeleted_partition_count: int | None = None,
+    ) -> dict:
+        """OffsetsForLeaderEpoch on the leader: ``{leader_epoch, end_offset}``."""
+        params = {"leader_epoch": leader_epoch}
+        if undeleted_partition_count is not None:
+            params["undeleted_partition_count"] = undeleted_partition_count
+        return self.request(
+            "GET",
+            f"/v1/replica/{topic}/{partition}/offsets-for-leader-epoch",
+            params=params,
+            retries=0,
         )
 
     def roll(self, topic: str, partition: int) -> dict:

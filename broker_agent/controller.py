@@ -30,6 +30,7 @@ from broker_agent.choices import (
     TopicConfig,
 )
 from broker_agent.client import AgentClient
+from broker_agent.groups import GroupCoordinator, install_group_routes
 from broker_agent.hashing import murmur2, partition_for_key, to_positive
 from broker_agent.models import (
     AlterConfigsRequest,
@@ -74,6 +75,7 @@ class Controller:
         self.next_producer_id = 1000
         self._changed = asyncio.Event()
         self._load()
+        self.groups = GroupCoordinator(self.db, self._group_layout)
 
     # -- persistence -------------------------------------------------------------------------
 
@@ -554,6 +556,17 @@ class Controller:
         self._bump(t)
         return t
 
+    def _group_layout(self, name: str) -> tuple[list[int], list[int]] | None:
+        """For the group coordinator: a topic's partitions not marked / marked for deletion."""
+        t = self.topics.get(name)
+        if t is None:
+            return None
+        parts = t["partitions"].values()
+        return (
+            [p["partition"] for p in parts if not p["marked_for_deletion"]],
+            [p["partition"] for p in parts if p["marked_for_deletion"]],
+        )
+
     # -- brokers -----------------------------------------------------------------------------
 
     def heartbeat(self, hb: BrokerHeartbeat) -> dict:
@@ -781,5 +794,7 @@ def create_app(
     @app.post("/v1/producer-ids")
     async def producer_ids() -> dict:
         return {"producer_id": c().allocate_producer_id()}
+
+    install_group_routes(app, lambda: c().groups)
 
     return app

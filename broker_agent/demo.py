@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import time
 import uuid
 
@@ -27,6 +28,7 @@ __all__ = [
     "cmd_demo_load",
     "cmd_demo_worker",
     "cmd_produce",
+    "verify_group",
     "verify_topic",
 ]
 
@@ -63,7 +65,28 @@ def _ledger(data: str, topic: str) -> str:
     return os.path.join(d, f"{topic}.acked")
 
 
+def _read_acked(data: str, topic: str) -> list[tuple[str, str | None, int | None]]:
+    """The ack ledger: ``ident`` per unkeyed record, ``ident\tkey\tseq`` per keyed one, in the
+    order they were acknowledged (``seq`` counts a key's records: its per-key sequence)."""
+    out = []
+    try:
+        with open(_ledger(data, topic)) as fh:
+            for line in fh:
+                cols = line.rstrip("\n").split("\t")
+                if not cols[0]:
+                    continue
+                if len(cols) == 3:
+                    out.append((cols[0], cols[1], int(cols[2])))
+                else:
+                    out.append((cols[0], None, None))
+    except FileNotFoundError:
+        pass
+    return out
+
+
 def cmd_produce(args) -> int:
+    """``--keyed``: keys ``key-0`` .. ``key-999`` in turn, each record's per-key sequence in the
+    ledger, so ``sim consume --group G --verify`` can check order per key."""
     from broker_agent.client import Producer
 
     data = os.path.abspath(args.data)
@@ -73,6 +96,11 @@ def cmd_produce(args) -> int:
     acked = 0
     started = time.monotonic()
     pad = "x" * max(0, args.value_size - 20)
+    seqs: dict[str, int] = {}
+    if args.keyed:
+        for _ident, key, seq in _read_acked(data, args.topic):
+            if key is not None:
+                seqs[key] = max(seqs.get(key, -1), seq)
     with open(_ledger(data, args.topic), "a") as ledger:
         for start in range(0, args.records, args.batch_size):
             n = min(args.batch_size, args.records - start)
@@ -84,7 +112,15 @@ def cmd_produce(args) -> int:
                 for i in range(n)
             ]
             producer.send(args.topic, records)
-            ledger.write("".join(r["value"].split("|")[0] + "\n" for r in records))
+            lines = []
+            for r in records:
+                ident = r["value"].split("|")[0]
+                if r["key"] is None:
+                    lines.append(ident + "\n")
+                else:
+                    seqs[r["key"]] = seqs.get(r["key"], -1) + 1
+                    lines.append(f"{ident}\t{r['key']}\t{seqs[r['key']]}\n")
+            ledger.write("".join(lines))
             ledger.flush()
             acked += n
     elapsed = time.monotonic() - started
@@ -114,11 +150,7 @@ def verify_topic(data: str, topic: str) -> dict:
             seen[ident] = seen.get(ident, 0) + 1
             total += 1
     consumer.close()
-    try:
-        with open(_ledger(data, topic)) as fh:
-            acked = {line.strip() for line in fh if line.strip()}
-    except FileNotFoundError:
-        acked = set()
+    acked = {ident for ident, _key, _seq in _read_acked(data, topic)}
     return {
         "consumed": total,
         "acked": len(acked),
@@ -127,8 +159,98 @@ def verify_topic(data: str, topic: str) -> dict:
     }
 
 
+def _delivery_ledger(data: str, group: str, topic: str) -> str:
+    d = os.path.join(data, "ledger", "groups", group)
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, f"{topic}.delivered")
+
+
+def verify_group(data: str, group: str, topic: str) -> dict:
+    """What ``group`` delivered of ``topic`` (its delivery ledger, in delivery order) against
+    what was acknowledged: lost, duplicated, and order violations - a keyed record delivered
+    after a later record of the same key (per-key sequence going back)."""
+    acked = _read_acked(data, topic)
+    seq_of = {ident: (key, seq) for ident, key, seq in acked if key is not None}
+    seen: dict[str, int] = {}
+    last: dict[str, int] = {}
+    violations = 0
+    try:
+        with open(_delivery_ledger(data, group, topic)) as fh:
+            delivered = [line.split("\t")[0] for line in fh if line.strip()]
+    except FileNotFoundError:
+        delivered = []
+    for ident in delivered:
+        seen[ident] = seen.get(ident, 0) + 1
+        if seen[ident] > 1 or ident not in seq_of:
+            continue
+        key, seq = seq_of[ident]
+        if seq < last.get(key, -1):
+            violations += 1
+        else:
+            last[key] = seq
+    return {
+        "consumed": len(delivered),
+        "acked": len(acked),
+        "lost": sum(1 for ident, _k, _s in acked if ident not in seen),
+        "duplicated": sum(n - 1 for n in seen.values() if n > 1),
+        "order_violations": violations,
+    }
+
+
+def _consume_group(args, data: str) -> int:
+    """``sim consume --topic T --group G``: resume from the group's committed positions, deliver
+    what KIP-253's gates allow (``broker_agent.group_consumer``), append each batch to the
+    group's delivery ledger before committing it. ``--verify`` then checks the ledger."""
+    from broker_agent.group_consumer import GroupConsumer
+
+    ledger = open(_delivery_ledger(data, args.group, args.topic), "a")  # noqa: SIM115
+
+    def sink(batch) -> None:
+        ledger.write(
+            "".join(f"{r.value.split('|')[0]}\t{r.partition}\t{r.offset}\n" for r in batch)
+        )
+        ledger.flush()
+        if not args.verify:
+            for r in batch:
+                print(
+                    json.dumps(
+                        {
+                            "partition": r.partition,
+                            "offset": r.offset,
+                            "key": r.key,
+                            "value": r.value,
+                        }
+                    )
+                )
+
+    consumer = GroupConsumer(
+        controller_client(data), data_secret(data), args.group, [args.topic], sink=sink
+    )
+    try:
+        consumer.run(args.max_records)
+        for topic, gates in sorted(consumer.gates.items()):
+            for p, g in sorted(gates.items()):
+                print(f"held: {topic}-{p} {g.reason}", file=sys.stderr)
+    finally:
+        consumer.leave()
+        ledger.close()
+    if not args.verify:
+        return 0
+    res = verify_group(data, args.group, args.topic)
+    print(f"consumed: {res['consumed']}")
+    print(f"lost: {res['lost']}")
+    print(f"duplicated: {res['duplicated']}")
+    print(f"order violations: {res['order_violations']}")
+    bad = res["lost"] or res["duplicated"] or res["order_violations"]
+    return 1 if bad else 0
+
+
 def cmd_consume(args) -> int:
     data = os.path.abspath(args.data)
+    if args.group:
+        return _consume_group(args, data)
+    if args.max_records is not None:
+        raise SystemExit("error: --max-records needs --group (positions are kept per group)")
     if not args.verify:
         from broker_agent.client import Consumer
 

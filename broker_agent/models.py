@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -187,6 +187,45 @@ class AlterPartitionCountRequest(_Model):
     undeleted_partition_count: int = Field(ge=1, le=100_000)
 
 
+class JoinGroupRequest(_Model):
+    member_id: str | None = Field(None, max_length=64)
+    """None for a new member; a member that was removed gets a new id."""
+    topics: list[Annotated[str, Field(max_length=249)]] = Field(min_length=1, max_length=1000)
+
+
+class GroupMemberRequest(_Model):
+    member_id: str = Field(max_length=64)
+
+
+class CommitOffsetsRequest(_Model):
+    member_id: str = Field(max_length=64)
+    generation: int = Field(ge=0, le=2**31)
+    offsets: dict[Annotated[str, Field(max_length=249)], dict[int, Annotated[int, Field(ge=0)]]]
+    """topic -> partition -> the next offset to consume (Kafka's committed offset)."""
+
+
+class GroupAssignment(_Model):
+    group_id: str
+    member_id: str
+    generation: int
+    assignment: dict[str, list[int]]
+    members: list[str]
+
+
+class GroupMemberView(_Model):
+    member_id: str
+    topics: list[str]
+    assignment: dict[str, list[int]]
+
+
+class GroupView(_Model):
+    group_id: str
+    generation: int
+    members: list[GroupMemberView]
+    offsets: dict[str, dict[int, int]]
+    """topic -> partition -> committed offset: the group's positions (KIP-253 gates read them)."""
+
+
 class AlterIsrRequest(_Model):
     topic: str
     partition: int
@@ -263,6 +302,14 @@ class ReplicaInfo(_Model):
     remote_log_end_offset: int = -1
     remote_bytes: int = 0
     remote_segments: int = 0
+    # KIP-963, on the leader of a tiered partition (0 elsewhere); see Broker.tier_metrics.
+    remote_copy_lag_bytes: int = 0
+    remote_copy_lag_segments: int = 0
+    remote_delete_lag_bytes: int = 0
+    remote_delete_lag_segments: int = 0
+    fenced_remote_bytes: int = 0
+    fenced_remote_segments: int = 0
+    remote_log_size_bytes: int = 0
     marked_for_deletion: bool = False
     version: int = 0
 
@@ -341,6 +388,9 @@ class FetchResponse(_Model):
     records: list[FetchedRecord]
     next_offset: int
     high_watermark: int
+    log_end_offset: int = -1
+    """The leader's log end offset (KIP-253 consumers: a partition marked for deletion is drained
+    once a group's position reaches it)."""
     log_start_offset: int
     local_log_start_offset: int
     remote_records: int = 0
@@ -468,6 +518,17 @@ BrokerInfo.model_rebuild()
 
 SNAPSHOT_TSV_MEDIA_TYPE = "text/tab-separated-values"
 
+#: KIP-963's tiered metrics of a replica (ReplicaInfo; see Broker.tier_metrics), in row order.
+TIER_METRIC_FIELDS = (
+    "remote_copy_lag_bytes",
+    "remote_copy_lag_segments",
+    "remote_delete_lag_bytes",
+    "remote_delete_lag_segments",
+    "fenced_remote_bytes",
+    "fenced_remote_segments",
+    "remote_log_size_bytes",
+)
+
 #: The row layout of ``format=tsv`` (line 1 repeats it as ``replica_columns``).
 SNAPSHOT_TSV_COLUMNS = (
     "broker_id",
@@ -489,6 +550,7 @@ SNAPSHOT_TSV_COLUMNS = (
     "remote_log_end_offset",
     "remote_bytes",
     "remote_segments",
+    *TIER_METRIC_FIELDS,
     "version",
 )
 

@@ -364,6 +364,36 @@ def cmd_churn(args) -> int:
     return 0
 
 
+def _alter_partition_count(args, grow: bool) -> int:
+    ctl = controller_client(os.path.abspath(args.data))
+    t = ctl.topic(args.topic)
+    u = t.undeleted_partition_count
+    if (grow and args.to <= u) or (not grow and args.to >= u):
+        word = "above" if grow else "below"
+        print(f"error: --to must be {word} the current count {u}", file=sys.stderr)
+        return 1
+    t = ctl.alter_partition_count(args.topic, args.to)
+    print(
+        json.dumps(
+            {
+                "topic": t.name,
+                "initial_partition_count": t.initial_partition_count,
+                "undeleted_partition_count": t.undeleted_partition_count,
+                "marked_for_deletion": [p.partition for p in t.partitions if p.marked_for_deletion],
+            }
+        )
+    )
+    return 0
+
+
+def cmd_expand_partitions(args) -> int:
+    return _alter_partition_count(args, grow=True)
+
+
+def cmd_shrink_partitions(args) -> int:
+    return _alter_partition_count(args, grow=False)
+
+
 def cmd_log_dir_reset(args) -> int:
     print(json.dumps(controller_client(os.path.abspath(args.data)).log_dir_reset(args.id)))
     return 0
@@ -473,6 +503,16 @@ def build_parser() -> argparse.ArgumentParser:
     co = add("consume", cmd_consume, "consume a topic; --verify checks against the ack ledger")
     co.add_argument("--topic", required=True)
     co.add_argument("--verify", action="store_true")
+    co.add_argument(
+        "--group", help="consume as this group: resume from its positions, in KIP-253 order"
+    )
+    co.add_argument("--max-records", type=int, help="with --group: stop after this many")
+    ex = add("expand-partitions", cmd_expand_partitions, "KIP-253: raise the partition count")
+    ex.add_argument("topic")
+    ex.add_argument("--to", type=int, required=True, help="the new undeleted partition count")
+    sh = add("shrink-partitions", cmd_shrink_partitions, "KIP-253: mark partitions for deletion")
+    sh.add_argument("topic")
+    sh.add_argument("--to", type=int, required=True, help="the new undeleted partition count")
     dt = add("disable-tiering", cmd_disable_tiering, "KIP-950 disablement, driven to DISABLED")
     dt.add_argument("topic")
     dt.add_argument("--policy", choices=["retain", "delete"])

@@ -483,7 +483,7 @@ class SyntheticCluster:
                 f"{self.topics[t]}\t{p}\tlogdir-{i % self.log_dirs}\t{ReplicaState.ONLINE}\t"
                 f"{'t' if is_leader else 'f'}\t{self.leader_epoch[i]}\t{lso}\t{lso}\t"
                 f"{leo}\t{leo}\t0\t{epoch}\t{copier}\t{expiration}\t-1\t-1\t0\t0\t"
-                f"{self.pversion[i]}"
+                f"0\t0\t0\t0\t0\t0\t0\t{self.pversion[i]}"
             )
             if live is None:
                 cache[i] = s

@@ -13,13 +13,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.http import HttpRequest, JsonResponse
-from ninja import Query, Router, Schema
+from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 
 from accounts.roles import Role, has_role
-from console import health, selectors
+from console import health, ordering, selectors
 from console.choices import BrokerState
 from console.models import Cluster, Partition, Topic
+from console.sync.rows import TIER_METRICS
 
 router = Router(tags=["health"])
 read = Router(tags=["inventory"])
@@ -181,6 +182,15 @@ class Tiering(Schema):
     remote_bytes: int
     local_bytes: int
     tiering_acks: list[int]
+    remote_copy_lag_bytes: int = Field(description="KIP-963 RemoteCopyLagBytes (summed)")
+    remote_copy_lag_segments: int
+    remote_delete_lag_bytes: int = Field(description="KIP-963 RemoteDeleteLagBytes (summed)")
+    remote_delete_lag_segments: int
+    fenced_remote_bytes: int = Field(
+        description="fenced by a delete-policy disablement, not purged yet"
+    )
+    fenced_remote_segments: int
+    remote_log_size_bytes: int = Field(description="KIP-963 RemoteLogSizeBytes (summed)")
 
 
 class PartitionOut(Schema):
@@ -202,6 +212,78 @@ class PartitionOut(Schema):
     remote_log_end_offset: int
     remote_bytes: int
     local_bytes: int
+    remote_copy_lag_bytes: int
+    remote_copy_lag_segments: int
+    remote_delete_lag_bytes: int
+    remote_delete_lag_segments: int
+    fenced_remote_bytes: int
+    fenced_remote_segments: int
+    remote_log_size_bytes: int
+    earliest_local_offset: int = Field(
+        description="KIP-1005 earliest-local: the local log start offset"
+    )
+    latest_tiered_offset: int = Field(
+        description="KIP-1005 latest-tiered: the highest offset in the remote tier, -1 if none"
+    )
+
+    @staticmethod
+    def resolve_earliest_local_offset(obj) -> int:
+        return obj.local_log_start_offset
+
+    @staticmethod
+    def resolve_latest_tiered_offset(obj) -> int:
+        return obj.remote_log_end_offset
+
+
+class OrderingPartitionOut(Schema):
+    partition: int
+    kind: str = Field(
+        description="new (made by an expansion), marked (for deletion) or holds (receives the "
+        "keys of a marked partition)"
+    )
+    status: str = Field(
+        description="released / waits on parent (new); draining / drained (marked); "
+        "holds after the shrink (a marked partition that sends it keys is not drained)"
+    )
+    position: int | None = Field(description="the group's committed offset; null: not started")
+    lag: int
+    parent: int | None = None
+    split_epoch: int | None = Field(None, description="leaderEpochAfterCreation of the parent")
+    parent_position: int | None = None
+    waits_on: list[int] = []
+    deletion_epoch: int | None = Field(None, description="leaderEpochBeforeDeletion")
+
+
+class OrderingGroupOut(Schema):
+    group_id: str
+    lag: int
+    partitions: list[OrderingPartitionOut]
+
+
+class OrderingOut(Schema):
+    barrier: bool = Field(description="false when enable.ordered.delivery=false")
+    groups: list[OrderingGroupOut]
+
+
+class GroupPositionOut(Schema):
+    topic: str
+    partition: int
+    committed_offset: int
+    lag: int | None = Field(description="high watermark minus position; null: partition gone")
+
+
+class GroupOut(Schema):
+    group_id: str
+    generation: int
+    members: int
+    lag: int
+    positions: list[GroupPositionOut]
+
+
+class GroupsOut(Schema):
+    cluster: str
+    synced_at: datetime | None
+    groups: list[GroupOut]
 
 
 class TopicOut(Schema):
@@ -219,6 +301,7 @@ class TopicOut(Schema):
     partitions_page: int
     partitions_page_size: int
     partitions: list[PartitionOut]
+    ordering: OrderingOut
 
 
 class KeyBefore(Schema):
@@ -405,6 +488,7 @@ def get_topic(
             "remote_bytes": t.remote_bytes,
             "local_bytes": t.local_bytes,
             "tiering_acks": t.tiering_acks,
+            **{f: getattr(t, f) for f in TIER_METRICS},
         },
         "initial_partition_count": t.initial_partition_count,
         "undeleted_partition_count": t.undeleted_partition_count,
@@ -413,6 +497,23 @@ def get_topic(
         "partitions_page": parts.number,
         "partitions_page_size": parts.paginator.per_page,
         "partitions": list(parts.object_list),
+        "ordering": ordering.topic_ordering(t),
+    }
+
+
+@read.get(
+    "/clusters/{name}/groups",
+    response=GroupsOut,
+    summary="Consumer groups: committed positions and lag per partition (KIP-253 positions)",
+)
+def list_groups(request: HttpRequest, name: str) -> dict:
+    """As of the last sync of the controller's group coordinator. Two queries."""
+    _require_viewer(request)
+    cluster = selectors.get_cluster(name)
+    return {
+        "cluster": cluster.name,
+        "synced_at": cluster.synced_at,
+        "groups": ordering.group_positions(cluster),
     }
 
 

@@ -1,7 +1,7 @@
 """Prometheus ``/metrics``: a custom collector that reads PostgreSQL at scrape time.
 
 Nothing is kept in process memory, so every web worker answers the same numbers and a scrape
-is as fresh as the last sync. Four queries per scrape, whatever the cluster size. Names follow
+is as fresh as the last sync. Five queries per scrape, whatever the cluster size. Names follow
 KIP-112's broker metrics (OfflineLogDirectoryCount, OfflineReplicaCount) in Prometheus style.
 """
 
@@ -21,6 +21,16 @@ from console.models import Broker, Cluster, LogDir, Topic
 __all__ = ["InventoryCollector", "render"]
 
 DIR_STATES = (LogDirState.ONLINE, LogDirState.DEGRADED, LogDirState.OFFLINE)
+
+TIER_METRICS_HELP = {
+    "remote_copy_lag_bytes": "KIP-963 RemoteCopyLagBytes: closed local bytes not copied yet.",
+    "remote_copy_lag_segments": "KIP-963 RemoteCopyLagSegments.",
+    "remote_delete_lag_bytes": "KIP-963 RemoteDeleteLagBytes: unreadable remote bytes not "
+    "deleted yet.",
+    "remote_delete_lag_segments": "KIP-963 RemoteDeleteLagSegments.",
+    "remote_log_size_bytes": "KIP-963 RemoteLogSizeBytes: every remote byte stored.",
+    "fenced_remote_bytes": "Remote bytes fenced by a delete-policy disablement, pending purge.",
+}
 
 
 class InventoryCollector(Collector):
@@ -148,6 +158,25 @@ class InventoryCollector(Collector):
             for s in TieredState.ALL:
                 topics.add_metric([c.name, s], counts.get((c.pk, s), 0))
         yield topics
+        yield from self._tier_metrics(names)
+
+    @staticmethod
+    def _tier_metrics(names: dict[int, str]) -> Iterator[Metric]:
+        """KIP-963's tiered metrics per topic (summed over its partitions' leaders), for tiered
+        topics only: one series per tiered topic and metric, never one per partition."""
+        families = {
+            field: GaugeMetricFamily(f"strata_topic_{field}", help_, labels=["cluster", "topic"])
+            for field, help_ in TIER_METRICS_HELP.items()
+        }
+        rows = (
+            Topic.objects.exclude(tiered_state=TieredState.NONE)
+            .order_by("cluster_id", "name")
+            .values("cluster_id", "name", *families)
+        )
+        for r in rows:
+            for field, family in families.items():
+                family.add_metric([names[r["cluster_id"]], r["name"]], r[field])
+        yield from families.values()
 
 
 def render() -> bytes:

@@ -14,7 +14,9 @@ import django_filters
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
 from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, Subquery
 from django.http import Http404
+from django.template.defaultfilters import filesizeformat
 
+from broker_agent.choices import TopicConfig
 from broker_agent.hashing import (
     murmur2,
     parent_partition,
@@ -27,11 +29,20 @@ from console.choices import (
     DisablePolicy,
     LogDirState,
     ReplicaCell,
+    ReplicaState,
     TaskState,
     TieredState,
     choices,
 )
-from console.models import AgentEvent, Broker, Cluster, LogDir, Partition, Replica, Topic
+from console.models import (
+    AgentEvent,
+    Broker,
+    Cluster,
+    LogDir,
+    Partition,
+    Replica,
+    Topic,
+)
 
 __all__ = [
     "KeyLookup",
@@ -227,6 +238,55 @@ def task_states(topic: Topic) -> list[dict]:
         .order_by("broker__broker_id")
     )
     return list(rows)
+
+
+def local_not_shrinking(topic: Topic, tasks: list[dict]) -> list[str]:
+    """The topic page's answer to "why is local not shrinking?": what holds local segments
+    back, from KIP-963's metrics and the tasks per broker (synced; no query of its own).
+
+    Local segments of a tiered topic go only once copied (local.retention.* applies to copied
+    segments), so copy lag and a stopped copier keep them; a disablement with retain keeps
+    every local segment until the remote data is gone (KIP-950 offset continuity)."""
+    if topic.tiered_state == TieredState.NONE:
+        return []
+    reasons = []
+    if topic.remote_copy_lag_segments:
+        reasons.append(
+            f"Copying is behind: {topic.remote_copy_lag_segments} closed segment(s), "
+            f"{_size(topic.remote_copy_lag_bytes)}, wait to be copied; a local segment is "
+            "deleted only once it is in the remote tier."
+        )
+    stopped = [
+        r["broker__broker_id"]
+        for r in tasks
+        if r["copier_stopped"] and topic.tiered_state == TieredState.ENABLED
+    ]
+    if stopped:
+        reasons.append(
+            "The copier is stopped on broker(s) " + ", ".join(map(str, stopped)) + " while "
+            "tiering is ENABLED (the broker has not applied the tiering state yet)."
+        )
+    if (
+        topic.tiered_state in (TieredState.DISABLED, TieredState.DISABLING)
+        and topic.disable_policy == DisablePolicy.RETAIN
+        and topic.remote_bytes
+    ):
+        reasons.append(
+            "Tiering is disabled with retain: local segments are kept until the remote data is "
+            "gone, so offsets stay continuous (KIP-950)."
+        )
+    configs = topic.configs or {}
+    local_bytes = configs.get(TopicConfig.LOCAL_RETENTION_BYTES, "-2")
+    local_ms = configs.get(TopicConfig.LOCAL_RETENTION_MS, "-2")
+    reasons.append(
+        f"Local retention: local.retention.bytes = {local_bytes}, local.retention.ms = "
+        f"{local_ms} per partition (-2: the topic's retention.bytes / retention.ms)."
+    )
+    return reasons
+
+
+def _size(n: int) -> str:
+    return str(filesizeformat(n))
 
 
 #: Kafka's ``leader.imbalance.per.broker.percentage`` default: a broker whose preferred partitions
@@ -477,18 +537,29 @@ def incident(log_dir: LogDir, page: int | str | None = None) -> dict:
     """KIP-112 incident panel for an offline dir: its replicas, the partitions that lost their
     leader or fell under min ISR, and where leadership went (a fixed number of queries)."""
     broker_id = log_dir.broker.broker_id
+    on_dir = Q(log_dir=log_dir)
+    if log_dir.state == LogDirState.OFFLINE:
+        # KIP-112: a broker that started with this dir already failed cannot say where its
+        # missing replicas were; they are offline with no dir. Listed here, marked "dir
+        # unknown" (with several offline dirs, one of them holds each).
+        on_dir |= Q(broker_id=log_dir.broker_id, log_dir__isnull=True, state=ReplicaState.OFFLINE)
     replicas = (
-        Replica.objects.filter(log_dir=log_dir)
+        Replica.objects.filter(on_dir)
         .select_related("partition")
         .order_by("partition__topic_name", "partition__partition")
     )
     pg = paginate(replicas, page, 25)
-    parts = Partition.objects.filter(replica_set__log_dir=log_dir)
+    parts = Partition.objects.filter(id__in=Replica.objects.filter(on_dir).values("partition_id"))
     counts = parts.aggregate(
         replicas=Count("id"),
         lost_leader=Count("id", filter=Q(previous_leader=broker_id) & ~Q(leader=broker_id)),
         offline=Count("id", filter=Q(offline=True)),
         under_min_isr=Count("id", filter=Q(under_min_isr=True)),
+    )
+    counts["unknown_dir"] = (
+        Replica.objects.filter(on_dir, log_dir__isnull=True).count()
+        if log_dir.state == LogDirState.OFFLINE
+        else 0
     )
     event = (
         AgentEvent.objects.filter(

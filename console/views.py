@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from accounts.roles import Role, has_role, require_role
 from audit.models import AuditEvent
-from console import health, selectors
+from console import health, ordering, selectors
 from console.choices import LogDirState, TieredState
 from console.models import Broker, Cluster, Heartbeat, LogDir, Partition, Topic
 
@@ -146,6 +146,9 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         }
         tree = selectors.split_tree(t, rows)
     marked = list(parts_qs.filter(marked_for_deletion=True)[:50]) if tree is None else None
+    delivery = ordering.topic_ordering(t)
+    if tree is not None:
+        ordering.annotate_tree(tree, delivery)
     key = request.GET.get("key")
     can_request = has_role(request.user, Role.OPERATOR)
     tasks = selectors.task_states(t)
@@ -158,6 +161,8 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "tasks": tasks,
         "leaders": selectors.leader_balance(t, [r["broker__broker_id"] for r in tasks]),
         "spread": selectors.topic_spread(t),
+        "local_reasons": selectors.local_not_shrinking(t, tasks),
+        "ordering": delivery,
         "stale": selectors.stale_sources(c),
         "lookup": selectors.lookup_key(t, key)
         if key is not None and len(key) <= MAX_KEY_CHARS

@@ -85,6 +85,7 @@ class Broker(
         self._probe_history: dict[str, collections.deque[float]] = {}
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.task_interval = task_interval
+        self.copier_paused = False  # test hook only (STRATA_AGENT_TEST_HOOKS=1)
         self.controller = ControllerClient(controller_url, secret, retries=0, timeout=10)
         self.remote = RemoteStore(os.path.join(data_dir, "remote"), cluster_id)
         self.lock = threading.RLock()

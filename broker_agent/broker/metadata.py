@@ -120,25 +120,37 @@ class MetadataMixin:
         # LogDirReset. A cordoned dir counts as bad: its recovery is in an operator's hands.
         if r.log is None and (not created or self._no_bad_dir()):
             self._create_replica(r, t)
+        if r.log is not None:
+            # segment.bytes is the topic's, as Kafka's LogConfig: also for a log loaded from
+            # disk at start (loaded with the broker's default) and after an AlterConfigs.
+            r.log.segment_bytes = int(
+                t["configs"].get(TopicConfig.SEGMENT_BYTES, self.segment_bytes)
+            )
         if r.log is not None and not created:
             self.pending_created.add(_key(*key))
         elif created:
             self.pending_created.discard(_key(*key))
         r.replicas = part["replicas"]
-        r.marked_for_deletion = part["marked_for_deletion"]
         leader_changed = part["leader"] != r.leader or part["leader_epoch"] != r.leader_epoch
         isr_changed = part["isr"] != r.isr
-        r.leader, r.isr, r.partition_epoch = part["leader"], part["isr"], part["partition_epoch"]
-        if leader_changed:
-            r.leader_epoch = part["leader_epoch"]
-            if r.leader == self.broker_id and r.log is not None:
-                with r.log.lock:
-                    r.log.set_leader_epoch_start(r.leader_epoch, r.log.log_end_offset)
-                r.follower_leo = {}
-                r.caught_up_ms = {b: time.monotonic() * 1000 for b in r.isr}
-                r.became_leader_ms = time.monotonic() * 1000
-            else:
-                r.needs_truncation = True
+        with r.cond:  # KIP-253: count, marking and leader epoch change as one (see produce)
+            r.marked_for_deletion = part["marked_for_deletion"]
+            r.undeleted_partition_count = t["undeleted_partition_count"]
+            r.ordered_delivery = (
+                t["configs"].get(TopicConfig.ENABLE_ORDERED_DELIVERY, "true") == "true"
+            )
+            r.leader, r.isr = part["leader"], part["isr"]
+            r.partition_epoch = part["partition_epoch"]
+            if leader_changed:
+                r.leader_epoch = part["leader_epoch"]
+                if r.leader == self.broker_id and r.log is not None:
+                    with r.log.lock:
+                        r.log.set_leader_epoch_start(r.leader_epoch, r.log.log_end_offset)
+                    r.follower_leo = {}
+                    r.caught_up_ms = {b: time.monotonic() * 1000 for b in r.isr}
+                    r.became_leader_ms = time.monotonic() * 1000
+                else:
+                    r.needs_truncation = True
         if r.log is not None and r.leader == self.broker_id and (isr_changed or leader_changed):
             self._update_hw(r)
         with r.cond:

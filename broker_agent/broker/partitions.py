@@ -72,23 +72,13 @@ class PartitionIOMixin:
     def produce(self, req) -> dict:
         """Leader append. acks=all waits until the ISR has the batch (HW past it). Idempotent:
         a batch whose (producer_id, base_sequence) is already in the log is not appended again.
-        KIP-253: a producer whose undeleted_partition_count differs from the leader's is refused
-        with INVALID_PARTITION_METADATA (unless enable.ordered.delivery=false)."""
+        KIP-253 (:meth:`_check_partition_count`, under the replica's lock so the batch carries the
+        leader epoch of the count it was checked against): on a topic with ordered delivery a
+        produce must name the undeleted_partition_count and it must be the leader's; a partition
+        marked for deletion (or >= the count) accepts nothing, whatever the topic's setting."""
         r = self._leader(req.topic, req.partition)
         t = self.topics.get(req.topic, {})
         configs = t.get("configs", {})
-        ordered = configs.get(TopicConfig.ENABLE_ORDERED_DELIVERY, "true") == "true"
-        if (
-            ordered
-            and req.undeleted_partition_count is not None
-            and req.undeleted_partition_count != t.get("undeleted_partition_count")
-        ):
-            raise ApiError(
-                409,
-                ErrorCode.INVALID_PARTITION_METADATA,
-                f"producer's undeleted_partition_count {req.undeleted_partition_count} != "
-                f"{t.get('undeleted_partition_count')}: refresh metadata and retry",
-            )
         min_isr = int(configs.get(TopicConfig.MIN_INSYNC_REPLICAS, "1"))
         if req.acks == -1 and len(r.isr) < min_isr:
             raise ApiError(
@@ -98,6 +88,7 @@ class PartitionIOMixin:
         plog = r.log
         duplicate = False
         with r.cond:
+            self._check_partition_count(r, req.undeleted_partition_count, producing=True)
             dup = (
                 plog.find_duplicate(req.producer_id, req.base_sequence)
                 if req.producer_id >= 0
@@ -149,13 +140,64 @@ class PartitionIOMixin:
             "duplicate": duplicate,
         }
 
-    def fetch(self, topic: str, partition: int, offset: int, max_records: int) -> dict:
+    @staticmethod
+    def _check_partition_count(r: Replica, count: int | None, *, producing: bool) -> None:
+        """KIP-253 "Changes in how broker handles ProduceRequest" and consumer step 6.
+
+        - Producing into a partition marked for deletion, or at or above the count, is refused
+          with INVALID_PARTITION_METADATA whatever ``enable.ordered.delivery`` says: a partition
+          waiting to be drained must not grow (decided here; the seed only has producers stop
+          hashing to it).
+        - With ordered delivery, a count that is not the leader's is INVALID_PARTITION_METADATA
+          (the client refreshes metadata and retries), and a produce without a count is
+          INVALID_REQUEST: the leader could not tell which leader epoch its records belong to.
+        - A fetch or OffsetsForLeaderEpoch that names a count is checked the same way, so a
+          consumer's answer comes from a leader that has applied the same partition change.
+        """
+        u = r.undeleted_partition_count
+        if producing and (r.marked_for_deletion or (u is not None and r.partition >= u)):
+            raise ApiError(
+                409,
+                ErrorCode.INVALID_PARTITION_METADATA,
+                f"{r.topic}-{r.partition} is marked for deletion and accepts no records "
+                "(KIP-253): refresh metadata and retry",
+            )
+        if not r.ordered_delivery:
+            return
+        if count is None:
+            if producing:
+                raise ApiError(
+                    400,
+                    ErrorCode.INVALID_REQUEST,
+                    f"{r.topic} has enable.ordered.delivery=true: a produce must send "
+                    "undeleted_partition_count (KIP-253)",
+                )
+            return
+        if count != u:
+            raise ApiError(
+                409,
+                ErrorCode.INVALID_PARTITION_METADATA,
+                f"undeleted_partition_count {count} != the leader's {u}: refresh metadata and "
+                "retry",
+            )
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        undeleted_partition_count: int | None = None,
+    ) -> dict:
         """Consumer fetch from the leader, up to the high watermark. Below the local log start
         offset it reads readable remote segments (KIP-405); below the log start offset it is
-        OFFSET_OUT_OF_RANGE."""
+        OFFSET_OUT_OF_RANGE. A count, when given, must be the leader's (KIP-253 consumer step 6)."""
         r = self._leader(topic, partition)
+        with r.cond:
+            self._check_partition_count(r, undeleted_partition_count, producing=False)
         plog = r.log
         hw = plog.high_watermark
+        leo = plog.log_end_offset
         lso, local_start = plog.log_start_offset, plog.local_log_start_offset
         if offset < lso or offset > hw:
             raise ApiError(
@@ -200,6 +242,7 @@ class PartitionIOMixin:
             "records": records,
             "next_offset": nxt,
             "high_watermark": hw,
+            "log_end_offset": leo,
             "log_start_offset": lso,
             "local_log_start_offset": local_start,
             "remote_records": remote_records,
@@ -224,9 +267,16 @@ class PartitionIOMixin:
             log_start_offset=r.log.log_start_offset,
         )
 
-    def offsets_for_leader_epoch(self, topic: str, partition: int, epoch: int) -> dict:
+    def offsets_for_leader_epoch(
+        self, topic: str, partition: int, epoch: int, undeleted_partition_count: int | None = None
+    ) -> dict:
+        """OffsetsForLeaderEpoch: the largest epoch <= ``epoch`` and its end offset. With a count
+        (KIP-253 consumers), the leader must hold that count, so an expansion's or a shrink's
+        epoch bump is already in its epoch cache and the answer is final."""
         r = self._leader(topic, partition)
-        e, end = r.log.end_offset_for_epoch(epoch)
+        with r.cond:
+            self._check_partition_count(r, undeleted_partition_count, producing=False)
+            e, end = r.log.end_offset_for_epoch(epoch)
         return {"leader_epoch": e, "end_offset": end}
 
     def roll(self, topic: str, partition: int) -> dict:

@@ -88,6 +88,8 @@ class SnapshotMixin:
                 remote_bytes=view["remote_bytes"],
                 remote_segments=len(view["readable"]),
             )
+            if r.leader == self.broker_id:
+                info.update(self.tier_metrics(r, view))
         return info
 
     def snapshot(self, since: int | None) -> dict:

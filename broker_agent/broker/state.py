@@ -54,6 +54,11 @@ class Replica:
         self.isr: list[int] = []
         self.replicas: list[int] = []
         self.marked_for_deletion = False
+        # KIP-253: the topic's undeleted_partition_count and enable.ordered.delivery as of the
+        # metadata that set ``leader_epoch``; both change together under ``cond``, so a produce
+        # checked against one count is stamped with the leader epoch of that same count.
+        self.undeleted_partition_count: int | None = None
+        self.ordered_delivery = True
         self.follower_leo: dict[int, int] = {}
         self.caught_up_ms: dict[int, float] = {}
         self.became_leader_ms = 0.0

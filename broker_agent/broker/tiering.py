@@ -99,6 +99,49 @@ class TieringMixin:
             "purge_below_tiered_epoch": purge,
         }
 
+    def tier_metrics(self, r: Replica, view: dict) -> dict:
+        """KIP-963's tiered-storage metrics of a leader replica (``view``: :meth:`_remote_view`).
+
+        - ``remote_copy_lag_bytes`` / ``_segments`` (RemoteCopyLagBytes / Segments): closed,
+          committed local segments above the remote log end, not copied yet - while tiering is
+          ENABLED; a disabled topic has nothing eligible.
+        - ``remote_delete_lag_bytes`` / ``_segments`` (RemoteDeleteLagBytes / Segments):
+          objects still in the store that no fetch may read: fenced by a delete-policy
+          disablement, wholly below the log start offset, or DELETE_SEGMENT_STARTED.
+        - ``fenced_remote_bytes`` / ``_segments``: the part of the delete lag fenced by a
+          delete-policy disablement (tiered epoch below the purge epoch): what the Spark purge
+          (or internal expiration) still has to delete (#14 gap 8).
+        - ``remote_log_size_bytes`` (RemoteLogSizeBytes): every object the store holds for the
+          partition, readable or not.
+        """
+        purge = view["purge_below_tiered_epoch"]
+        plog = r.log
+        stored = [
+            s
+            for s in view["segments"]
+            if s["state"]
+            in (RemoteSegmentState.COPY_SEGMENT_FINISHED, RemoteSegmentState.DELETE_SEGMENT_STARTED)
+        ]
+        readable = {s["segment_id"] for s in view["readable"]}
+        unreadable = [s for s in stored if s["segment_id"] not in readable]
+        fenced = [s for s in unreadable if s["tiered_epoch"] < purge]
+        copy_bytes = copy_segments = 0
+        if self.copier_state(r) == TaskState.RUNNING:
+            remote_end = view["remote_log_end_offset"]
+            for seg in plog.closed_segments():
+                if seg.last_offset > remote_end and seg.last_offset < plog.high_watermark:
+                    copy_bytes += seg.size
+                    copy_segments += 1
+        return {
+            "remote_copy_lag_bytes": copy_bytes,
+            "remote_copy_lag_segments": copy_segments,
+            "remote_delete_lag_bytes": sum(s["size_bytes"] for s in unreadable),
+            "remote_delete_lag_segments": len(unreadable),
+            "fenced_remote_bytes": sum(s["size_bytes"] for s in fenced),
+            "fenced_remote_segments": len(fenced),
+            "remote_log_size_bytes": sum(s["size_bytes"] for s in stored),
+        }
+
     def copier_state(self, r: Replica) -> str:
         tier = self.tiering.get(r.topic, {})
         meta_state = self.topics.get(r.topic, {}).get("tiered_state")
@@ -129,7 +172,7 @@ class TieringMixin:
         """RemoteStorageCopier: copy closed, committed segments above the remote log end with
         the topic's tiered epoch. Runs only while the applied tiering state and the controller's
         metadata are both ENABLED (so a broker that missed the command still stops copying)."""
-        if self.copier_state(r) != TaskState.RUNNING:
+        if self.copier_state(r) != TaskState.RUNNING or self.copier_paused:
             return
         if CleanupPolicy.COMPACT in self._topic_config(r.topic, TopicConfig.CLEANUP_POLICY):
             return

@@ -1,16 +1,17 @@
 """Console models, one module per concern: heartbeat (beat and workers), clusters (registration,
 sync runs, agent events), disks (brokers, log dirs; KIP-112) and topology (topics with their
-KIP-950 tiering state, partitions and replicas; KIP-253)."""
+KIP-950 tiering state, partitions and replicas; KIP-253, with consumer groups' positions)."""
 
 from console.models.clusters import AgentEvent, Cluster, SyncRun
 from console.models.disks import Broker, LogDir
 from console.models.heartbeat import Heartbeat
-from console.models.topology import Partition, Replica, Topic
+from console.models.topology import GroupOffset, Partition, Replica, Topic
 
 __all__ = [
     "AgentEvent",
     "Broker",
     "Cluster",
+    "GroupOffset",
     "Heartbeat",
     "LogDir",
     "Partition",

@@ -28,7 +28,25 @@ from console.models.disks import Broker, LogDir
 __all__ = ["Partition", "Replica", "Topic"]
 
 
-class Topic(models.Model):
+class TierMetrics(models.Model):
+    """KIP-963's tiered metrics: a replica's as its broker reports them (leaders only), a
+    partition's are its leader's, a topic's the sum (see ``console.sync.aggregates`` and
+    ``broker_agent`` ``Broker.tier_metrics``). ``fenced_*`` is what a delete-policy
+    disablement fenced and the purge has not deleted yet (#14 gap 8)."""
+
+    remote_copy_lag_bytes = models.BigIntegerField(default=0, db_default=0)
+    remote_copy_lag_segments = models.BigIntegerField(default=0, db_default=0)
+    remote_delete_lag_bytes = models.BigIntegerField(default=0, db_default=0)
+    remote_delete_lag_segments = models.BigIntegerField(default=0, db_default=0)
+    fenced_remote_bytes = models.BigIntegerField(default=0, db_default=0)
+    fenced_remote_segments = models.BigIntegerField(default=0, db_default=0)
+    remote_log_size_bytes = models.BigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        abstract = True
+
+
+class Topic(TierMetrics):
     """A topic: configs, KIP-950 tiering state, KIP-253 partition counts, and aggregates.
 
     ``previous_undeleted_partition_count`` is the count before the last expansion or shrink the
@@ -95,7 +113,7 @@ class Topic(models.Model):
         return self.previous_undeleted_partition_count is not None
 
 
-class Partition(models.Model):
+class Partition(TierMetrics):
     """One partition: controller metadata (leader, ISR, KIP-112 offline replicas, KIP-253 maps)
     and the leader replica's offsets (KIP-950: remote Rx..Ry, local Lx..log end).
 
@@ -181,7 +199,7 @@ class Partition(models.Model):
         return max(0.0, min(100.0, 100.0 * (self.log_start_offset - start) / total))
 
 
-class Replica(models.Model):
+class Replica(TierMetrics):
     """A replica as its broker's agent reports it: where it lives and how far it got."""
 
     # Sync-owned (see the module docstring): no database constraints. ``partition`` and ``log_dir``
@@ -240,3 +258,31 @@ class Replica(models.Model):
 
     def __str__(self) -> str:
         return f"{self.partition_id}@{self.broker_id}"
+
+
+class GroupOffset(models.Model):
+    """A consumer group's committed position on one partition, as the controller's group
+    coordinator holds it (KIP-253's gates read these positions). Replaced whole by every sync;
+    a cluster without a coordinator (the synthetic scale mode) has none."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    group_id = models.CharField(max_length=249)
+    topic_name = models.CharField(max_length=249)
+    partition = models.IntegerField()
+    committed_offset = models.BigIntegerField()
+    generation = models.IntegerField(default=0)
+    members = models.IntegerField(default=0)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["group_id", "topic_name", "partition"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "group_id", "topic_name", "partition"],
+                name="group_offset_unique",
+            )
+        ]
+        indexes = [models.Index(fields=["cluster", "topic_name", "group_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.group_id} {self.topic_name}-{self.partition}@{self.committed_offset}"

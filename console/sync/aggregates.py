@@ -9,8 +9,15 @@ A mixin of :class:`console.sync.core._Sync`: it uses the sync's ``cluster``, ``f
 from __future__ import annotations
 
 from console.choices import BrokerState, LogDirState
+from console.sync.rows import TIER_METRICS
 
 __all__ = ["AggregateSync"]
+
+_SET_METRICS = ", ".join(f"{c} = r.{c}" for c in TIER_METRICS)
+_P_METRICS = ", ".join(f"p.{c}" for c in TIER_METRICS)
+_R_METRICS = ", ".join(f"r.{c}" for c in TIER_METRICS)
+_SUM_METRICS = ", ".join(f"sum(p.{c}) AS {c}" for c in TIER_METRICS)
+_SET_TOPIC_METRICS = ", ".join(f"{c} = a.{c}" for c in TIER_METRICS)
 
 
 class AggregateSync:
@@ -23,7 +30,7 @@ class AggregateSync:
         # first sync wrote every partition with its leader's offsets already (apply_metadata).
         if not self.fresh:
             self.sql(
-                """
+                f"""
                 UPDATE console_partition p SET
                     log_start_offset = r.log_start_offset,
                     local_log_start_offset = r.local_log_start_offset,
@@ -31,22 +38,22 @@ class AggregateSync:
                     remote_log_start_offset = r.remote_log_start_offset,
                     remote_log_end_offset = r.remote_log_end_offset,
                     remote_bytes = r.remote_bytes, local_bytes = r.size_bytes,
-                    remote_segments = r.remote_segments
+                    remote_segments = r.remote_segments, {_SET_METRICS}
                 FROM (SELECT DISTINCT id FROM touched_partition) tp, console_replica r,
                      console_broker b
                 WHERE p.id = tp.id AND r.partition_id = p.id AND b.id = r.broker_id
                   AND b.broker_id = p.leader
                   AND (p.log_start_offset, p.local_log_start_offset, p.log_end_offset,
                        p.high_watermark, p.remote_log_start_offset, p.remote_log_end_offset,
-                       p.remote_bytes, p.local_bytes, p.remote_segments)
+                       p.remote_bytes, p.local_bytes, p.remote_segments, {_P_METRICS})
                       IS DISTINCT FROM
                       (r.log_start_offset, r.local_log_start_offset, r.log_end_offset,
                        r.high_watermark, r.remote_log_start_offset, r.remote_log_end_offset,
-                       r.remote_bytes, r.size_bytes, r.remote_segments)
-                """
+                       r.remote_bytes, r.size_bytes, r.remote_segments, {_R_METRICS})
+                """  # noqa: S608
             )
         self.sql(
-            """
+            f"""
             UPDATE console_topic t SET
                 partition_count = a.n, log_start_offset = a.lso,
                 local_log_start_offset = a.llso, log_end_offset = a.leo,
@@ -54,9 +61,10 @@ class AggregateSync:
                 remote_bytes = a.rb, local_bytes = a.lb, remote_segments = a.rs,
                 offline_partition_count = a.offline, under_replicated_partition_count = a.urp,
                 under_min_isr_partition_count = a.umi, offline_replica_count = a.orc,
-                marked_for_deletion_count = a.marked
+                marked_for_deletion_count = a.marked, {_SET_TOPIC_METRICS}
             FROM (
                 SELECT p.topic_id, count(*) AS n, sum(p.log_start_offset) AS lso,
+                    {_SUM_METRICS},
                     sum(p.local_log_start_offset) AS llso, sum(p.log_end_offset) AS leo,
                     coalesce(sum(p.remote_log_start_offset)
                              FILTER (WHERE p.remote_log_end_offset >= 0), -1) AS rlso,
@@ -76,7 +84,7 @@ class AggregateSync:
                 GROUP BY p.topic_id
             ) a
             WHERE t.id = a.topic_id
-            """
+            """  # noqa: S608
         )
         # KIP-112 OfflineReplicaCount per broker, as a broker reports it: a live broker's
         # replicas on its offline log dirs (partitions listing it as an offline replica while it

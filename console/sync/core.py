@@ -46,6 +46,7 @@ from console.choices import SyncTrigger
 from console.models import Cluster, SyncRun
 from console.sync.aggregates import AggregateSync
 from console.sync.common import Backwards, error_text
+from console.sync.groups import GroupSync
 from console.sync.metadata import MetadataSync
 from console.sync.rows import (
     LOGDIR_COLUMNS,
@@ -86,7 +87,7 @@ def _lock_key(cluster_pk: int) -> int:
     return zlib.crc32(f"strata-sync:{cluster_pk}".encode())
 
 
-class _Sync(MetadataSync, SnapshotSync, AggregateSync):
+class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
     """The state of one sync run; see the module docstring for the steps."""
 
     def __init__(self, cluster: Cluster, source: ClusterSource, *, full: bool, trigger: str):
@@ -195,6 +196,7 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync):
                     del future  # the answer's bytes go once staged
             if md is not None:
                 self.apply_metadata(md)
+            self.sync_groups()
             self.replicas.analyze()
             self.apply_snapshots()
             self.derive()

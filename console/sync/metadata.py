@@ -21,6 +21,7 @@ from console.sync.rows import (
     PARTITION_COLUMNS,
     STAGE_PARTITIONS_SQL,
     STAGE_TOPICS_SQL,
+    TIER_METRICS,
     TOPIC_COLUMNS,
     logdir_rows,
 )
@@ -207,7 +208,7 @@ class MetadataSync:
                 under_replicated, under_min_isr, offline, has_offline_replicas,
                 log_start_offset, local_log_start_offset, log_end_offset, high_watermark,
                 remote_log_start_offset, remote_log_end_offset, remote_bytes, local_bytes,
-                remote_segments)
+                remote_segments, {metrics})
             SELECT %(cluster)s, t.id, s.topic_name, s.partition, s.leader, s.leader_epoch,
                 s.partition_epoch, s.replicas, s.isr, s.offline_replicas, s.created,
                 s.leader_epoch_after_creation, s.leader_epoch_before_deletion,
@@ -216,12 +217,15 @@ class MetadataSync:
                 coalesce(r.local_log_start_offset, 0), coalesce(r.log_end_offset, 0),
                 coalesce(r.high_watermark, 0), coalesce(r.remote_log_start_offset, -1),
                 coalesce(r.remote_log_end_offset, -1), coalesce(r.remote_bytes, 0),
-                coalesce(r.size_bytes, 0), coalesce(r.remote_segments, 0)
+                coalesce(r.size_bytes, 0), coalesce(r.remote_segments, 0), {leader_metrics}
             FROM stage_partition s
             JOIN console_topic t ON t.cluster_id = %(cluster)s AND t.name = s.topic_name
             LEFT JOIN stage_replica r ON r.topic = s.topic_name AND r.partition = s.partition
                 AND r.broker_id = s.leader
-            """
+            """.format(  # noqa: S608 - column names from TIER_METRICS
+            metrics=", ".join(TIER_METRICS),
+            leader_metrics=", ".join(f"coalesce(r.{c}, 0)" for c in TIER_METRICS),
+        )
         upsert = """
             ON CONFLICT (topic_id, partition) DO UPDATE SET
                 previous_leader = CASE WHEN console_partition.leader <> EXCLUDED.leader

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from broker_agent.models import BrokerSnapshot, LogDirInfo
+from broker_agent.models import TIER_METRIC_FIELDS, BrokerSnapshot, LogDirInfo
 from console.choices import TopicConfig
 
 __all__ = [
@@ -97,8 +97,11 @@ REPLICA_COLUMNS = [
     ("remote_log_end_offset", "int8"),
     ("remote_bytes", "int8"),
     ("remote_segments", "int4"),
+    *((c, "int8") for c in TIER_METRIC_FIELDS),
     ("version", "int8"),
 ]
+#: KIP-963's tiered metrics of a replica (and of a partition: its leader's; of a topic: the sum).
+TIER_METRICS = list(TIER_METRIC_FIELDS)
 REMOVED_COLUMNS = [("broker_id", "int4"), ("topic", "text"), ("partition", "int4")]
 REPLICA_DATA = [c for c, _ in REPLICA_COLUMNS[4:]]
 #: Every replica column is required but the log dir (agents' format=tsv rows are COPY-ed into
@@ -167,19 +170,28 @@ STAGE_SNAPSHOT_SQL = """
             leader_epoch, log_start_offset, local_log_start_offset, log_end_offset,
             high_watermark, size_bytes, tiered_epoch, copier_state, expiration_state,
             remote_log_start_offset, remote_log_end_offset, remote_bytes, remote_segments,
-            version)
+            remote_copy_lag_bytes, remote_copy_lag_segments, remote_delete_lag_bytes,
+            remote_delete_lag_segments, fenced_remote_bytes, fenced_remote_segments,
+            remote_log_size_bytes, version)
         SELECT (raw.j ->> 'broker_id')::int4, r.topic, r.partition, coalesce(r.log_dir, ''),
             r.state, r.is_leader, r.leader_epoch, r.log_start_offset,
             r.local_log_start_offset, r.log_end_offset, r.high_watermark, r.size_bytes,
             r.tiered_epoch, r.copier_state, r.expiration_state,
             coalesce(r.remote_log_start_offset, -1), coalesce(r.remote_log_end_offset, -1),
-            coalesce(r.remote_bytes, 0), coalesce(r.remote_segments, 0), coalesce(r.version, 0)
+            coalesce(r.remote_bytes, 0), coalesce(r.remote_segments, 0),
+            coalesce(r.remote_copy_lag_bytes, 0), coalesce(r.remote_copy_lag_segments, 0),
+            coalesce(r.remote_delete_lag_bytes, 0), coalesce(r.remote_delete_lag_segments, 0),
+            coalesce(r.fenced_remote_bytes, 0), coalesce(r.fenced_remote_segments, 0),
+            coalesce(r.remote_log_size_bytes, 0), coalesce(r.version, 0)
         FROM raw, jsonb_to_recordset(raw.j -> 'replicas') AS r(topic text, partition int4,
             log_dir text, state text, is_leader bool, leader_epoch int4, log_start_offset int8,
             local_log_start_offset int8, log_end_offset int8, high_watermark int8,
             size_bytes int8, tiered_epoch int4, copier_state text, expiration_state text,
             remote_log_start_offset int8, remote_log_end_offset int8, remote_bytes int8,
-            remote_segments int4, version int8)
+            remote_segments int4, remote_copy_lag_bytes int8, remote_copy_lag_segments int4,
+            remote_delete_lag_bytes int8, remote_delete_lag_segments int4,
+            fenced_remote_bytes int8, fenced_remote_segments int4, remote_log_size_bytes int8,
+            version int8)
         RETURNING (topic IS NULL OR partition IS NULL OR state IS NULL OR is_leader IS NULL
                    OR leader_epoch IS NULL OR log_start_offset IS NULL
                    OR local_log_start_offset IS NULL OR log_end_offset IS NULL

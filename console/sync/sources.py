@@ -12,8 +12,8 @@ from typing import Protocol
 
 import httpx
 
-from broker_agent.client import AgentClient, ControllerClient
-from broker_agent.models import BrokerSnapshot, ClusterMetadata, snapshot_tsv
+from broker_agent.client import AgentClient, AgentError, ControllerClient
+from broker_agent.models import BrokerSnapshot, ClusterMetadata, GroupView, snapshot_tsv
 
 __all__ = [
     "ClusterSource",
@@ -104,6 +104,15 @@ class HttpClusterSource:
             raise SourceError(f"broker {broker_id} has no agent URL yet")
         return self._agent(url).snapshot_tsv(since=since)
 
+    def groups(self) -> list[GroupView] | None:
+        """The controller's consumer groups; None when it has no group coordinator."""
+        try:
+            return self.controller.groups()
+        except AgentError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def close(self) -> None:
         self.controller.close()
         self._agents.close()
@@ -123,6 +132,7 @@ class StaticClusterSource:
     ):
         self._metadata = metadata
         self.snapshots = dict(snapshots or {})
+        self.group_views: list[GroupView] | None = None
         self.requests: list[tuple[str, int | None, int | None]] = []
 
     def set_metadata(self, metadata: ClusterMetadata | Exception) -> None:
@@ -138,6 +148,9 @@ class StaticClusterSource:
                 cluster_id=md.cluster_id, version=md.version, brokers=[], topics=[], changed=False
             )
         return md
+
+    def groups(self) -> list[GroupView] | None:
+        return self.group_views
 
     def snapshot(self, broker_id: int, url: str, since: int | None) -> BrokerSnapshot:
         self.requests.append(("snapshot", broker_id, since))

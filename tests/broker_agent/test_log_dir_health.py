@@ -40,7 +40,12 @@ def test_a_dir_whose_probe_is_far_slower_than_its_peers_is_degraded(sim_factory,
     assert snap.offline_log_directory_count == 0
     slow = next(r for r in snap.replicas if r.log_dir == "logdir-1")
     assert slow.state == ReplicaState.ONLINE
-    resp = agent.produce("slow", slow.partition, [{"key": None, "value": "on a slow disk"}])
+    resp = agent.produce(
+        "slow",
+        slow.partition,
+        [{"key": None, "value": "on a slow disk"}],
+        undeleted_partition_count=3,
+    )
     assert agent.fetch("slow", slow.partition, resp.base_offset).records[0].value == (
         "on a slow disk"
     )

@@ -69,3 +69,25 @@ def test_100k_keyed_records_tier_and_read_back_from_offset_zero(sim_factory):
     out = sim.cli("consume", "--topic", "orders", "--verify")
     assert "lost: 0" in out.stdout and "duplicated: 0" in out.stdout
     assert "consumed: 100000" in out.stdout
+
+
+def test_a_restarted_broker_keeps_the_topics_segment_bytes(sim_factory):
+    """segment.bytes is the topic's, for a log loaded from disk at start too (it used to roll
+    at the broker's 1 MiB default after a restart, so nothing tiered for a long while)."""
+    sim = sim_factory(1, 1)
+    sim.cli(
+        "create-topic", "small", "--partitions", "1", "--replication-factor", "1", "--tiered",
+        "--segment-bytes", "4096",
+    )  # fmt: skip
+    sim.cli("produce", "--topic", "small", "--records", "50", "--keyed")
+    sim.cli("kill-broker", "1")
+    sim.cli("start-broker", "1")
+    wait_until(lambda: sim.partition("small").leader == 1, 30, what="broker 1 leads again")
+    sim.cli("produce", "--topic", "small", "--records", "2000", "--keyed", "--batch-size", "20")
+    wait_until(
+        lambda: (r := sim.replica(1, "small")) is not None and r.remote_log_end_offset > 0,
+        30,
+        what="closed 4 KiB segments copied after the restart",
+    )
+    logs = list(sim.data.glob("broker-1/logdir-*/small-0/*.log"))
+    assert len(logs) > 5  # 100 batches of ~1 KiB roll many 4 KiB segments, not one 1 MiB one

@@ -120,7 +120,9 @@ def test_agents_keep_working_when_nobody_listens(sim_factory):
     snap = agent.snapshot()
     assert snap.offline_log_directory_count == 1 and snap.state == "ONLINE"
     good = next(r for r in snap.replicas if r.log_dir == "logdir-1")
-    resp = agent.produce("quiet", good.partition, [{"key": None, "value": "still here"}])
+    resp = agent.produce(
+        "quiet", good.partition, [{"key": None, "value": "still here"}], undeleted_partition_count=2
+    )
     fetched = agent.fetch("quiet", good.partition, resp.base_offset)
     assert [r.value for r in fetched.records] == ["still here"]
     assert agent.probe_log_dir("logdir-0").state == LogDirState.ONLINE

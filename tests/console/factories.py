@@ -29,7 +29,7 @@ GiB = 1024**3
 @dataclasses.dataclass
 class Rep:
     broker: int
-    log_dir: str
+    log_dir: str | None
     state: str = ReplicaState.ONLINE
     version: int = 0
 
@@ -52,6 +52,7 @@ class Part:
     remote_bytes: int = 0
     local_bytes: int = 0
     leader_epoch_after_creation: dict[str, int] = dataclasses.field(default_factory=dict)
+    tier_metrics: dict[str, int] = dataclasses.field(default_factory=dict)  # KIP-963, leader
 
 
 @dataclasses.dataclass
@@ -81,6 +82,7 @@ class ClusterBuilder:
         self.topics: dict[str, TopicState] = {}
         self.broker_versions = {b: 1 for b in self.broker_ids}
         self.removed: dict[int, list[tuple[int, str]]] = {b: [] for b in self.broker_ids}
+        self.groups: list | None = None  # GroupView list: what the controller's coordinator says
 
     # -- mutations (each bumps the versions it touches) -----------------------------------
 
@@ -155,6 +157,17 @@ class ClusterBuilder:
                     rep.version = self.version + 1
                     self._replica_offline(t.parts[p], broker)
         self._touch(*self.broker_ids)
+
+    def restart_with_failed_dir(self, broker: int, log_dir: str) -> None:
+        """KIP-112: the broker restarted with ``log_dir`` already failed, so its replicas there
+        are offline with no dir known (it found them on no good dir)."""
+        self.fail_log_dir(broker, log_dir)
+        for t in self.topics.values():
+            for (_p, b), rep in t.reps.items():
+                if b == broker and rep.log_dir == log_dir:
+                    rep.log_dir = None
+                    rep.version = self.version + 1
+        self._touch(broker)
 
     def heal_log_dir(self, broker: int, log_dir: str) -> None:
         self.dirs[broker][log_dir] = LogDirState.ONLINE
@@ -236,6 +249,12 @@ class ClusterBuilder:
         part.local_bytes -= (upto - part.local_log_start_offset) * 100
         part.local_log_start_offset = upto
         self._touch_topic(t)
+
+    def set_tier_metrics(self, topic: str, partition: int, **metrics: int) -> None:
+        """KIP-963 metrics the partition's leader reports (e.g. ``remote_copy_lag_bytes``)."""
+        t = self.topics[topic]
+        t.parts[partition].tier_metrics.update(metrics)
+        self.produce(topic, partition, 0)  # bumps the replicas' versions
 
     def alter_partition_count(self, topic: str, count: int) -> None:
         """KIP-253: expansion adds partitions; a shrink marks the highest ones for deletion."""
@@ -371,6 +390,7 @@ class ClusterBuilder:
                         remote_bytes=part.remote_bytes,
                         marked_for_deletion=part.marked_for_deletion,
                         version=rep.version,
+                        **(part.tier_metrics if leader else {}),
                     )
                 )
         dirs = self._log_dirs(broker)
@@ -401,6 +421,7 @@ class BuilderSource(StaticClusterSource):
         super().__init__(builder.metadata())
         self.builder = builder
         self.down = down
+        self.group_views = builder.groups
 
     def metadata(self, since: int | None) -> ClusterMetadata:
         if -1 in self.down:

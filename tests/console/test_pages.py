@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from broker_agent.models import GroupView
 from console.models import Broker
 from tests.console.conftest import sync
 from tests.console.factories import ClusterBuilder
@@ -51,6 +52,24 @@ def test_brokers_page_shows_offline_dir_counts_and_incident(browser_client, sync
     row = re.search(r'<tr data-broker="2">(.*?)</tr>', html, re.S).group(1)
     assert re.search(r"data-offline-dirs>1<", row)
     assert "Incident: broker 2 logdir-1" in html and "Input/output error" in html
+
+
+def test_replicas_of_a_dir_that_failed_before_the_broker_started_are_listed_under_it(
+    browser_client, synced, builder
+):
+    """KIP-112: after a restart with a failed dir the broker knows its missing replicas only as
+    offline with no dir; the offline dir's incident panel lists them, marked dir unknown."""
+    on_dir = sum(
+        1 for t in builder.topics.values() for (_p, b), r in t.reps.items()
+        if b == 2 and r.log_dir == "logdir-1"
+    )  # fmt: skip
+    builder.restart_with_failed_dir(2, "logdir-1")
+    sync(synced, builder)
+    html = browser_client.get("/brokers/?dir=2:logdir-1").content.decode()
+    assert f"({on_dir} with no dir known: the broker started" in html
+    assert html.count("dir unknown</small>") == min(on_dir, 25)
+    healthy = browser_client.get("/brokers/?dir=2:logdir-0").content.decode()
+    assert "dir unknown</small>" not in healthy  # only an offline dir takes them
 
 
 def test_stale_agent_is_named_with_its_last_good_time(browser_client, synced, builder):
@@ -152,8 +171,13 @@ def test_page_queries_are_bounded_whatever_the_cluster_size(
     for i in range(topics):
         b.add_topic(f"t{i}", partitions=4 if topics == 3 else 64, rf=3, tiered=i % 2 == 1)
     b.fail_log_dir(2, "logdir-0")
+    b.groups = [
+        GroupView(group_id=f"g{i}", generation=1, members=[], offsets={"t1": {0: 1, 1: 2}})
+        for i in range(topics)
+    ]
     sync(cluster, b, down={3})
-    with django_assert_max_num_queries(16):
+    # 16, plus the topic's consumer-group positions and the partitions their gates read (#14)
+    with django_assert_max_num_queries(18):
         assert browser_client.get(url).status_code == 200
 
 

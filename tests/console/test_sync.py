@@ -362,7 +362,8 @@ def test_an_answer_for_another_broker_is_refused(synced, builder):
 
 
 GHOST_ROW = (
-    b"1\tghost\t0\tlogdir-0\tONLINE\tt\t0\t0\t0\t5\t5\t10\t0\tSTOPPED\tSTOPPED\t-1\t-1\t0\t0\t1\n"
+    b"1\tghost\t0\tlogdir-0\tONLINE\tt\t0\t0\t0\t5\t5\t10\t0\tSTOPPED\tSTOPPED\t-1\t-1\t0\t0"
+    b"\t0\t0\t0\t0\t0\t0\t0\t1\n"
 )
 
 

@@ -100,6 +100,9 @@ def test_expansion_splits_one_parent_per_new_partition(
         {"partition": 4, "parent": 0},
     ]
     assert plan["split_parents"] == [0, 1]
+    # the plan says what holds of a key's order, and the review shows it
+    assert plan["ordering"].startswith("Keys keep their order for consumer groups")
+    assert plan["ordering"] in {row["what"] for row in created["plan_summary"]}
     before = {p.partition: p.leader_epoch for p in sim.controller.topic("grow").partitions}
     api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
     wait_for(lambda: _state(created["id"]) in WorkflowState.TERMINAL, 60, "the expansion")
@@ -159,6 +162,9 @@ def test_shrink_marks_partitions_and_follows_their_drain_until_removed(
         lambda: all(p.leader >= 0 for p in sim.controller.topic("fade").partitions), 15, "online"
     )
     ends = {p: _produce_to(sim, "fade", p, 10 * (p - 1)) for p in (2, 3)}  # 10 and 20 records
+    # a consumer group has read 4 of partition 2's records and none of partition 3's
+    member = sim.controller.join_group("billing", ["fade"])
+    sim.controller.commit_offsets("billing", member.member_id, member.generation, {"fade": {2: 4}})
     created = _request(api, operator, "shrink_partitions", "fade", 2)
     assert created["state"] == WorkflowState.PENDING_APPROVAL, created
     plan, info = created["plan"], created["plan_information"]
@@ -170,6 +176,8 @@ def test_shrink_marks_partitions_and_follows_their_drain_until_removed(
     # the records left to drain move with traffic: information, not approved
     assert info["records_to_drain"] == 30 and "records_to_drain" not in plan
     assert info["records_per_partition"] == {"2": 10, "3": 20}
+    # each group's lag on the partitions to remove: how far its barrier will hold it back
+    assert info["group_lag"] == {"billing": {"2": 6, "3": 20}}
     wf_id = created["id"]
     api(approver).post(f"/workflows/{wf_id}/approve", {"plan_hash": created["plan_hash"]})
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from broker_agent.hashing import partition_for_key
-from workflows.kinds.tiering import VERIFY_KEY, verify_placement
+from workflows.kinds.verification import VERIFY_KEY, verify_placement
 
 
 @pytest.mark.parametrize(("initial", "undeleted"), [(1, 1), (2, 3), (3, 5), (4, 4), (4, 7)])

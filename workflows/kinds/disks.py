@@ -65,14 +65,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from audit.choices import AuditOutcome
-from broker_agent.choices import ErrorCode as AgentErrorCode
-from broker_agent.choices import LogDirState, ReplicaState, TopicConfig
+from broker_agent.choices import LogDirState, ReplicaState
 from broker_agent.client import AgentError
-from broker_agent.models import BrokerSnapshot, ClusterMetadata, PartitionMetadata, TopicMetadata
+from broker_agent.models import ClusterMetadata
 from workflows.kinds import (
     Field,
     Plan,
-    Refusal,
     ReviewRow,
     StepDef,
     StepResult,
@@ -83,11 +81,19 @@ from workflows.kinds import (
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (
     applied_before,
-    preflight_reads,
     record_command,
     run_command,
     waits_when_unreachable,
 )
+from workflows.kinds.disks_plan import (
+    DiskRefusal,
+    RecoveryMode,
+    partitions_by_key,
+    plan_recovery,
+    replica_key,
+    sizes_on_leaders,
+)
+from workflows.kinds.verification import VERIFY_RECORDS
 
 if TYPE_CHECKING:
     from workflows.engine import StepContext
@@ -96,20 +102,11 @@ __all__ = ["DiskAction", "DiskRefusal", "RecoverLogDir", "RecoveryMode", "plan_r
 
 #: ``verify`` checks at most this many affected partitions with a produce / consume round trip.
 VERIFY_MAX_PARTITIONS = 50
-VERIFY_RECORDS = 5
 #: ``probe_log_dir`` gives up after this many probes that still fail (every 5 s: ~10 minutes).
 PROBE_MAX_ATTEMPTS = 120
 #: ``verify`` waits this many attempts (every 2 s) for OfflineReplicaCount to reach 0.
 VERIFY_MAX_ATTEMPTS = 30
 POLL_SECONDS = 2.0
-
-
-class RecoveryMode:
-    """KIP-112 "the disk gets fixed": replace the bad disk, or remove the dir from the config."""
-
-    REPLACE = "replace"
-    REMOVE = "remove"
-    ALL = (REPLACE, REMOVE)
 
 
 class DiskAction:
@@ -122,251 +119,6 @@ class DiskAction:
     VERIFY_PRODUCE = "disks.verify_produce_consume"
     #: the producer id of the verify batches, allocated once per workflow
     VERIFY_PRODUCER = "disks.verify_producer"
-
-
-class DiskRefusal:
-    """Pre-flight and step refusal codes of this kind (Kafka's names where it has one)."""
-
-    UNKNOWN_BROKER = "UNKNOWN_BROKER"
-    LOG_DIR_NOT_FOUND = "LOG_DIR_NOT_FOUND"  # KIP-113
-    LOG_DIR_NOT_OFFLINE = AgentErrorCode.LOG_DIR_NOT_OFFLINE
-    LAST_LOG_DIR = AgentErrorCode.LAST_LOG_DIR
-    INSUFFICIENT_SPACE = AgentErrorCode.INSUFFICIENT_SPACE
-    LOG_DIR_STILL_OFFLINE = "LOG_DIR_STILL_OFFLINE"
-    OFFLINE_REPLICAS_REMAIN = "OFFLINE_REPLICAS_REMAIN"
-    RECORDS_LOST = "RECORDS_LOST"
-
-
-def _key(topic: str, partition: int) -> str:
-    return f"{topic}:{partition}"
-
-
-def _min_isr(topic: TopicMetadata) -> int:
-    default = TopicConfig.DEFAULTS[TopicConfig.MIN_INSYNC_REPLICAS]
-    return int(topic.configs.get(TopicConfig.MIN_INSYNC_REPLICAS, default))
-
-
-def _partitions(md: ClusterMetadata) -> dict[str, tuple[TopicMetadata, PartitionMetadata]]:
-    return {_key(t.name, p.partition): (t, p) for t in md.topics for p in t.partitions}
-
-
-def _leader_sizes(cluster: str, md: ClusterMetadata, keys: set[str], broker: int) -> dict:
-    """Local size of each partition on its current leader (what catching up will write)."""
-    by_leader: dict[int, set[str]] = {}
-    parts = _partitions(md)
-    for key in keys:
-        if key in parts and parts[key][1].leader not in (-1, broker):
-            by_leader.setdefault(parts[key][1].leader, set()).add(key)
-    sizes: dict[str, int] = {}
-    for leader, wanted in sorted(by_leader.items()):
-        with agent(cluster, leader) as a:
-            snap = a.snapshot()
-        for r in snap.replicas:
-            key = _key(r.topic, r.partition)
-            if key in wanted and r.is_leader:
-                sizes[key] = r.size_bytes
-    return sizes
-
-
-def _replicas_on(snap: BrokerSnapshot, log_dir: str) -> list:
-    """Replicas on the dir, plus offline replicas whose dir the broker could not read (it
-    booted with the dir already bad), as the agent's removal plan counts them."""
-    return sorted(
-        (
-            r
-            for r in snap.replicas
-            if r.log_dir == log_dir or (r.log_dir is None and r.state == ReplicaState.OFFLINE)
-        ),
-        key=lambda r: (r.topic, r.partition),
-    )
-
-
-def _place(sizes: dict[str, int], room: dict[str, int]) -> tuple[dict[str, int], list[str]]:
-    """The agent's placement: largest first onto the good dir with the most room left.
-    Returns bytes needed per dir and the replicas that fit nowhere."""
-    room = dict(room)
-    needed = dict.fromkeys(room, 0)
-    unplaced = []
-    for key, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
-        best = max(room, key=lambda n: (room[n], n), default=None)
-        if best is None or room[best] < size:
-            unplaced.append(key)
-        if best is not None:
-            room[best] -= size
-            needed[best] += size
-    return needed, unplaced
-
-
-def _space_refusal(needed: int, good: list[dict[str, Any]], unplaced: int, total: int) -> Refusal:
-    per_dir = "; ".join(
-        f"{d['name']}: {d['usable_bytes']} usable, {d['needed_bytes']} needed" for d in good
-    )
-    return Refusal(
-        DiskRefusal.INSUFFICIENT_SPACE,
-        f"The good log dirs lack usable space for {unplaced} of {total} replicas: "
-        f"{needed} bytes needed, {sum(d['usable_bytes'] for d in good)} usable "
-        f"({per_dir or 'no good dir'}). KIP-112: remove a bad dir only when the good dirs "
-        "have room; replace the disk instead.",
-        409,
-    )
-
-
-# --- pre-flight -----------------------------------------------------------------------------
-
-
-def plan_recovery(params: dict[str, Any]) -> Plan:
-    """The plan of ``recover_log_dir`` (see the module docstring): refuse, or the plan.
-
-    Reads the controller's metadata, the broker's snapshot (and for an OFFLINE dir its removal
-    plan) and the leaders' snapshots for the sizes to re-create; changes nothing."""
-    cluster, broker = params["cluster"], params["broker"]
-    name, mode = params["log_dir"], params["mode"]
-    with preflight_reads(cluster):
-        with controller(cluster) as ctl:
-            md = ctl.metadata()
-        if broker not in {b.broker_id for b in md.brokers}:
-            known = ", ".join(str(b.broker_id) for b in md.brokers)
-            raise Refusal(
-                DiskRefusal.UNKNOWN_BROKER,
-                f"Broker {broker} is not registered with the controller of {cluster} "
-                f"(brokers: {known}).",
-            )
-        with agent(cluster, broker) as a:
-            snap = a.snapshot()
-            dirs = {d.name: d for d in snap.log_dirs}
-            if name not in dirs:
-                raise Refusal(
-                    DiskRefusal.LOG_DIR_NOT_FOUND,
-                    f"Broker {broker} has no log dir {name!r} (log dirs: "
-                    f"{', '.join(sorted(dirs)) or 'none'}).",
-                )
-            state = dirs[name].state
-            if state == LogDirState.ONLINE:
-                raise Refusal(
-                    DiskRefusal.LOG_DIR_NOT_OFFLINE,
-                    f"{name} on broker {broker} is ONLINE and healthy: only an OFFLINE "
-                    "(failed) or DEGRADED (slow) log dir is recovered.",
-                    409,
-                )
-            if mode == RecoveryMode.REMOVE and len(dirs) == 1:
-                raise Refusal(
-                    DiskRefusal.LAST_LOG_DIR,
-                    f"{name} is broker {broker}'s only log dir: replace the disk instead.",
-                )
-            removal = a.log_dir_removal_plan(name) if state == LogDirState.OFFLINE else None
-        replicas = _replicas_on(snap, name)
-        keys = {_key(r.topic, r.partition) for r in replicas}
-        leader_sizes = _leader_sizes(cluster, md, keys, broker)
-    removal_sizes = {
-        _key(r.topic, r.partition): r.size_bytes for r in (removal.replicas if removal else [])
-    }
-    parts = _partitions(md)
-    rows, sizes = [], {}
-    for r in replicas:
-        key = _key(r.topic, r.partition)
-        t, p = parts.get(key, (None, None))
-        if t is None or p is None:
-            continue  # the partition is gone (topic deleted, KIP-253 partition removed)
-        size = leader_sizes.get(key, removal_sizes.get(key, r.size_bytes))
-        sizes[key] = size
-        min_isr = _min_isr(t)
-        isr_after = [b for b in p.isr if b != broker]
-        rows.append(
-            {
-                "topic": r.topic,
-                "partition": r.partition,
-                "replica_state": r.state,
-                "leader": p.leader,
-                "isr_size": len(p.isr),
-                "min_insync_replicas": min_isr,
-                "leader_lost": p.leader < 0 or (state != LogDirState.OFFLINE and p.isr == [broker]),
-                "under_min_isr": len(p.isr) < min_isr,
-                "under_min_isr_after_cordon": len(isr_after) < min_isr,
-                "bytes": size,
-            }
-        )
-    good = []
-    targets = {
-        d.name: d.usable_bytes
-        for d in snap.log_dirs
-        if d.name != name and d.state in LogDirState.GOOD
-    }
-    needed_per_dir, unplaced = _place(sizes, targets)
-    if removal is not None:  # the agent's own plan decides for an OFFLINE dir
-        needed_per_dir = {g.name: g.needed_bytes for g in removal.good_dirs}
-        targets = {g.name: g.usable_bytes for g in removal.good_dirs}
-        unplaced = [_key(x.topic, x.partition) for x in removal.replicas if x.target_dir is None]
-    for d in snap.log_dirs:
-        if d.name == name or d.state not in LogDirState.GOOD:
-            continue
-        entry: dict[str, Any] = {
-            "name": d.name,
-            "state": d.state,
-            "usable_bytes": d.usable_bytes,
-            "replica_count": d.replica_count,
-        }
-        if mode == RecoveryMode.REMOVE and d.name in targets:
-            entry["needed_bytes"] = needed_per_dir.get(d.name, 0)
-            entry["usable_bytes"] = targets[d.name]
-            entry["fits"] = needed_per_dir.get(d.name, 0) <= targets[d.name]
-        good.append(entry)
-    total = sum(sizes.values())
-    if mode == RecoveryMode.REMOVE and unplaced:
-        raise _space_refusal(total, [g for g in good if "fits" in g], len(unplaced), len(sizes))
-    leader_lost = [f"{x['topic']}:{x['partition']}" for x in rows if x["leader_lost"]]
-    under_min = [f"{x['topic']}:{x['partition']}" for x in rows if x["under_min_isr"]]
-    under_after = [
-        f"{x['topic']}:{x['partition']}" for x in rows if x["under_min_isr_after_cordon"]
-    ]
-    steps = ["cordon_log_dir"]
-    steps += (
-        ["confirm_disk_replaced", "probe_log_dir"]
-        if mode == RecoveryMode.REPLACE
-        else ["remove_log_dir"]
-    )
-    steps += ["log_dir_reset", "recreate_replicas", "verify"]
-    how = (
-        "wait for an operator to confirm the disk was replaced, re-probe it"
-        if mode == RecoveryMode.REPLACE
-        else "remove it from the broker's configuration"
-    )
-    actions: dict[str, Any] = {
-        "summary": (
-            f"Recover {name} on broker {broker} by {mode}: cordon it, {how}, LogDirReset, "
-            f"re-create {len(rows)} replica(s) from their leaders and verify "
-            "OfflineReplicaCount = 0 and a produce / consume round trip."
-        ),
-        "broker": broker,
-        "log_dir": name,
-        "mode": mode,
-        "cordon_takes_replicas_offline": state == LogDirState.DEGRADED,
-        "replica_count": len(rows),
-        "replicas": [{"topic": x["topic"], "partition": x["partition"]} for x in rows],
-        "steps": steps,
-    }
-    if mode == RecoveryMode.REMOVE:
-        actions["good_log_dirs"] = [
-            {"name": g["name"], "fits": g["fits"]} for g in good if "fits" in g
-        ]
-    information: dict[str, Any] = {
-        "log_dir_state": state,
-        "cordon_first": state == LogDirState.DEGRADED,
-        "replicas": rows,
-        "partitions_leader_lost": leader_lost,
-        "partitions_under_min_isr": under_min,
-        "partitions_under_min_isr_after_cordon": under_after,
-        "bytes_to_recreate": total,
-        "good_log_dirs": good,
-    }
-    if leader_lost:
-        information["warning"] = (
-            f"{len(leader_lost)} partition(s) have no other in-sync replica; their data is "
-            "only on this dir."
-        )
-    return Plan(actions=actions, information=information)
-
-
-# --- steps ------------------------------------------------------------------------------------
 
 
 def _dir_state(cluster: str, broker: int, name: str) -> dict[str, Any]:
@@ -497,7 +249,7 @@ def log_dir_reset(ctx: StepContext) -> StepResult:
         with controller(cluster) as ctl:
             md = ctl.metadata()
         keys = {f"{r['topic']}:{r['partition']}" for r in ctx.plan["replicas"]}
-        parts = _partitions(md)
+        parts = partitions_by_key(md)
         return {
             "planned_replicas": len(keys),
             "in_created": sum(1 for k in keys if k in parts and broker in parts[k][1].created),
@@ -520,7 +272,7 @@ def log_dir_reset(ctx: StepContext) -> StepResult:
 
 def _planned_keys(ctx: StepContext, md: ClusterMetadata) -> list[str]:
     """The plan's replicas that still exist on this broker (a partition may be gone since)."""
-    broker, parts = ctx.params["broker"], _partitions(md)
+    broker, parts = ctx.params["broker"], partitions_by_key(md)
     keys = [f"{r['topic']}:{r['partition']}" for r in ctx.plan["replicas"]]
     return [k for k in keys if k in parts and broker in parts[k][1].replicas]
 
@@ -533,11 +285,11 @@ def recreate_replicas(ctx: StepContext) -> StepResult:
     with controller(cluster) as ctl:
         md = ctl.metadata()
     keys = _planned_keys(ctx, md)
-    parts = _partitions(md)
+    parts = partitions_by_key(md)
     with agent(cluster, broker) as a:
-        status = {_key(r["topic"], r["partition"]): r for r in a.recreate_status().replicas}
-        mine = {_key(r.topic, r.partition): r for r in a.snapshot().replicas}
-    leaders = _leader_sizes(cluster, md, set(keys), broker)
+        status = {replica_key(r["topic"], r["partition"]): r for r in a.recreate_status().replicas}
+        mine = {replica_key(r.topic, r.partition): r for r in a.snapshot().replicas}
+    leaders = sizes_on_leaders(cluster, md, set(keys), broker)
     total = done = 0
     in_sync: list[str] = []
     dirs: dict[str, int] = {}
@@ -593,7 +345,7 @@ def _round_trip(
     its key on, and writing one anywhere else would break the per-key order of a topic's
     consumers; a record without a key may go to any partition below U, as Kafka's partitioner
     sends it (the caller already left out partitions marked for deletion)."""
-    parts = _partitions(md)
+    parts = partitions_by_key(md)
     checked, lost, missing_on_broker = [], [], []
     ends: dict[str, int] = {}
     for key in keys:
@@ -616,7 +368,7 @@ def _round_trip(
         ends[key] = resp.base_offset + len(values)
         checked.append(key)
     with agent(cluster, broker) as a:
-        mine = {_key(r.topic, r.partition): r for r in a.snapshot().replicas}
+        mine = {replica_key(r.topic, r.partition): r for r in a.snapshot().replicas}
     for key in checked:
         r = mine.get(key)
         if r is None or r.log_end_offset < ends[key]:
@@ -644,7 +396,7 @@ def verify(ctx: StepContext) -> StepResult:
     info = next(b for b in md.brokers if b.broker_id == broker)
     offline = max(snap.offline_replica_count, info.offline_replica_count)
     keys = _planned_keys(ctx, md)
-    parts = _partitions(md)
+    parts = partitions_by_key(md)
     not_ready = [k for k in keys if parts[k][1].leader < 0 or broker not in parts[k][1].isr]
     if offline or not_ready:
         if ctx.step.attempts >= VERIFY_MAX_ATTEMPTS:

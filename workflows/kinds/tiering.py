@@ -98,7 +98,6 @@ from broker_agent.choices import (
 )
 from broker_agent.choices import ErrorCode as AgentCode
 from broker_agent.client import AgentError
-from broker_agent.hashing import partition_for_key
 from console.models import Cluster, LogDir, Partition, Replica, Topic
 from spark_tasks.models import SparkJob
 from workflows.errors import ErrorCode
@@ -127,6 +126,12 @@ from workflows.kinds.tiering_fanout import (
     broker_command,
 )
 from workflows.kinds.tiering_review import disable_review, enable_review
+from workflows.kinds.verification import (
+    VERIFY_KEY,
+    VERIFY_RECORDS,
+    VERIFY_TIMEOUT_SECONDS,
+    verify_placement,
+)
 
 if TYPE_CHECKING:
     from broker_agent.models import TopicMetadata
@@ -141,32 +146,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-VERIFY_RECORDS = 5
-VERIFY_KEY = "strata.verify"
-#: Keys tried (``strata.verify``, ``strata.verify.1``, ...) for one that hashes to a led partition.
-VERIFY_KEY_CANDIDATES = 64
-VERIFY_TIMEOUT_SECONDS = 60.0
-
-
-def verify_placement(
-    initial_partition_count: int, undeleted_partition_count: int, led: set[int]
-) -> tuple[str, int] | None:
-    """The key of the marker records and the partition they go to: where KIP-253 linear hashing
-    with U = ``undeleted_partition_count`` places the key, as every producer of the topic would.
-
-    Writing a keyed record anywhere else would break the per-key order the topic promises, and
-    linear hashing with U never picks a partition marked for deletion (those are ≥ U). The key is
-    the first of ``strata.verify``, ``strata.verify.1``, ... that lands on a partition in ``led``
-    (with a leader), so a leaderless partition does not stall the check; ``None`` when none of
-    :data:`VERIFY_KEY_CANDIDATES` does."""
-    for i in range(VERIFY_KEY_CANDIDATES):
-        key = VERIFY_KEY if i == 0 else f"{VERIFY_KEY}.{i}"
-        p = partition_for_key(key.encode(), initial_partition_count, undeleted_partition_count)
-        if p in led:
-            return key, p
-    return None
-
 
 COMPACT = "compact"
 

@@ -27,8 +27,9 @@ progress in partitions).
 ``shrink_partitions`` refusals: ``UNKNOWN_TOPIC_OR_PARTITION``; ``INVALID_PARTITIONS`` when U'
 is not below U, or below initial_partition_count (KIP-253: never below N). Plan actions: N, U,
 U', ``partitions_to_mark`` (each with ``keys_move_to``), partitions already marked; plan
-information: ``records_to_drain`` per partition and in all (it moves with traffic, so it is
-shown with its age and never approved). Steps:
+information: ``records_to_drain`` per partition and in all, and ``group_lag``: each consumer
+group's records not yet consumed on those partitions (both move with traffic, so they are shown
+with their age and never approved). Steps:
 ``mark_partitions`` (the controller writes leaderEpochBeforeDeletion and bumps the survivors'
 leader epochs) → ``drain`` (follows the marked partitions until the controller removed them;
 progress in records, ``StepResult.wait`` while draining).
@@ -49,6 +50,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker_agent.choices import ErrorCode as AgentErrorCode
+from broker_agent.choices import TopicConfig
 from broker_agent.client import AgentError
 from broker_agent.hashing import parent_partition
 from broker_agent.models import ClusterMetadata, TopicMetadata
@@ -84,6 +86,27 @@ class TopologyAction:
     ALTER_PARTITION_COUNT = "topology.alter_partition_count"
 
 
+def ordering_promise(topic: str, ordered: bool) -> str:
+    """What an expansion or a shrink keeps of a key's order (KIP-253), for the plan."""
+    if not ordered:
+        return (
+            f"{topic} has enable.ordered.delivery=false: consumers read new and marked "
+            "partitions at once, so records of a moved key may be delivered out of order."
+        )
+    return (
+        "Keys keep their order for consumer groups (enable.ordered.delivery=true): a group "
+        "starts a new partition only after consuming its parent up to the split point, drains "
+        "a partition marked for deletion before the moved keys' newer records, and producers "
+        "must send the new partition count (a stale one is refused and re-hashed)."
+    )
+
+
+def _ordering_rows(actions: dict[str, Any], topic: str) -> list[ReviewRow]:
+    """The plan's ordering promise as a review row (plans made before it have none)."""
+    promise = actions.get("ordering")
+    return [ReviewRow(promise, f"topic {topic}")] if promise else []
+
+
 def keys_move_to(q: int, initial_partition_count: int, undeleted_partition_count: int) -> int:
     """Where the keys of a partition marked for deletion go under the new count: its parent,
     or the parent's parent while that is marked too (linear hashing run backwards)."""
@@ -102,9 +125,15 @@ def _topic(cluster: str, name: str) -> tuple[TopicMetadata, ClusterMetadata]:
     return t, md
 
 
-def remaining_records(cluster: str, t: TopicMetadata, partitions: set[int]) -> dict[int, int]:
+def remaining_records(
+    cluster: str,
+    t: TopicMetadata,
+    partitions: set[int],
+    ends: dict[int, tuple[int, int]] | None = None,
+) -> dict[int, int]:
     """Records left in each of ``partitions`` (log_end_offset - log_start_offset on its
-    leader); a partition without a leader counts -1 (unknown)."""
+    leader); a partition without a leader counts -1 (unknown). ``ends``, when given, receives
+    each partition's (log start offset, high watermark)."""
     by_leader: dict[int, set[int]] = {}
     left: dict[int, int] = {}
     for p in t.partitions:
@@ -119,7 +148,36 @@ def remaining_records(cluster: str, t: TopicMetadata, partitions: set[int]) -> d
         for r in snap.replicas:
             if r.topic == t.name and r.partition in wanted and r.is_leader:
                 left[r.partition] = max(0, r.log_end_offset - r.log_start_offset)
+                if ends is not None:
+                    ends[r.partition] = (r.log_start_offset, r.high_watermark)
     return left
+
+
+def group_lags(
+    cluster: str, topic: str, ends: dict[int, tuple[int, int]]
+) -> dict[str, dict[str, int]]:
+    """Each consumer group's records not yet consumed on the partitions a shrink would mark
+    (high watermark - the group's position), from the controller's group coordinator. With
+    ordered delivery a group drains them before it gets the moved keys' newer records from the
+    surviving partitions, so this is how far behind each group's barrier will hold. A group is
+    listed if it has positions on the topic or subscribes to it; a controller without a
+    coordinator answers none."""
+    with controller(cluster) as ctl:
+        try:
+            groups = ctl.groups()
+        except AgentError as exc:
+            if exc.status == 404:
+                return {}
+            raise
+    out: dict[str, dict[str, int]] = {}
+    for g in groups:
+        pos = g.offsets.get(topic, {})
+        if not pos and not any(topic in m.topics for m in g.members):
+            continue
+        out[g.group_id] = {
+            str(p): max(0, hw - max(pos.get(p, lso), lso)) for p, (lso, hw) in sorted(ends.items())
+        }
+    return out
 
 
 def _alter(ctx: StepContext) -> StepResult:
@@ -265,12 +323,14 @@ class ExpandPartitions(_PartitionCountKind):
                 f"{t.name} has replication factor {rf} but only {alive} live brokers.",
             )
         new = [{"partition": q, "parent": parent_partition(q, n)} for q in range(u, target)]
+        ordered = t.configs.get(TopicConfig.ENABLE_ORDERED_DELIVERY, "true") == "true"
         actions = {
             "summary": (
                 f"Expand {t.name} from {u} to {target} partitions (initial_partition_count "
                 f"{n}): {len(new)} new partition(s), each splitting one parent; every existing "
                 "partition's leader epoch is bumped and recorded in leaderEpochAfterCreation."
             ),
+            "ordering": ordering_promise(t.name, ordered),
             "topic": t.name,
             "topic_id": t.topic_id,
             "initial_partition_count": n,
@@ -302,8 +362,9 @@ class ExpandPartitions(_PartitionCountKind):
                 "Create the new partitions, each splitting one parent (linear hashing)",
                 f"new ← parent: {splits}",
                 "",
-                f"RF {actions['replication_factor']}, keys of each parent keep their order",
+                f"RF {actions['replication_factor']}",
             ),
+            *_ordering_rows(actions, topic),
         ]
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
@@ -350,8 +411,10 @@ class ShrinkPartitions(_PartitionCountKind):
         to_mark = [
             {"partition": q, "keys_move_to": keys_move_to(q, n, target)} for q in range(target, u)
         ]
+        ends: dict[int, tuple[int, int]] = {}
         with preflight_reads(params["cluster"]):
-            left = remaining_records(params["cluster"], t, {x["partition"] for x in to_mark})
+            left = remaining_records(params["cluster"], t, {x["partition"] for x in to_mark}, ends)
+            lags = group_lags(params["cluster"], t.name, ends)
         records = sum(max(0, v) for v in left.values())
         already = sorted(p.partition for p in t.partitions if p.marked_for_deletion)
         actions = {
@@ -367,6 +430,9 @@ class ShrinkPartitions(_PartitionCountKind):
             "new_undeleted_partition_count": target,
             "partitions_to_mark": to_mark,
             "already_marked_for_deletion": already,
+            "ordering": ordering_promise(
+                t.name, t.configs.get(TopicConfig.ENABLE_ORDERED_DELIVERY, "true") == "true"
+            ),
             "draining": "a marked partition is removed once log_start_offset == log_end_offset: "
             "by retention (retention.ms / retention.bytes) or DeleteRecords",
             "steps": ["mark_partitions", "drain"],
@@ -374,6 +440,7 @@ class ShrinkPartitions(_PartitionCountKind):
         information = {
             "records_to_drain": records,
             "records_per_partition": {str(p): n for p, n in sorted(left.items())},
+            "group_lag": lags,
         }
         return Plan(actions=actions, information=information)
 
@@ -387,6 +454,15 @@ class ShrinkPartitions(_PartitionCountKind):
             f"{x['partition']} → {x['keys_move_to']}" for x in actions["partitions_to_mark"]
         )
         left = information.get("records_to_drain")
+        lag = "; ".join(
+            f"group {g} {sum(per.values())} behind"
+            for g, per in sorted((information.get("group_lag") or {}).items())
+        )
+        drain_info = (
+            f"{left} records left to drain (moves with traffic)" if left is not None else ""
+        )
+        if lag:
+            drain_info += f"; on these partitions {lag}"
         return [
             ReviewRow(
                 "Mark the highest partitions for deletion; their keys move back to lower ones",
@@ -399,9 +475,10 @@ class ShrinkPartitions(_PartitionCountKind):
                 f"topic {topic}",
                 "readable",
                 "removed",
-                f"{left} records left to drain (moves with traffic)" if left is not None else "",
+                drain_info,
                 destructive=True,
             ),
+            *_ordering_rows(actions, topic),
         ]
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:

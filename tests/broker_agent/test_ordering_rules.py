@@ -1,0 +1,94 @@
+"""KIP-253 consumer-side rules (broker_agent.ordering) and the group coordinator's fencing."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from broker_agent.choices import ErrorCode
+from broker_agent.groups import GroupCoordinator
+from broker_agent.hashing import partition_for_key
+from broker_agent.ordering import (
+    Gate,
+    creation_gate_applies,
+    deletion_blockers,
+    deletion_target,
+    split_parent,
+)
+from broker_agent.web import ApiError
+
+
+def test_each_new_partition_waits_on_exactly_the_partition_its_keys_came_from():
+    n = 3
+    for u in range(n + 1, 13):
+        for i in range(500):
+            key = f"k{i}".encode()
+            before, after = partition_for_key(key, n, u - 1), partition_for_key(key, n, u)
+            if after != before:  # only keys of the new partition's split parent move
+                assert after == u - 1 and split_parent(after, n) == before
+    assert split_parent(1, 3) is None
+
+
+def test_a_marked_partition_sends_its_keys_to_its_first_ancestor_below_the_count():
+    n = 2
+    for u_old in range(3, 17):
+        for u_new in range(n, u_old):
+            for i in range(300):
+                key = f"key-{i}".encode()
+                p_old = partition_for_key(key, n, u_old)
+                if p_old >= u_new:
+                    assert deletion_target(p_old, n, u_new) == partition_for_key(key, n, u_new)
+    # 8 -> 2 with N=2: 0 is blocked by 2, 4 and 6 (O(log n) of them), 1 by 3, 5, 7
+    marked = list(range(2, 8))
+    assert deletion_blockers(0, marked, 2, 2) == [2, 4, 6]
+    assert deletion_blockers(1, marked, 2, 2) == [3, 5, 7]
+
+
+def test_the_creation_gate_holds_only_until_the_group_starts_the_partition():
+    assert creation_gate_applies(2, 2, None, 0)
+    assert creation_gate_applies(2, 2, 5, 5)  # at its log start: not started
+    assert not creation_gate_applies(2, 2, 6, 5)
+    assert not creation_gate_applies(1, 2, None, 0)  # not made by an expansion
+    g = Gate(limit=10)
+    assert g.allows(9) and not g.allows(10) and not Gate(open=False).allows(0)
+
+
+def _coordinator(layout):
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    db.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    return db, GroupCoordinator(db, lambda t: layout.get(t))
+
+
+def test_marked_and_live_partitions_are_dealt_separately():
+    layout = {"t": ([0, 1], [2, 3])}
+    _db, c = _coordinator(layout)
+    a = c.join("g", None, ["t"])["member_id"]
+    b = c.join("g", None, ["t"])["member_id"]
+    got = {m: c.heartbeat("g", m)["assignment"]["t"] for m in (a, b)}
+    # each member gets one live and one marked partition, not one all-live and one all-marked
+    for parts in got.values():
+        assert len([p for p in parts if p < 2]) == 1 and len([p for p in parts if p >= 2]) == 1
+
+
+def test_a_commit_from_an_older_generation_or_an_unknown_member_is_fenced():
+    layout = {"t": ([0, 1], [])}
+    db, c = _coordinator(layout)
+    first = c.join("g", None, ["t"])
+    c.commit("g", first["member_id"], first["generation"], {"t": {0: 5}})
+    layout["t"] = ([0, 1, 2, 3], [])  # an expansion: a new generation
+    with pytest.raises(ApiError) as exc:
+        c.commit("g", first["member_id"], first["generation"], {"t": {0: 9}})
+    assert exc.value.error == ErrorCode.ILLEGAL_GENERATION
+    fresh = c.heartbeat("g", first["member_id"])
+    assert fresh["generation"] == first["generation"] + 1
+    assert fresh["assignment"]["t"] == [0, 1, 2, 3]
+    with pytest.raises(ApiError) as exc:
+        c.commit("g", "member-nobody", fresh["generation"], {"t": {0: 9}})
+    assert exc.value.error == ErrorCode.UNKNOWN_MEMBER_ID
+    # positions survive a restart of the controller (the same store, a new coordinator)
+    again = GroupCoordinator(db, lambda t: layout.get(t))
+    assert again.view("g")["offsets"] == {"t": {0: 5}}
+    with pytest.raises(ApiError) as exc:
+        again.view("no such group")
+    assert exc.value.error == ErrorCode.INVALID_GROUP_ID

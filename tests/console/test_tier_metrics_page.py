@@ -1,0 +1,67 @@
+"""KIP-963 tiered metrics and fenced bytes pending purge on the console (#14 gaps 8 and 11):
+the topic page's remote-tier panel and "why is local not shrinking?", the API, /metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.models import Partition, Topic
+from tests.console.conftest import sync
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def viewer_client(client, viewer):
+    client.force_login(viewer)
+    return client
+
+
+def test_copy_lag_is_summed_over_the_leaders_and_explains_local_growth(
+    viewer_client, cluster, builder
+):
+    builder.set_tier_metrics("orders", 0, remote_copy_lag_bytes=300_000, remote_copy_lag_segments=3)
+    builder.set_tier_metrics(
+        "orders", 1, remote_copy_lag_bytes=100_000, remote_copy_lag_segments=1,
+        remote_log_size_bytes=40_000,
+    )  # fmt: skip
+    sync(cluster, builder)
+    t = Topic.objects.get(cluster=cluster, name="orders")
+    assert (t.remote_copy_lag_bytes, t.remote_copy_lag_segments) == (400_000, 4)
+    assert Partition.objects.get(topic=t, partition=1).remote_log_size_bytes == 40_000
+
+    html = viewer_client.get("/topics/local/orders/").content.decode()
+    assert "Copy lag" in html and "390.6\xa0KB in 4 segments" in html
+    assert "Why is local not shrinking?" in html and "Copying is behind: 4 closed" in html
+    body = viewer_client.get("/api/v1/clusters/local/topics/orders").json()
+    assert body["tiering"]["remote_copy_lag_segments"] == 4
+    p1 = next(p for p in body["partitions"] if p["partition"] == 1)
+    assert p1["remote_copy_lag_bytes"] == 100_000 and p1["remote_log_size_bytes"] == 40_000
+    # KIP-1005's names for offsets the partition rows already carried
+    assert p1["earliest_local_offset"] == p1["local_log_start_offset"]
+    assert p1["latest_tiered_offset"] == p1["remote_log_end_offset"]
+    metrics = viewer_client.get("/metrics").content.decode()
+    assert 'strata_topic_remote_copy_lag_bytes{cluster="local",topic="orders"} 400000.0' in metrics
+    assert 'topic="payments"' not in metrics  # not tiered: no series
+
+
+def test_fenced_bytes_pending_purge_after_a_delete_disablement(viewer_client, cluster, builder):
+    builder.disable_tiering("orders", policy="delete", done=True)
+    builder.set_tier_metrics(
+        "orders", 2, fenced_remote_bytes=8192, fenced_remote_segments=2,
+        remote_delete_lag_bytes=8192, remote_delete_lag_segments=2,
+    )  # fmt: skip
+    sync(cluster, builder)
+    html = viewer_client.get("/topics/local/orders/").content.decode()
+    assert "Fenced, pending purge" in html and "8.0\xa0KB in 2 segments" in html
+    metrics = viewer_client.get("/metrics").content.decode()
+    assert 'strata_topic_fenced_remote_bytes{cluster="local",topic="orders"} 8192.0' in metrics
+
+    builder.set_tier_metrics("orders", 2, fenced_remote_bytes=0, fenced_remote_segments=0)
+    sync(cluster, builder)  # the purge deleted them
+    assert Topic.objects.get(cluster=cluster, name="orders").fenced_remote_segments == 0
+
+
+def test_a_topic_that_was_never_tiered_has_no_remote_tier_panel(viewer_client, synced):
+    html = viewer_client.get("/topics/local/payments/").content.decode()
+    assert "Copy lag" not in html and "Why is local not shrinking?" not in html
