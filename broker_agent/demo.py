@@ -38,17 +38,19 @@ DEMO_TOPICS = [
         "demo.orders",
         6,
         3,
+        # small segments and local retention: under the gentle demo load the first objects
+        # reach the remote store within a minute of `make run`, so Rx..Ry / Lx..end show at once
         {
             TopicConfig.REMOTE_STORAGE_ENABLE: "true",
-            TopicConfig.SEGMENT_BYTES: "65536",
-            TopicConfig.LOCAL_RETENTION_BYTES: "262144",
+            TopicConfig.SEGMENT_BYTES: "8192",
+            TopicConfig.LOCAL_RETENTION_BYTES: "32768",
         },
     ),
     (
         "demo.payments",
         3,
         3,
-        {TopicConfig.REMOTE_STORAGE_ENABLE: "true", TopicConfig.SEGMENT_BYTES: "65536"},
+        {TopicConfig.REMOTE_STORAGE_ENABLE: "true", TopicConfig.SEGMENT_BYTES: "16384"},
     ),
     (
         "demo.clicks",

@@ -328,6 +328,9 @@ class BrokerSnapshot(_Model):
     offline_log_directory_count: int
     offline_replica_count: int
     generated_at_ms: int
+    remote_store_unreachable_since_ms: int | None = None
+    """When this broker's calls to the remote object store began failing (None: reachable)."""
+    remote_store_error: str | None = None
 
 
 class RemoteTopicCommand(_Model):

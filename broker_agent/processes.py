@@ -256,6 +256,7 @@ def run_broker(args) -> None:
             probe_interval=args.probe_interval,
             replica_lag_time_max_ms=args.replica_lag_time_max_ms,
             log_dir_capacity_bytes=args.log_dir_capacity_bytes or None,
+            remote_store=args.remote_store or None,
         ),
         secret,
         audience=audience_of(url),  # the URL it registers with the controller
@@ -313,6 +314,8 @@ def _broker_args(c: dict, bid: str) -> list[str]:
         args += ["--webhook", c["webhook"]]
     if c.get("log_dir_capacity_bytes"):
         args += ["--log-dir-capacity-bytes", str(c["log_dir_capacity_bytes"])]
+    if c.get("remote_store"):
+        args += ["--remote-store", c["remote_store"]]
     return args
 
 

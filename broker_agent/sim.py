@@ -27,6 +27,7 @@ from broker_agent.demo import (
     cmd_demo_worker,
     cmd_produce,
 )
+from broker_agent.objectstore import remote_store_uri
 from broker_agent.processes import (
     DEFAULT_DATA,
     cluster_urls,
@@ -93,6 +94,10 @@ def cmd_up(args) -> int:
             for i in range(1, args.brokers + 1):
                 port = base + i if base else free_port()
                 c["brokers"][str(i)] = {"port": port, "url": f"http://{host}:{port}"}
+        write_json(path, c)
+    if c["mode"] != "synthetic" and not c.get("remote_store"):
+        # the cluster's remote tier, fixed at creation (an older manifest gets it now)
+        c["remote_store"] = remote_store_uri(c["cluster_id"], args.remote_store)
         write_json(path, c)
     if c["mode"] == "synthetic":
         if running_pid(data, "synthetic") is None:
@@ -425,6 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--probe-interval", type=float, default=1.0)
     b.add_argument("--replica-lag-time-max-ms", type=int, default=5000)
     b.add_argument("--log-dir-capacity-bytes", type=int, default=0)
+    b.add_argument(
+        "--remote-store",
+        help="s3://BUCKET/PREFIX of the cluster's remote tier "
+        "(default: $STRATA_REMOTE_STORE/<cluster id>)",
+    )
     b.set_defaults(func=lambda a: run_broker(a) or 0)
 
     s = sub.add_parser("synthetic", help="run the synthetic-scale cluster process")
@@ -478,6 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="simulated size of every log dir (usable = size - replica bytes); 0: the real disk",
+    )
+    up.add_argument(
+        "--remote-store",
+        help="s3://BUCKET/PREFIX of the remote tier (default: $STRATA_REMOTE_STORE/<cluster id>)",
     )
 
     st = add("status", cmd_status, "cluster status")

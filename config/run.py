@@ -37,7 +37,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from config import services
+from config import seaweedfs, services
 from config.env import env_bool, env_float
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -228,6 +228,7 @@ def main() -> int:
         hurry = stopping  # a second Ctrl-C: do not wait for running tasks
         stopping = True
 
+    embedded_s3: seaweedfs.EmbeddedS3 | None = None
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
@@ -242,7 +243,9 @@ def main() -> int:
                     redis_url, is_default="REDIS_URL" not in os.environ, run_dir=RUN_DIR
                 )
             )
-        except services.ServiceError as exc:
+            status, embedded_s3 = seaweedfs.ensure_object_store(RUN_DIR)
+            print(status)
+        except (services.ServiceError, seaweedfs.ObjectStoreError, RuntimeError) as exc:
             print(f"\nmake run: {exc}\n", file=sys.stderr)
             return 2
         _manage("migrate", "--noinput", "-v", "0")
@@ -315,6 +318,9 @@ def main() -> int:
                 cwd=ROOT,
                 check=False,
             )
+        if embedded_s3 is not None:
+            print("Stopping SeaweedFS ...", flush=True)
+            embedded_s3.stop()
         services.stop_started()
 
 

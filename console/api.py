@@ -45,7 +45,9 @@ def _require_viewer(request: HttpRequest) -> None:
         raise Forbidden("Reading the inventory needs a Strata role (viewer or above).")
 
 
-@router.get("/health", auth=None, summary="Liveness of database, Redis and Celery workers")
+@router.get(
+    "/health", auth=None, summary="Liveness of database, Redis, Celery workers and the object store"
+)
 def get_health(request: HttpRequest) -> JsonResponse:
     """200 when the database and Redis answer and at least one worker answered a ping, else 503."""
     result = health.check()

@@ -1,4 +1,10 @@
-"""Liveness of the parts Strata needs: PostgreSQL, Redis and the Celery workers.
+"""Liveness of the parts Strata needs: PostgreSQL, Redis, the Celery workers and the object store.
+
+The object store (the remote tier's S3 bucket) is as the workers last probed it
+(:class:`console.models.ObjectStoreProbe`, written at each worker heartbeat): ``ok``,
+``error: <reason> (since <time>)``, or ``unknown`` when no fresh probe exists. It is shown, not
+counted in ``status``: without it the console, the workflows and the brokers' local logs still
+work, and the brokers keep their segments until the store answers again.
 
 Workers are counted from their heartbeat rows (``Heartbeat`` named ``worker:<node name>``, written
 by each worker every ``STRATA_WORKER_HEARTBEAT_SECONDS``, see :mod:`console.tasks`): a worker is
@@ -17,7 +23,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from console.models import Heartbeat
+from console.models import Heartbeat, ObjectStoreProbe
 
 __all__ = ["WORKER_HEARTBEAT_PREFIX", "Health", "check", "worker_max_age"]
 
@@ -28,6 +34,9 @@ class Health:
     redis: str
     workers: int
     version: str
+    object_store: str = "unknown"
+    #: the store's own words (may name the endpoint): for signed-in pages, not the public JSON
+    object_store_detail: str = ""
 
     @property
     def ok(self) -> bool:
@@ -39,6 +48,7 @@ class Health:
             "database": self.database,
             "redis": self.redis,
             "workers": self.workers,
+            "object_store": self.object_store,
             "version": self.version,
         }
 
@@ -80,11 +90,37 @@ def _workers() -> int:
         return 0
 
 
+def _object_store() -> tuple[str, str]:
+    """(state, detail) from the freshest probe a worker wrote, if at most a worker max age old.
+    The state names the error's code only (public health must not show endpoints)."""
+    try:
+        row = (
+            ObjectStoreProbe.objects.filter(checked_at__gte=timezone.now() - worker_max_age())
+            .order_by("-checked_at")
+            .first()
+        )
+    except Exception:  # the database is down: reported by ``database``
+        return "unknown", ""
+    if row is None:
+        return "unknown", "no worker has probed the object store lately"
+    if row.ok:
+        return "ok", f"{row.store} at {row.endpoint}"
+    since = f" (since {row.failing_since:%Y-%m-%d %H:%M:%S} UTC)" if row.failing_since else ""
+    code = row.error.split(":", 1)[0].strip() or "error"
+    return f"error: {code}{since}", f"{row.store} at {row.endpoint}: {row.error}"
+
+
 def check() -> Health:
     database = _database()
     redis_state = _redis()
     # A worker without Redis receives no task, whatever its heartbeat says.
     workers = _workers() if database == "ok" and redis_state == "ok" else 0
+    store, store_detail = _object_store() if database == "ok" else ("unknown", "")
     return Health(
-        database=database, redis=redis_state, workers=workers, version=settings.STRATA_VERSION
+        database=database,
+        redis=redis_state,
+        workers=workers,
+        version=settings.STRATA_VERSION,
+        object_store=store,
+        object_store_detail=store_detail,
     )

@@ -240,6 +240,21 @@ def task_states(topic: Topic) -> list[dict]:
     return list(rows)
 
 
+def store_outage(topic: Topic, tasks: list[dict]) -> list[Broker]:
+    """The brokers leading partitions of a tiered ``topic`` whose calls to the remote object
+    store fail (issue #13): their copiers wait and retry, local segments are kept."""
+    if topic.tiered_state == TieredState.NONE:
+        return []
+    leaders = [r["broker__broker_id"] for r in tasks if r["leaders"]]
+    return list(
+        Broker.objects.filter(
+            cluster_id=topic.cluster_id,
+            broker_id__in=leaders,
+            remote_store_unreachable_since__isnull=False,
+        ).order_by("broker_id")
+    )
+
+
 def local_not_shrinking(topic: Topic, tasks: list[dict]) -> list[str]:
     """The topic page's answer to "why is local not shrinking?": what holds local segments
     back, from KIP-963's metrics and the tasks per broker (synced; no query of its own).
@@ -250,6 +265,13 @@ def local_not_shrinking(topic: Topic, tasks: list[dict]) -> list[str]:
     if topic.tiered_state == TieredState.NONE:
         return []
     reasons = []
+    outage = store_outage(topic, tasks)
+    if outage:
+        reasons.append(
+            "The remote store is unreachable from broker(s) "
+            + ", ".join(str(b.broker_id) for b in outage)
+            + ": nothing is copied until it answers, and local segments are kept meanwhile."
+        )
     if topic.remote_copy_lag_segments:
         reasons.append(
             f"Copying is behind: {topic.remote_copy_lag_segments} closed segment(s), "

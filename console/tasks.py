@@ -14,9 +14,10 @@ from django.db import close_old_connections, connection
 from django.db.models import F
 from django.utils import timezone
 
+from broker_agent import objectstore
 from console.choices import SyncTrigger
 from console.health import WORKER_HEARTBEAT_PREFIX
-from console.models import Cluster, Heartbeat
+from console.models import Cluster, Heartbeat, ObjectStoreProbe
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class WorkerHeartbeat(threading.Thread):
         close_old_connections()  # drops a connection the database closed (restart, max age)
         try:
             beat(self.row)
+            probe_object_store()
         except Exception:  # the database is away: health reports it; try again next time
             log.warning("worker heartbeat %s not written", self.row, exc_info=True)
             connection.close()
@@ -97,6 +99,26 @@ class WorkerHeartbeat(threading.Thread):
     def stop(self, timeout: float = 5.0) -> None:
         self.stopping.set()
         self.join(timeout)
+
+
+def probe_object_store() -> ObjectStoreProbe:
+    """HeadBucket on the configured remote store (2 s timeout) and record the answer, keeping
+    when the current run of failures began. Runs at each worker heartbeat, so health reads a
+    row instead of calling the store from a web request."""
+    try:
+        config = objectstore.ObjectStoreConfig.from_env()
+        store, endpoint = config.location.uri, config.endpoint_url or "AWS S3"
+        error = objectstore.probe(config)
+    except ValueError as exc:  # STRATA_REMOTE_STORE is not an s3:// URI
+        store, endpoint, error = "(misconfigured)", "", str(exc)
+    now = timezone.now()
+    row, _ = ObjectStoreProbe.objects.get_or_create(
+        store=store, defaults={"endpoint": endpoint, "checked_at": now}
+    )
+    row.endpoint, row.checked_at, row.ok, row.error = endpoint, now, error is None, error or ""
+    row.failing_since = None if error is None else (row.failing_since or now)
+    row.save(update_fields=["endpoint", "checked_at", "ok", "error", "failing_since"])
+    return row
 
 
 _worker_heartbeat: WorkerHeartbeat | None = None

@@ -162,6 +162,7 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "leaders": selectors.leader_balance(t, [r["broker__broker_id"] for r in tasks]),
         "spread": selectors.topic_spread(t),
         "local_reasons": selectors.local_not_shrinking(t, tasks),
+        "store_outage": selectors.store_outage(t, tasks),
         "ordering": delivery,
         "stale": selectors.stale_sources(c),
         "lookup": selectors.lookup_key(t, key)

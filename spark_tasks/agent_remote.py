@@ -15,12 +15,12 @@ The remote store's root (``remote_root()``: where the orphan sweep lists, and th
 delete job gets as ``--store-root``) comes from configuration, never from the inventory's rows
 (issue #11: a bad row must not be able to widen what may be deleted), first match wins:
 
-1. ``settings.SPARK_REMOTE_ROOTS[name]`` (``file:///…``; a production cluster's store);
+1. ``settings.SPARK_REMOTE_ROOTS[name]`` (``s3://BUCKET/PREFIX``; a production cluster's store);
 2. the simulated cluster's own layout, read from what its agents report: every broker's log
    dirs are ``<data>/broker-<id>/<dir>`` (the controller's metadata), ``<data>/cluster.json``
-   is the simulator's manifest naming the same ``data`` and cluster id, and the store is
-   ``<data>/remote`` (``broker_agent.broker``). ``make run``'s cluster and the tests' clusters
-   are found this way with nothing to configure.
+   is the simulator's manifest naming the same ``data`` and cluster id, and the store is the
+   manifest's ``remote_store`` (``sim up`` fixes it: ``$STRATA_REMOTE_STORE/<cluster id>``).
+   ``make run``'s cluster and the tests' clusters are found this way with nothing to configure.
 
 Otherwise ``remote_root()`` fails with what to set, and so does any run that would delete. The
 agents do not publish their store's root yet; when they do (or ``Cluster`` gets a field for it),
@@ -166,8 +166,9 @@ SIM_MANIFEST = "cluster.json"
 
 
 def simulated_store_root(metadata: ClusterMetadata) -> str:
-    """The simulated cluster's store, ``file://<data>/remote``, from its agents' log dirs and the
-    simulator's manifest (module doc, rule 2); "" when the cluster is not laid out that way."""
+    """The simulated cluster's store, the ``s3://BUCKET/PREFIX`` its manifest names (fixed by
+    ``sim up``), found from its agents' log dirs and the simulator's manifest (module doc,
+    rule 2); "" when the cluster is not laid out that way."""
     datas: set[Path] = set()
     for broker in metadata.brokers:
         for log_dir in broker.log_dirs:
@@ -186,7 +187,8 @@ def simulated_store_root(metadata: ClusterMetadata) -> str:
         return ""
     if manifest.get("cluster_id") != metadata.cluster_id or manifest.get("data") != str(data):
         return ""
-    return (data / "remote").as_uri()
+    store = manifest.get("remote_store")
+    return store if isinstance(store, str) and store.startswith("s3://") else ""
 
 
 def _last_epoch(row: dict[str, Any]) -> int:
@@ -369,7 +371,7 @@ class AgentRemoteMetadata:
         if not self._remote_root:
             raise RuntimeError(
                 f"cluster {self.cluster}: the remote store's root is not configured; set "
-                f"SPARK_REMOTE_ROOTS[{self.cluster!r}] (e.g. 'file:///srv/kafka-remote')"
+                f"SPARK_REMOTE_ROOTS[{self.cluster!r}] (e.g. 's3://kafka-remote/prod-1')"
             )
         return self._remote_root
 

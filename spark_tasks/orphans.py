@@ -8,7 +8,9 @@
   delete live uploads. The job refuses (exit code 2).
 - Listing runs on the executors: the driver lists only the root's first level; the executors
   list the second level, then walk each second-level directory. Nothing about individual objects
-  reaches the driver.
+  reaches the driver. On an ``s3://`` root the levels are the topic and partition prefixes,
+  listed with ListObjectsV2 in parallel (``spark_tasks.s3_listing``); the metadata records'
+  prefix ``__remote_log_metadata/`` is never listed.
 - References: ``object_path`` of every record not DELETE_SEGMENT_FINISHED (a finished delete
   references nothing; its leftover object is garbage). Paths are normalised on both sides
   (``file:`` scheme dropped, repeated and trailing slashes folded). A file is referenced when its
@@ -83,11 +85,37 @@ def _walk(path: str) -> Iterator[tuple[str, int, int]]:
                 yield jobkit.normalise_path(entry.path), est.st_size, int(est.st_mtime * 1000)
 
 
+def _is_s3(path: str) -> bool:
+    return path.startswith("s3://")
+
+
+def _first_level(root: str) -> list[tuple[str, bool]]:
+    if _is_s3(root):
+        from spark_tasks import s3_listing
+
+        return s3_listing.children(root)
+    return _list_level(root)
+
+
 def _second_level(path_and_dir: tuple[str, bool]) -> list[str]:
     path, is_dir = path_and_dir
     if not is_dir:
         return [path]
+    if _is_s3(path):
+        from spark_tasks import s3_listing
+
+        return [p for p, _ in s3_listing.children(path)]
     return [p for p, _ in _list_level(path)] or []
+
+
+def _list_all(path: str) -> Iterator[tuple[str, int, int]]:
+    """Every object under ``path`` (a file-store directory or an S3 prefix)."""
+    if _is_s3(path):
+        from spark_tasks import s3_listing
+
+        # a key under a prefix may be a partition prefix or (stray) an object: both are walked
+        return s3_listing.walk(path)
+    return _walk(path)
 
 
 def _ancestors(path: str, root: str) -> list[str]:
@@ -105,7 +133,10 @@ def _normalised(col):
 
     no_scheme = F.regexp_replace(col, r"^file:(//)?", "")
     collapsed = F.regexp_replace(no_scheme, r"/+", "/")
-    return F.regexp_replace(collapsed, r"(.)/$", "$1")
+    # an s3:// URI is already one spelling per object (keys are literal)
+    return F.when(col.startswith("s3://"), col).otherwise(
+        F.regexp_replace(collapsed, r"(.)/$", "$1")
+    )
 
 
 def run(
@@ -126,16 +157,16 @@ def run(
         raise ValueError("deleting needs the remote store's root (store_root)")
     started = time.monotonic()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    root = jobkit.normalise_path(remote_root)
+    root = remote_root.rstrip("/") if _is_s3(remote_root) else jobkit.normalise_path(remote_root)
     out_dir = jobkit.prepare_out(out)
     sc = spark.sparkContext
 
-    first = _list_level(root)  # the only listing on the driver: the root's direct entries
+    first = _first_level(root)  # the only listing on the driver: the root's direct entries
     slices = max(1, min(len(first), sc.defaultParallelism * 4))
     second = sc.parallelize(first, slices).flatMap(_second_level)
     files_rdd = (
         second.repartition(max(sc.defaultParallelism * 4, 1))
-        .flatMap(_walk)
+        .flatMap(_list_all)
         .map(lambda f: (f[0], f[1], f[2], _ancestors(f[0], root)))
     )
     schema = StructType(

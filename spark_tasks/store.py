@@ -4,21 +4,33 @@ The store's root always comes from configuration, passed to the delete jobs as `
 (see ``spark_tasks.agent_remote.AgentRemoteMetadata.remote_root``), never guessed from the rows
 of an inventory or a plan: a bad row must not be able to widen what it may delete.
 
-Today the store is a local directory tree (``file:///…``, e.g. the simulated cluster's
-``<data>/remote``). A later issue moves it to S3 (``s3://bucket/prefix``): the whole rule is
+A root is either an S3 location (``s3://BUCKET/PREFIX``, issue #13: an object is inside when
+its key lies strictly under the prefix in that bucket, see
+:meth:`broker_agent.objectstore.S3Location.key_of`) or a local directory tree (``file:///…``, the
+simulated cluster's ``<data>/remote`` until its brokers write to S3). The whole rule is
 :func:`store_root` (what a configured root means) and :func:`store_entry` / :func:`inside_store`
-(whether an object lies inside it), so that change is made here and nowhere else.
+(whether an object lies inside it).
 
-Runs on the executors too (shipped in the ``spark_tasks`` zip): standard library only.
+Runs on the executors too (shipped in the ``spark_tasks`` zip with
+``broker_agent/objectstore.py``): standard library only at import.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+
+from broker_agent.objectstore import S3Location
 
 __all__ = ["inside_store", "store_entry", "store_root"]
 
 _FILE_SCHEME = "file:"
+_S3_SCHEME = "s3://"
+
+
+@functools.lru_cache(maxsize=16)
+def _s3(root: str) -> S3Location:
+    return S3Location.parse(root)
 
 
 def _strip_scheme(path: str) -> str:
@@ -33,12 +45,16 @@ def store_root(uri: str) -> str:
     """The configured root, resolved: ``file:///srv/remote`` or ``/srv/remote`` ->
     ``/srv/remote`` with its symlinks and ``..`` resolved, no trailing slash.
 
+    ``s3://BUCKET/PREFIX`` -> the same, normalised (no trailing slash).
+
     Refused (``ValueError``): an empty or relative root, the filesystem root itself (it would let
-    a delete reach anything), and any other scheme (``s3://`` comes with the S3 store)."""
+    a delete reach anything), an S3 URI :meth:`S3Location.parse` refuses, any other scheme."""
     if not uri:
         raise ValueError("the remote store's root is not configured")
+    if uri.startswith(_S3_SCHEME):
+        return _s3(uri).uri
     if "://" in uri and not uri.startswith("file://"):
-        raise ValueError(f"unsupported remote store {uri!r}: only file:// roots so far")
+        raise ValueError(f"unsupported remote store {uri!r}: s3:// or file:// roots only")
     path = _strip_scheme(uri)
     if not os.path.isabs(path):
         raise ValueError(f"the remote store's root must be absolute, not {uri!r}")
@@ -67,6 +83,8 @@ def store_entry(
     """
     if not object_path:
         return None
+    if root.startswith(_S3_SCHEME):  # the object's URI itself, when its key is under the prefix
+        return object_path if _s3(root).key_of(object_path) is not None else None
     path = _strip_scheme(object_path).rstrip("/")
     if not path.startswith("/"):
         return None

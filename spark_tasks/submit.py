@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from broker_agent import objectstore
+
 __all__ = ["SubmitResult", "find_spark_submit", "spark_submit"]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -82,7 +84,7 @@ def _java_home() -> str | None:
 def _job_env(progress_file: Path, extra: dict[str, str] | None) -> dict[str, str]:
     env = {
         key: os.environ[key]
-        for key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER")
+        for key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", *objectstore.ENV_NAMES)
         if key in os.environ
     }
     java_home = _java_home()
@@ -106,6 +108,9 @@ def _package_zip(work_dir: Path) -> Path:
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(PACKAGE_DIR.glob("*.py")):
             zf.write(path, f"spark_tasks/{path.name}")
+        # the object store's location rules and client (standard library and boto3 only)
+        for name in ("__init__.py", "objectstore.py"):
+            zf.write(PACKAGE_DIR.parent / "broker_agent" / name, f"broker_agent/{name}")
     return target
 
 

@@ -61,6 +61,21 @@ FLUSH_ATTEMPTS = 5
 
 
 @pytest.fixture(scope="session", autouse=True)
+def object_store(tmp_path_factory) -> Iterator:
+    """The remote tier's S3 store for the whole session, as every process the tests start sees
+    it (environment): the one ``STRATA_S3_ENDPOINT_URL`` names, or a SeaweedFS of the suite's own
+    on a free port (never the 8333 a `make run` may be using). Each session writes under a prefix
+    of its own in bucket ``strata-remote``. Yields the :class:`ObjectStoreConfig`."""
+    import secrets as _secrets
+
+    from config import seaweedfs
+
+    home = tmp_path_factory.mktemp("seaweedfs")
+    with seaweedfs.private_store(home, f"test-{_secrets.token_hex(4)}") as config:
+        yield config
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _flush_survives_deadlocks() -> Iterator[None]:
     """A transactional test's teardown TRUNCATEs every table while the module's live processes
     (Celery worker and beat syncing every 2 s, the simulated agents posting events to the live

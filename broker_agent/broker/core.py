@@ -38,6 +38,7 @@ from broker_agent.choices import (
     LogDirState,
 )
 from broker_agent.client import ControllerClient
+from broker_agent.objectstore import S3Location, remote_store_uri
 from broker_agent.remote import RemoteStore
 from broker_agent.storage import (
     LogDir,
@@ -70,6 +71,7 @@ class Broker(
         replica_lag_time_max_ms: int = 5000,
         task_interval: float = 0.5,
         log_dir_capacity_bytes: int | None = None,
+        remote_store: str | None = None,
     ):
         self.broker_id = broker_id
         self.root = os.path.join(data_dir, f"broker-{broker_id}")
@@ -87,7 +89,9 @@ class Broker(
         self.task_interval = task_interval
         self.copier_paused = False  # test hook only (STRATA_AGENT_TEST_HOOKS=1)
         self.controller = ControllerClient(controller_url, secret, retries=0, timeout=10)
-        self.remote = RemoteStore(os.path.join(data_dir, "remote"), cluster_id)
+        self.remote = RemoteStore(
+            S3Location.parse(remote_store_uri(cluster_id, remote_store)), cluster_id
+        )
         self.lock = threading.RLock()
         self.data_cond = threading.Condition()
         self.replicas: dict[tuple[str, int], Replica] = {}

@@ -144,6 +144,8 @@ class MetadataMixin:
             if leader_changed:
                 r.leader_epoch = part["leader_epoch"]
                 if r.leader == self.broker_id and r.log is not None:
+                    # a new leader reads the remote log afresh before it copies (issue #13)
+                    self.remote.invalidate(r.topic, r.topic_id, r.partition)
                     with r.log.lock:
                         r.log.set_leader_epoch_start(r.leader_epoch, r.log.log_end_offset)
                     r.follower_leo = {}

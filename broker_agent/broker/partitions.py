@@ -19,7 +19,7 @@ from broker_agent.choices import (
     ErrorCode,
     TopicConfig,
 )
-from broker_agent.remote import is_readable
+from broker_agent.remote import RemoteStorageError, is_readable
 from broker_agent.storage import (
     Batch,
     StorageError,
@@ -251,7 +251,11 @@ class PartitionIOMixin:
     def _read_remote(self, r: Replica, offset: int) -> list[Batch]:
         tier = self.tiering.get(r.topic, {})
         purge = tier.get("purge_below_tiered_epoch", 0)
-        for seg in self.remote.segments(r.topic, r.topic_id, r.partition):
+        try:
+            segments = self.remote.segments(r.topic, r.topic_id, r.partition)
+        except RemoteStorageError as exc:
+            raise ApiError(503, ErrorCode.KAFKA_STORAGE_ERROR, f"remote store: {exc}") from None
+        for seg in segments:
             if seg["start_offset"] <= offset <= seg["end_offset"]:
                 if not is_readable(seg, purge, r.log.log_start_offset):
                     continue
@@ -259,6 +263,10 @@ class PartitionIOMixin:
                     data = self.remote.read_object(seg)
                 except FileNotFoundError:
                     continue
+                except RemoteStorageError as exc:
+                    raise ApiError(
+                        503, ErrorCode.KAFKA_STORAGE_ERROR, f"remote store: {exc}"
+                    ) from None
                 return [b for _, b in decode_batches(data) if b.last_offset >= offset]
         raise ApiError(
             416,

@@ -7,6 +7,7 @@ A mixin of :class:`broker_agent.broker.Broker`; it uses the broker's ``log_dirs`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -21,6 +22,7 @@ from broker_agent.choices import (
     TaskState,
     TieredState,
 )
+from broker_agent.remote import RemoteStorageError
 from broker_agent.storage import (
     LogDir,
 )
@@ -80,8 +82,11 @@ class SnapshotMixin:
             "expiration_state": self.expiration_state(r) if plog else TaskState.STOPPED,
             "marked_for_deletion": r.marked_for_deletion,
         }
+        view = None
         if plog is not None and t.get("tiered_state", TieredState.NONE) != TieredState.NONE:
-            view = self._remote_view(r)
+            with contextlib.suppress(RemoteStorageError):  # never read yet, store unreachable
+                view = self._remote_view(r)
+        if view is not None:
             info.update(
                 remote_log_start_offset=view["remote_log_start_offset"],
                 remote_log_end_offset=view["remote_log_end_offset"],
@@ -136,6 +141,8 @@ class SnapshotMixin:
             ),
             "offline_replica_count": offline_replicas,
             "generated_at_ms": _now_ms(),
+            "remote_store_unreachable_since_ms": self.remote.unreachable_since,
+            "remote_store_error": self.remote.last_error,
         }
 
     def recreate_status(self) -> dict:

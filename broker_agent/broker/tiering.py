@@ -31,13 +31,18 @@ from broker_agent.choices import (
     TopicConfig,
 )
 from broker_agent.client import AgentError
-from broker_agent.remote import is_readable
+from broker_agent.remote import RemoteStorageError, is_readable
 from broker_agent.storage import (
     StorageError,
 )
 from broker_agent.web import ApiError
 
 __all__ = ["TieringMixin"]
+
+#: A COPY_SEGMENT_STARTED record older than this is a failed copy, deleted by expiration (the
+#: copier writes its three steps within one maintenance pass; a leader change mid-copy leaves
+#: one too).
+DANGLING_COPY_MS = 120_000
 
 
 class TieringMixin:
@@ -66,6 +71,13 @@ class TieringMixin:
             now = time.monotonic()
             for r in replicas:
                 try:
+                    if self._ever_tiered(r.topic):
+                        self.remote.refresh(r.topic, r.topic_id, r.partition)
+                except RemoteStorageError as exc:
+                    # copy, expiration and retention below go on from what the cache knows:
+                    # nothing is copied or expired remotely, and local segments wait
+                    log.debug("remote metadata of %s-%s: %s", r.topic, r.partition, exc)
+                try:
                     if r.leader == self.broker_id:
                         self._maybe_shrink_isr(r)
                         self._copier_task(r)
@@ -73,7 +85,7 @@ class TieringMixin:
                     self._local_retention(r)
                     if now - last_ckpt > 2 and r.log is not None:
                         r.log.checkpoint_high_watermark()
-                except (StorageError, OSError, AttributeError) as exc:
+                except (StorageError, OSError, AttributeError, RemoteStorageError) as exc:
                     log.debug("maintenance of %s-%s: %s", r.topic, r.partition, exc)
                 except Exception:
                     log.exception("maintenance of %s-%s failed", r.topic, r.partition)
@@ -84,10 +96,22 @@ class TieringMixin:
     def _topic_config(self, topic: str, name: str) -> str:
         return self.topics.get(topic, {}).get("configs", {}).get(name, TopicConfig.DEFAULTS[name])
 
+    def _ever_tiered(self, topic: str) -> bool:
+        """A topic that has never had tiering enabled has nothing in the remote store: its
+        replicas never ask the store (and an object-store outage cannot touch them)."""
+        state = self.topics.get(topic, {}).get("tiered_state", TieredState.NONE)
+        return state != TieredState.NONE or topic in self.tiering
+
     def _remote_view(self, r: Replica) -> dict:
+        """The partition's remote log as this broker's cache of the store knows it. Raises
+        :class:`RemoteStorageError` only before the partition's first successful read."""
         tier = self.tiering.get(r.topic, {})
         purge = tier.get("purge_below_tiered_epoch", 0)
-        segs = self.remote.segments(r.topic, r.topic_id, r.partition)
+        segs = (
+            self.remote.segments(r.topic, r.topic_id, r.partition)
+            if self._ever_tiered(r.topic)
+            else []
+        )
         lso = r.log.log_start_offset if r.log else 0
         readable = [s for s in segs if is_readable(s, purge, lso)]
         return {
@@ -258,13 +282,20 @@ class TieringMixin:
             return
         view = self._remote_view(r)
         purge = view["purge_below_tiered_epoch"]
+        now = _now_ms()
         for seg in view["segments"]:
             stuck = seg["state"] == RemoteSegmentState.DELETE_SEGMENT_STARTED
             fenced = (
                 seg["tiered_epoch"] < purge
                 and seg["state"] == RemoteSegmentState.COPY_SEGMENT_FINISHED
             )
-            if stuck or fenced:
+            # a copy that failed after its COPY_SEGMENT_STARTED record (an outage mid-copy):
+            # the copier has moved on with a new segment id; delete the leftover object
+            dangling = (
+                seg["state"] == RemoteSegmentState.COPY_SEGMENT_STARTED
+                and now - seg["event_timestamp_ms"] > DANGLING_COPY_MS
+            )
+            if stuck or fenced or dangling:
                 self.remote.delete_segment(seg["segment_id"])
         if self.expiration_state(r) != TaskState.RUNNING:
             return
@@ -451,7 +482,10 @@ class TieringMixin:
         return result
 
     def inventory(self, topic: str | None):
-        return self.remote.iter_all(topic)
+        try:
+            return self.remote.iter_all(topic)
+        except RemoteStorageError as exc:
+            raise _store_error(exc) from None
 
     def partition_states(self, topic: str | None) -> list[dict]:
         out = []
@@ -521,3 +555,10 @@ class TieringMixin:
             ) from None
         except ValueError as exc:
             raise ApiError(409, ErrorCode.INVALID_STATE_TRANSITION, str(exc)) from None
+        except RemoteStorageError as exc:
+            raise _store_error(exc) from None
+
+
+def _store_error(exc: RemoteStorageError) -> ApiError:
+    """The agent's answer when the object store cannot be reached: retriable."""
+    return ApiError(503, ErrorCode.KAFKA_STORAGE_ERROR, f"remote store: {exc}")

@@ -4,7 +4,7 @@ KIP-950 tiering state, partitions and replicas; KIP-253, with consumer groups' p
 
 from console.models.clusters import AgentEvent, Cluster, SyncRun
 from console.models.disks import Broker, LogDir
-from console.models.heartbeat import Heartbeat
+from console.models.heartbeat import Heartbeat, ObjectStoreProbe
 from console.models.topology import GroupOffset, Partition, Replica, Topic
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "GroupOffset",
     "Heartbeat",
     "LogDir",
+    "ObjectStoreProbe",
     "Partition",
     "Replica",
     "SyncRun",

@@ -39,6 +39,13 @@ class Broker(models.Model):
         help_text="Replicas unavailable because the broker itself is down (not alive): counted "
         "here, not in OfflineReplicaCount, which a dead broker does not report.",
     )
+    remote_store_unreachable_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Since when this broker's calls to the remote object store fail (issue #13): "
+        "copying waits, local segments are kept. Null: reachable.",
+    )
+    remote_store_error = models.TextField(blank=True, db_default="")
     last_heartbeat_ms = models.BigIntegerField(default=0)
     snapshot_version = models.BigIntegerField(
         default=-1, help_text="Agent snapshot version last applied (-1: never)."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-__all__ = ["Heartbeat"]
+__all__ = ["Heartbeat", "ObjectStoreProbe"]
 
 
 class Heartbeat(models.Model):
@@ -18,3 +18,20 @@ class Heartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} @ {self.beat_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ObjectStoreProbe(models.Model):
+    """The remote tier's object store as the Celery workers last saw it (``HeadBucket`` on the
+    configured bucket at each worker heartbeat, see :mod:`console.tasks`). Health reads this row;
+    a web request never calls the store itself. ``failing_since`` is when the current run of
+    failures began (null while it answers)."""
+
+    store = models.CharField(max_length=500, unique=True)
+    endpoint = models.CharField(max_length=500, blank=True)
+    checked_at = models.DateTimeField()
+    ok = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    failing_since = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.store}: {'ok' if self.ok else self.error}"

@@ -90,6 +90,8 @@ class SnapshotSync:
                 snap.version,
                 snap.state,
                 snap.expiration_mode,
+                snap.remote_store_unreachable_since_ms,
+                snap.remote_store_error or "",
             )
         )
         return snap
@@ -230,10 +232,14 @@ class SnapshotSync:
                 UPDATE console_broker b SET
                     snapshot_version = COALESCE(v.version, b.snapshot_version),
                     agent_state = v.state, expiration_mode = v.mode,
+                    remote_store_unreachable_since = CASE WHEN v.store_since IS NULL THEN NULL
+                        ELSE to_timestamp(v.store_since / 1000.0) END,
+                    remote_store_error = v.store_error,
                     last_good_at = %(now)s, error = '', error_at = NULL, updated_at = %(now)s
                 FROM unnest(%(ids)s::int[], %(versions)s::bigint[], %(states)s::text[],
-                            %(modes)s::text[])
-                     AS v(broker_id, version, state, mode)
+                            %(modes)s::text[], %(store_since)s::bigint[],
+                            %(store_errors)s::text[])
+                     AS v(broker_id, version, state, mode, store_since, store_error)
                 WHERE b.cluster_id = %(cluster)s AND b.broker_id = v.broker_id
                 """,
                 {
@@ -241,6 +247,8 @@ class SnapshotSync:
                     "versions": [r[1] for r in rows],
                     "states": [r[2] for r in rows],
                     "modes": [r[3] for r in rows],
+                    "store_since": [r[4] for r in rows],
+                    "store_errors": [r[5] for r in rows],
                 },
             )
         if self.failed_brokers:

@@ -39,13 +39,18 @@ def test_100k_keyed_records_tier_and_read_back_from_offset_zero(sim_factory):
         sim.agent(p.leader).roll("orders", p.partition)
 
     def tiered_and_trimmed():
+        # every replica: a follower learns of its leader's copies from the remote-log metadata
+        # in the store (``broker_agent.remote``: re-listed every few seconds), as a Kafka
+        # follower does from the __remote_log_metadata topic, and only then trims its log
         ok = True
         for p in sim.controller.topic("orders").partitions:
-            r = sim.replica(p.leader, "orders", p.partition)
-            ok &= r.remote_log_end_offset == r.log_end_offset - 1 and r.local_log_start_offset > 0
+            end = sim.replica(p.leader, "orders", p.partition).log_end_offset
+            for b in p.replicas:
+                r = sim.replica(b, "orders", p.partition)
+                ok &= r.remote_log_end_offset == end - 1 and r.local_log_start_offset > 0
         return ok
 
-    wait_until(tiered_and_trimmed, 60, what="every closed segment tiered and local retention run")
+    wait_until(tiered_and_trimmed, 90, what="every closed segment tiered and local retention run")
 
     for p in topic.partitions:
         leader = sim.agent(p.leader)

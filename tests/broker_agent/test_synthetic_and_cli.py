@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 
 import httpx
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from broker_agent.choices import RemoteSegmentState, TaskState
 from broker_agent.client import AgentClient, AgentError, ControllerClient
 from broker_agent.signing import audience_of, sign_headers
+from tests import s3util
 
 from .conftest import run_cli, wait_until
 
@@ -202,7 +202,7 @@ def test_external_expiration_exposes_inventory_and_marking(sim_factory):
     victim = rows[0]
     agent.publish_log_start_offset("ext", 0, victim.end_offset + 1)
     agent.mark_segment(victim.segment_id, RemoteSegmentState.DELETE_SEGMENT_STARTED)
-    os.unlink(victim.object_path)
+    s3util.delete(victim.object_path)
     done = agent.mark_segment(victim.segment_id, RemoteSegmentState.DELETE_SEGMENT_FINISHED)
     assert done.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED
     assert sim.replica(1, "ext").log_start_offset == victim.end_offset + 1

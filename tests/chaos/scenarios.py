@@ -8,12 +8,12 @@ import dataclasses
 import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from audit.models import AuditEvent
 from broker_agent.choices import LogDirState, RemoteSegmentState, TieredState
 from broker_agent.demo import verify_topic
+from tests import s3util
 from tests.workflows.simcluster import Sim, wait_plan_stable, wait_until
 from workflows.choices import StepState, WorkflowState
 from workflows.kinds.disks import DiskAction
@@ -252,8 +252,8 @@ def _segments(cell: Cell) -> list:
         return list(a.inventory(cell.topic))
 
 
-def _object(segment: Any) -> Path:
-    return Path(segment.object_path.removeprefix("file://"))
+def _object(segment: Any) -> str:
+    return segment.object_path
 
 
 def _setup_purge(cell: Cell) -> None:
@@ -269,7 +269,7 @@ def _check_purge(cell: Cell, wf: Workflow) -> None:
     after = _segments(cell)
     assert len(after) == cell.facts["segments"] > 0
     assert all(s.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED for s in after)
-    assert not any(_object(s).exists() for s in after)
+    assert not any(s3util.exists(_object(s)) for s in after)
 
 
 def _setup_sweep(cell: Cell) -> None:
@@ -277,16 +277,16 @@ def _setup_sweep(cell: Cell) -> None:
 
     _tiered_topic(cell.sim, cell.topic, partitions=1, records=60)
     referenced = _segments(cell)
-    orphan = _object(referenced[0]).parent / "orphan-0001.log"
-    orphan.write_bytes(b"x" * 1000)
+    orphan = s3util.sibling(_object(referenced[0]), "orphan-0001.log")
+    s3util.put(orphan, b"x" * 1000)
     cell.facts.update(orphan=orphan, referenced=[_object(s) for s in referenced])
     now_ms = int(time.time() * 1000) + 2 * HOUR_MS  # the orphan is "older than 1 h" then
     cell.params = {"spark_run": _dry_run(SparkJob.ORPHANS, older_than="1h", now_ms=now_ms)}
 
 
 def _check_sweep(cell: Cell, wf: Workflow) -> None:
-    assert not cell.facts["orphan"].exists()
-    assert all(path.exists() for path in cell.facts["referenced"])
+    assert not s3util.exists(cell.facts["orphan"])
+    assert all(s3util.exists(uri) for uri in cell.facts["referenced"])
     assert len(_segments(cell)) == len(cell.facts["referenced"])  # their metadata records too
     _nothing_lost(cell)
 

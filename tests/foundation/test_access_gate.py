@@ -120,7 +120,14 @@ def test_the_openapi_document_needs_a_login(client, viewer, url):
 def test_health_needs_no_login(client):
     response = client.get("/api/v1/health")
     assert response.status_code in (200, 503)
-    assert set(response.json()) == {"status", "database", "redis", "workers", "version"}
+    assert set(response.json()) == {
+        "status",
+        "database",
+        "redis",
+        "workers",
+        "object_store",
+        "version",
+    }
 
 
 def test_a_role_given_back_opens_the_pages_again(client, nobody):

@@ -197,8 +197,9 @@ def _sim_metadata(data, cluster_id: str = "sim-id") -> ClusterMetadata:
 def test_the_simulated_clusters_store_is_found_from_its_agents_and_manifest(tmp_path):
     data = tmp_path / "sim"
     data.mkdir()
-    (data / "cluster.json").write_text(json.dumps({"cluster_id": "sim-id", "data": str(data)}))
-    assert agent_remote.simulated_store_root(_sim_metadata(data)) == (data / "remote").as_uri()
+    manifest = {"cluster_id": "sim-id", "data": str(data), "remote_store": "s3://b-1/t/sim-id"}
+    (data / "cluster.json").write_text(json.dumps(manifest))
+    assert agent_remote.simulated_store_root(_sim_metadata(data)) == "s3://b-1/t/sim-id"
     # Another cluster's manifest, or log dirs not laid out by the simulator: no root.
     assert agent_remote.simulated_store_root(_sim_metadata(data, "other-id")) == ""
     assert agent_remote.simulated_store_root(_sim_metadata(tmp_path / "elsewhere")) == ""

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -24,6 +22,7 @@ from spark_tasks import tasks
 from spark_tasks.models import SparkJob, SparkRunState
 from spark_tasks.schema import PlanReason
 from spark_tasks.tasks import RunFailed, enqueue_run, execute_run
+from tests import s3util
 from tests.broker_agent.conftest import Sim, _kill_all, run_cli, wait_until
 
 pytestmark = pytest.mark.integration
@@ -152,10 +151,10 @@ def test_purge_after_delete_disablement_removes_every_object_below_the_epoch_onl
     after = {s.segment_id: s for s in _segments(sim, "purged")}
     for s in fenced:
         assert after[s.segment_id].state == RemoteSegmentState.DELETE_SEGMENT_FINISHED
-        assert not os.path.exists(s.object_path)
+        assert not s3util.exists(s.object_path)
     for s in current:
         assert after[s.segment_id].state == RemoteSegmentState.COPY_SEGMENT_FINISHED
-        assert os.path.exists(s.object_path)
+        assert s3util.exists(s.object_path)
     assert run.output_summary["execution"]["marked_delete_finished"] == len(fenced)
     _offsets_are_continuous(sim, "purged")  # the re-tiered segments stay readable
 
@@ -188,7 +187,7 @@ def test_retain_disablement_expires_from_remote_log_start_and_a_crash_is_finishe
         s for s in _segments(sim, "kept") if s.state == RemoteSegmentState.DELETE_SEGMENT_STARTED
     ]
     assert marked, "the crashed run marked its plan"
-    assert all(os.path.exists(s.object_path) for s in marked), "and deleted nothing"
+    assert all(s3util.exists(s.object_path) for s in marked), "and deleted nothing"
     # Published before marking: the new log start offset is already past the marked segments.
     log_start = sim.replica(leader, "kept").log_start_offset
     assert log_start == max(s.end_offset for s in marked) + 1 > log_start_before
@@ -201,7 +200,7 @@ def test_retain_disablement_expires_from_remote_log_start_and_a_crash_is_finishe
     after = {s.segment_id: s for s in _segments(sim, "kept")}
     for s in marked:
         assert after[s.segment_id].state == RemoteSegmentState.DELETE_SEGMENT_FINISHED
-        assert not os.path.exists(s.object_path)
+        assert not s3util.exists(s.object_path)
     remaining = sorted(
         (s for s in after.values() if s.state == RemoteSegmentState.COPY_SEGMENT_FINISHED),
         key=lambda s: s.start_offset,
@@ -224,23 +223,25 @@ def test_orphans_from_a_killed_upload_are_found_and_nothing_referenced_is_touche
     _tiered_topic(sim, "uploads", 800)
     live = [s for s in _segments(sim, "uploads") if s.state != "DELETE_SEGMENT_FINISHED"]
     assert live
-    now_ms = int(time.time() * 1000)
-    # A killed upload: its object written, its metadata record never (a fixed age: 2 days).
-    pdir = Path(live[0].object_path).parent
-    orphan = pdir / "0badc0ffee0badc0ffee0badc0ffee00.log"
-    orphan.write_bytes(b"x" * 1000)
-    old = (now_ms - 48 * HOUR_MS) / 1000
-    os.utime(orphan, (old, old))
-    # One still inside the window (an upload in flight): kept.
-    young = pdir / "0badc0ffee0badc0ffee0badc0ffee01.log"
-    young.write_bytes(b"y" * 10)
-    recent = (now_ms - HOUR_MS // 2) / 1000
-    os.utime(young, (recent, recent))
+    # A killed upload: its object written, its metadata record never. S3 keeps the time an
+    # object was written (LastModified, whole seconds), so the sweep's clock is moved instead:
+    # the orphan is older than the window, one written two seconds later is not (an upload in
+    # flight: kept).
+    orphan = s3util.sibling(
+        live[0].object_path, "00000000000000000000-0badc0ffee0badc0ffee0badc0ffee00.log"
+    )
+    s3util.put(orphan, b"x" * 1000)
+    time.sleep(2.1)
+    young = s3util.sibling(
+        live[0].object_path, "00000000000000000000-0badc0ffee0badc0ffee0badc0ffee01.log"
+    )
+    written_ms = s3util.put(young, b"y" * 10)
+    now_ms = written_ms + 24 * HOUR_MS  # cutoff = the young one's LastModified: not older
 
     run = _run(SparkJob.ORPHANS, now_ms=now_ms, older_than="24h")
 
     summary = run.output_summary
     assert summary["segments"] == 1 and summary["bytes"] == 1000
     assert summary["unreferenced_younger_than_window"] >= 1
-    assert not orphan.exists() and young.exists()
-    assert all(os.path.exists(s.object_path) for s in live)
+    assert not s3util.exists(orphan) and s3util.exists(young)
+    assert all(s3util.exists(s.object_path) for s in live)

@@ -54,7 +54,10 @@ def test_only_paths_strictly_below_the_resolved_root_are_inside(tmp_path):
     assert [p for p in outside if store.inside_store(p, root)] == []
 
 
-@pytest.mark.parametrize("root", ["", "/", "file:///", "relative/remote", "s3://bucket/prefix"])
+@pytest.mark.parametrize(
+    "root",
+    ["", "/", "file:///", "relative/remote", "s3://", "s3://Bad_Bucket/p", "s3://b-1/a/../p"],
+)
 def test_a_root_that_would_bound_nothing_is_refused(root):
     with pytest.raises(ValueError):
         store.store_root(root)

@@ -11,6 +11,7 @@ from audit.trail import verify_chain
 from broker_agent.choices import RemoteSegmentState, TieredState
 from console.models import Partition
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
+from tests import s3util
 from workflows.choices import StepState, WorkflowState
 from workflows.kinds import size_text
 from workflows.kinds.tiering import TieringAction
@@ -264,6 +265,4 @@ def remote_segments_of(sim, topic: str) -> list:
 
 
 def _exists(object_path: str) -> bool:
-    from pathlib import Path
-
-    return Path(object_path.removeprefix("file://")).exists()
+    return s3util.exists(object_path)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from broker_agent.choices import RemoteSegmentState, TieredState
 from spark_tasks.models import SparkJob
+from tests import s3util
 from tests.conftest import login
 from workflows.choices import WorkflowState
 from workflows.models import Workflow
@@ -140,7 +140,7 @@ def _dry_run(job: str, **arguments):
 
 
 def _exists(object_path: str) -> bool:
-    return Path(object_path.removeprefix("file://")).exists()
+    return s3util.exists(object_path)
 
 
 # --- one test per kind -----------------------------------------------------------------------
@@ -254,8 +254,8 @@ def test_orphan_sweep_of_a_reviewed_dry_run(page, lab, operator, approver):
     tiered_topic(sim, "kept", partitions=1, records=40)
     leader = sim.partition("kept", 0).leader
     referenced = list(sim.agent(leader).inventory("kept"))
-    orphan = Path(referenced[0].object_path.removeprefix("file://")).parent / "orphan-0001.log"
-    orphan.write_bytes(b"x" * 1000)
+    orphan = s3util.sibling(referenced[0].object_path, "orphan-0001.log")
+    s3util.put(orphan, b"x" * 1000)
     now_ms = int(time.time() * 1000) + 2 * HOUR_MS  # the orphan is "older than 1 h" then
     run = _dry_run(SparkJob.ORPHANS, older_than="1h", now_ms=now_ms)
     _request_and_approve(
@@ -270,6 +270,6 @@ def test_orphan_sweep_of_a_reviewed_dry_run(page, lab, operator, approver):
         shows='"plan_sha256"',
     )
     _succeeded(page)
-    assert not orphan.exists()
+    assert not s3util.exists(orphan)
     assert all(_exists(s.object_path) for s in referenced)
     assert page.console_errors == []

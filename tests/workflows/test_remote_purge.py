@@ -14,6 +14,7 @@ from audit.trail import verify_chain
 from broker_agent.choices import RemoteSegmentState
 from spark_tasks.models import SparkJob
 from spark_tasks.plan_digest import plan_digest
+from tests import s3util
 from workflows.choices import WorkflowState
 from workflows.models import Workflow, WorkflowStep
 
@@ -55,7 +56,7 @@ def _dry_run(job: str, **arguments):
 
 
 def _exists(object_path: str) -> bool:
-    return Path(object_path.removeprefix("file://")).exists()
+    return s3util.exists(object_path)
 
 
 def _execute(api, operator, approver, kind: str, run_id: int) -> dict:
@@ -115,14 +116,14 @@ def test_orphan_sweep_deletes_the_reviewed_orphans_and_nothing_referenced(
     tiered_topic(sim, "kept", partitions=1, records=100)
     leader = sim.partition("kept", 0).leader
     referenced = list(sim.agent(leader).inventory("kept"))
-    orphan = Path(referenced[0].object_path.removeprefix("file://")).parent / "orphan-0001.log"
-    orphan.write_bytes(b"x" * 1000)
+    orphan = s3util.sibling(referenced[0].object_path, "orphan-0001.log")
+    s3util.put(orphan, b"x" * 1000)
     now_ms = int(time.time() * 1000) + 2 * HOUR_MS  # the orphan is "older than 1 h" then
     run = _dry_run(SparkJob.ORPHANS, older_than="1h", now_ms=now_ms)
     body = _execute(api, operator, approver, "orphan_sweep", run.pk)
     # the plan also holds garbage earlier tests left (objects of finished deletes)
     assert body["plan"]["plan_rows"] >= 1 and body["plan"]["plan_bytes"] >= 1000
-    assert not orphan.exists()
+    assert not s3util.exists(orphan)
     assert all(_exists(s.object_path) for s in referenced)
     # the segments' metadata records (beside their objects) are not orphans: still readable
     after = list(sim.agent(leader).inventory("kept"))
