@@ -30,6 +30,7 @@ from broker_agent.choices import (
     LogDirState,
 )
 from broker_agent.client import AgentClient, AgentError
+from broker_agent.placement import leader_sizes, place_replicas
 from broker_agent.signing import sign_headers
 from broker_agent.storage import (
     LogDir,
@@ -189,16 +190,13 @@ class LogDirsMixin:
             except (AgentError, httpx.HTTPError) as exc:
                 log.warning("removal plan: leader %s unreachable: %s", leader, exc)
                 continue
-            for info in snap.replicas:
-                key = _key(info.topic, info.partition)
-                if key in keys and info.is_leader:
-                    sizes[key] = info.size_bytes
+            sizes.update(leader_sizes(snap.replicas, keys))
         return sizes
 
     def removal_plan(self, name: str) -> dict:
         """What removing ``name`` from this broker's config needs: the replicas that must be
-        re-created on good dirs (sized by their leaders), a placement on the good dirs (largest
-        first onto the dir with the most room left), and per good dir needed vs usable bytes.
+        re-created on good dirs (sized by their leaders), a placement on the good dirs
+        (:func:`broker_agent.placement.place_replicas`), and per good dir needed vs usable bytes.
 
         Replicas that must move: offline replicas on this dir, and offline replicas whose dir is
         unknown (a broker that booted with the dir already bad could not read it)."""
@@ -212,12 +210,12 @@ class LogDirsMixin:
             others = [x for x in self.log_dirs.values() if x.name != name]
             targets = [x for x in others if x.good and not x.cordoned]
             infos = {x.name: self.log_dir_info(x) for x in targets}
-        leader_sizes = self._sizes_from_leaders(moving)
+        from_leaders = self._sizes_from_leaders(moving)
         rows = []
         for r in moving:
             key = _key(r.topic, r.partition)
-            if key in leader_sizes:
-                size, source = leader_sizes[key], "leader"
+            if key in from_leaders:
+                size, source = from_leaders[key], "leader"
             elif r.last_size_bytes is not None:
                 size, source = r.last_size_bytes, "last_known"
             else:
@@ -231,18 +229,13 @@ class LogDirsMixin:
                     "target_dir": None,
                 }
             )
-        room = {n: i["usable_bytes"] for n, i in infos.items()}
-        needed = dict.fromkeys(room, 0)
-        for row in sorted(rows, key=lambda x: (-x["size_bytes"], x["topic"], x["partition"])):
-            best = max(room, key=lambda n: (room[n], n), default=None)
-            if best is None:
-                continue
-            if room[best] >= row["size_bytes"]:
-                row["target_dir"] = best
-            # an unplaceable replica still counts against the dir with the most room, so that
-            # dir shows needed > usable (fits: false)
-            room[best] -= row["size_bytes"]
-            needed[best] += row["size_bytes"]
+        placement = place_replicas(
+            {(x["topic"], x["partition"]): x["size_bytes"] for x in rows},
+            {n: i["usable_bytes"] for n, i in infos.items()},
+        )
+        for row in rows:
+            row["target_dir"] = placement.targets[(row["topic"], row["partition"])]
+        needed = placement.needed_bytes
         rows.sort(key=lambda x: (x["topic"], x["partition"]))
         total_needed = sum(x["size_bytes"] for x in rows)
         available = sum(i["usable_bytes"] for i in infos.values())

@@ -23,6 +23,7 @@ from broker_agent.choices import (
     TopicConfig,
 )
 from broker_agent.client import AgentError
+from broker_agent.placement import next_log_dir
 from broker_agent.storage import (
     PartitionLog,
     StorageError,
@@ -162,7 +163,8 @@ class MetadataMixin:
         return all(d.good and not d.cordoned for d in self.log_dirs.values())
 
     def _create_replica(self, r: Replica, t: dict) -> None:
-        """KIP-112: new replicas only on good dirs (the one holding the fewest replicas)."""
+        """KIP-112: new replicas only on good dirs (:func:`broker_agent.placement.next_log_dir`),
+        or where a log-dir removal plan placed them."""
         good = [d for d in self.log_dirs.values() if d.good and not d.cordoned]
         if not good:
             return
@@ -170,7 +172,7 @@ class MetadataMixin:
         for other in self.replicas.values():
             if other.online and other.dir_name in counts:
                 counts[other.dir_name] += 1
-        d = min(good, key=lambda x: (counts[x.name], x.name))
+        d = self.log_dirs[next_log_dir(counts)]
         planned = self.planned_dirs.get(_key(r.topic, r.partition))
         if planned is not None and planned in counts:
             d = self.log_dirs[planned]  # where the log-dir removal plan found room

@@ -1,7 +1,8 @@
 """``recover_log_dir``'s pre-flight (KIP-112): the refusal codes, the recovery modes, and the plan
-- which replicas the dir held, where they go (largest first onto the good dir with the most room),
-whether they fit, and what the cordon takes offline. Reads the controller and the broker's agent;
-changes nothing. The kind and its steps are in :mod:`workflows.kinds.disks`.
+- which replicas the dir held, where they go (the agent's own rule,
+:func:`broker_agent.placement.place_replicas`), whether they fit, and what the cordon takes
+offline. Reads the controller and the broker's agent; changes nothing. The kind and its steps
+are in :mod:`workflows.kinds.disks`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from broker_agent.choices import ErrorCode as AgentErrorCode
 from broker_agent.choices import LogDirState, ReplicaState, TopicConfig
 from broker_agent.models import BrokerSnapshot, ClusterMetadata, PartitionMetadata, TopicMetadata
+from broker_agent.placement import leader_sizes, place_replicas
 from workflows.kinds import (
     Plan,
     Refusal,
@@ -27,7 +29,6 @@ __all__ = [
     "DiskRefusal",
     "RecoveryMode",
     "partitions_by_key",
-    "place",
     "plan_recovery",
     "replica_key",
     "replicas_on",
@@ -82,10 +83,7 @@ def sizes_on_leaders(cluster: str, md: ClusterMetadata, keys: set[str], broker: 
     for leader, wanted in sorted(by_leader.items()):
         with agent(cluster, leader) as a:
             snap = a.snapshot()
-        for r in snap.replicas:
-            key = replica_key(r.topic, r.partition)
-            if key in wanted and r.is_leader:
-                sizes[key] = r.size_bytes
+        sizes.update(leader_sizes(snap.replicas, wanted))
     return sizes
 
 
@@ -100,22 +98,6 @@ def replicas_on(snap: BrokerSnapshot, log_dir: str) -> list:
         ),
         key=lambda r: (r.topic, r.partition),
     )
-
-
-def place(sizes: dict[str, int], room: dict[str, int]) -> tuple[dict[str, int], list[str]]:
-    """The agent's placement: largest first onto the good dir with the most room left.
-    Returns bytes needed per dir and the replicas that fit nowhere."""
-    room = dict(room)
-    needed = dict.fromkeys(room, 0)
-    unplaced = []
-    for key, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
-        best = max(room, key=lambda n: (room[n], n), default=None)
-        if best is None or room[best] < size:
-            unplaced.append(key)
-        if best is not None:
-            room[best] -= size
-            needed[best] += size
-    return needed, unplaced
 
 
 def space_refusal(needed: int, good: list[dict[str, Any]], unplaced: int, total: int) -> Refusal:
@@ -177,20 +159,21 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
             removal = a.log_dir_removal_plan(name) if state == LogDirState.OFFLINE else None
         replicas = replicas_on(snap, name)
         keys = {replica_key(r.topic, r.partition) for r in replicas}
-        leader_sizes = sizes_on_leaders(cluster, md, keys, broker)
+        from_leaders = sizes_on_leaders(cluster, md, keys, broker)
     removal_sizes = {
         replica_key(r.topic, r.partition): r.size_bytes
         for r in (removal.replicas if removal else [])
     }
     parts = partitions_by_key(md)
-    rows, sizes = [], {}
+    rows: list[dict[str, Any]] = []
+    sizes: dict[tuple[str, int], int] = {}
     for r in replicas:
         key = replica_key(r.topic, r.partition)
         t, p = parts.get(key, (None, None))
         if t is None or p is None:
             continue  # the partition is gone (topic deleted, KIP-253 partition removed)
-        size = leader_sizes.get(key, removal_sizes.get(key, r.size_bytes))
-        sizes[key] = size
+        size = from_leaders.get(key, removal_sizes.get(key, r.size_bytes))
+        sizes[(r.topic, r.partition)] = size
         min_isr = topic_min_isr(t)
         isr_after = [b for b in p.isr if b != broker]
         rows.append(
@@ -213,13 +196,12 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
         for d in snap.log_dirs
         if d.name != name and d.state in LogDirState.GOOD
     }
-    needed_per_dir, unplaced = place(sizes, targets)
+    placement = place_replicas(sizes, targets)
+    needed_per_dir, unplaced = placement.needed_bytes, len(placement.unplaced)
     if removal is not None:  # the agent's own plan decides for an OFFLINE dir
         needed_per_dir = {g.name: g.needed_bytes for g in removal.good_dirs}
         targets = {g.name: g.usable_bytes for g in removal.good_dirs}
-        unplaced = [
-            replica_key(x.topic, x.partition) for x in removal.replicas if x.target_dir is None
-        ]
+        unplaced = sum(1 for x in removal.replicas if x.target_dir is None)
     for d in snap.log_dirs:
         if d.name == name or d.state not in LogDirState.GOOD:
             continue
@@ -236,7 +218,7 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
         good.append(entry)
     total = sum(sizes.values())
     if mode == RecoveryMode.REMOVE and unplaced:
-        raise space_refusal(total, [g for g in good if "fits" in g], len(unplaced), len(sizes))
+        raise space_refusal(total, [g for g in good if "fits" in g], unplaced, len(sizes))
     leader_lost = [f"{x['topic']}:{x['partition']}" for x in rows if x["leader_lost"]]
     under_min = [f"{x['topic']}:{x['partition']}" for x in rows if x["under_min_isr"]]
     under_after = [
