@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import django_filters
 import pyarrow.dataset as ds
 from django import forms
 from django.conf import settings
@@ -37,6 +38,18 @@ class DryRunForm(forms.Form):
     )
 
 
+class RunFilter(django_filters.FilterSet):
+    """Filters of the runs list: ``job``, one of :class:`SparkJob`'s. A value that names no job
+    filters nothing (the page never refuses its input): the filter set drops a field its form
+    refuses."""
+
+    job = django_filters.ChoiceFilter(choices=SparkJob.CHOICES)
+
+    class Meta:
+        model = SparkJobRun
+        fields: list[str] = []
+
+
 def _page_number(request: HttpRequest) -> str:
     value = request.GET.get("page", "1")
     return value if value.isdigit() else "1"
@@ -44,10 +57,8 @@ def _page_number(request: HttpRequest) -> str:
 
 @require_http_methods(["GET"])
 def run_list(request: HttpRequest) -> HttpResponse:
-    runs = SparkJobRun.objects.select_related("requested_by")
+    runs = RunFilter(request.GET, queryset=SparkJobRun.objects.select_related("requested_by")).qs
     job = request.GET.get("job", "")
-    if job in SparkJob.ALL:
-        runs = runs.filter(job=job)
     page = Paginator(runs, RUNS_PER_PAGE).get_page(_page_number(request))
     context = {
         "page": page,

@@ -199,6 +199,20 @@ def test_bad_page_numbers_do_not_fail(client, viewer, finished_run):
     assert client.get(reverse("spark_tasks:run-detail", args=[999999])).status_code == 404
 
 
+def test_the_list_filters_by_job_and_an_unknown_job_filters_nothing(client, viewer):
+    purge = SparkJobRun.objects.create(job=SparkJob.PURGE)
+    orphans = SparkJobRun.objects.create(job=SparkJob.ORPHANS)
+    client.force_login(viewer)
+
+    def listed(**params: str) -> set[int]:
+        response = client.get(reverse("spark_tasks:run-list"), params)
+        assert response.status_code == 200
+        return {run.pk for run in response.context["runs"]}
+
+    assert listed(job=SparkJob.PURGE) == {purge.pk}
+    assert listed() == listed(job="") == listed(job="no_such_job") == {purge.pk, orphans.pk}
+
+
 def test_polling_stops_with_286_when_the_run_is_terminal(client, viewer, finished_run):
     client.force_login(viewer)
     url = reverse("spark_tasks:run-detail", args=[finished_run.pk])
