@@ -10,7 +10,7 @@ from audit.choices import AuditOutcome
 from audit.models import AuditEvent
 from workflows import engine
 from workflows.choices import AuditAction, WorkflowState
-from workflows.kinds import approvals_required
+from workflows.kinds import all_kinds, approvals_required
 from workflows.models import Workflow
 
 from .conftest import request_noop
@@ -183,3 +183,27 @@ def test_approval_policy_needs_two_approvers_for_destructive_kinds(settings):
     assert approvals_required("noop_check", {}) == 1
     settings.STRATA_APPROVAL_POLICY = {"noop_check": {"approvals": 1, "when": {"mode=gate": 2}}}
     assert approvals_required("noop_check", {"mode": "gate"}) == 2
+
+
+def test_every_kind_declares_its_approval_count(settings):
+    """Each product kind says its count in its own class: a number, or None for the site's
+    STRATA_APPROVALS_DEFAULT (1 unless set)."""
+    declared = {
+        kind.name: vars(type(kind)).get("approvals", "undeclared")
+        for kind in all_kinds(include_hidden=True)
+        if type(kind).__module__.startswith("workflows.")
+    }
+    assert declared == {
+        "disable_tiering": 1,
+        "recover_log_dir": 1,
+        "enable_tiering": None,
+        "remote_purge": None,
+        "orphan_sweep": None,
+        "expand_partitions": None,
+        "shrink_partitions": None,
+    }
+    default = [k for k, n in declared.items() if n is None]
+    assert {approvals_required(k, {}) for k in default} == {1}
+    settings.STRATA_APPROVALS_DEFAULT = 2
+    assert {approvals_required(k, {}) for k in default} == {2}
+    assert approvals_required("disable_tiering", {"policy": "retain"}) == 1

@@ -468,6 +468,7 @@ class RemotePurge(_ReviewedPlanKind):
         "delete policy)."
     )
     job = SparkJob.PURGE
+    approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         return [
@@ -501,6 +502,7 @@ class OrphanSweep(_ReviewedPlanKind):
         "metadata record (older than its window)."
     )
     job = SparkJob.ORPHANS
+    approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         return [

@@ -714,6 +714,7 @@ class EnableTiering(WorkflowKind):
         "ENABLED at the controller (tiered epoch kept), EnableRemoteTopic to every hosting "
         "broker, then a produced batch must tier with the current epoch without an offset gap."
     )
+    approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
     fields = (Field.topic(),)  # re-enablement takes no policy (KIP-950)
 
     def target(self, params: dict[str, Any]) -> str:

@@ -297,6 +297,7 @@ class ExpandPartitions(_PartitionCountKind):
         "Raise undeleted_partition_count: each new partition splits one parent (linear "
         "hashing), so keys keep their order. Refused while partitions are marked for deletion."
     )
+    approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
 
     def plan(self, params: dict[str, Any]) -> Plan:
         t, md = self._current(params)
@@ -392,6 +393,7 @@ class ShrinkPartitions(_PartitionCountKind):
         "Lower undeleted_partition_count: the highest partitions are marked for deletion "
         "(never below initial_partition_count) and removed once drained."
     )
+    approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
 
     def plan(self, params: dict[str, Any]) -> Plan:
         t, _md = self._current(params)
