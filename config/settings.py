@@ -242,8 +242,6 @@ CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = (
 # The jobs reach a cluster's remote-log metadata through its broker agents (controller URL and
 # secret from console's Cluster registration; see spark_tasks/agent_remote.py).
 SPARK_REMOTE_METADATA = env_str("SPARK_REMOTE_METADATA", "spark_tasks.agent_remote.for_cluster")
-# Clusters the beat schedules cover when console's Cluster table is unavailable (names).
-SPARK_CLUSTERS = env_list("SPARK_CLUSTERS", [])
 # Unregistered clusters: {name: {"controller_url": ..., "secret_ref": "/path" | "env:NAME"}};
 # and remote store roots ({name: "file:///..."}) when the inventory cannot tell (empty store).
 SPARK_CLUSTER_ENDPOINTS: dict[str, dict[str, str]] = {}

@@ -52,6 +52,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from audit.choices import AuditContext, AuditOutcome
+from console.models import Cluster
 from spark_tasks import jobkit, remote
 from spark_tasks.audit import SparkAuditAction, finished_extra, record_run_event
 from spark_tasks.models import (
@@ -469,7 +470,7 @@ def load_storage_snapshots(run: SparkJobRun, out: Path) -> int:
 
 @shared_task(name="spark_tasks.schedule_job", soft_time_limit=60, time_limit=90)
 def schedule_job(job: str, cluster: str | None = None, dry_run: bool = False) -> list[int]:
-    """Beat's entry point: enqueue ``job`` for ``cluster`` (or every ``SPARK_CLUSTERS``), unless
+    """Beat's entry point: enqueue ``job`` for ``cluster`` (or every registered cluster), unless
     one is already queued or running for that cluster. Returns the new run ids."""
     clusters = [cluster] if cluster else registered_clusters()
     created: list[int] = []
@@ -491,15 +492,8 @@ def schedule_job(job: str, cluster: str | None = None, dry_run: bool = False) ->
 
 
 def registered_clusters() -> list[str]:
-    """The clusters beat covers: console's registered ``Cluster`` rows; without that table (a
-    Spark-only deployment), ``settings.SPARK_CLUSTERS``."""
-    from django.apps import apps
-
-    try:
-        cluster_model = apps.get_model("console", "Cluster")
-    except LookupError:
-        return list(getattr(settings, "SPARK_CLUSTERS", []) or [])
-    return list(cluster_model.objects.order_by("name").values_list("name", flat=True))
+    """The clusters beat covers: console's registered ``Cluster`` rows, by name."""
+    return list(Cluster.objects.order_by("name").values_list("name", flat=True))
 
 
 @shared_task(name="spark_tasks.reap_stale_runs", soft_time_limit=60, time_limit=90)

@@ -34,8 +34,7 @@ def test_a_dry_run_queued_from_the_page_names_the_operator(operator):
     assert event.after["job"] == "retention" and event.after["dry_run"] is True
 
 
-def test_scheduled_runs_are_queued_by_beat(db, settings):
-    settings.SPARK_CLUSTERS = ["prod"]
+def test_scheduled_runs_are_queued_by_beat(db):
     with mock.patch.object(execute_run, "delay"):
         (run_id,) = schedule_job(SparkJob.STORAGE_REPORT, cluster="prod")
     (event,) = _events(SparkJobRun.objects.get(pk=run_id))
