@@ -74,6 +74,7 @@ __all__ = [
     "audience_of",
     "check_signature_headers",
     "load_secret",
+    "read_secret",
     "sign_headers",
     "signature_for",
     "verify_signature",
@@ -112,19 +113,33 @@ class SignatureError(Exception):
         self.detail = detail
 
 
-def load_secret(env: Mapping[str, str] | None = None) -> bytes:
-    """The cluster secret from ``STRATA_AGENT_SECRET`` or ``STRATA_AGENT_SECRET_FILE``."""
+def read_secret(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The secret ``$NAME``, else the contents of the file named by ``$NAME_FILE`` (stripped of
+    surrounding whitespace, so a mounted secret may end with a newline); None when neither gives
+    one. A secret is never empty: an empty variable or file counts as unset.
+
+    The one reader of secrets: the agent's (:func:`load_secret`) and Django's settings
+    (``config.env.env_secret``). Bytes that are not UTF-8 survive the round trip to bytes
+    (``surrogateescape``, as in ``os.environ``), so a key file is used byte for byte."""
     env = os.environ if env is None else env
-    value = env.get("STRATA_AGENT_SECRET")
+    value = env.get(name)
     if value:
-        return value.encode()
-    path = env.get("STRATA_AGENT_SECRET_FILE")
+        return value
+    path = env.get(f"{name}_FILE")
     if path:
         with open(path, "rb") as fh:
             data = fh.read().strip()
         if data:
-            return data
-    raise RuntimeError("no agent secret: set STRATA_AGENT_SECRET or STRATA_AGENT_SECRET_FILE")
+            return data.decode("utf-8", "surrogateescape")
+    return None
+
+
+def load_secret(env: Mapping[str, str] | None = None) -> bytes:
+    """The cluster secret from ``STRATA_AGENT_SECRET`` or ``STRATA_AGENT_SECRET_FILE``."""
+    secret = read_secret("STRATA_AGENT_SECRET", env)
+    if secret is None:
+        raise RuntimeError("no agent secret: set STRATA_AGENT_SECRET or STRATA_AGENT_SECRET_FILE")
+    return secret.encode("utf-8", "surrogateescape")
 
 
 def audience_of(url: str) -> str:

@@ -1,13 +1,15 @@
 """Small helpers that read settings from the environment (healthchecks' style).
 
 Every helper takes the variable's name and a default; ``env_secret`` also reads ``NAME_FILE``
-so secrets can come from a mounted file instead of the process environment.
+so secrets can come from a mounted file instead of the process environment (the same reader as
+the broker agent's secret, :func:`broker_agent.signing.read_secret`).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+from broker_agent.signing import read_secret
 
 __all__ = ["env_bool", "env_float", "env_int", "env_list", "env_secret", "env_str"]
 
@@ -59,10 +61,7 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
 
 
 def env_secret(name: str, default: str = "") -> str:
-    """Return ``$NAME``, else the stripped contents of the file named by ``$NAME_FILE``."""
-    if name in os.environ:
-        return os.environ[name]
-    path = os.environ.get(f"{name}_FILE")
-    if path:
-        return Path(path).read_text().strip()
-    return default
+    """Return ``$NAME``, else the stripped contents of the file named by ``$NAME_FILE``, else
+    ``default`` (an empty value counts as unset; :func:`broker_agent.signing.read_secret`)."""
+    secret = read_secret(name)
+    return default if secret is None else secret
