@@ -38,19 +38,20 @@ DEMO_TOPICS = [
         "demo.orders",
         6,
         3,
-        # small segments and local retention: under the gentle demo load the first objects
-        # reach the remote store within a minute of `make run`, so Rx..Ry / Lx..end show at once
+        # small segments and local retention: under the gentle demo load (~1 record/s, ~60 bytes
+        # each, per partition) a segment closes in about 30 s, so the first objects reach the
+        # remote store within a minute of `make run` and Rx..Ry / Lx..end show at once
         {
             TopicConfig.REMOTE_STORAGE_ENABLE: "true",
-            TopicConfig.SEGMENT_BYTES: "8192",
-            TopicConfig.LOCAL_RETENTION_BYTES: "32768",
+            TopicConfig.SEGMENT_BYTES: "2048",
+            TopicConfig.LOCAL_RETENTION_BYTES: "8192",
         },
     ),
     (
         "demo.payments",
         3,
         3,
-        {TopicConfig.REMOTE_STORAGE_ENABLE: "true", TopicConfig.SEGMENT_BYTES: "16384"},
+        {TopicConfig.REMOTE_STORAGE_ENABLE: "true", TopicConfig.SEGMENT_BYTES: "4096"},
     ),
     (
         "demo.clicks",
