@@ -1,4 +1,4 @@
-"""Spark jobs at scale: retention plan vs a bare scan, purge deletes/s vs find -delete, driver memory.
+"""Spark jobs at scale: retention plan vs a bare scan, driver memory.
 
 Sizes come from the environment, so the default ``make bench`` fits in its time budget and a
 full-size run is one variable away:
@@ -6,19 +6,14 @@ full-size run is one variable away:
 - ``BENCH_SPARK_SEGMENTS``: comma-separated inventory sizes for the retention plan, the bare
   scan and the peak driver memory (default ``1000000,10000000``; the whole module takes ~10 minutes
   on 2 shared cores; ``BENCH_SPARK_SEGMENTS=100000,1000000`` for a quick run);
-- ``BENCH_SPARK_OBJECTS`` (100,000): objects purged; ``BENCH_SPARK_REPEATS`` (3): purge and
-  ``find -delete`` runs, and retention plan and bare scan runs (alternating) per size; medians
+- ``BENCH_SPARK_REPEATS`` (3): retention plan and bare scan runs (alternating) per size; medians
   are reported;
 - ``BENCH_SPARK_MASTER`` (local[2]).
 
-Method of the purge figure: the plan (all live objects of a generated inventory, the columns of
-a real plan) goes to ``spark-submit delete_objects`` exactly as the Celery task runs it. Two
-times are taken: **end to end** = the spark-submit process's wall clock (JVM start, session,
-warm-up, deletes, exit); **delete phase** = ``delete_seconds`` from the job's summary, the wall
-time of the delete stage (see ``jobkit.delete_planned_objects``; unchanged definition: the whole
-Spark stage incl. task dispatch, reading the plan rows and writing ``deleted/``). ``find DIR -type f -delete``
-runs over a second, identical tree generated the same way on the same filesystem. The machine is
-shared with whatever else runs on it; the load average is printed beside the figures.
+The purge figure is ``bench/bench_s3.py``'s: ``delete_objects`` on the S3 store against a floor
+of plain DeleteObjects batches over an identical key set (issue #13; the remote store is S3
+only, so there is no local-file purge to measure). The machine is shared with whatever else
+runs on it; the load average is printed beside the figures.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ import subprocess
 import time
 from pathlib import Path
 
-TITLE = "Spark jobs: retention plan, purge, driver memory"
+TITLE = "Spark jobs: retention plan, driver memory"
 
 #: The floor: one aggregate that reads every column the retention job reads (the partition key
 #: and ``plan_job.SEGMENT_COLUMNS``), no shuffle of rows. Until 2026-11-23 it read five of them
@@ -335,140 +330,11 @@ def _retention_rows(work: Path, master: str, sizes: list[int], repeats: int) -> 
     return rows
 
 
-def _all_live_plan(gen: Path, plan_dir: Path) -> int:
-    """A plan of every live object of the inventory (the columns of a real plan)."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
-
-    from spark_tasks.schema import PLAN_SCHEMA, PlanReason, SegmentState
-
-    inv = ds.dataset(str(gen / "inventory"), format="parquet").to_table(
-        columns=["segment_id", "cluster", "topic", "partition", "size_bytes", "object_path"],
-        filter=ds.field("state") != SegmentState.DELETE_SEGMENT_FINISHED,
-    )
-    plan = pa.table(
-        {
-            "segment_id": inv["segment_id"],
-            "cluster": inv["cluster"],
-            "topic": inv["topic"],
-            "partition": inv["partition"],
-            "reason": pa.array([PlanReason.PURGE_DISABLED] * inv.num_rows),
-            "size_bytes": inv["size_bytes"],
-            "object_path": inv["object_path"],
-        },
-        schema=PLAN_SCHEMA,
-    )
-    plan_dir.mkdir(parents=True)
-    pq.write_table(plan, plan_dir / "part-0.parquet")
-    return plan.num_rows
-
-
-def _purge_rows(work: Path, master: str, objects: int, repeats: int) -> list[dict]:
-    from spark_tasks.generate_inventory import generate
-    from spark_tasks.submit import spark_submit
-
-    def tree(name: str) -> Path:
-        gen = work / f"gen-{name}"
-        shutil.rmtree(gen, ignore_errors=True)
-        shutil.rmtree(work / f"remote-{name}", ignore_errors=True)
-        generate(
-            gen,
-            segments=objects,
-            topics=4,
-            partitions_per_topic=25,
-            seed=2,
-            remote_root=str(work / f"remote-{name}"),
-            write_objects=True,
-        )
-        return gen
-
-    end_to_end: list[float] = []
-    phase: list[float] = []
-    finds: list[float] = []
-    n_objects = 0
-    for i in range(repeats):
-        gen = tree("purge")
-        plan_dir = work / "all-plan"
-        shutil.rmtree(plan_dir, ignore_errors=True)
-        n_objects = _all_live_plan(gen, plan_dir)
-        result = spark_submit(
-            "delete_objects",
-            [
-                "--plan",
-                str(plan_dir),
-                "--store-root",
-                (work / "remote-purge").as_uri(),
-                "--out",
-                str(work / "deleted"),
-            ],
-            work / f"delete-run-{i}",
-            master=master,
-            out_dir=work / "deleted",
-        )
-        if not result.ok:
-            raise RuntimeError(result.log_tail)
-        summary = result.summary or {}
-        if summary.get("deleted", {}).get("deleted") != n_objects:
-            raise RuntimeError(f"delete_objects deleted {summary.get('deleted')} of {n_objects}")
-        end_to_end.append(result.seconds)
-        phase.append(float(summary["delete_seconds"]))
-
-        tree("find")
-        remote = work / "remote-find"
-        t0 = time.monotonic()
-        subprocess.run(["find", str(remote), "-type", "f", "-delete"], check=True)
-        finds.append(time.monotonic() - t0)
-
-    e2e_s, phase_s, find_s = (statistics.median(x) for x in (end_to_end, phase, finds))
-    runs = f"median of {repeats}"
-    return [
-        {
-            "metric": f"purge {n_objects:,} objects, delete phase",
-            "value": f"{n_objects / phase_s:,.0f} deletes/s",
-            "target": "",
-            "method": f"delete_objects ({master}): delete stage wall time from the job's summary "
-            f"(`delete_seconds` {phase_s:.2f} s; runs {', '.join(f'{x:.2f}' for x in phase)}), "
-            f"{runs}; the executor unlinks with unlinkat() relative to each directory, one "
-            f"delete task with two unlink threads in local mode (one task per core on a "
-            f"cluster; see jobkit.delete_planned_objects); {_load()}",
-        },
-        {
-            "metric": f"purge {n_objects:,} objects, end to end",
-            "value": f"{n_objects / e2e_s:,.0f} deletes/s",
-            "target": "",
-            "method": f"spark-submit process wall clock incl. JVM start ({e2e_s:.1f} s), {runs}",
-        },
-        {
-            "metric": "find -delete, same objects",
-            "value": f"{n_objects / find_s:,.0f} deletes/s",
-            "target": "",
-            "method": f"find DIR -type f -delete on an identical tree, same filesystem "
-            f"({find_s:.2f} s), {runs}",
-        },
-        {
-            "metric": "purge / find -delete (delete phase)",
-            "value": f"{find_s / phase_s:.2f}",
-            "target": ">= 0.5",
-            "method": "deletes/s ratio, delete phase vs find",
-        },
-        {
-            "metric": "purge / find -delete (end to end)",
-            "value": f"{find_s / e2e_s:.3f}",
-            "target": "",
-            "method": "deletes/s ratio incl. JVM start: Spark's fixed ~10 s dominates at 100k",
-        },
-    ]
-
-
 def run(ctx) -> list[dict]:
     master = os.environ.get("BENCH_SPARK_MASTER", "local[2]")
     sizes = _env_sizes("BENCH_SPARK_SEGMENTS", "1000000,10000000")
-    objects = _env_int("BENCH_SPARK_OBJECTS", 100_000)
     repeats = max(1, _env_int("BENCH_SPARK_REPEATS", 3))
     work = Path(ctx.work_dir)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    rows = _purge_rows(work, master, objects, repeats)
-    rows += _retention_rows(work, master, sizes, repeats)
-    return rows
+    return _retention_rows(work, master, sizes, repeats)

@@ -243,7 +243,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = (
 # secret from console's Cluster registration; see spark_tasks/agent_remote.py).
 SPARK_REMOTE_METADATA = env_str("SPARK_REMOTE_METADATA", "spark_tasks.agent_remote.for_cluster")
 # Unregistered clusters: {name: {"controller_url": ..., "secret_ref": "/path" | "env:NAME"}};
-# and remote store roots ({name: "file:///..."}) when the inventory cannot tell (empty store).
+# and remote store roots ({name: "s3://BUCKET/PREFIX"}) for clusters that are not simulated.
 SPARK_CLUSTER_ENDPOINTS: dict[str, dict[str, str]] = {}
 SPARK_REMOTE_ROOTS: dict[str, str] = {}
 CELERY_BEAT_SCHEDULE["spark-retention"] = {

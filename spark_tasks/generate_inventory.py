@@ -1,7 +1,8 @@
 """Write a synthetic remote-segment inventory and matching partition state (DESIGN.md schemas).
 
     python -m spark_tasks.generate_inventory --out DIR --segments N --topics T \\
-        [--partitions-per-topic P] [--seed S] [--now-ms T] [--remote-root URI] [--write-objects]
+        [--partitions-per-topic P] [--seed S] [--now-ms T] [--remote-root s3://BUCKET/PREFIX]
+        [--write-objects [--object-bytes B]]
 
 Writes ``DIR/inventory/part-00000.parquet``, ``DIR/partitions/part-00000.parquet`` and
 ``DIR/counts.json`` and prints the counts (per topic and state: segments, bytes) as JSON, so a
@@ -16,6 +17,13 @@ the rest COPY_SEGMENT_FINISHED, and in every seventh partition the newest segmen
 COPY_SEGMENT_STARTED (an upload in flight). The epoch cache is truncated at the log start offset as
 Kafka does. Topics cycle through retention by time, by size, both, and a KIP-950 delete-policy
 disablement (segments tiered before epoch 1 are to be purged).
+
+Each segment's ``object_path`` is an S3 URI under ``--remote-root`` (default
+:data:`DEFAULT_REMOTE_ROOT`), in the key layout the brokers write
+(``<root>/<topic>-<topic_id>/<partition>/<start_offset:020d>-<segment_id>.log``).
+``--write-objects`` also writes every live segment's object to that store (``object_bytes``
+bytes each; the endpoint and credentials from the environment, as the brokers read them:
+``STRATA_S3_ENDPOINT_URL``, ``AWS_*``).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from broker_agent.objectstore import ObjectStoreConfig, S3Location
 from spark_tasks.schema import (
     EPOCH_ENTRY,
     INVENTORY_SCHEMA,
@@ -41,9 +50,13 @@ from spark_tasks.schema import (
     TieredState,
 )
 
-__all__ = ["generate"]
+__all__ = ["DEFAULT_REMOTE_ROOT", "generate"]
 
 DEFAULT_NOW_MS = 1_700_000_000_000
+#: Where the generated segments' objects are said to be (and written with ``write_objects``).
+DEFAULT_REMOTE_ROOT = "s3://strata-remote/generated"
+#: Concurrent PUTs of ``write_objects``.
+PUT_THREADS = 32
 RECORDS_PER_SEGMENT = 1000
 SEGMENT_INTERVAL_MS = 60_000
 BATCH_ROWS = 500_000
@@ -71,11 +84,13 @@ def generate(
     seed: int = 42,
     now_ms: int = DEFAULT_NOW_MS,
     cluster: str = "sim",
-    remote_root: str = "/remote",
+    remote_root: str = DEFAULT_REMOTE_ROOT,
     write_objects: bool = False,
     object_bytes: int = 0,
 ) -> dict[str, Any]:
-    """Write the inventory and partition state under ``out``; return the counts."""
+    """Write the inventory and partition state under ``out``; return the counts. Segments'
+    objects lie under ``remote_root`` (``s3://BUCKET/PREFIX``; anything else is refused with a
+    ``ValueError``), written there too with ``write_objects``."""
     out = Path(out)
     (out / "inventory").mkdir(parents=True, exist_ok=True)
     (out / "partitions").mkdir(parents=True, exist_ok=True)
@@ -90,7 +105,12 @@ def generate(
     part_rows: dict[str, list[Any]] = {f.name: [] for f in PARTITION_STATE_SCHEMA}
     batch: list[pa.RecordBatch] = []
     batch_rows = 0
-    root = remote_root.rstrip("/")
+    root = S3Location.parse(remote_root).uri
+    client = (
+        ObjectStoreConfig.from_env().client(max_pool_connections=PUT_THREADS)
+        if (write_objects)
+        else None
+    )
     try:
         for gp in range(n_parts):
             t, p = divmod(gp, partitions_per_topic)
@@ -123,7 +143,7 @@ def generate(
                     "-",
                 )
                 paths = pc.binary_join_element_wise(
-                    pa.array([f"{root}/{cluster}/{topic_names[t]}-{p}/"] * n),
+                    pa.array([f"{root}/{topic_names[t]}-{topic_ids[t]}/{p}/"] * n),
                     pc.utf8_lpad(pc.cast(pa.array(start), pa.string()), 20, "0"),
                     pa.array(["-"] * n),
                     seg_id,
@@ -166,8 +186,8 @@ def generate(
                 mask = state == code
                 counts[t, code, 0] += int(mask.sum())
                 counts[t, code, 1] += int(size[mask].sum())
-            if write_objects:
-                _write_objects(paths, state, object_bytes)
+            if client is not None:
+                _write_objects(client, paths, state, object_bytes)
 
             # Partition state.
             live_from = n_dsf + n_dss
@@ -231,18 +251,23 @@ def _truncated_lineage(epoch_of: np.ndarray, start: np.ndarray, lso: int) -> lis
     return head + kept
 
 
-def _write_objects(paths: pa.Array, state: np.ndarray, object_bytes: int) -> None:
+def _write_objects(client, paths: pa.Array, state: np.ndarray, object_bytes: int) -> None:
+    """PUT the object of every segment not DELETE_SEGMENT_FINISHED (a finished delete left
+    nothing behind), ``PUT_THREADS`` at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
     payload = b"\0" * object_bytes
-    made: set[str] = set()
-    for path, code in zip(paths.to_pylist(), state.tolist(), strict=True):
-        if code == DSF:
-            continue
-        parent = os.path.dirname(path)
-        if parent not in made:
-            os.makedirs(parent, exist_ok=True)
-            made.add(parent)
-        with open(path, "wb") as fh:
-            fh.write(payload)
+    live = [
+        path for path, code in zip(paths.to_pylist(), state.tolist(), strict=True) if code != DSF
+    ]
+
+    def put(uri: str) -> None:  # s3://BUCKET/KEY
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        client.put_object(Bucket=bucket, Key=key, Body=payload)
+
+    with ThreadPoolExecutor(PUT_THREADS) as pool:
+        for _ in pool.map(put, live):
+            pass
 
 
 def _counts_json(
@@ -275,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--now-ms", type=int, default=DEFAULT_NOW_MS)
     parser.add_argument("--cluster", default="sim")
-    parser.add_argument("--remote-root", default="/remote")
-    parser.add_argument("--write-objects", action="store_true", help="create the object files")
+    parser.add_argument("--remote-root", default=DEFAULT_REMOTE_ROOT, help="s3://BUCKET/PREFIX")
+    parser.add_argument(
+        "--write-objects", action="store_true", help="PUT the live segments' objects"
+    )
     parser.add_argument("--object-bytes", type=int, default=0)
     args = parser.parse_args(argv)
     if args.segments < 0 or args.topics < 1 or args.partitions_per_topic < 1:

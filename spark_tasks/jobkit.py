@@ -39,11 +39,8 @@ __all__ = [
     "add_common_arguments",
     "add_store_root_argument",
     "check_inside_store",
-    "delete_entry",
-    "delete_object",
     "delete_planned_objects",
     "ensure_inside_store",
-    "normalise_path",
     "parse_duration_ms",
     "refuse",
     "session",
@@ -52,15 +49,6 @@ __all__ = [
 ]
 
 PROGRESS_ENV = "STRATA_PROGRESS_FILE"
-
-
-def normalise_path(path: str) -> str:
-    """One spelling per object: ``file://`` URIs and relative segments folded to an absolute path."""
-    if path.startswith("file://"):
-        path = path[len("file://") :]
-    elif path.startswith("file:"):
-        path = path[len("file:") :]
-    return os.path.normpath(os.path.abspath(path))
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -160,7 +148,7 @@ def _start_progress(spark) -> None:
 
 def prepare_out(out: str) -> Path:
     """The output directory, emptied: a rerun replaces its outputs instead of mixing with them."""
-    path = Path(normalise_path(out))
+    path = Path(os.path.normpath(os.path.abspath(out)))
     for sub in ("plan", "partitions", "deleted", "report", "orphans", "_staged"):
         shutil.rmtree(path / sub, ignore_errors=True)
     for name in ("summary.json", ERROR_FILE):
@@ -200,114 +188,14 @@ DELETE_RESULT_SCHEMA = pa.schema(
 )
 
 
-def delete_entry(entry: str) -> tuple[str, str | None]:
-    """Delete one store entry that :func:`spark_tasks.store.store_entry` let through: a file or
-    link is unlinked, a real directory (a segment's files) removed with its content (``rmtree``
-    never follows the links inside). An entry already gone counts as deleted, as in Kafka."""
-    try:
-        if os.path.isdir(entry) and not os.path.islink(entry):
-            shutil.rmtree(entry)
-        else:
-            os.unlink(entry)
-        return DeleteOutcome.DELETED, None
-    except FileNotFoundError:
-        return DeleteOutcome.ALREADY_GONE, None
-    except OSError as exc:
-        return DeleteOutcome.FAILED, f"{type(exc).__name__}: {exc}"
-
-
-def outside_store_error(object_path: str | None, root: str) -> str:
-    return f"outside the remote store {root}: {object_path!r}"
-
-
-def delete_object(object_path: str, root: str) -> tuple[str, str | None]:
-    """Delete one remote object (a file, or a directory holding a segment's files) if it lies
-    inside the store rooted at ``root`` (resolved, see :func:`spark_tasks.store.store_root`);
-    anything else is ``refused`` and left alone."""
-    entry = store.store_entry(object_path, root)
-    if entry is None:
-        return DeleteOutcome.REFUSED, outside_store_error(object_path, root)
-    return delete_entry(entry)
-
-
-#: Directory descriptors :func:`unlink_paths` keeps open at most.
-MAX_OPEN_DIRS = 64
-
-
 def unlink_paths(paths: list[str | None], root: str) -> tuple[list[str], list[str | None]]:
-    """The delete loop: per object, the store check (:func:`spark_tasks.store.store_entry`, a
-    dict lookup once its directory was resolved) and one ``unlink``. An object outside the
-    store rooted at ``root`` is ``refused`` and never touched; directories and errors go to
-    :func:`delete_entry`.
+    """Delete one batch of plan rows' objects from the S3 store rooted at ``root`` (a
+    :func:`spark_tasks.store.store_root` result): (outcome, error) per path, in order. The work
+    is :func:`spark_tasks.s3_delete.delete_paths`' (DeleteObjects batches of 1,000, retries,
+    every object checked against the store again: one outside is ``refused`` and never sent)."""
+    from spark_tasks import s3_delete
 
-    Like ``find -delete``, each object is unlinked by name relative to an open descriptor of its
-    resolved directory (``unlinkat``), one ``open`` per directory, so the kernel does not resolve
-    the whole path again for every object. The directory is opened by its resolved path with
-    ``O_NOFOLLOW``: a directory swapped for a link after it was resolved fails (``failed``)
-    instead of being followed. A missing directory means the object is already gone, as a
-    missing object does. (Left open: a directory object is removed by path, so a directory on
-    its way swapped for a link between the check and that removal would be followed; that needs
-    write access to the store itself, which a bad inventory row does not have.)
-    Hidden directories on the way (``/srv/.remote/...``) cost nothing extra (until 2026-11-23 any
-    ``/.`` sent every object of such a plan down a slower path, about 3x slower)."""
-    if root.startswith("s3://"):  # an S3 store: DeleteObjects batches, same outcomes
-        from spark_tasks import s3_delete
-
-        return s3_delete.delete_paths(paths, root)
-    unlink = os.unlink
-    deleted, gone = DeleteOutcome.DELETED, DeleteOutcome.ALREADY_GONE
-    entry_of = store.store_entry
-    outcomes: list[str] = []
-    errors: list[str | None] = []
-    resolved: dict[str, str] = {}
-    dirs: dict[str, int | None] = {}
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        for path in paths:
-            entry = entry_of(path, root, resolved)
-            if entry is None:
-                outcomes.append(DeleteOutcome.REFUSED)
-                errors.append(outside_store_error(path, root))
-                continue
-            parent, _, name = entry.rpartition("/")
-            try:
-                fd = dirs.get(parent, -1)
-                if fd == -1:
-                    if len(dirs) >= MAX_OPEN_DIRS:  # bounded: plans come by partition
-                        for open_fd in dirs.values():
-                            if open_fd is not None:
-                                os.close(open_fd)
-                        dirs.clear()
-                        resolved.clear()
-                    try:
-                        fd = os.open(parent, flags)
-                    except FileNotFoundError:
-                        fd = None
-                    except OSError as exc:  # not a directory, or a link since it was resolved
-                        outcomes.append(DeleteOutcome.FAILED)
-                        errors.append(f"{type(exc).__name__}: {exc}")
-                        continue
-                    dirs[parent] = fd
-                if fd is None:
-                    raise FileNotFoundError(entry)
-                unlink(name, dir_fd=fd)
-                outcomes.append(deleted)
-                errors.append(None)
-                continue
-            except FileNotFoundError:
-                outcomes.append(gone)
-                errors.append(None)
-                continue
-            except OSError:
-                pass  # a directory object, or a real error: the careful path says which
-            outcome, error = delete_entry(entry)
-            outcomes.append(outcome)
-            errors.append(error)
-    finally:
-        for fd in dirs.values():
-            if fd is not None:
-                os.close(fd)
-    return outcomes, errors
+    return s3_delete.delete_paths(paths, root)
 
 
 _PLAN_KEYS = ("segment_id", "cluster", "topic", "partition", "size_bytes", "object_path")
@@ -341,7 +229,7 @@ def plan_units(plan_dir: Path, parallelism: int) -> list[DeleteUnit]:
     ]
 
 
-#: Rows a delete task reads, unlinks and writes at a time (see :func:`_delete_units`).
+#: Rows a delete task reads, deletes and writes at a time (see :func:`_delete_units`).
 DELETE_BATCH_ROWS = 16_384
 
 
@@ -378,14 +266,13 @@ def _delete_units(out_dir: str, root: str, threads: int = 1, batch_rows: int = D
     at ``root`` (the others are ``refused``), write ``part-<index>.parquet``
     of outcomes (atomically: a retried task replaces it) and yield (outcome, count).
 
-    ``threads`` threads unlink, one batch of ``batch_rows`` plan rows each at a time, while this
+    ``threads`` threads delete, one batch of ``batch_rows`` plan rows each at a time (each batch
+    with several DeleteObjects calls in flight, see :mod:`spark_tasks.s3_delete`), while this
     thread reads the next batches and writes the outcomes of finished ones, in plan order (the
-    GIL is released in ``unlink`` and in pyarrow's decoding and encoding). Plans come partition
-    by partition, so concurrent batches are mostly in different directories, and unlinks in
-    different directories do not wait for each other's directory lock. Outcomes are written
-    only after their unlinks, so ``deleted/`` never claims an object that is still there; a task
-    that dies leaves no ``part-`` file and Spark runs it again (deleting again is harmless: an
-    object already gone counts as deleted)."""
+    GIL is released while a call waits for S3 and in pyarrow's decoding and encoding). Outcomes
+    are written only after their deletes were answered, so ``deleted/`` never claims an object
+    that is still there; a task that dies leaves no ``part-`` file and Spark runs it again
+    (deleting again is harmless: an object already gone counts as deleted)."""
 
     def run(index: int, units: Iterator[DeleteUnit]) -> Iterator[tuple[str, int]]:
         target = os.path.join(out_dir, f"part-{index:05d}.parquet")
@@ -394,12 +281,12 @@ def _delete_units(out_dir: str, root: str, threads: int = 1, batch_rows: int = D
         in_flight: deque[tuple[pa.Table, Future]] = deque()
         with (
             pq.ParquetWriter(tmp, DELETE_RESULT_SCHEMA) as writer,
-            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="strata-unlink") as pool,
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="strata-delete") as pool,
         ):
 
             def finish_oldest() -> None:
-                table, unlinking = in_flight.popleft()
-                outcomes, errors = unlinking.result()
+                table, deleting = in_flight.popleft()
+                outcomes, errors = deleting.result()
                 for outcome in outcomes:
                     counts[outcome] = counts.get(outcome, 0) + 1
                 writer.write_table(_outcome_table(table, outcomes, errors))
@@ -432,29 +319,26 @@ def delete_planned_objects(
     ``store_root`` is the remote store's root from configuration (``--store-root``), never
     derived from the plan. Decision: **one row outside it fails the whole run before anything is
     deleted.** :func:`check_inside_store` first reads every row's ``object_path`` (one cheap
-    pass on the executors, no unlink) and, if any lies outside, :func:`refuse` fails the job
+    pass on the executors, no delete) and, if any lies outside, :func:`refuse` fails the job
     with the rows named; only a plan wholly inside the store reaches the delete stage. The
-    delete loop checks every object again (:func:`unlink_paths`): a directory that became a
-    link to outside in between is ``refused`` or ``failed``, not followed.
+    delete loop checks every object again (:func:`unlink_paths`): one outside is ``refused``
+    and never sent to S3.
 
     Decisions (the bench's purge figure depends on them):
 
     - **Few large partitions, no shuffle.** The plan is cut into one unit per delete task
       (:func:`delete_tasks`) of (file, row group, row range) from its metadata, so a one-file
-      plan still uses every task and no row goes through the JVM or a shuffle: each task reads its rows with pyarrow, unlinks
-      and writes its share of ``deleted/`` itself.
+      plan still uses every task and no row goes through the JVM or a shuffle: each task reads
+      its rows with pyarrow, deletes and writes its share of ``deleted/`` itself.
     - **Warm-up.** A no-op task per core runs first, so that the Python workers exist before the
       delete stage starts; ``timings["delete_seconds"]`` is the wall time of the delete stage
       alone (after JVM start and warm-up, before nothing else). ``seconds`` in a job's summary
       covers the whole job after the session started; the caller measures the process.
-    - **One task in local mode, two unlink threads in each task.** Unlinks on one machine's
-      filesystem contend in the kernel (directory and journal locks). Measured on the bench
-      machines: 98,000 unlinks took 0.46 s from one process and 0.80 s from two processes over
-      disjoint directories (Intel, 2 cores); on the AMD bench machine 1.0-1.1 s from one thread,
-      0.61-0.65 s from two threads of one process and 0.68-0.93 s from four (``find -delete``:
-      0.85-1.1 s). So in local mode (every task on the driver's machine) one task deletes with
-      two threads; on a cluster every core gets a task. ``spark.strata.delete.tasks`` and
-      ``spark.strata.delete.threads`` override both.
+    - **One task in local mode, two delete threads in each task**, each batch with
+      ``s3_delete.CALLS_IN_FLIGHT`` DeleteObjects calls in flight: in local mode (every task on
+      the driver's machine) 1 x 2 x 4 = 8 concurrent calls, the parallelism ``bench/bench_s3.py``
+      gives its plain DeleteObjects floor; on a cluster every core gets a task.
+      ``spark.strata.delete.tasks`` and ``spark.strata.delete.threads`` override both.
     - Plans are read from a locally mounted path (local mode, or a shared filesystem on a cluster).
     """
     sc = spark.sparkContext
@@ -527,16 +411,13 @@ def _check_units(root: str):
     def run(units: Iterator[DeleteUnit]) -> Iterator[tuple[int, list[dict[str, Any]]]]:
         count = 0
         named: list[dict[str, Any]] = []
-        resolved: dict[str, str] = {}
         for table in _unit_batches(units, DELETE_BATCH_ROWS, _CHECK_COLUMNS):
             paths = table.column("object_path").to_pylist()
             for i, path in enumerate(paths):
-                if store.store_entry(path, root, resolved) is None:
+                if store.store_entry(path, root) is None:
                     count += 1
                     if len(named) < OUTSIDE_ROWS_NAMED:
                         named.append(table.slice(i, 1).to_pylist()[0])
-            if len(resolved) > 4 * MAX_OPEN_DIRS:
-                resolved.clear()
         yield count, named
 
     return run
@@ -546,7 +427,7 @@ def check_inside_store(
     spark, plan_dir: Path, store_root: str, *, units: list[DeleteUnit] | None = None
 ) -> OutsideStore | None:
     """Check every row of ``plan_dir`` against the store rooted at ``store_root`` on the
-    executors (no unlink; the driver gets a count and at most ``OUTSIDE_ROWS_NAMED`` rows per
+    executors (no delete; the driver gets a count and at most ``OUTSIDE_ROWS_NAMED`` rows per
     task). None when every object lies inside."""
     sc = spark.sparkContext
     root = store.store_root(store_root)
@@ -596,9 +477,8 @@ def add_store_root_argument(parser: argparse.ArgumentParser, *, required: bool) 
         "--store-root",
         required=required,
         default=None,
-        help="the remote store's root (s3://BUCKET/PREFIX or file:///…) from configuration; "
-        "objects outside it are "
-        "never deleted, and a plan naming one fails the run before any delete",
+        help="the remote store's root (s3://BUCKET/PREFIX) from configuration; objects outside "
+        "it are never deleted, and a plan naming one fails the run before any delete",
     )
 
 
@@ -606,8 +486,9 @@ DELETE_TASKS_CONF = "spark.strata.delete.tasks"
 
 
 def delete_tasks(sc) -> int:
-    """How many tasks delete: ``spark.strata.delete.tasks`` if set, else 1 in local mode (one
-    machine's filesystem serialises unlinks), else ``defaultParallelism``."""
+    """How many tasks delete: ``spark.strata.delete.tasks`` if set, else 1 in local mode (its
+    threads and calls in flight already keep S3 busy, see :func:`delete_planned_objects`), else
+    ``defaultParallelism``."""
     configured = sc.getConf().get(DELETE_TASKS_CONF)
     if configured:
         return max(1, int(configured))
@@ -621,7 +502,7 @@ DEFAULT_DELETE_THREADS = 2
 
 
 def delete_threads(sc) -> int:
-    """Threads that unlink in each delete task: ``spark.strata.delete.threads``, default 2."""
+    """Threads that delete in each delete task: ``spark.strata.delete.threads``, default 2."""
     configured = sc.getConf().get(DELETE_THREADS_CONF)
     return max(1, int(configured)) if configured else DEFAULT_DELETE_THREADS
 

@@ -1,28 +1,31 @@
-"""Objects in the remote store that no metadata record references.
+"""Objects in the remote store (S3) that no metadata record references.
 
-    orphans --inventory P --remote-root URI --out DIR [--older-than 24h] [--now-ms T]
-            [--store-root URI] [--dry-run]
+    orphans --inventory P --remote-root s3://BUCKET/PREFIX --out DIR [--older-than 24h]
+            [--now-ms T] [--store-root s3://BUCKET/PREFIX] [--dry-run]
 
 - The window (``--older-than``, default 24 h, units ms/s/m/h/d) may not be under 1 h: an upload
   in flight writes its object before its COPY_SEGMENT_FINISHED record, and a short window would
   delete live uploads. The job refuses (exit code 2).
-- Listing runs on the executors: the driver lists only the root's first level; the executors
-  list the second level, then walk each second-level directory. Nothing about individual objects
-  reaches the driver. On an ``s3://`` root the levels are the topic and partition prefixes,
-  listed with ListObjectsV2 in parallel (``spark_tasks.s3_listing``); the metadata records'
-  prefix ``__remote_log_metadata/`` is never listed.
+- The remote root is an ``s3://BUCKET/PREFIX`` (``spark_tasks.store.store_root``; anything else
+  is refused). An object's age is its ``LastModified``.
+- Listing runs on the executors: the driver lists only the root's first level (the topic
+  prefixes); the executors list the second level (the partition prefixes), then page through
+  each of them with ListObjectsV2 in parallel (``spark_tasks.s3_listing``). Nothing about
+  individual objects reaches the driver. The metadata records' prefix ``__remote_log_metadata/``
+  is never listed.
 - References: ``object_path`` of every record not DELETE_SEGMENT_FINISHED (a finished delete
-  references nothing; its leftover object is garbage). Paths are normalised on both sides
-  (``file:`` scheme dropped, repeated and trailing slashes folded). A file is referenced when its
-  path, or a directory above it, is a referenced object path (a segment may be one file or a
-  directory of files) — an anti-join of the listing against the references.
-- Metadata records are never orphans: the store keeps each segment's RemoteLogSegmentMetadata
-  beside its object as ``<partition dir>/<segment_id>.json`` (``broker_agent/remote.py``), and
-  no record references another record's file. The sweep deletes objects only; a record goes
-  with the delete path that finishes its segment. (Found by ``make chaos``: the sweep planned
-  every record older than its window, and the segments they described became unreadable.)
-- An inventory without a single reference while the store holds files is refused (exit code 3):
-  that is an export gone wrong, not a store full of garbage.
+  references nothing; its leftover object is garbage), compared as it is: S3 keys are literal,
+  and both sides spell an object ``s3://BUCKET/KEY``. An object is referenced when its URI, or
+  a prefix above it, is a referenced object path — an anti-join of the listing against the
+  references.
+- Metadata records are never orphans: no record references another record's object, so a
+  ``<partition>/<segment_id>.json`` is never planned, wherever it lies (the brokers keep them
+  under ``__remote_log_metadata/``, ``broker_agent/remote.py``). The sweep deletes objects
+  only; a record goes with the delete path that finishes its segment. (Found by ``make chaos``:
+  the sweep planned every record older than its window, and the segments they described became
+  unreadable.)
+- An inventory without a single reference while the store holds objects is refused (exit code
+  3): that is an export gone wrong, not a store full of garbage.
 - Writes ``plan/`` (reason ``orphan``; segment_id, cluster, topic, partition are null),
   ``summary.json``; without ``--dry-run`` the executors then delete the planned objects.
 - ``--remote-root`` is where to list; ``--store-root`` (the store's root from configuration,
@@ -33,13 +36,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from spark_tasks import jobkit
+from spark_tasks import jobkit, store
 from spark_tasks.schema import PLAN_SCHEMA, PlanReason, SegmentState
 
 JOB = "orphans"
@@ -50,93 +52,36 @@ DEFAULT_WINDOW = "24h"
 REFUSED_EMPTY_INVENTORY = 3
 
 
-def _list_level(path: str) -> list[tuple[str, bool]]:
-    try:
-        with os.scandir(path) as it:
-            return [(e.path, e.is_dir(follow_symlinks=False)) for e in it]
-    except FileNotFoundError:
-        return []
-
-
-def _walk(path: str) -> Iterator[tuple[str, int, int]]:
-    """Every file under ``path`` (or ``path`` itself if a file): (normalised path, size, mtime)."""
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if not os.path.isdir(path):
-        yield jobkit.normalise_path(path), st.st_size, int(st.st_mtime * 1000)
-        return
-    stack = [path]
-    while stack:
-        current = stack.pop()
-        try:
-            entries = list(os.scandir(current))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            else:
-                try:
-                    est = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                yield jobkit.normalise_path(entry.path), est.st_size, int(est.st_mtime * 1000)
-
-
-def _is_s3(path: str) -> bool:
-    return path.startswith("s3://")
-
-
 def _first_level(root: str) -> list[tuple[str, bool]]:
-    if _is_s3(root):
-        from spark_tasks import s3_listing
+    from spark_tasks import s3_listing
 
-        return s3_listing.children(root)
-    return _list_level(root)
+    return s3_listing.children(root)
 
 
-def _second_level(path_and_dir: tuple[str, bool]) -> list[str]:
-    path, is_dir = path_and_dir
-    if not is_dir:
-        return [path]
-    if _is_s3(path):
-        from spark_tasks import s3_listing
+def _second_level(uri_and_prefix: tuple[str, bool]) -> list[str]:
+    uri, is_prefix = uri_and_prefix
+    if not is_prefix:
+        return [uri]
+    from spark_tasks import s3_listing
 
-        return [p for p, _ in s3_listing.children(path)]
-    return [p for p, _ in _list_level(path)] or []
+    return [u for u, _ in s3_listing.children(uri)]
 
 
-def _list_all(path: str) -> Iterator[tuple[str, int, int]]:
-    """Every object under ``path`` (a file-store directory or an S3 prefix)."""
-    if _is_s3(path):
-        from spark_tasks import s3_listing
+def _list_all(uri: str) -> Iterator[tuple[str, int, int]]:
+    """Every object at or under ``uri`` (a partition prefix, or a stray object)."""
+    from spark_tasks import s3_listing
 
-        # a key under a prefix may be a partition prefix or (stray) an object: both are walked
-        return s3_listing.walk(path)
-    return _walk(path)
+    return s3_listing.walk(uri)
 
 
-def _ancestors(path: str, root: str) -> list[str]:
-    """``path`` and each directory above it, up to (excluding) the remote root."""
-    out = [path]
-    parent = os.path.dirname(path)
-    while parent.startswith(root) and parent != root and parent != os.path.dirname(parent):
+def _ancestors(uri: str, root: str) -> list[str]:
+    """``uri`` and each prefix above it, up to (excluding) the remote root."""
+    out = [uri]
+    parent = uri.rpartition("/")[0]
+    while parent.startswith(root + "/"):
         out.append(parent)
-        parent = os.path.dirname(parent)
+        parent = parent.rpartition("/")[0]
     return out
-
-
-def _normalised(col):
-    from pyspark.sql import functions as F
-
-    no_scheme = F.regexp_replace(col, r"^file:(//)?", "")
-    collapsed = F.regexp_replace(no_scheme, r"/+", "/")
-    # an s3:// URI is already one spelling per object (keys are literal)
-    return F.when(col.startswith("s3://"), col).otherwise(
-        F.regexp_replace(collapsed, r"(.)/$", "$1")
-    )
 
 
 def run(
@@ -157,14 +102,14 @@ def run(
         raise ValueError("deleting needs the remote store's root (store_root)")
     started = time.monotonic()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    root = remote_root.rstrip("/") if _is_s3(remote_root) else jobkit.normalise_path(remote_root)
+    root = store.store_root(remote_root)
     out_dir = jobkit.prepare_out(out)
     sc = spark.sparkContext
 
     first = _first_level(root)  # the only listing on the driver: the root's direct entries
     slices = max(1, min(len(first), sc.defaultParallelism * 4))
     second = sc.parallelize(first, slices).flatMap(_second_level)
-    files_rdd = (
+    objects_rdd = (
         second.repartition(max(sc.defaultParallelism * 4, 1))
         .flatMap(_list_all)
         .map(lambda f: (f[0], f[1], f[2], _ancestors(f[0], root)))
@@ -177,34 +122,34 @@ def run(
             StructField("keys", ArrayType(StringType())),
         ]
     )
-    files = spark.createDataFrame(files_rdd, schema)
-    files_dir = out_dir / "_staged"
-    files.write.parquet(str(files_dir))
-    files = spark.read.parquet(str(files_dir))
+    objects = spark.createDataFrame(objects_rdd, schema)
+    staged_dir = out_dir / "_staged"
+    objects.write.parquet(str(staged_dir))
+    objects = spark.read.parquet(str(staged_dir))
 
     refs = (
         spark.read.parquet(inventory)
         .filter(F.col("state") != SegmentState.DELETE_SEGMENT_FINISHED)
         .filter(F.col("object_path").isNotNull())
-        .select(_normalised(F.col("object_path")).alias("key"))
+        .select(F.col("object_path").alias("key"))
         .distinct()
     )
     ref_count = refs.count()
-    file_count = files.count()
-    if ref_count == 0 and file_count > 0:
+    object_count = objects.count()
+    if ref_count == 0 and object_count > 0:
         print(
-            f"refusing: the inventory references no object but {root} holds {file_count} files",
+            f"refusing: the inventory references no object but {root} holds {object_count} objects",
             file=sys.stderr,
         )
         raise SystemExit(REFUSED_EMPTY_INVENTORY)
 
     referenced = (
-        files.select("path", F.explode("keys").alias("key"))
+        objects.select("path", F.explode("keys").alias("key"))
         .join(refs, "key", "left_semi")
         .select("path")
         .distinct()
     )
-    unreferenced = files.join(referenced, "path", "left_anti").filter(
+    unreferenced = objects.join(referenced, "path", "left_anti").filter(
         ~F.col("path").rlike(METADATA_RECORD)
     )
     cutoff = now_ms - older_than_ms
@@ -231,7 +176,7 @@ def run(
         "now_ms": now_ms,
         "remote_root": root,
         "older_than_ms": older_than_ms,
-        "files_listed": file_count,
+        "objects_listed": object_count,
         "references": ref_count,
         "segments": int(counts["n"]),
         "bytes": int(counts["b"] or 0),
@@ -240,7 +185,7 @@ def run(
         },
         "unreferenced_younger_than_window": young,
     }
-    jobkit.shutil.rmtree(files_dir, ignore_errors=True)
+    jobkit.shutil.rmtree(staged_dir, ignore_errors=True)
     if dry_run and store_root:
         jobkit.ensure_inside_store(spark, out_dir / "plan", store_root, out_dir)
     if not dry_run:

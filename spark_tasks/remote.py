@@ -71,9 +71,9 @@ class RemoteMetadata(Protocol):
     cluster: str
 
     def remote_root(self) -> str:
-        """The remote store's root URI (``file:///…`` for the simulated cluster), from
-        configuration and never from the inventory's rows: it bounds what a delete may touch
-        (``--store-root``, ``spark_tasks.store``). Raises when it is not known."""
+        """The remote store's root (``s3://BUCKET/PREFIX``), from configuration and never
+        from the inventory's rows: it bounds what a delete may touch (``--store-root``,
+        ``spark_tasks.store``). Raises when it is not known."""
         ...
 
     def export_inputs(self, dest: Path) -> tuple[Path, Path]:
