@@ -32,7 +32,7 @@ def _segment(i: int) -> dict:
         "segment_leader_epochs": [{"epoch": 0, "start_offset": 0}],
         "tiered_epoch": 0,
         "state": SegmentState.COPY_SEGMENT_FINISHED,
-        "object_path": f"/data/remote/t-tid/{i % 2}/s{i}.log",
+        "object_path": f"s3://strata-remote/data/t-tid/{i % 2}/s{i}.log",
         "event_timestamp_ms": 1,
     }
 
@@ -154,8 +154,9 @@ def test_export_streams_the_inventory_in_row_groups_with_the_contract_schema(
 
 
 def test_the_store_root_is_never_guessed_from_the_inventory(adapter, tmp_path):
-    """Issue #11: rows name ``/data/remote/...``, but only configuration says where the store
-    is; without it the adapter refuses to name a root (and a run that would delete fails)."""
+    """Issue #11: rows name ``s3://strata-remote/data/...``, but only configuration says where
+    the store is; without it the adapter refuses to name a root (and a run that would delete
+    fails)."""
     adapter.export_inputs(tmp_path)
     with pytest.raises(RuntimeError, match="SPARK_REMOTE_ROOTS"):
         adapter.remote_root()
@@ -165,11 +166,11 @@ def test_a_configured_store_root_is_the_root(fake, settings, db):
     settings.SPARK_CLUSTER_ENDPOINTS = {
         "prod": {"controller_url": CONTROLLER, "secret_ref": "env:STRATA_TEST_SECRET"}
     }
-    settings.SPARK_REMOTE_ROOTS = {"prod": "file:///srv/kafka-remote"}
+    settings.SPARK_REMOTE_ROOTS = {"prod": "s3://kafka-remote/prod-1"}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("STRATA_TEST_SECRET", "secret")
         backend = agent_remote.for_cluster("prod")
-    assert backend.remote_root() == "file:///srv/kafka-remote"
+    assert backend.remote_root() == "s3://kafka-remote/prod-1"
 
 
 def _sim_metadata(data, cluster_id: str = "sim-id") -> ClusterMetadata:

@@ -1,4 +1,5 @@
-"""The executors' delete loop and how a plan is cut into tasks (no Spark needed)."""
+"""The executors' delete loop on the S3 store (the session's SeaweedFS) and how a plan is cut
+into tasks (no Spark needed)."""
 
 from __future__ import annotations
 
@@ -8,43 +9,37 @@ import pyarrow.parquet as pq
 from spark_tasks import jobkit, store
 from spark_tasks.jobkit import DeleteOutcome
 from spark_tasks.schema import PLAN_SCHEMA
+from tests import s3util
+from tests.spark_tasks.tiny_store import store_prefix
 
 
 def test_an_object_already_gone_counts_as_deleted_and_unsafe_paths_are_refused(tmp_path):
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    present = remote / "a.log"
-    present.write_bytes(b"x")
-    directory = remote / "seg"
-    directory.mkdir()
-    (directory / "index").write_bytes(b"y")
-    outside = tmp_path / "outside.log"
-    outside.write_bytes(b"z")
+    root = store_prefix(tmp_path.name).uri
+    present = f"{root}/t-0/0/a.log"
+    s3util.put(present, b"x")
+    outside = f"{root}-outside/t-0/0/b.log"
+    s3util.put(outside, b"z")
     paths = [
-        str(present),
-        str(remote / "never.log"),
-        f"file://{directory}",
+        present,
+        f"{root}/t-0/0/never-written.log",  # already gone: S3 answers it deleted
+        present,  # twice in one batch: one call, both rows deleted
         "relative/b.log",
-        f"{remote}/../outside.log",
+        f"{root}/../{root.rsplit('/', 1)[-1]}-outside/t-0/0/b.log",
+        outside,
+        f"file:///{root.removeprefix('s3://')}/t-0/0/c.log",
         None,
     ]
-    outcomes, errors = jobkit.unlink_paths(paths, store.store_root(str(remote)))
-    assert outcomes == [
-        DeleteOutcome.DELETED,
-        DeleteOutcome.ALREADY_GONE,
-        DeleteOutcome.DELETED,
-        DeleteOutcome.REFUSED,
-        DeleteOutcome.REFUSED,
-        DeleteOutcome.REFUSED,
-    ]
-    assert not present.exists() and not directory.exists() and outside.exists()
-    assert errors[:3] == [None, None, None] and all(errors[3:])
+    outcomes, errors = jobkit.unlink_paths(paths, store.store_root(root))
+    assert outcomes == [DeleteOutcome.DELETED] * 3 + [DeleteOutcome.REFUSED] * 5
+    assert errors[:3] == [None, None, None]
+    assert all("outside the remote store" in e for e in errors[3:])
+    assert not s3util.exists(present) and s3util.exists(outside)
 
 
 def test_a_one_file_plan_is_split_between_the_cores_from_metadata(tmp_path, monkeypatch):
     monkeypatch.setattr(jobkit, "MIN_DELETE_CHUNK", 10)
     rows = [
-        {"segment_id": str(i), "reason": "purge_disabled", "object_path": f"/r/{i}"}
+        {"segment_id": str(i), "reason": "purge_disabled", "object_path": f"s3://b-1/r/{i}"}
         for i in range(45)
     ]
     (tmp_path / "plan").mkdir()
@@ -60,64 +55,19 @@ def test_a_one_file_plan_is_split_between_the_cores_from_metadata(tmp_path, monk
     assert [(first, end) for _, _, first, end in units] == [(0, 23), (23, 45)]
 
 
-def test_the_unlinkat_loop_handles_directories_and_bounds_its_descriptors(tmp_path, monkeypatch):
-    """Objects are unlinked relative to a cached directory descriptor: a directory object (with
-    or without a trailing slash) still goes through the careful path, a missing directory means
-    already gone, a file where a directory should be fails, and the cache stays bounded."""
-    import os
-
-    monkeypatch.setattr(jobkit, "MAX_OPEN_DIRS", 3)
-    files = []
-    for d in range(7):
-        (tmp_path / f"d{d}").mkdir()
-        for f in range(3):
-            path = tmp_path / f"d{d}" / f"{f}.log"
-            path.write_bytes(b"x")
-            files.append(str(path))
-    seg = tmp_path / "seg"
-    seg.mkdir()
-    (seg / "index").write_bytes(b"y")
-    seg2 = tmp_path / "seg2"
-    seg2.mkdir()
-    plain = tmp_path / "plain.log"
-    plain.write_bytes(b"z")
-    fds_before = len(os.listdir("/proc/self/fd"))
-    paths = [
-        *files,
-        f"{seg}/",
-        str(seg2),
-        str(tmp_path / "gone-dir" / "x.log"),
-        f"{plain}/x.log",
-    ]
-    outcomes, errors = jobkit.unlink_paths(paths, store.store_root(str(tmp_path)))
-    assert outcomes[: len(files)] == [DeleteOutcome.DELETED] * len(files)
-    assert outcomes[len(files) :] == [
-        DeleteOutcome.DELETED,
-        DeleteOutcome.DELETED,
-        DeleteOutcome.ALREADY_GONE,
-        DeleteOutcome.FAILED,
-    ]
-    assert errors[-1] and not any(errors[:-1])
-    assert not seg.exists() and not seg2.exists() and plain.exists()
-    assert not any(os.path.exists(p) for p in files)
-    assert len(os.listdir("/proc/self/fd")) == fds_before
-
-
-def test_hidden_directories_and_dot_parts_are_resolved_not_refused(tmp_path):
-    """``.run/`` is a name like any other; a ``..`` that stays inside the store deletes the
-    object it resolves to, one that leaves the store is refused."""
-    remote = tmp_path / ".run" / "remote"
-    hidden = remote / "t-0"
-    hidden.mkdir(parents=True)
-    objects = [hidden / f"{i:05d}.log" for i in range(3)]
+def test_hidden_prefixes_are_names_and_dot_segments_are_refused(tmp_path):
+    """``.run/`` is a name like any other; a ``..`` is refused even where a filesystem would
+    resolve it back inside the store (S3 keys are literal: ``a/../b`` is not ``b``), so the
+    object it seems to name is left alone."""
+    root = f"{store_prefix(tmp_path.name).uri}/.run/remote"
+    objects = [f"{root}/t-0/0/{i:05d}.log" for i in range(3)]
     for obj in objects:
-        obj.write_bytes(b"x")
-    kept = tmp_path / ".run" / "kept.log"
-    kept.write_bytes(b"k")
-    inside = f"{remote}/../remote/t-0/00000.log"
-    escaping = f"{remote}/t-0/../../kept.log"
+        s3util.put(obj, b"x")
+    kept = f"{root}/t-0/0/kept.log"
+    s3util.put(kept, b"k")
     outcomes, _ = jobkit.unlink_paths(
-        [inside, *(str(o) for o in objects[1:]), escaping], store.store_root(str(remote))
+        [*objects, f"{root}/../remote/t-0/0/kept.log", f"{root}/t-0/0/./kept.log"],
+        store.store_root(root),
     )
-    assert outcomes == [DeleteOutcome.DELETED] * 3 + [DeleteOutcome.REFUSED]
-    assert not any(o.exists() for o in objects) and kept.exists()
+    assert outcomes == [DeleteOutcome.DELETED] * 3 + [DeleteOutcome.REFUSED] * 2
+    assert not any(s3util.exists(o) for o in objects) and s3util.exists(kept)

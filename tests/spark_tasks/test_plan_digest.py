@@ -18,6 +18,7 @@ from spark_tasks.plan_digest import plan_digest
 from spark_tasks.schema import PLAN_SCHEMA
 from spark_tasks.submit import SubmitResult
 from spark_tasks.tasks import execute_run
+from tests import s3util
 from tests.spark_tasks import tiny_store
 
 ROWS = [
@@ -28,7 +29,7 @@ ROWS = [
         "partition": 0,
         "reason": "purge_disabled",
         "size_bytes": 1048576,
-        "object_path": "/srv/remote/orders-x/0/seg-a.log",
+        "object_path": "s3://strata-remote/prod/orders-x/0/00000000000000000000-seg-a.log",
     },
     {
         "segment_id": "seg-b",
@@ -37,7 +38,7 @@ ROWS = [
         "partition": 1,
         "reason": "retention_time",
         "size_bytes": 0,
-        "object_path": "file:///srv/remote/orders-x/1/seg-b.log",
+        "object_path": "s3://strata-remote/prod/orders-x/1/00000000000000000000-seg-b.log",
     },
     {
         "segment_id": None,
@@ -46,7 +47,7 @@ ROWS = [
         "partition": None,
         "reason": "orphan",
         "size_bytes": 10,
-        "object_path": "/srv/remote/x/killed-upload.log",
+        "object_path": "s3://strata-remote/prod/x/0/killed-upload.log",
     },
     {
         "segment_id": "seg-ü",
@@ -55,12 +56,14 @@ ROWS = [
         "partition": 2147483647,
         "reason": "delete_retry",
         "size_bytes": 9223372036854775807,
-        "object_path": '/srv/remote/z/"q".log',
+        "object_path": 's3://strata-remote/prod/z/2147483647/"q".log',
     },
 ]
-#: Computed with ``workflows.kinds.spark.plan_digest`` (the approvals' algorithm until this
-#: issue) over ``ROWS``: the digest must stay byte-identical so approved hashes keep meaning.
-GOLDEN = "0d01f8a139f550ee05ed1efa52ca428ff1ca5b044dac1a7fac8311d42728920f"
+#: Computed with ``workflows.kinds.spark.plan_digest`` (the approvals' algorithm until issue
+#: #11, as of commit 5bc146f^; run over the S3 object paths of ``ROWS`` when the file store
+#: went, issue #13, after reproducing the previous golden over the previous file paths): the
+#: digest must stay byte-identical so approved hashes keep meaning.
+GOLDEN = "48af360cb4da14b1f6b0053f9f396f319442c718ce5ac4e90b1c39ee8ea77900"
 
 
 def _write(plan: Path, *parts: list[dict]) -> Path:
@@ -104,7 +107,7 @@ def test_a_succeeded_dry_run_stores_its_plan_digest_and_rows(db, settings, tmp_p
         target_type="spark_run", target_id=str(run.pk), action=SparkAuditAction.SUCCEEDED
     )
     assert finished.after["plan"] == {"plan_digest": run.plan_digest, "plan_rows": 3}
-    assert all(p.exists() for p in t.inside)  # a dry run
+    assert all(s3util.exists(p) for p in t.inside)  # a dry run
 
 
 def test_runs_without_a_plan_to_approve_store_no_digest(db, settings, tmp_path):

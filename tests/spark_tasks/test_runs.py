@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 from pathlib import Path
 from unittest import mock
 
@@ -16,6 +15,8 @@ from spark_tasks import remote
 from spark_tasks.generate_inventory import generate
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState, StorageSnapshot
 from spark_tasks.tasks import enqueue_run, execute_run, reap_stale_runs
+from tests import s3util
+from tests.spark_tasks.tiny_store import store_prefix
 
 NOW = 1_700_000_000_000
 
@@ -26,12 +27,13 @@ class FakeBackend:
     calls: list[tuple[str, int]] = []
     marked: dict[str, list[remote.SegmentRef]] = {}
     inputs: Path | None = None
+    root: str = ""
 
     def __init__(self, cluster):
         self.cluster = cluster
 
     def remote_root(self):
-        return str(self.inputs / "remote")
+        return self.root
 
     def export_inputs(self, dest):
         return self.inputs / "inventory", self.inputs / "partitions"
@@ -58,7 +60,7 @@ def test_enqueue_creates_a_queued_run_and_enqueues_on_commit(
 
 def test_enqueue_refuses_unknown_arguments(db):
     with pytest.raises(ValueError):
-        enqueue_run(SparkJob.PURGE, {"remote_root": "/"})
+        enqueue_run(SparkJob.PURGE, {"remote_root": "s3://strata-remote/x"})
 
 
 def test_a_run_claimed_by_a_live_worker_is_not_run_twice(db):
@@ -103,6 +105,7 @@ def test_non_dry_run_without_a_backend_fails_with_a_clear_error(db, settings, tm
 @pytest.fixture(scope="module")
 def small_inventory(tmp_path_factory):
     root = tmp_path_factory.mktemp("inv")
+    store_root = store_prefix("runs").uri
     counts = generate(
         root,
         segments=1200,
@@ -110,17 +113,17 @@ def small_inventory(tmp_path_factory):
         partitions_per_topic=2,
         seed=3,
         now_ms=NOW,
-        remote_root=str(root / "remote"),
+        remote_root=store_root,
         write_objects=True,
     )
-    return root, counts
+    return root, counts, store_root
 
 
 @pytest.mark.integration
 def test_execute_run_storage_report_loads_daily_snapshots(db, settings, tmp_path, small_inventory):
     """The Celery task executes a real spark-submit run by primary key and loads its output."""
     settings.SPARK_WORK_DIR = tmp_path
-    root, counts = small_inventory
+    root, counts, _ = small_inventory
     run = SparkJobRun.objects.create(
         job=SparkJob.STORAGE_REPORT,
         arguments={
@@ -150,8 +153,9 @@ def test_executed_retention_publishes_then_marks_then_deletes(
     deleted on the executors, then DELETE_SEGMENT_FINISHED."""
     settings.SPARK_WORK_DIR = tmp_path
     settings.SPARK_REMOTE_METADATA = "tests.spark_tasks.test_runs.FakeBackend"
-    root, _ = small_inventory
+    root, _, store_root = small_inventory
     FakeBackend.inputs, FakeBackend.calls, FakeBackend.marked = root, [], {}
+    FakeBackend.root = store_root
     run = SparkJobRun.objects.create(
         job=SparkJob.RETENTION, dry_run=False, cluster="sim", arguments={"now_ms": NOW}
     )
@@ -164,7 +168,10 @@ def test_executed_retention_publishes_then_marks_then_deletes(
     finished = {s.segment_id for s in FakeBackend.marked["DELETE_SEGMENT_FINISHED"]}
     assert started and started == finished
     plan = pq.read_table(Path(run.output_dir) / "plan").to_pylist()
-    assert all(not os.path.exists(r["object_path"]) for r in plan)
+    bucket = store_root.removeprefix("s3://").partition("/")[0]
+    stored = {f"s3://{bucket}/{key}" for key in s3util.keys(store_root)}
+    assert plan and stored  # the plan deleted some objects, others are kept
+    assert [r["object_path"] for r in plan if r["object_path"] in stored] == []
     assert run.output_summary["execution"]["marked_delete_finished"] == len(plan)
 
 

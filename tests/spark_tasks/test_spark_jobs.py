@@ -7,7 +7,6 @@ generated partitions (one partition per case), and the second run of acceptance 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -25,7 +24,9 @@ from spark_tasks.schema import (
     SegmentState,
 )
 from spark_tasks.submit import spark_submit
+from tests import s3util
 from tests.spark_tasks.kafka_cases import CASES, NOW
+from tests.spark_tasks.tiny_store import store_prefix
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,7 @@ def _epochs(entries):
     return [{"epoch": e, "start_offset": o} for e, o in entries]
 
 
-def _case_tables():
+def _case_tables(root: str):
     inv, parts = [], []
     for i, case in enumerate(CASES):
         topic = f"kafka-{case.name}"
@@ -75,7 +76,7 @@ def _case_tables():
                     "segment_leader_epochs": _epochs(s.leader_epochs),
                     "tiered_epoch": 0,
                     "state": s.state,
-                    "object_path": f"/remote/{topic}/{s.segment_id}",
+                    "object_path": f"{root}/{topic}-case-{i}/0/{s.segment_id}.log",
                     "event_timestamp_ms": s.event_timestamp_ms,
                 }
             )
@@ -98,7 +99,7 @@ def _case_tables():
                 "segment_leader_epochs": [{"epoch": 0, "start_offset": 0}],
                 "tiered_epoch": 0,
                 "state": state,
-                "object_path": f"/remote/leaderless/{j}",
+                "object_path": f"{root}/leaderless-topic-leaderless/2/{j}.log",
                 "event_timestamp_ms": NOW - 86_400_000,
             }
         )
@@ -119,7 +120,7 @@ def workspace(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def generated(workspace):
     """A generated inventory (with its own counts), plus the Kafka cases as extra partitions."""
-    root = workspace / "remote"
+    root = store_prefix("spark-jobs").uri
     counts = generate(
         workspace / "gen",
         segments=6000,
@@ -127,13 +128,19 @@ def generated(workspace):
         partitions_per_topic=3,
         seed=7,
         now_ms=NOW,
-        remote_root=str(root),
+        remote_root=root,
         write_objects=True,
     )
-    inv_cases, parts_cases = _case_tables()
+    inv_cases, parts_cases = _case_tables(root)
     pq.write_table(inv_cases, workspace / "gen" / "inventory" / "part-00001.parquet")
     pq.write_table(parts_cases, workspace / "gen" / "partitions" / "part-00001.parquet")
     return {"dir": workspace / "gen", "counts": counts, "remote": root}
+
+
+def _stored(root: str) -> set[str]:
+    """The URIs of every object under ``root`` (one listing, not a HEAD per object)."""
+    bucket = root.removeprefix("s3://").partition("/")[0]
+    return {f"s3://{bucket}/{key}" for key in s3util.keys(root)}
 
 
 def _submit(job, args, workspace, name):
@@ -257,14 +264,14 @@ def test_retention_finishes_started_deletes_of_partitions_without_state(retentio
 
 def test_dry_run_deletes_nothing(generated, retention_first):
     assert not (retention_first / "deleted").exists()
-    files = sum(len(f) for _, _, f in os.walk(generated["remote"]))
+    objects = len(_stored(generated["remote"]))
     live = sum(
         v["segments"]
         for t in generated["counts"]["topics"].values()
         for s, v in t.items()
         if s != SegmentState.DELETE_SEGMENT_FINISHED
     )
-    assert files == live
+    assert objects == live
 
 
 def test_second_run_deletes_nothing(generated, retention_first, workspace):
@@ -324,7 +331,7 @@ def test_purge_plans_below_the_epoch_and_deletes_the_objects(generated, workspac
             "--partitions",
             str(gen / "partitions"),
             "--store-root",
-            generated["remote"].as_uri(),
+            generated["remote"],
         ],
         workspace,
         "purge",
@@ -334,50 +341,64 @@ def test_purge_plans_below_the_epoch_and_deletes_the_objects(generated, workspac
     assert _lso_of(out) == lsos
     deleted = pq.read_table(out / "deleted").to_pylist()
     assert {r["outcome"] for r in deleted} <= {"deleted", "already_gone"}
-    for row in deleted:
-        assert not os.path.exists(row["object_path"])
+    assert len(deleted) == sum(len(p) for p in plans.values())
+    stored = _stored(generated["remote"])
+    assert [r["object_path"] for r in deleted if r["object_path"] in stored] == []
     inv = pq.read_table(gen / "inventory").to_pylist()
     kept = [
         r
         for r in inv
-        if r["tiered_epoch"] >= 1 and r["state"] != SegmentState.DELETE_SEGMENT_FINISHED
+        if r["tiered_epoch"] >= 1
+        and r["state"] != SegmentState.DELETE_SEGMENT_FINISHED
+        and not r["topic"].startswith(("kafka-", "leaderless"))  # cases: no objects written
     ]
-    assert kept and all(os.path.exists(r["object_path"]) for r in kept)
+    assert kept and all(r["object_path"] in stored for r in kept)
 
 
 def test_orphans_finds_only_old_unreferenced_objects(generated, workspace):
     remote = generated["remote"]
-    old = time.time() - 2 * 86400
-    orphan = remote / CLUSTER / "topic-0000-0" / "killed-upload.log"
-    orphan.write_bytes(b"x" * 10)
-    os.utime(orphan, (old, old))
-    young = remote / CLUSTER / "topic-0000-0" / "upload-in-flight.log"
-    young.write_bytes(b"y")
-    # the store keeps each segment's metadata record beside it: never an orphan, however old
-    record = remote / CLUSTER / "topic-0000-0" / "0" / f"{'ab' * 16}.json"
-    record.parent.mkdir(exist_ok=True)
-    record.write_text("{}")
-    os.utime(record, (old, old))
+    inv = pq.read_table(generated["dir"] / "inventory").to_pylist()
+    beside = next(
+        r["object_path"]
+        for r in inv
+        if r["topic"] == "topic-0000" and r["state"] == SegmentState.COPY_SEGMENT_FINISHED
+    )
+    # A killed upload: its object written, its metadata record never. S3 keeps the time an
+    # object was written (LastModified, whole seconds) and cannot be told another, so the
+    # sweep's clock is moved instead: the orphan is older than the window, one written two
+    # seconds later is not (an upload in flight: kept).
+    orphan = s3util.sibling(beside, "killed-upload.log")
+    s3util.put(orphan, b"x" * 10)
+    # a metadata record beside its segment is never an orphan, however old
+    record = s3util.sibling(beside, f"{'ab' * 16}.json")
+    s3util.put(record, b"{}")
+    time.sleep(2.1)
+    young = s3util.sibling(beside, "upload-in-flight.log")
+    written_ms = s3util.put(young, b"y")
+    now_ms = written_ms + 24 * 3_600_000  # cutoff = the young one's LastModified: not older
     out, result = _submit(
         "orphans",
         [
             "--inventory",
             str(generated["dir"] / "inventory"),
             "--remote-root",
-            f"file://{remote}",
+            remote,
             "--older-than",
             "24h",
+            "--now-ms",
+            str(now_ms),
             "--dry-run",
         ],
         workspace,
         "orphans",
     )
     paths = pq.read_table(out / "plan")["object_path"].to_pylist()
-    assert str(orphan) in paths
-    assert str(young) not in paths
-    assert str(record) not in paths
+    assert orphan in paths
+    assert young not in paths
+    assert record not in paths
+    assert beside not in paths  # referenced, and older than the window
     assert result.summary["unreferenced_younger_than_window"] >= 1
-    assert orphan.exists()  # dry run
+    assert s3util.exists(orphan)  # dry run
 
 
 def test_orphans_refuses_a_window_under_an_hour(generated, workspace):
@@ -387,7 +408,7 @@ def test_orphans_refuses_a_window_under_an_hour(generated, workspace):
             "--inventory",
             str(generated["dir"] / "inventory"),
             "--remote-root",
-            "/nonexistent",
+            generated["remote"],
             "--older-than",
             "59m",
             "--out",

@@ -16,73 +16,95 @@ from spark_tasks.jobkit import DeleteOutcome
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.schema import PLAN_SCHEMA
 from spark_tasks.tasks import execute_run
+from tests import s3util
 from tests.spark_tasks import tiny_store
 
 # --- the rule ---------------------------------------------------------------------------------
 
 
-def test_only_paths_strictly_below_the_resolved_root_are_inside(tmp_path):
-    remote = tmp_path / "remote"
-    (remote / "t-0").mkdir(parents=True)
-    (tmp_path / "remote-other").mkdir()
-    (tmp_path / "elsewhere").mkdir()
-    (remote / "t-0" / "escape").symlink_to(tmp_path / "elsewhere")
-    (tmp_path / "alias").symlink_to(remote)
-    root = store.store_root(f"file://{remote}/")
+def test_only_keys_strictly_below_the_prefix_in_its_bucket_are_inside():
+    root = store.store_root("s3://strata-remote/lab/")
+    assert root == "s3://strata-remote/lab"
     inside = [
-        f"{remote}/t-0/seg.log",
-        f"file://{remote}/t-0/seg.log",
-        f"{remote}/t-0/seg/",  # a directory object
-        f"{remote}/t-0/../t-0/seg.log",
-        f"{tmp_path}/alias/t-0/seg.log",  # a symlink to the store resolves into it
-        f"{remote}/t-0/escape",  # a link inside the store: deleting it removes the link
+        "s3://strata-remote/lab/t-0/0/seg.log",
+        "s3://strata-remote/lab/seg.log",
+        "s3://strata-remote/lab/.run/t-0/seg.log",  # a hidden name is a name like any other
     ]
     outside = [
-        str(remote),  # the root itself
-        f"{remote}/",
-        f"{remote}/.",
-        f"{remote}/t-0/..",
-        f"{remote}/../remote-other/seg.log",
-        f"{tmp_path}/remote-other/seg.log",  # a sibling sharing the root's prefix
-        f"{remote}/t-0/escape/seg.log",  # through a directory symlink
-        "/etc/passwd",
+        "s3://strata-remote/lab",  # the prefix itself
+        "s3://strata-remote/lab/",
+        "s3://strata-remote/lab/.",
+        "s3://strata-remote/lab/t-0/..",
+        "s3://strata-remote/lab/../lab-evil/seg.log",  # climbs out through ..
+        "s3://strata-remote/lab/t-0/../../lab-evil/seg.log",
+        "s3://strata-remote/lab/t-0/../seg.log",  # .. that would stay inside: still refused
+        "s3://strata-remote/lab/t-0/./seg.log",
+        "s3://strata-remote/lab//t-0/seg.log",  # an empty segment
+        "s3://strata-remote/lab/t-0/seg.log/",
+        "s3://strata-remote/lab-evil/seg.log",  # a sibling prefix sharing the root's characters
+        "s3://strata-remote/lab2/seg.log",
+        "s3://strata-remote/seg.log",
+        "s3://other-bucket/lab/t-0/seg.log",  # another bucket, same key
+        "s3://strata-remote-evil/lab/t-0/seg.log",
+        "S3://strata-remote/lab/t-0/seg.log",
+        "file:///strata-remote/lab/t-0/seg.log",
+        "/strata-remote/lab/t-0/seg.log",
         "relative/seg.log",
         "",
         None,
     ]
     assert [p for p in inside if not store.inside_store(p, root)] == []
     assert [p for p in outside if store.inside_store(p, root)] == []
+    assert store.store_entry(inside[0], root) == inside[0]
 
 
 @pytest.mark.parametrize(
     "root",
-    ["", "/", "file:///", "relative/remote", "s3://", "s3://Bad_Bucket/p", "s3://b-1/a/../p"],
+    [
+        "",
+        "/",
+        "/srv/remote",
+        "file:///",
+        "file:///srv/remote",
+        "relative/remote",
+        "gs://bucket/p",
+        "s3://",
+        "s3://Bad_Bucket/p",
+        "s3://b-1/a/../p",
+        "s3://b-1/a//p",
+    ],
 )
-def test_a_root_that_would_bound_nothing_is_refused(root):
-    with pytest.raises(ValueError):
+def test_a_root_that_is_not_an_s3_prefix_is_refused(root):
+    with pytest.raises(ValueError, match=r"s3://BUCKET/PREFIX|bucket|segment"):
         store.store_root(root)
+
+
+def test_a_local_directory_root_is_refused_naming_what_to_set():
+    with pytest.raises(ValueError) as refused:
+        store.store_root("file:///srv/kafka-remote")
+    assert "s3://BUCKET/PREFIX" in str(refused.value)
+    assert "STRATA_REMOTE_STORE" in str(refused.value)
 
 
 def test_the_delete_loop_leaves_everything_outside_the_store_alone(tmp_path):
     t = tiny_store.build(tmp_path, escapes=True)
-    outside_link = t.inside[0].parent / "points-outside.log"
-    outside_link.symlink_to(t.outside["seg-dotdot"])
+    itself = t.remote  # an object whose key is the prefix itself
+    s3util.put(itself, b"the prefix, not under it")
     paths = [
-        str(t.inside[0]),
-        f"{t.inside[0].parent}/../../../elsewhere/victim.log",
-        f"{t.inside[0].parent}/escape/linked.log",
-        str(outside_link),
+        t.inside[0],
+        f"{t.inside[0].rsplit('/', 1)[0]}/../../../{t.outside['seg-dotdot'].split('/')[-2]}"
+        "/victim.log",
+        t.outside["seg-sibling"],
+        itself,
+        t.inside[1].replace("s3://", "s3://other-", 1),
     ]
-    outcomes, errors = jobkit.unlink_paths(paths, store.store_root(str(t.remote)))
-    assert outcomes == [
-        DeleteOutcome.DELETED,
-        DeleteOutcome.REFUSED,
-        DeleteOutcome.REFUSED,
-        DeleteOutcome.DELETED,  # the link itself, inside the store
-    ]
-    assert "outside the remote store" in errors[1] and "outside the remote store" in errors[2]
-    assert all(p.exists() for p in t.outside.values())
-    assert not t.inside[0].exists() and not outside_link.is_symlink()
+    outcomes, errors = jobkit.unlink_paths(paths, store.store_root(t.remote))
+    assert outcomes == [DeleteOutcome.DELETED] + [DeleteOutcome.REFUSED] * 4
+    assert errors[0] is None
+    assert all("outside the remote store" in e for e in errors[1:])
+    assert all(s3util.exists(p) for p in t.outside.values())
+    assert s3util.exists(itself)
+    assert not s3util.exists(t.inside[0]) and s3util.exists(t.inside[1])
 
 
 # --- runs -------------------------------------------------------------------------------------
@@ -118,7 +140,7 @@ def backend(settings, tmp_path):
     settings.SPARK_WORK_DIR = tmp_path / "spark"
     settings.SPARK_REMOTE_METADATA = "tests.spark_tasks.test_store_boundary.StoreBackend"
     StoreBackend.store = tiny_store.build(tmp_path / "lab", escapes=True)
-    StoreBackend.root = StoreBackend.store.remote.as_uri()
+    StoreBackend.root = StoreBackend.store.remote
     StoreBackend.calls = []
     return StoreBackend
 
@@ -152,28 +174,28 @@ def _plan(path: Path, object_paths: list[str]) -> Path:
 
 def test_a_delete_without_a_configured_store_root_fails_before_spark(db, backend, tmp_path):
     backend.root = ""
-    plan = _plan(tmp_path / "plan", [str(p) for p in backend.store.inside])
+    plan = _plan(tmp_path / "plan", backend.store.inside)
     with mock.patch("spark_tasks.tasks.spark_submit") as submit:
         run = _execute(SparkJob.DELETE_OBJECTS, {"plan": str(plan)}, dry_run=False)
     submit.assert_not_called()
     assert run.state == SparkRunState.FAILED
     assert "refusing to delete" in run.error and "not configured" in run.error
-    assert all(p.exists() for p in backend.store.inside)
+    assert all(s3util.exists(p) for p in backend.store.inside)
 
 
 @pytest.mark.integration
 def test_a_purge_naming_objects_outside_the_store_deletes_nothing_and_names_them(db, backend):
-    """Acceptance: the inventory names two objects outside the store (through ``..`` and through
-    a directory symlink). The run fails while planning, naming both segments; nothing was
-    published, marked or deleted, outside the store or in it."""
+    """Acceptance: the inventory names two objects outside the store (through ``..`` segments and
+    in a sibling prefix sharing the store's characters). The run fails while planning, naming
+    both segments; nothing was published, marked or deleted, outside the store or in it."""
     run = _execute(SparkJob.PURGE, {}, dry_run=False)
 
     assert run.state == SparkRunState.FAILED, run.log_tail
     assert "outside the remote store" in run.error
-    assert "seg-dotdot" in run.error and "seg-symlink" in run.error
-    assert "elsewhere/victim.log" in run.error
-    assert all(p.exists() for p in backend.store.outside.values())
-    assert all(p.exists() for p in backend.store.inside)  # refused before any delete
+    assert "seg-dotdot" in run.error and "seg-sibling" in run.error
+    assert "elsewhere/victim.log" in run.error and "-evil/" in run.error
+    assert all(s3util.exists(p) for p in backend.store.outside.values())
+    assert all(s3util.exists(p) for p in backend.store.inside)  # refused before any delete
     assert backend.calls == []  # no log start offset published, no segment marked
 
 
@@ -182,16 +204,14 @@ def test_delete_objects_refuses_a_plan_with_one_row_outside_the_store(db, backen
     """The delete job on its own (as the reviewed-plan workflows run it): one bad row fails the
     whole run before the delete stage, with the row named; the store's objects stay too."""
     victim = backend.store.outside["seg-dotdot"]
+    leaf = backend.store.remote.rsplit("/", 1)[-1]
     plan = _plan(
         tmp_path / "reviewed" / "plan",
-        [
-            *(str(p) for p in backend.store.inside),
-            f"{backend.store.remote}/../elsewhere/victim.log",
-        ],
+        [*backend.store.inside, f"{backend.store.remote}/../{leaf}-elsewhere/victim.log"],
     )
     run = _execute(SparkJob.DELETE_OBJECTS, {"plan": str(plan)}, dry_run=False)
 
     assert run.state == SparkRunState.FAILED, run.log_tail
     assert "delete_objects refused" in run.error and "seg-3" in run.error
-    assert str(victim.name) in run.error
-    assert victim.exists() and all(p.exists() for p in backend.store.inside)
+    assert "victim.log" in run.error
+    assert s3util.exists(victim) and all(s3util.exists(p) for p in backend.store.inside)

@@ -1,20 +1,26 @@
-"""A remote store in a temporary directory with one fenced partition, as the Spark jobs see it:
-``inventory/`` and ``partitions/`` Parquet (DESIGN.md schemas) and the objects themselves.
+"""A remote store on S3 (a prefix of the test session's store) with one fenced partition, as the
+Spark jobs see it: ``inventory/`` and ``partitions/`` Parquet (DESIGN.md schemas) in a temporary
+directory, and the objects themselves in the bucket.
 
 The partition was disabled with the ``delete`` policy at tiered epoch 1, so ``purge`` plans every
 segment it lists (all tiered at epoch 0). ``escapes=True`` adds two segments whose objects lie
-outside the store although their paths start inside it: one through ``..``, one through a
-directory symlink."""
+outside the store, each an object that exists: one whose path starts inside the prefix and
+climbs out of it through ``..`` segments into a sibling prefix ``<prefix>-elsewhere/``, one in a
+sibling prefix that shares the store's characters (``<prefix>-evil/``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import secrets
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from broker_agent.objectstore import S3Location
 from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA, SegmentState
+from tests import s3util
 
 CLUSTER = "lab"
 TOPIC = "fenced"
@@ -25,12 +31,21 @@ NOW = 1_700_000_000_000
 @dataclasses.dataclass
 class TinyStore:
     base: Path
-    remote: Path
+    #: the store's root, ``s3://BUCKET/PREFIX``
+    remote: str
     inventory: Path
     partitions: Path
-    inside: list[Path]
-    #: segment id -> the file outside the store its object path reaches
-    outside: dict[str, Path]
+    #: the URIs of the store's objects
+    inside: list[str]
+    #: segment id -> the object outside the store its object path reaches
+    outside: dict[str, str]
+
+
+def store_prefix(name: str) -> S3Location:
+    """A prefix of its own under the session's store (``STRATA_REMOTE_STORE``, set by
+    ``tests/conftest.py``'s ``object_store``), named after ``name`` and unique."""
+    session = S3Location.parse(os.environ["STRATA_REMOTE_STORE"])
+    return session.child(f"{name}-{secrets.token_hex(3)}")
 
 
 def _segment(segment_id: str, i: int, object_path: str) -> dict:
@@ -53,29 +68,25 @@ def _segment(segment_id: str, i: int, object_path: str) -> dict:
 
 
 def build(base: Path, *, escapes: bool = False) -> TinyStore:
-    remote = base / "remote"
-    pdir = remote / f"{TOPIC}-{TOPIC_ID}" / "0"
-    pdir.mkdir(parents=True)
+    loc = store_prefix(base.name)
+    pdir = f"{loc.uri}/{TOPIC}-{TOPIC_ID}/0"
     rows, inside = [], []
     for i in range(3):
-        obj = pdir / f"seg-{i}.log"
-        obj.write_bytes(b"x" * (1000 + i))
+        obj = f"{pdir}/{i * 100:020d}-seg-{i}.log"
+        s3util.put(obj, b"x" * (1000 + i))
         inside.append(obj)
-        rows.append(_segment(f"seg-{i}", i, str(obj)))
-    outside: dict[str, Path] = {}
+        rows.append(_segment(f"seg-{i}", i, obj))
+    outside: dict[str, str] = {}
     if escapes:
-        elsewhere = base / "elsewhere"
-        elsewhere.mkdir()
-        victim = elsewhere / "victim.log"
-        victim.write_bytes(b"not the store's")
-        dotdot = f"{pdir}/../../../elsewhere/victim.log"
-        rows.append(_segment("seg-dotdot", 3, dotdot))
+        leaf = loc.prefix.rsplit("/", 1)[-1]
+        victim = f"{loc.uri}-elsewhere/victim.log"
+        s3util.put(victim, b"not the store's")
+        rows.append(_segment("seg-dotdot", 3, f"{pdir}/../../../{leaf}-elsewhere/victim.log"))
         outside["seg-dotdot"] = victim
-        (pdir / "escape").symlink_to(elsewhere, target_is_directory=True)
-        linked = elsewhere / "linked.log"
-        linked.write_bytes(b"not the store's either")
-        rows.append(_segment("seg-symlink", 4, f"{pdir}/escape/linked.log"))
-        outside["seg-symlink"] = linked
+        sibling = f"{loc.uri}-evil/{TOPIC}-{TOPIC_ID}/0/linked.log"
+        s3util.put(sibling, b"not the store's either")
+        rows.append(_segment("seg-sibling", 4, sibling))
+        outside["seg-sibling"] = sibling
     state = {
         "cluster": CLUSTER,
         "topic": TOPIC,
@@ -106,7 +117,7 @@ def build(base: Path, *, escapes: bool = False) -> TinyStore:
     )
     return TinyStore(
         base=base,
-        remote=remote,
+        remote=loc.uri,
         inventory=inputs / "inventory",
         partitions=inputs / "partitions",
         inside=inside,
