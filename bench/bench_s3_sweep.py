@@ -158,7 +158,7 @@ def _measure(config, n: int, repeats: int, master: str, work: Path, own: bool) -
         if not result.ok:
             raise RuntimeError(result.log_tail)
         summary = result.summary or {}
-        if summary.get("files_listed") != n or summary.get("segments") != n - refs:
+        if summary.get("objects_listed") != n or summary.get("segments") != n - refs:
             raise RuntimeError(f"the sweep found {summary}")
         jobs.append(float(summary["seconds"]))
     job_s, floor_s = statistics.median(jobs), statistics.median(floors)
