@@ -39,9 +39,8 @@ from broker_agent.web import ApiError
 
 __all__ = ["TieringMixin"]
 
-#: A COPY_SEGMENT_STARTED record older than this is a failed copy, deleted by expiration (the
-#: copier writes its three steps within one maintenance pass; a leader change mid-copy leaves
-#: one too).
+#: A COPY_SEGMENT_STARTED record older than this is a failed copy (the copier writes its three
+#: steps within one maintenance pass; a leader change mid-copy leaves one too).
 DANGLING_COPY_MS = 120_000
 
 
@@ -81,6 +80,7 @@ class TieringMixin:
                     if r.leader == self.broker_id:
                         self._maybe_shrink_isr(r)
                         self._copier_task(r)
+                        self._delete_dangling_copies(r)
                         self._expiration_task(r)
                     self._local_retention(r)
                     if now - last_ckpt > 2 and r.log is not None:
@@ -272,6 +272,21 @@ class TieringMixin:
             plog.delete_segment(seg)
             size -= seg.size
 
+    def _delete_dangling_copies(self, r: Replica) -> None:
+        """The copier's own clean-up, in either expiration mode (as Kafka's RemoteLogManager
+        deletes a segment whose upload failed): a COPY_SEGMENT_STARTED record older than
+        :data:`DANGLING_COPY_MS` is a copy that failed after its first step (an outage mid-copy,
+        or a leader change); the copier has moved on with a new segment id, so the leftover
+        object and record go DELETE_SEGMENT_STARTED -> deleted -> DELETE_SEGMENT_FINISHED.
+        Nothing else references them: the orphan sweep leaves objects that a record names."""
+        now = _now_ms()
+        for seg in self._remote_view(r)["segments"]:
+            if (
+                seg["state"] == RemoteSegmentState.COPY_SEGMENT_STARTED
+                and now - seg["event_timestamp_ms"] > DANGLING_COPY_MS
+            ):
+                self.remote.delete_segment(seg["segment_id"])
+
     def _expiration_task(self, r: Replica) -> None:
         """RemoteDataExpiration (internal mode): topic-wide retention over remote segments from
         the remote log start, the log start offset published before any object is deleted, each
@@ -282,20 +297,13 @@ class TieringMixin:
             return
         view = self._remote_view(r)
         purge = view["purge_below_tiered_epoch"]
-        now = _now_ms()
         for seg in view["segments"]:
             stuck = seg["state"] == RemoteSegmentState.DELETE_SEGMENT_STARTED
             fenced = (
                 seg["tiered_epoch"] < purge
                 and seg["state"] == RemoteSegmentState.COPY_SEGMENT_FINISHED
             )
-            # a copy that failed after its COPY_SEGMENT_STARTED record (an outage mid-copy):
-            # the copier has moved on with a new segment id; delete the leftover object
-            dangling = (
-                seg["state"] == RemoteSegmentState.COPY_SEGMENT_STARTED
-                and now - seg["event_timestamp_ms"] > DANGLING_COPY_MS
-            )
-            if stuck or fenced or dangling:
+            if stuck or fenced:
                 self.remote.delete_segment(seg["segment_id"])
         if self.expiration_state(r) != TaskState.RUNNING:
             return

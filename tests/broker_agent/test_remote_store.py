@@ -113,3 +113,49 @@ def test_an_unreachable_store_is_recorded_backed_off_and_cleared(location):
     _copy(store, 100, 199)
     assert store.unreachable_since is None and store.last_error is None
     assert [s["start_offset"] for s in store.segments("orders", "tid0", 3)] == [0, 100]
+
+
+def test_a_copy_that_failed_midway_is_deleted_by_its_leader_in_either_expiration_mode(
+    sim_factory,
+):
+    """A COPY_SEGMENT_STARTED record older than DANGLING_COPY_MS is a failed upload: the
+    leader deletes its object and finishes the record, with expiration external too (as the
+    Spark jobs run it), where nothing else would."""
+    import json
+    import time
+
+    from broker_agent.broker.tiering import DANGLING_COPY_MS
+
+    from .conftest import wait_until
+
+    sim = sim_factory(1, 1, "--expiration", "external")
+    sim.controller.create_topic("dangling", 1, 1, {"remote.storage.enable": "true"})
+    topic = sim.controller.topic("dangling")
+    manifest = json.loads((sim.data / "cluster.json").read_text())
+    store = S3Location.parse(manifest["remote_store"])
+    sid = uuid.uuid4().hex
+    pdir = f"dangling-{topic.topic_id}"
+    data_uri = store.object_uri(store.key(pdir, "0", f"{0:020d}-{sid}.log"))
+    s3util.put(data_uri, b"half an upload")
+    record = {
+        "cluster": manifest["cluster_id"], "topic": "dangling", "topic_id": topic.topic_id, "partition": 0,
+        "segment_id": sid, "start_offset": 0, "end_offset": 9, "max_timestamp_ms": 0,
+        "size_bytes": 0, "segment_leader_epochs": [], "tiered_epoch": 0,
+        "state": RemoteSegmentState.COPY_SEGMENT_STARTED, "object_path": data_uri,
+        "event_timestamp_ms": int(time.time() * 1000) - DANGLING_COPY_MS - 60_000,
+    }  # fmt: skip
+    s3util.put(
+        store.object_uri(store.key(METADATA_DIR, pdir, "0", f"{sid}.json")),
+        json.dumps(record).encode(),
+    )
+
+    def state() -> str | None:
+        rows = {r.segment_id: r for r in sim.agent(1).inventory("dangling")}
+        return rows[sid].state if sid in rows else None
+
+    wait_until(
+        lambda: state() == RemoteSegmentState.DELETE_SEGMENT_FINISHED,
+        60,
+        what="the dangling copy deleted by its leader",
+    )
+    assert not s3util.exists(data_uri)
