@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from bench.run import BENCH_DIR, ROOT, _machine, assemble
+from broker_agent.processes import free_ports
 from config import services
 
 KIND_ORDER = (
@@ -44,12 +44,6 @@ FAULT_ORDER = (
     ("agent_down_30s", "one broker agent down 30 s"),
     ("postgres_down_10s", "PostgreSQL down 10 s"),
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _cell_text(row: dict | None) -> str:
@@ -112,7 +106,7 @@ def main(argv: list[str]) -> int:
     work = ROOT / ".run" / "chaos"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    pg_port, redis_port = _free_port(), _free_port()
+    pg_port, redis_port = free_ports(2)  # distinct: chosen while both are bound
     database_url = f"postgres://postgres@127.0.0.1:{pg_port}/strata_chaos"
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     results = work / "results.jsonl"

@@ -27,6 +27,7 @@ __all__ = [
     "data_secret",
     "ensure_secret",
     "free_port",
+    "free_ports",
     "nonce_file",
     "read_cluster",
     "read_json",
@@ -50,9 +51,20 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports. The sockets stay bound until all are chosen: closing
+    each before asking for the next let the kernel hand out the same port twice (a cluster's
+    controller and one of its brokers on one port, seen once in a full test run)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(n):
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
 
 
 def read_json(path: str, default=None):

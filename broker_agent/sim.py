@@ -34,7 +34,7 @@ from broker_agent.processes import (
     controller_client,
     data_secret,
     ensure_secret,
-    free_port,
+    free_ports,
     read_cluster,
     read_json,
     run_broker,
@@ -61,7 +61,11 @@ def cmd_up(args) -> int:
     if c is None:
         host = "127.0.0.1"
         base = args.base_port
-        ctl_port = base if base else free_port()
+        # the controller's port and every broker's, chosen at once so that they differ
+        ports = (
+            [base + i for i in range(args.brokers + 1)] if base else free_ports(args.brokers + 1)
+        )
+        ctl_port = ports[0]
         c = {
             "cluster_id": args.cluster_id or f"sim-{uuid.uuid4().hex[:8]}",
             "mode": "synthetic" if synthetic else "real",
@@ -92,7 +96,7 @@ def cmd_up(args) -> int:
                 }
         else:
             for i in range(1, args.brokers + 1):
-                port = base + i if base else free_port()
+                port = ports[i]
                 c["brokers"][str(i)] = {"port": port, "url": f"http://{host}:{port}"}
         write_json(path, c)
     if c["mode"] != "synthetic" and not c.get("remote_store"):
