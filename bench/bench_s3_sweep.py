@@ -24,23 +24,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.bench_s3 import _env_int, _load  # the S3 benches' shared knobs
+
 TITLE = "Object store (S3): orphan sweep vs a bare parallel listing"
 
 TOPICS, PARTITIONS = 20, 50
 PUT_THREADS = 64
 HOUR_MS = 3_600_000
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-def _load() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load average {one:.2f} / {five:.2f} (1 / 5 min) on {os.cpu_count()} cores"
 
 
 def _layout(n: int) -> list[tuple[str, str, int, str]]:
