@@ -18,7 +18,7 @@ import time
 
 import httpx
 
-from broker_agent.signing import audience_of, load_secret
+from broker_agent.signing import audience_of, load_secret, read_secret_file
 
 __all__ = [
     "DEFAULT_DATA",
@@ -82,13 +82,17 @@ def write_json(path: str, obj) -> None:
 
 
 def data_secret(data: str) -> bytes:
+    """The cluster secret: the caller's (``STRATA_AGENT_SECRET[_FILE]``), else the one
+    :func:`ensure_secret` wrote to ``<data>/secret``."""
     try:
         return load_secret()
     except RuntimeError:
         pass
     path = os.path.join(data, "secret")
-    with open(path, "rb") as fh:
-        return fh.read().strip()
+    secret = read_secret_file(path)
+    if secret is None:
+        raise RuntimeError(f"{path} is empty: remove it and run `sim up` again")
+    return secret.encode("utf-8", "surrogateescape")
 
 
 def ensure_secret(data: str) -> dict[str, str]:

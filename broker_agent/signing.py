@@ -118,20 +118,27 @@ def read_secret(name: str, env: Mapping[str, str] | None = None) -> str | None:
     surrounding whitespace, so a mounted secret may end with a newline); None when neither gives
     one. A secret is never empty: an empty variable or file counts as unset.
 
-    The one reader of secrets: the agent's (:func:`load_secret`) and Django's settings
-    (``config.env.env_secret``). Bytes that are not UTF-8 survive the round trip to bytes
+    The one reader of secrets, with :func:`read_secret_file`: the agent's (:func:`load_secret`),
+    Django's settings (``config.env.env_secret``), the simulated cluster's ``<data>/secret``
+    (``processes.data_secret``) and a registered cluster's ``secret_ref``
+    (``console.models.clusters.read_secret_ref``). Bytes that are not UTF-8 survive the round trip to bytes
     (``surrogateescape``, as in ``os.environ``), so a key file is used byte for byte."""
     env = os.environ if env is None else env
     value = env.get(name)
     if value:
         return value
     path = env.get(f"{name}_FILE")
-    if path:
-        with open(path, "rb") as fh:
-            data = fh.read().strip()
-        if data:
-            return data.decode("utf-8", "surrogateescape")
-    return None
+    return read_secret_file(path) if path else None
+
+
+def read_secret_file(path: str) -> str | None:
+    """The secret held in the file ``path``: its contents stripped of surrounding whitespace,
+    decoded like :func:`read_secret`; None when the file is empty. A missing file raises
+    :class:`FileNotFoundError` (a reference to a file that is not there is a mistake to report,
+    not an unset secret)."""
+    with open(path, "rb") as fh:
+        data = fh.read().strip()
+    return data.decode("utf-8", "surrogateescape") if data else None
 
 
 def load_secret(env: Mapping[str, str] | None = None) -> bytes:

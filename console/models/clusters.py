@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils import timezone
 
+from broker_agent.signing import read_secret, read_secret_file
 from console.choices import SyncTrigger, choices
 
 __all__ = ["AgentEvent", "Cluster", "SyncRun", "read_secret_ref"]
@@ -20,17 +18,21 @@ class ClusterQuerySet(models.QuerySet):
 
 
 def read_secret_ref(ref: str, cluster: str) -> bytes:
-    """A cluster's agent secret from a reference: ``env:NAME`` (an environment variable) or the
-    path of a file (its contents, stripped). Empty is an error naming ``cluster``."""
+    """A cluster's agent secret from a reference: ``env:NAME`` (the variable ``NAME``, else the
+    file named by ``NAME_FILE``, as every Strata secret is read) or the path of a file (its
+    contents, stripped). Empty is an error naming ``cluster``.
+
+    Read by :mod:`broker_agent.signing`'s one secret reader, so a secret means the same bytes
+    to the console as to the agents that verify it."""
     if ref.startswith("env:"):
-        value = os.environ.get(ref[4:], "")
-        if not value:
+        value = read_secret(ref[4:])
+        if value is None:
             raise RuntimeError(f"cluster {cluster}: environment variable {ref[4:]} is empty")
-        return value.encode()
-    data = Path(ref).read_bytes().strip()
-    if not data:
-        raise RuntimeError(f"cluster {cluster}: secret file {ref} is empty")
-    return data
+    else:
+        value = read_secret_file(ref)
+        if value is None:
+            raise RuntimeError(f"cluster {cluster}: secret file {ref} is empty")
+    return value.encode("utf-8", "surrogateescape")
 
 
 class Cluster(models.Model):

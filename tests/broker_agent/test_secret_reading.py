@@ -1,12 +1,15 @@
-"""Reading a secret (one rule for the agent's and Django's): ``$NAME``, else the file named by
-``$NAME_FILE``, stripped; an empty value counts as unset."""
+"""Reading a secret (one rule for the agent's, Django's, the simulated cluster's and a registered
+cluster's): ``$NAME``, else the file named by ``$NAME_FILE``, stripped; an empty value counts as
+unset."""
 
 from __future__ import annotations
 
 import pytest
 
+from broker_agent.processes import data_secret
 from broker_agent.signing import load_secret, read_secret
 from config.env import env_secret
+from console.models.clusters import read_secret_ref
 
 
 def test_the_variable_wins_over_its_file(tmp_path):
@@ -43,3 +46,32 @@ def test_django_settings_read_secrets_the_same_way(tmp_path, monkeypatch):
     assert env_secret("STRATA_TEST_SECRET", "default") == "django-key"
     monkeypatch.delenv("STRATA_TEST_SECRET_FILE")
     assert env_secret("STRATA_TEST_SECRET", "default") == "default"
+
+
+def test_a_simulated_clusters_secret_file_reads_as_the_agents_do(tmp_path, monkeypatch):
+    monkeypatch.delenv("STRATA_AGENT_SECRET", raising=False)
+    monkeypatch.delenv("STRATA_AGENT_SECRET_FILE", raising=False)
+    (tmp_path / "secret").write_bytes(b"\xff\x00key\n")
+    assert data_secret(str(tmp_path)) == b"\xff\x00key"
+    (tmp_path / "secret").write_text("\n")
+    with pytest.raises(RuntimeError, match="is empty"):
+        data_secret(str(tmp_path))
+    monkeypatch.setenv("STRATA_AGENT_SECRET", "from-env")
+    assert data_secret(str(tmp_path)) == b"from-env"
+
+
+def test_a_registered_clusters_secret_ref_reads_as_the_agents_do(tmp_path, monkeypatch):
+    path = tmp_path / "local.secret"
+    path.write_bytes(b"\xff\x00key\n")
+    assert read_secret_ref(str(path), "local") == b"\xff\x00key"
+    monkeypatch.setenv("STRATA_REF_SECRET", "s3cret")
+    assert read_secret_ref("env:STRATA_REF_SECRET", "local") == b"s3cret"
+    monkeypatch.setenv("STRATA_REF_SECRET", "")
+    monkeypatch.setenv("STRATA_REF_SECRET_FILE", str(path))
+    assert read_secret_ref("env:STRATA_REF_SECRET", "local") == b"\xff\x00key"
+    monkeypatch.delenv("STRATA_REF_SECRET_FILE")
+    with pytest.raises(RuntimeError, match="cluster local: environment variable STRATA_REF_SECRET"):
+        read_secret_ref("env:STRATA_REF_SECRET", "local")
+    path.write_text(" \n")
+    with pytest.raises(RuntimeError, match=r"cluster local: secret file .* is empty"):
+        read_secret_ref(str(path), "local")
