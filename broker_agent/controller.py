@@ -43,6 +43,8 @@ from broker_agent.models import (
     PartitionForKeyResponse,
     TieringCommandRequest,
     TopicMetadata,
+    partition_key,
+    split_partition_key,
     validate_topic_name,
 )
 from broker_agent.web import ApiError, install
@@ -54,10 +56,6 @@ log = logging.getLogger("broker_agent.controller")
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _tp(topic: str, partition: int) -> str:
-    return f"{topic}:{partition}"
 
 
 class Controller:
@@ -148,7 +146,7 @@ class Controller:
 
     def _offline_replicas(self, topic: str, part: dict) -> list[int]:
         """KIP-112: replicas on dead brokers union replicas on offline log dirs."""
-        key = _tp(topic, part["partition"])
+        key = partition_key(topic, part["partition"])
         return [
             r for r in part["replicas"] if not self._alive(r) or key in self.brokers[r]["offline"]
         ]
@@ -587,16 +585,16 @@ class Controller:
         b["log_dirs"] = [d.model_dump() for d in hb.log_dirs]
         changed: dict[str, dict] = {}
         for key in hb.created:
-            topic, _, p = key.rpartition(":")
+            topic, p = split_partition_key(key)
             t = self.topics.get(topic)
-            part = t["partitions"].get(int(p)) if t else None
+            part = t["partitions"].get(p) if t else None
             if part and hb.broker_id in part["replicas"] and hb.broker_id not in part["created"]:
                 part["created"].append(hb.broker_id)
                 changed[topic] = t
         for key in hb.empty_marked_partitions:
-            topic, _, p = key.rpartition(":")
+            topic, p = split_partition_key(key)
             t = self.topics.get(topic)
-            part = t["partitions"].get(int(p)) if t else None
+            part = t["partitions"].get(p) if t else None
             if part and part["marked_for_deletion"] and part["leader"] == hb.broker_id:
                 log.info("removing drained partition %s (KIP-253)", key)
                 del t["partitions"][int(p)]

@@ -49,7 +49,9 @@ __all__ = [
     "TieringCommandRequest",
     "TopicMetadata",
     "WebhookEvent",
+    "partition_key",
     "snapshot_tsv",
+    "split_partition_key",
     "split_snapshot_tsv",
     "validate_topic_name",
 ]
@@ -155,6 +157,19 @@ def validate_topic_name(name: str) -> str:
             "'.', '_' and '-'"
         )
     return name
+
+
+def partition_key(topic: str, partition: int) -> str:
+    """A partition's key on the wire and in maps: ``topic:partition`` (``demo.orders:3``), as the
+    agents' heartbeats, snapshots and metadata deltas name partitions. Unambiguous because a
+    topic name cannot hold ``:`` (:data:`TOPIC_NAME_PATTERN`)."""
+    return f"{topic}:{partition}"
+
+
+def split_partition_key(key: str) -> tuple[str, int]:
+    """The ``(topic, partition)`` of a :func:`partition_key`."""
+    topic, _, partition = key.rpartition(":")
+    return topic, int(partition)
 
 
 class CreateTopicRequest(_Model):

@@ -24,6 +24,8 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from typing import Protocol
 
+from broker_agent.models import partition_key
+
 __all__ = ["Placement", "TopicPartition", "leader_sizes", "next_log_dir", "place_replicas"]
 
 #: Kafka's ``TopicPartition``: (topic, partition).
@@ -78,7 +80,7 @@ def leader_sizes(replicas: Iterable[SizedReplica], wanted: Collection[str]) -> d
     broker's snapshot) lead."""
     sizes: dict[str, int] = {}
     for r in replicas:
-        key = f"{r.topic}:{r.partition}"
+        key = partition_key(r.topic, r.partition)
         if key in wanted and r.is_leader:
             sizes[key] = r.size_bytes
     return sizes

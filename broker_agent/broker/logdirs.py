@@ -20,7 +20,6 @@ import httpx
 from broker_agent.broker.state import (
     DEGRADED_WINDOW,
     Replica,
-    _key,
     _now_ms,
     log,
 )
@@ -30,6 +29,7 @@ from broker_agent.choices import (
     LogDirState,
 )
 from broker_agent.client import AgentClient, AgentError
+from broker_agent.models import partition_key
 from broker_agent.placement import leader_sizes, place_replicas
 from broker_agent.signing import sign_headers
 from broker_agent.storage import (
@@ -73,7 +73,7 @@ class LogDirsMixin:
                     if r.dir_name == name and r.log is not None:
                         r.last_size_bytes = r.log.size_bytes
                         r.log = None
-                        offline.append(_key(r.topic, r.partition))
+                        offline.append(partition_key(r.topic, r.partition))
                         with r.cond:
                             r.cond.notify_all()
             with self.data_cond:
@@ -179,7 +179,7 @@ class LogDirsMixin:
         by_leader: dict[int, set[str]] = {}
         for r in replicas:
             if r.leader >= 0 and r.leader != self.broker_id and r.leader in self.broker_urls:
-                by_leader.setdefault(r.leader, set()).add(_key(r.topic, r.partition))
+                by_leader.setdefault(r.leader, set()).add(partition_key(r.topic, r.partition))
         sizes: dict[str, int] = {}
         for leader, keys in by_leader.items():
             try:
@@ -213,7 +213,7 @@ class LogDirsMixin:
         from_leaders = self._sizes_from_leaders(moving)
         rows = []
         for r in moving:
-            key = _key(r.topic, r.partition)
+            key = partition_key(r.topic, r.partition)
             if key in from_leaders:
                 size, source = from_leaders[key], "leader"
             elif r.last_size_bytes is not None:
@@ -288,7 +288,7 @@ class LogDirsMixin:
         with self.lock:
             self.removed_log_dirs = sorted({*self.removed_log_dirs, name})
             for row in plan["replicas"]:
-                self.planned_dirs[_key(row["topic"], row["partition"])] = row["target_dir"]
+                self.planned_dirs[partition_key(row["topic"], row["partition"])] = row["target_dir"]
             self._save_dir_config()
             self.log_dirs.pop(name, None)
             for r in self.replicas.values():

@@ -15,7 +15,6 @@ import httpx
 
 from broker_agent.broker.state import (
     Replica,
-    _key,
     log,
 )
 from broker_agent.choices import (
@@ -23,6 +22,7 @@ from broker_agent.choices import (
     TopicConfig,
 )
 from broker_agent.client import AgentError
+from broker_agent.models import partition_key
 from broker_agent.placement import next_log_dir
 from broker_agent.storage import (
     PartitionLog,
@@ -128,9 +128,9 @@ class MetadataMixin:
                 t["configs"].get(TopicConfig.SEGMENT_BYTES, self.segment_bytes)
             )
         if r.log is not None and not created:
-            self.pending_created.add(_key(*key))
+            self.pending_created.add(partition_key(*key))
         elif created:
-            self.pending_created.discard(_key(*key))
+            self.pending_created.discard(partition_key(*key))
         r.replicas = part["replicas"]
         leader_changed = part["leader"] != r.leader or part["leader_epoch"] != r.leader_epoch
         isr_changed = part["isr"] != r.isr
@@ -173,7 +173,7 @@ class MetadataMixin:
             if other.online and other.dir_name in counts:
                 counts[other.dir_name] += 1
         d = self.log_dirs[next_log_dir(counts)]
-        planned = self.planned_dirs.get(_key(r.topic, r.partition))
+        planned = self.planned_dirs.get(partition_key(r.topic, r.partition))
         if planned is not None and planned in counts:
             d = self.log_dirs[planned]  # where the log-dir removal plan found room
         seg_bytes = int(t["configs"].get(TopicConfig.SEGMENT_BYTES, self.segment_bytes))
@@ -184,8 +184,8 @@ class MetadataMixin:
             log.error("cannot create %s-%s on %s: %s", r.topic, r.partition, d.name, exc)
             return
         r.log, r.dir_name, r.needs_truncation = plog, d.name, True
-        self.pending_created.add(_key(r.topic, r.partition))
-        if self.planned_dirs.pop(_key(r.topic, r.partition), None) is not None:
+        self.pending_created.add(partition_key(r.topic, r.partition))
+        if self.planned_dirs.pop(partition_key(r.topic, r.partition), None) is not None:
             self._save_dir_config()
 
     def _heartbeat_loop(self) -> None:
@@ -194,9 +194,9 @@ class MetadataMixin:
 
     def _heartbeat_once(self) -> None:
         with self.lock:
-            offline = [_key(*k) for k, r in self.replicas.items() if r.log is None]
+            offline = [partition_key(*k) for k, r in self.replicas.items() if r.log is None]
             empty = [
-                _key(*k)
+                partition_key(*k)
                 for k, r in self.replicas.items()
                 if r.log is not None
                 and r.marked_for_deletion

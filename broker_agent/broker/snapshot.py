@@ -13,7 +13,6 @@ import os
 
 from broker_agent.broker.state import (
     Replica,
-    _key,
     _now_ms,
 )
 from broker_agent.choices import (
@@ -22,6 +21,7 @@ from broker_agent.choices import (
     TaskState,
     TieredState,
 )
+from broker_agent.models import partition_key
 from broker_agent.remote import RemoteStorageError
 from broker_agent.storage import (
     LogDir,
@@ -101,7 +101,8 @@ class SnapshotMixin:
         """Broker snapshot with a version; ``since`` returns only replicas changed after it."""
         with self.lock:
             entries = {
-                _key(r.topic, r.partition): self._replica_info(r) for r in self.replicas.values()
+                partition_key(r.topic, r.partition): self._replica_info(r)
+                for r in self.replicas.values()
             }
             dirs = [self.log_dir_info(d) for d in self.log_dirs.values()]
         head = (self.online, json.dumps(dirs, sort_keys=True, default=str), self.expiration_mode)

@@ -29,10 +29,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _key(topic: str, partition: int) -> str:
-    return f"{topic}:{partition}"
-
-
 def _storage_error(exc: StorageError, topic: str, partition: int) -> ApiError:
     """503 KAFKA_STORAGE_ERROR naming the offline log dir. The I/O error itself (errno, paths)
     stays in the log (``log dir ... failed``, once per failure), as Kafka answers

@@ -12,7 +12,7 @@ import logging
 
 from django.db import transaction
 
-from broker_agent.models import ClusterMetadata
+from broker_agent.models import ClusterMetadata, split_partition_key
 from console.choices import BrokerState, TopicConfig
 from console.sync.common import MalformedAnswer, error_text, loads_json, raw_json
 from console.sync.rows import (
@@ -298,9 +298,9 @@ class MetadataSync:
         """Delete ``topic:partition`` keys (a delta's ``removed_partitions``) and their replicas."""
         topics, parts = [], []
         for key in keys:
-            topic, _, part = key.rpartition(":")
+            topic, part = split_partition_key(key)
             topics.append(topic)
-            parts.append(int(part))
+            parts.append(part)
         ids = """
             SELECT p.id FROM console_partition p
             JOIN unnest(%(topics)s::text[], %(parts)s::int[]) AS k(topic, partition)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from broker_agent.models import TIER_METRIC_FIELDS, BrokerSnapshot, LogDirInfo
+from broker_agent.models import TIER_METRIC_FIELDS, BrokerSnapshot, LogDirInfo, split_partition_key
 from console.choices import TopicConfig
 
 __all__ = [
@@ -222,5 +222,5 @@ def logdir_rows(broker_id: int, dirs: Iterable[LogDirInfo]):
 
 def removed_rows(snap: BrokerSnapshot):
     for key in snap.removed:
-        topic, _, part = key.rpartition(":")
-        yield (snap.broker_id, topic, int(part))
+        topic, part = split_partition_key(key)
+        yield (snap.broker_id, topic, part)

@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 from audit.choices import AuditOutcome
 from broker_agent.choices import LogDirState, ReplicaState
 from broker_agent.client import AgentError
-from broker_agent.models import ClusterMetadata
+from broker_agent.models import ClusterMetadata, partition_key
 from workflows.kinds import (
     Field,
     Plan,
@@ -90,7 +90,6 @@ from workflows.kinds.disks_plan import (
     RecoveryMode,
     partitions_by_key,
     plan_recovery,
-    replica_key,
     sizes_on_leaders,
 )
 from workflows.kinds.verification import VERIFY_RECORDS
@@ -248,7 +247,7 @@ def log_dir_reset(ctx: StepContext) -> StepResult:
     def created_count() -> dict[str, Any]:
         with controller(cluster) as ctl:
             md = ctl.metadata()
-        keys = {f"{r['topic']}:{r['partition']}" for r in ctx.plan["replicas"]}
+        keys = {partition_key(r["topic"], r["partition"]) for r in ctx.plan["replicas"]}
         parts = partitions_by_key(md)
         return {
             "planned_replicas": len(keys),
@@ -273,7 +272,7 @@ def log_dir_reset(ctx: StepContext) -> StepResult:
 def _planned_keys(ctx: StepContext, md: ClusterMetadata) -> list[str]:
     """The plan's replicas that still exist on this broker (a partition may be gone since)."""
     broker, parts = ctx.params["broker"], partitions_by_key(md)
-    keys = [f"{r['topic']}:{r['partition']}" for r in ctx.plan["replicas"]]
+    keys = [partition_key(r["topic"], r["partition"]) for r in ctx.plan["replicas"]]
     return [k for k in keys if k in parts and broker in parts[k][1].replicas]
 
 
@@ -287,8 +286,10 @@ def recreate_replicas(ctx: StepContext) -> StepResult:
     keys = _planned_keys(ctx, md)
     parts = partitions_by_key(md)
     with agent(cluster, broker) as a:
-        status = {replica_key(r["topic"], r["partition"]): r for r in a.recreate_status().replicas}
-        mine = {replica_key(r.topic, r.partition): r for r in a.snapshot().replicas}
+        status = {
+            partition_key(r["topic"], r["partition"]): r for r in a.recreate_status().replicas
+        }
+        mine = {partition_key(r.topic, r.partition): r for r in a.snapshot().replicas}
     leaders = sizes_on_leaders(cluster, md, set(keys), broker)
     total = done = 0
     in_sync: list[str] = []
@@ -368,7 +369,7 @@ def _round_trip(
         ends[key] = resp.base_offset + len(values)
         checked.append(key)
     with agent(cluster, broker) as a:
-        mine = {replica_key(r.topic, r.partition): r for r in a.snapshot().replicas}
+        mine = {partition_key(r.topic, r.partition): r for r in a.snapshot().replicas}
     for key in checked:
         r = mine.get(key)
         if r is None or r.log_end_offset < ends[key]:
@@ -469,7 +470,9 @@ class RecoverLogDir(WorkflowKind):
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
         where = f"broker {actions['broker']} {actions['log_dir']}"
-        replicas = ", ".join(f"{x['topic']}:{x['partition']}" for x in actions["replicas"][:20])
+        replicas = ", ".join(
+            partition_key(x["topic"], x["partition"]) for x in actions["replicas"][:20]
+        )
         more = len(actions["replicas"]) - 20
         replicas += f" and {more} more" if more > 0 else ""
         rows = [

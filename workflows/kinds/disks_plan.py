@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from broker_agent.choices import ErrorCode as AgentErrorCode
 from broker_agent.choices import LogDirState, ReplicaState, TopicConfig
-from broker_agent.models import BrokerSnapshot, ClusterMetadata, PartitionMetadata, TopicMetadata
+from broker_agent.models import (
+    BrokerSnapshot,
+    ClusterMetadata,
+    PartitionMetadata,
+    TopicMetadata,
+    partition_key,
+)
 from broker_agent.placement import leader_sizes, place_replicas
 from workflows.kinds import (
     Plan,
@@ -30,7 +36,6 @@ __all__ = [
     "RecoveryMode",
     "partitions_by_key",
     "plan_recovery",
-    "replica_key",
     "replicas_on",
     "sizes_on_leaders",
     "space_refusal",
@@ -59,17 +64,13 @@ class DiskRefusal:
     RECORDS_LOST = "RECORDS_LOST"
 
 
-def replica_key(topic: str, partition: int) -> str:
-    return f"{topic}:{partition}"
-
-
 def topic_min_isr(topic: TopicMetadata) -> int:
     default = TopicConfig.DEFAULTS[TopicConfig.MIN_INSYNC_REPLICAS]
     return int(topic.configs.get(TopicConfig.MIN_INSYNC_REPLICAS, default))
 
 
 def partitions_by_key(md: ClusterMetadata) -> dict[str, tuple[TopicMetadata, PartitionMetadata]]:
-    return {replica_key(t.name, p.partition): (t, p) for t in md.topics for p in t.partitions}
+    return {partition_key(t.name, p.partition): (t, p) for t in md.topics for p in t.partitions}
 
 
 def sizes_on_leaders(cluster: str, md: ClusterMetadata, keys: set[str], broker: int) -> dict:
@@ -158,17 +159,17 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
                 )
             removal = a.log_dir_removal_plan(name) if state == LogDirState.OFFLINE else None
         replicas = replicas_on(snap, name)
-        keys = {replica_key(r.topic, r.partition) for r in replicas}
+        keys = {partition_key(r.topic, r.partition) for r in replicas}
         from_leaders = sizes_on_leaders(cluster, md, keys, broker)
     removal_sizes = {
-        replica_key(r.topic, r.partition): r.size_bytes
+        partition_key(r.topic, r.partition): r.size_bytes
         for r in (removal.replicas if removal else [])
     }
     parts = partitions_by_key(md)
     rows: list[dict[str, Any]] = []
     sizes: dict[tuple[str, int], int] = {}
     for r in replicas:
-        key = replica_key(r.topic, r.partition)
+        key = partition_key(r.topic, r.partition)
         t, p = parts.get(key, (None, None))
         if t is None or p is None:
             continue  # the partition is gone (topic deleted, KIP-253 partition removed)
@@ -219,10 +220,10 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
     total = sum(sizes.values())
     if mode == RecoveryMode.REMOVE and unplaced:
         raise space_refusal(total, [g for g in good if "fits" in g], unplaced, len(sizes))
-    leader_lost = [f"{x['topic']}:{x['partition']}" for x in rows if x["leader_lost"]]
-    under_min = [f"{x['topic']}:{x['partition']}" for x in rows if x["under_min_isr"]]
+    leader_lost = [partition_key(x["topic"], x["partition"]) for x in rows if x["leader_lost"]]
+    under_min = [partition_key(x["topic"], x["partition"]) for x in rows if x["under_min_isr"]]
     under_after = [
-        f"{x['topic']}:{x['partition']}" for x in rows if x["under_min_isr_after_cordon"]
+        partition_key(x["topic"], x["partition"]) for x in rows if x["under_min_isr_after_cordon"]
     ]
     steps = ["cordon_log_dir"]
     steps += (
