@@ -141,7 +141,13 @@ def size_text(n: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Field:
-    """A request field a kind uses: drives validation, the request form and the API docs."""
+    """A request field a kind uses: drives validation, the request form and the API docs.
+
+    A kind's inputs are a tuple of these rather than a pydantic model (decision recorded for
+    #12): one declaration renders the HTML request form (label, help, choices, bounds), cleans
+    a request from the form and the API alike with the same error codes, and gives the OpenAPI
+    schema (:meth:`json_schema`, :meth:`WorkflowKind.params_schema`). A pydantic model would
+    give the last two and need a second declaration for the form."""
 
     name: str
     label: str
