@@ -54,7 +54,7 @@ op, ap = user("bench-operator", "operator"), user("bench-approver", "approver")
 n = int(sys.argv[1])
 for i in range(n):
     wf = do_request_workflow(acting_user=op, kind="noop_check", context=AuditContext.CLI,
-        params={"cluster": "bench", "topic": f"bench-{i}", "partitions": 2, "mode": "plain"})
+        params={"cluster": "bench", "label": f"bench-{i}", "brokers": 2, "mode": "plain"})
     engine.run(wf.pk)  # its planning, in-process: no worker runs while the queue is filled
     wf.refresh_from_db()
     do_approve_workflow(wf.pk, acting_user=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)

@@ -71,7 +71,7 @@ def test_api_actions_are_attributed_to_the_token_user_in_api_context(client, ope
     _, raw = do_issue_token(operator, acting_user=None)
     response = client.post(
         "/api/v1/workflows",
-        {"kind": "noop_check", "cluster": "lab", "topic": "tok"},
+        {"kind": "noop_check", "cluster": "lab", "params": {"label": "tok"}},
         content_type="application/json",
         headers={"Authorization": f"Bearer {raw}"},
     )

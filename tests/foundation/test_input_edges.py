@@ -44,19 +44,19 @@ def test_a_nul_in_a_query_parameter_names_it(client, viewer, lab):
 
 def test_a_nul_in_a_json_field_names_the_field(client, operator, lab):
     client.force_login(operator)
-    body = {"kind": "noop_check", "params": {"cluster": "lab", "topic": "t\x00"}, "reason": "x"}
+    body = {"kind": "noop_check", "params": {"cluster": "lab", "label": "t\x00"}, "reason": "x"}
     response = client.post("/api/v1/workflows", json.dumps(body), content_type="application/json")
     assert response.status_code == 400
     assert response.json() == {
         "error": "INVALID_REQUEST",
-        "message": "Field 'params.topic' holds a NUL byte; text must be printable.",
+        "message": "Field 'params.label' holds a NUL byte; text must be printable.",
     }
 
 
 def test_a_nul_in_a_form_field_names_the_field(client, operator, lab):
     client.force_login(operator)
     response = client.post(
-        "/workflows/new/", {"kind": "noop_check", "cluster": "lab", "topic": "t", "reason": "\x00"}
+        "/workflows/new/", {"kind": "noop_check", "cluster": "lab", "label": "t", "reason": "\x00"}
     )
     assert response.status_code == 400
     assert "Field 'reason' holds a NUL byte" in response.content.decode()

@@ -5,8 +5,14 @@ in production, so it never writes into a production audit log. It proves the fra
 end without a cluster (request, planning, approval, execution by a real worker, per-broker
 progress, human gate, retries, crash recovery) and is what ``bench/bench_workflows.py`` queues.
 
-Steps: ``check`` (progress over ``10 * partitions`` units) → ``confirm`` (mode ``gate`` only, a
-human gate) → ``apply`` once per pseudo-broker ``0 .. partitions-1`` (mode ``flaky``: the first
+Parameters (besides ``cluster``, any name: no cluster is read): ``label`` (required; any name,
+the workflow's target ``noop:<label>``), ``brokers`` (how many pseudo-brokers, hence per-broker
+``apply`` steps: 1 to 50, default 2) and ``mode`` (``plain``, ``gate`` or ``flaky``). They are
+the kind's own, so requests pass them in ``params`` (or ``--param`` on the command line); of the
+flat request fields only ``cluster`` and ``mode`` apply.
+
+Steps: ``check`` (progress over ``10 * brokers`` units) → ``confirm`` (mode ``gate`` only, a
+human gate) → ``apply`` once per pseudo-broker ``0 .. brokers-1`` (mode ``flaky``: the first
 attempt of each fails, to exercise backoff) → ``verify`` (every ``apply`` left exactly one
 effect). The effect of ``apply`` is one ``noop_check.applied`` audit event per idempotency key,
 so a step run twice would be visible.
@@ -99,9 +105,9 @@ class NoopCheck(WorkflowKind):
     hidden = True
     needs_cluster = False
     fields = (
-        Field.topic(label="Label", help="Any name; the workflow's target."),
+        Field("label", "Label", help="Any name; the workflow's target (noop:<label>)."),
         Field(
-            "partitions",
+            "brokers",
             "Pseudo-brokers",
             "int",
             required=False,
@@ -119,10 +125,10 @@ class NoopCheck(WorkflowKind):
     )
 
     def target(self, params: dict[str, Any]) -> str:
-        return f"noop:{params['topic']}"
+        return f"noop:{params['label']}"
 
     def plan(self, params: dict[str, Any]) -> Plan:
-        brokers = list(range(params["partitions"]))
+        brokers = list(range(params["brokers"]))
         steps = ["check", *(["confirm"] if params["mode"] == NoopMode.GATE else [])]
         steps += [f"apply@{b}" for b in brokers] + ["verify"]
         return Plan(

@@ -28,14 +28,14 @@ def planned(wf: Workflow) -> Workflow:
 
 
 def request_noop(
-    user, topic: str = "t1", *, partitions: int = 2, mode: str = "plain", cluster: str = "lab", **kw
+    user, label: str = "t1", *, brokers: int = 2, mode: str = "plain", cluster: str = "lab", **kw
 ) -> Workflow:
     """A ``noop_check`` request, planned (as a worker would) unless ``plan=False``."""
     plan = kw.pop("plan", True)
     wf = do_request_workflow(
         acting_user=user,
         kind="noop_check",
-        params={"cluster": cluster, "topic": topic, "partitions": partitions, "mode": mode},
+        params={"cluster": cluster, "label": label, "brokers": brokers, "mode": mode},
         reason=kw.pop("reason", "self-test"),
         context=AuditContext.CLI,
         **kw,

@@ -72,9 +72,8 @@ bodies = st.one_of(
         {
             "kind": st.just("noop_check"),
             "cluster": scalars,
-            "topic": scalars,
-            "partitions": scalars,
             "mode": scalars,
+            "params": st.fixed_dictionaries({"label": scalars, "brokers": scalars}),
         }
     ),
     json_values,

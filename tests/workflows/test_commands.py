@@ -35,10 +35,10 @@ def test_request_then_approve_from_the_command_line(operator, approver):
         operator.username,
         "--cluster",
         "lab",
-        "--topic",
-        "cli",
-        "--partitions",
-        "2",
+        "--param",
+        "label=cli",
+        "--param",
+        "brokers=2",
         "--reason",
         "from cron",
     )
@@ -64,7 +64,7 @@ def test_request_then_approve_from_the_command_line(operator, approver):
 def test_command_refusals_exit_non_zero_with_the_code(admin, approver):
     with pytest.raises(CommandError, match="INVALID_REQUEST"):
         _request("noop_check", "--as", admin.username, "--cluster", "lab")
-    body = _request("noop_check", "--as", admin.username, "--cluster", "lab", "--topic", "x")
+    body = _request("noop_check", "--as", admin.username, "--cluster", "lab", "--param", "label=x")
     with pytest.raises(CommandError, match="SELF_APPROVAL_FORBIDDEN"):
         call_command(
             "approve_workflow",
@@ -83,7 +83,9 @@ def test_command_refusals_exit_non_zero_with_the_code(admin, approver):
 
 
 def test_reject_from_the_command_line(operator, approver):
-    body = _request("noop_check", "--as", operator.username, "--cluster", "lab", "--topic", "r")
+    body = _request(
+        "noop_check", "--as", operator.username, "--cluster", "lab", "--param", "label=r"
+    )
     out = io.StringIO()
     call_command(
         "approve_workflow",
@@ -99,7 +101,7 @@ def test_reject_from_the_command_line(operator, approver):
 
 
 def test_verify_audit_json_output(operator):
-    _request("noop_check", "--as", operator.username, "--cluster", "lab", "--topic", "v")
+    _request("noop_check", "--as", operator.username, "--cluster", "lab", "--param", "label=v")
     out = io.StringIO()
     call_command("verify_audit", "--json", stdout=out)
     body = json.loads(out.getvalue())

@@ -26,7 +26,7 @@ def test_request_approve_and_watch_it_succeed(
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     login(page, operator.username)
-    page.goto("/workflows/new?kind=noop_check&cluster=lab&topic=browser&partitions=3")
+    page.goto("/workflows/new?kind=noop_check&cluster=lab&label=browser&brokers=3")
     # the form checks the request (target, approvals); it computes no plan
     expect(page.get_by_test_id("target")).to_have_text("noop:browser")
     assert page.get_by_test_id("plan-hash").count() == 0

@@ -42,7 +42,7 @@ def _effects(wf: Workflow) -> dict[str, int]:
 
 
 def test_an_approved_workflow_runs_every_step_to_success(operator, approver):
-    wf = approve(request_noop(operator, partitions=3), approver)
+    wf = approve(request_noop(operator, brokers=3), approver)
     assert engine.run(wf.pk) == WorkflowState.SUCCEEDED
     wf.refresh_from_db()
     assert wf.started_at and wf.finished_at and wf.lease_owner == ""
@@ -93,7 +93,7 @@ def test_a_human_gate_waits_until_an_operator_confirms(api, operator, approver, 
 
 
 def test_a_failing_step_is_retried_with_backoff_and_applied_once(operator, approver):
-    wf = approve(request_noop(operator, mode="flaky", partitions=2), approver)
+    wf = approve(request_noop(operator, mode="flaky", brokers=2), approver)
     assert engine.run(wf.pk) == WorkflowState.RUNNING  # first apply failed: backing off
     wf.refresh_from_db()
     step = wf.steps.get(name="apply", broker=0)
@@ -119,7 +119,7 @@ def test_a_step_failing_every_attempt_fails_the_workflow(operator, approver, mon
         raise OSError("disk on fire")
 
     monkeypatch.setattr(noop, "apply", broken)
-    wf = _drive(approve(request_noop(operator, partitions=1), approver))
+    wf = _drive(approve(request_noop(operator, brokers=1), approver))
     assert wf.state == WorkflowState.FAILED and wf.error_code == "STEP_FAILED"
     step = wf.steps.get(name="apply")
     assert step.state == StepState.FAILED and step.attempts == step.max_attempts == 5
@@ -156,7 +156,7 @@ def test_waiting_runs_are_not_failures(operator, approver, monkeypatch):
         return original(ctx)
 
     monkeypatch.setattr(noop, "apply", waits_then_raises_once)
-    wf = approve(request_noop(operator, partitions=1), approver)
+    wf = approve(request_noop(operator, brokers=1), approver)
     _run_until_terminal(wf)
     assert wf.state == WorkflowState.SUCCEEDED, wf.error_message
     step = wf.steps.get(name="apply")
@@ -182,7 +182,7 @@ def test_a_wait_is_audited_once_and_again_only_when_its_reason_changes(
         return original(ctx)
 
     monkeypatch.setattr(noop, "apply", waits)
-    wf = approve(request_noop(operator, partitions=1), approver)
+    wf = approve(request_noop(operator, brokers=1), approver)
     _run_until_terminal(wf)
     assert wf.state == WorkflowState.SUCCEEDED, wf.error_message
     waits_audited = AuditEvent.objects.filter(workflow=wf, action=AuditAction.WORKFLOW_WAITING)
@@ -252,7 +252,7 @@ def test_break_glass_runs_without_approvals(api, admin):
         {
             "kind": "noop_check",
             "cluster": "lab",
-            "topic": "bg",
+            "params": {"label": "bg"},
             "break_glass": True,
             "break_glass_reason": "outage, approvers asleep",
         },
@@ -281,7 +281,7 @@ def test_a_run_that_lost_its_lease_cannot_complete_its_step(operator, approver, 
         return result
 
     monkeypatch.setattr(noop, "apply", stalls)
-    wf = approve(request_noop(operator, partitions=1), approver)
+    wf = approve(request_noop(operator, brokers=1), approver)
     assert engine.run(wf.pk) == "lease-lost"
     assert wf.steps.get(name="apply").state == StepState.RUNNING
     assert not AuditEvent.objects.filter(
@@ -291,7 +291,7 @@ def test_a_run_that_lost_its_lease_cannot_complete_its_step(operator, approver, 
 
 def test_the_reconciler_resumes_a_workflow_whose_lease_expired(operator, approver):
     """A worker died inside 'apply' after its effect: the next run repeats it, effect once."""
-    wf = approve(request_noop(operator, partitions=1), approver)
+    wf = approve(request_noop(operator, brokers=1), approver)
     original = noop.apply
     noop_apply_calls = []
 

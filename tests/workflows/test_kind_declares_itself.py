@@ -62,16 +62,18 @@ def test_the_kind_validates_its_params_and_refuses_others(api, operator):
 
 def test_flat_fields_are_aliases_and_must_agree_with_params(api, operator):
     flat = api(operator).post(
-        "/workflows/preview", {"kind": "noop_check", "cluster": "lab", "topic": "t1"}
+        "/workflows/preview",
+        {"kind": "noop_check", "cluster": "lab", "mode": "gate", "params": {"label": "t1"}},
     )
     nested = api(operator).post(
-        "/workflows/preview", {"kind": "noop_check", "params": {"cluster": "lab", "topic": "t1"}}
+        "/workflows/preview",
+        {"kind": "noop_check", "params": {"cluster": "lab", "mode": "gate", "label": "t1"}},
     )
     assert flat.status_code == nested.status_code == 200
     assert flat.json() == nested.json()
     clash = api(operator).post(
         "/workflows/preview",
-        {"kind": "noop_check", "cluster": "lab", "topic": "t1", "params": {"topic": "t2"}},
+        {"kind": "noop_check", "cluster": "lab", "mode": "gate", "params": {"mode": "flaky"}},
     )
     assert clash.status_code == 400 and "given twice" in clash.json()["message"]
 

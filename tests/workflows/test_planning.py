@@ -140,7 +140,7 @@ def test_waiting_at_start_is_bounded_by_the_approvals_expiry(operator, approver,
 
 
 def test_changed_actions_at_start_void_approvals_and_keep_the_diff(operator, approver, monkeypatch):
-    wf = approve(request_noop(operator, partitions=2), approver)
+    wf = approve(request_noop(operator, brokers=2), approver)
     original = noop.NoopCheck.plan
 
     def broker_joined(self, params):

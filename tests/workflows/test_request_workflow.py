@@ -17,7 +17,17 @@ from .conftest import request_noop
 
 pytestmark = pytest.mark.django_db
 
-GOOD = {"kind": "noop_check", "cluster": "lab", "topic": "orders", "reason": "self-test"}
+GOOD = {
+    "kind": "noop_check",
+    "cluster": "lab",
+    "params": {"label": "orders"},
+    "reason": "self-test",
+}
+
+
+def _good(**params) -> dict:
+    """GOOD with these of noop_check's own parameters (``label``, ``brokers``) changed."""
+    return {**GOOD, "params": {**GOOD["params"], **params}}
 
 
 def test_request_answers_201_in_planning_then_a_worker_plans_it(api, operator):
@@ -70,14 +80,15 @@ def test_a_request_naming_an_unregistered_cluster_is_refused_at_once(api, operat
         ({**GOOD, "kind": "no_such_kind"}, "Unknown workflow kind"),
         ({**GOOD, "kind": None}, "Unknown workflow kind"),
         ({**GOOD, "cluster": ""}, "cluster is required"),
-        ({**GOOD, "topic": None}, "topic is required"),
+        (_good(label=None), "label is required"),
         ({**GOOD, "mode": "sideways"}, "mode must be one of"),
-        ({**GOOD, "partitions": "many"}, "partitions must be an integer"),
-        ({**GOOD, "partitions": 0}, "partitions must be"),
-        ({**GOOD, "partitions": 10**30}, "partitions must be"),
+        (_good(brokers="many"), "brokers must be an integer"),
+        (_good(brokers=0), "brokers must be"),
+        (_good(brokers=10**30), "brokers must be"),
         ({**GOOD, "policy": "delete"}, "policy does not apply"),
-        ({**GOOD, "topic": "a\x00b"}, "printable"),
-        ({**GOOD, "topic": "x" * 300}, "printable"),
+        ({**GOOD, "topic": "orders"}, "topic does not apply"),
+        (_good(label="a\x00b"), "printable"),
+        (_good(label="x" * 300), "printable"),
         ({**GOOD, "reason": "a\x00"}, "NUL"),
         ({**GOOD, "reason": 5}, "reason must be a string"),
     ],
@@ -115,12 +126,12 @@ def test_unauthenticated_requests_get_401(client):
 
 def test_second_open_workflow_on_the_same_target_is_a_409_conflict(api, operator, admin):
     first = api(operator).post("/workflows", GOOD).json()
-    response = api(admin).post("/workflows", {**GOOD, "partitions": 3})
+    response = api(admin).post("/workflows", _good(brokers=3))
     assert response.status_code == 409
     assert response.json()["error"] == "WORKFLOW_CONFLICT"
     assert f"#{first['id']}" in response.json()["message"]
     # another target or another cluster is fine
-    assert api(operator).post("/workflows", {**GOOD, "topic": "other"}).status_code == 201
+    assert api(operator).post("/workflows", _good(label="other")).status_code == 201
     assert api(operator).post("/workflows", {**GOOD, "cluster": "prod"}).status_code == 201
 
 

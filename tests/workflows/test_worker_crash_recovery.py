@@ -22,7 +22,9 @@ def test_worker_killed_at_every_step_boundary_completes_exactly_once(
 ):
     worker = workflow_worker(STRATA_FAULT_KILL_AT="noop_check:*:before,noop_check:*:after")
     created = request_planned(
-        api, operator, {"kind": "noop_check", "cluster": "lab", "topic": "crash", "partitions": 2}
+        api,
+        operator,
+        {"kind": "noop_check", "cluster": "lab", "params": {"label": "crash", "brokers": 2}},
     )
     assert created["state"] == WorkflowState.PENDING_APPROVAL, created
     api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})

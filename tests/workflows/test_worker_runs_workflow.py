@@ -25,7 +25,9 @@ def test_request_approve_and_a_real_worker_runs_it_to_success(
 ):
     workflow_worker()
     created = request_planned(
-        api, operator, {"kind": "noop_check", "cluster": "lab", "topic": "e2e", "partitions": 3}
+        api,
+        operator,
+        {"kind": "noop_check", "cluster": "lab", "params": {"label": "e2e", "brokers": 3}},
     )
     assert created["state"] == WorkflowState.PENDING_APPROVAL
     assert len(created["plan_hash"]) == 64 and created["plan"]["brokers"] == [0, 1, 2]
@@ -46,7 +48,9 @@ def test_a_gate_waits_for_confirmation_then_the_worker_finishes(
 ):
     workflow_worker()
     created = request_planned(
-        api, operator, {"kind": "noop_check", "cluster": "lab", "topic": "gate", "mode": "gate"}
+        api,
+        operator,
+        {"kind": "noop_check", "cluster": "lab", "mode": "gate", "params": {"label": "gate"}},
     )
     assert created["state"] == WorkflowState.PENDING_APPROVAL
     api(approver).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})

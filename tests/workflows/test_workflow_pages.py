@@ -172,7 +172,7 @@ def test_viewer_sees_no_action_buttons_and_is_refused(client, operator, viewer):
 
 def test_request_form_checks_the_request_then_a_worker_plans_it(client, operator):
     client.force_login(operator)
-    page = client.get("/workflows/new/?kind=noop_check&cluster=lab&topic=orders&partitions=3")
+    page = client.get("/workflows/new/?kind=noop_check&cluster=lab&label=orders&brokers=3")
     html = page.content.decode()
     assert page.status_code == 200 and 'data-testid="target">noop:orders<' in html
     assert "a worker computes the plan" in html
@@ -184,8 +184,8 @@ def test_request_form_checks_the_request_then_a_worker_plans_it(client, operator
         {
             "kind": "noop_check",
             "cluster": "lab",
-            "topic": "orders",
-            "partitions": "3",
+            "label": "orders",
+            "brokers": "3",
             "mode": "plain",
             "reason": "check",
         },
@@ -204,7 +204,7 @@ def test_request_form_checks_the_request_then_a_worker_plans_it(client, operator
 
 def test_request_form_without_slash_from_console_links_works(client, operator):
     client.force_login(operator)
-    response = client.get("/workflows/new?kind=noop_check&cluster=lab&topic=x", follow=True)
+    response = client.get("/workflows/new?kind=noop_check&cluster=lab&label=x", follow=True)
     assert response.status_code == 200 and 'data-testid="target"' in response.content.decode()
 
 
@@ -213,8 +213,8 @@ def test_request_form_without_slash_from_console_links_works(client, operator):
     [
         "?kind=nope",
         "?kind=noop_check&cluster=lab",
-        "?kind=noop_check&cluster=lab&topic=x&partitions=-1",
-        "?kind=noop_check&cluster=%00&topic=x",
+        "?kind=noop_check&cluster=lab&label=x&brokers=-1",
+        "?kind=noop_check&cluster=%00&label=x",
         "?kind=" + "k" * 500,
     ],
 )
@@ -230,7 +230,7 @@ def test_request_form_post_conflict_is_shown_with_a_link_to_the_open_workflow(cl
     client.force_login(operator)
     response = client.post(
         "/workflows/new/",
-        {"kind": "noop_check", "cluster": "lab", "topic": "orders", "reason": "x"},
+        {"kind": "noop_check", "cluster": "lab", "label": "orders", "reason": "x"},
     )
     html = response.content.decode()
     assert response.status_code == 409 and "WORKFLOW_CONFLICT" in html
@@ -285,7 +285,7 @@ def test_the_list_counts_approvals_as_the_workflow_page_does(client, operator, a
 
     pending = request_noop(operator, "pending")
     approved = approve(request_noop(operator, "approved"), approver)
-    rejected = approve(request_noop(operator, "rejected", partitions=3), approver)
+    rejected = approve(request_noop(operator, "rejected", brokers=3), approver)
     Workflow.objects.filter(pk=rejected.pk).update(state=WorkflowState.PENDING_APPROVAL)
     do_reject_workflow(rejected.pk, acting_user=admin, comment="not now", context=AuditContext.CLI)
     client.force_login(operator)
@@ -327,7 +327,7 @@ def test_request_form_suggests_the_synced_inventory(client, operator):
 
 def test_a_reason_over_the_limit_is_refused_by_the_server_too(client, operator):
     client.force_login(operator)
-    body = {"kind": "noop_check", "cluster": "lab", "topic": "o", "partitions": "3"}
+    body = {"kind": "noop_check", "cluster": "lab", "label": "o", "brokers": "3"}
     response = client.post("/workflows/new/", {**body, "reason": "x" * 2001})
     assert response.status_code in (200, 400)
     assert not Workflow.objects.exists()
