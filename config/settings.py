@@ -228,6 +228,16 @@ CELERY_BEAT_SCHEDULE["console-sync"] = {
     "schedule": STRATA_SYNC_INTERVAL_SECONDS,
 }
 
+# --- Console: history (console/history.py) -----------------------------------------------------
+# The sync samples every log dir and tiered topic at most this often (0: no history); samples are
+# rolled into hourly peaks this often; raw samples are kept 24 hours, hourly ones 30 days.
+STRATA_HISTORY_SAMPLE_SECONDS = env_float("STRATA_HISTORY_SAMPLE_SECONDS", 30.0)
+STRATA_HISTORY_ROLLUP_SECONDS = env_float("STRATA_HISTORY_ROLLUP_SECONDS", 600.0)
+CELERY_BEAT_SCHEDULE["console-history-rollup"] = {
+    "task": "console.tasks.roll_up_history",
+    "schedule": STRATA_HISTORY_ROLLUP_SECONDS,
+}
+
 # --- Spark ---------------------------------------------------------------------------------
 SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
 SPARK_WORK_DIR = Path(env_str("SPARK_WORK_DIR", str(RUN_DIR / "spark")))

@@ -2,7 +2,9 @@
 
 The read API's paths and field names are STABLE (other tools rely on them, see the console
 issue): ``GET /clusters``, ``/clusters/{name}/brokers``, ``/clusters/{name}/topics``,
-``/clusters/{name}/topics/{topic}``, ``/clusters/{name}/partition-for-key``. Every response
+``/clusters/{name}/topics/{topic}``, ``/clusters/{name}/partition-for-key``, and the history
+series ``/clusters/{name}/brokers/{broker}/log-dirs/{log_dir}/history`` and
+``/clusters/{name}/topics/{topic}/history`` (``?range=1h|24h|30d``). Every response
 carries ``synced_at`` (the end of the last sync of the data it shows; for the cluster list, the
 oldest of them) and the cluster-scoped ones ``stale_sources``. Same permission as the pages:
 any Strata role may read.
@@ -13,13 +15,15 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.http import HttpRequest, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 
 from accounts.roles import Role, has_role
-from console import health, ordering, selectors
+from console import health, history, ordering, selectors
 from console.choices import BrokerState
-from console.models import Cluster, Partition, Topic
+from console.models import Cluster, LogDir, Partition, Topic
 from console.sync.rows import TIER_METRICS
 
 router = Router(tags=["health"])
@@ -545,6 +549,106 @@ def partition_for_key(request: HttpRequest, name: str, topic: str, key: str) -> 
         "initial_partition_count": found.initial_partition_count,
         "undeleted_partition_count": found.undeleted_partition_count,
         "before": before,
+    }
+
+
+class DirPointOut(Schema):
+    at: datetime
+    used_bytes: int
+    total_bytes: int
+    probe_latency_ms: float | None
+    state: str = Field(description="The worst KIP-112 state seen in the bucket.")
+
+
+class TopicPointOut(Schema):
+    at: datetime
+    remote_bytes: int
+    local_bytes: int
+    fenced_remote_bytes: int
+    remote_copy_lag_bytes: int
+    remote_delete_lag_bytes: int
+
+
+class SeriesOut(Schema):
+    cluster: str
+    range: str
+    step_seconds: int = Field(description="Bucket width; each point is its bucket's peak.")
+    start: datetime
+    end: datetime
+    last_sample_at: datetime | None
+
+
+class DirHistoryOut(SeriesOut):
+    broker: int
+    log_dir: str
+    points: list[DirPointOut] = Field(description="Buckets with a sample; a gap: none.")
+
+
+class TopicHistoryOut(SeriesOut):
+    topic: str
+    points: list[TopicPointOut] = Field(description="Buckets with a sample; a gap: none.")
+
+
+def _window(name: str) -> history.Window:
+    if name not in history.RANGES:
+        raise InvalidRequest(f"range must be one of {', '.join(history.RANGES)}, not {name!r}.")
+    return history.RANGES[name]
+
+
+def _series_head(cluster: Cluster, win: history.Window, now: datetime) -> dict:
+    start, end = win.bounds(now)
+    return {
+        "cluster": cluster.name,
+        "range": win.name,
+        "step_seconds": win.step,
+        "start": start,
+        "end": end,
+        "last_sample_at": cluster.history_sampled_at,
+    }
+
+
+@read.get(
+    "/clusters/{name}/brokers/{broker}/log-dirs/{log_dir}/history",
+    response=DirHistoryOut,
+    summary="A log dir's usage, probe latency and state over time (peaks per bucket)",
+)
+def log_dir_history(
+    request: HttpRequest,
+    name: str,
+    broker: int,
+    log_dir: str,
+    range_: str = Query("24h", alias="range"),
+) -> dict:
+    """``range``: ``1h`` (2-minute buckets), ``24h`` (5-minute), ``30d`` (hourly)."""
+    _require_viewer(request)
+    cluster = selectors.get_cluster(name)
+    win, now = _window(range_), timezone.now()
+    d = get_object_or_404(LogDir, cluster=cluster, broker__broker_id=broker, name=log_dir)
+    return {
+        **_series_head(cluster, win, now),
+        "broker": broker,
+        "log_dir": d.name,
+        "points": history.dir_series([d.pk], win, now)[d.pk],
+    }
+
+
+@read.get(
+    "/clusters/{name}/topics/{topic}/history",
+    response=TopicHistoryOut,
+    summary="A tiered topic's remote / local / fenced bytes and copy / delete lag over time",
+)
+def topic_history(
+    request: HttpRequest, name: str, topic: str, range_: str = Query("24h", alias="range")
+) -> dict:
+    """``range`` as for log dirs. A topic that was never tiered is not sampled: no points."""
+    _require_viewer(request)
+    cluster = selectors.get_cluster(name)
+    win, now = _window(range_), timezone.now()
+    t = selectors.get_topic(cluster, topic)
+    return {
+        **_series_head(cluster, win, now),
+        "topic": t.name,
+        "points": history.topic_series([t.pk], win, now)[t.pk],
     }
 
 

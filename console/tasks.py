@@ -1,4 +1,5 @@
-"""Console Celery tasks: the heartbeats (beat's and each worker's) and the cluster sync."""
+"""Console Celery tasks: the heartbeats (beat's and each worker's), the cluster sync and the
+history roll-up."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from broker_agent import objectstore
+from console import history
 from console.choices import SyncTrigger
 from console.health import WORKER_HEARTBEAT_PREFIX
 from console.models import Cluster, Heartbeat, ObjectStoreProbe
@@ -142,6 +144,13 @@ def stop_worker_heartbeat(sender=None, **kwargs) -> None:
     if _worker_heartbeat is not None:
         _worker_heartbeat.stop()
         _worker_heartbeat = None
+
+
+@shared_task(name="console.tasks.roll_up_history", soft_time_limit=240, time_limit=300)
+def roll_up_history() -> dict[str, int]:
+    """Beat: raw history samples into hourly peaks, and what is past retention deleted
+    (:func:`console.history.roll_up`)."""
+    return history.roll_up()
 
 
 @shared_task(name="console.tasks.sync_all_clusters", soft_time_limit=20, time_limit=30)

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from accounts.roles import Role, has_role, require_role
 from audit.models import AuditEvent
-from console import health, ordering, selectors
+from console import charts, health, ordering, selectors
 from console.choices import LogDirState, TieredState
 from console.models import Broker, Cluster, Heartbeat, LogDir, Partition, Topic
 
@@ -177,6 +177,7 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "max_key": MAX_KEY_CHARS,
         "can_request": can_request,
         "actions": _topic_actions(c, t) if can_request else [],
+        "history": charts.topic_charts(t, request.GET.get("range")),
     }
     return _render(
         request,
@@ -233,6 +234,10 @@ def brokers(request: HttpRequest) -> HttpResponse:
             if (selected is not None)
             else None
         )
+        dirs = [d for row in grid["rows"] for d in row["cells"] if d is not None]
+        context["sparks"] = charts.dir_sparks(dirs)
+        if selected is not None:
+            context["dir_history"] = charts.dir_charts(selected, request.GET.get("range"))
         context["can_request"] = has_role(request.user, Role.OPERATOR)
         if selected is not None and context["can_request"]:
             params = {

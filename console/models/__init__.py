@@ -1,10 +1,11 @@
 """Console models, one module per concern: heartbeat (beat and workers), clusters (registration,
-sync runs, agent events), disks (brokers, log dirs; KIP-112) and topology (topics with their
+sync runs, agent events), disks (brokers, log dirs; KIP-112), history (samples for trends) and topology (topics with their
 KIP-950 tiering state, partitions and replicas; KIP-253, with consumer groups' positions)."""
 
 from console.models.clusters import AgentEvent, Cluster, SyncRun
 from console.models.disks import Broker, LogDir
 from console.models.heartbeat import Heartbeat, ObjectStoreProbe
+from console.models.history import LogDirSample, TopicSample
 from console.models.topology import GroupOffset, Partition, Replica, Topic
 
 __all__ = [
@@ -14,9 +15,11 @@ __all__ = [
     "GroupOffset",
     "Heartbeat",
     "LogDir",
+    "LogDirSample",
     "ObjectStoreProbe",
     "Partition",
     "Replica",
     "SyncRun",
     "Topic",
+    "TopicSample",
 ]

@@ -57,6 +57,9 @@ class Cluster(models.Model):
     controller_last_good_at = models.DateTimeField(null=True, blank=True)
     controller_error = models.TextField(blank=True)
     controller_error_at = models.DateTimeField(null=True, blank=True)
+    history_sampled_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the sync last wrote history samples (trends)."
+    )
 
     # Aggregates maintained by the sync (see console.sync.aggregates).
     broker_count = models.IntegerField(default=0)

@@ -42,6 +42,7 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from console import history
 from console.choices import SyncTrigger
 from console.models import Cluster, SyncRun
 from console.sync.aggregates import AggregateSync
@@ -200,6 +201,9 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
             self.replicas.analyze()
             self.apply_snapshots()
             self.derive()
+            if history.sample_due(self.cluster.history_sampled_at, self.now):
+                history.write_samples(cur, self.cluster.pk, self.now)
+                self.cluster.history_sampled_at = self.now
             self.run_stats["brokers_synced"] = len(self.good_brokers)
             self.run_stats["brokers_failed"] = len(self.failed_brokers)
             result = self.finish(started)

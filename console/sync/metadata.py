@@ -322,6 +322,7 @@ class MetadataSync:
             params,
         )
         self.sql(f"DELETE FROM console_partition WHERE topic_id IN ({topic_ids})", params)  # noqa: S608
+        self.sql(f"DELETE FROM console_topicsample WHERE topic_id IN ({topic_ids})", params)  # noqa: S608
         self.sql(
             "DELETE FROM console_topic WHERE cluster_id = %(cluster)s AND name = ANY(%(names)s)",
             params,

@@ -142,6 +142,10 @@ class SnapshotSync:
                 f"UPDATE console_replica SET log_dir_id = NULL WHERE log_dir_id IN ({gone_dirs})",  # noqa: S608
                 {"good": good_ids},
             )
+            self.sql(
+                f"DELETE FROM console_logdirsample WHERE log_dir_id IN ({gone_dirs})",  # noqa: S608
+                {"good": good_ids},
+            )
             self.sql(f"DELETE FROM console_logdir WHERE id IN ({gone_dirs})", {"good": good_ids})  # noqa: S608
 
         # Replicas: resolve names to ids once, then merge and delete against that. A first

@@ -163,3 +163,15 @@ def sort_link(context, field: str, current: str) -> str:
     """Query string that sorts by ``field``, toggling direction when it is already sorted."""
     new = f"-{field}" if current == field else field
     return query(context, sort=new, page=None)
+
+
+@register.inclusion_tag("console/partials/chart.html")
+def chart(c, label: str, name: str = "", spark: bool = False) -> dict:
+    """A history chart (:class:`console.charts.Chart`) as inline SVG with its caption."""
+    return {"c": c, "label": label, "name": name, "spark": spark}
+
+
+@register.filter
+def spark_of(sparks: dict, log_dir) -> dict | None:
+    """The disk grid's small charts of ``log_dir`` (``{"usage", "latency"}``)."""
+    return sparks.get(log_dir.pk) if sparks and log_dir else None

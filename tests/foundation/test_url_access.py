@@ -154,6 +154,8 @@ def world(db):
         "cluster": cluster.name,
         "name": cluster.name,
         "topic": topic.name,
+        "broker": "1",
+        "log_dir": "logdir-0",
         "seq": str(event.seq),
         "pk": MADE_UP_ID,
         "workflow_id": MADE_UP_ID,

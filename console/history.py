@@ -1,0 +1,231 @@
+"""History of log dirs and tiered topics: written by the sync, rolled up hourly, read as series.
+
+- **Sampling** (:func:`write_samples`): inside a sync's transaction, at most every
+  ``STRATA_HISTORY_SAMPLE_SECONDS`` (default 30) per cluster, one row per log dir of every broker
+  whose agent answered (a broker that did not answer leaves a gap: nothing is known of it) and
+  one per topic that has been tiered (``tiered_state`` not ``NONE`` or remote bytes). Two
+  ``INSERT ... SELECT`` statements: no Python loop over dirs or topics.
+- **Roll-up** (:func:`roll_up`, a beat task every ``STRATA_HISTORY_ROLLUP_SECONDS``): raw
+  samples become one ``hour`` row per hour — the *peak* of the hour (highest usage, slowest
+  probe, largest bytes and lag, worst state), because a trend panel must not average an
+  incident away. Idempotent (re-rolling an hour overwrites it). Raw samples older than
+  :data:`RAW_KEPT` and hourly rows older than :data:`HOURLY_KEPT` are deleted.
+- **Series** (:func:`dir_series`, :func:`topic_series`): buckets of a fixed width over a window,
+  one query for any number of dirs / topics (the Brokers & disks grid asks for all its dirs at
+  once). A bucket without a sample is absent, so a chart shows a gap where nothing was known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from console.choices import LogDirState
+from console.models.history import Resolution
+
+__all__ = [
+    "DIR_FIELDS",
+    "HOURLY_KEPT",
+    "RANGES",
+    "RAW_KEPT",
+    "TOPIC_FIELDS",
+    "Window",
+    "dir_series",
+    "roll_up",
+    "sample_due",
+    "topic_series",
+    "window",
+    "write_samples",
+]
+
+RAW_KEPT = timedelta(hours=24)
+HOURLY_KEPT = timedelta(days=30)
+
+#: States in order of severity: a bucket shows the worst state seen in it.
+_STATES = (LogDirState.ONLINE, LogDirState.DEGRADED, LogDirState.OFFLINE)
+_STATE_RANK = f"CASE state WHEN '{LogDirState.OFFLINE}' THEN 2 WHEN '{LogDirState.DEGRADED}' THEN 1 ELSE 0 END"
+
+#: The measured columns of each series (every one is rolled up and bucketed by its peak).
+DIR_FIELDS = ("used_bytes", "total_bytes", "probe_latency_ms")
+TOPIC_FIELDS = (
+    "remote_bytes",
+    "local_bytes",
+    "fenced_remote_bytes",
+    "remote_copy_lag_bytes",
+    "remote_delete_lag_bytes",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """A chart's time axis: ``buckets`` buckets of ``step`` seconds ending at ``end``."""
+
+    name: str
+    span: timedelta
+    step: int
+
+    def bounds(self, now: datetime) -> tuple[datetime, datetime]:
+        end = now
+        if self.step >= 3600:  # hourly buckets line up with the hourly rows
+            end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        return end - self.span, end
+
+
+#: The ranges the pages and the API offer; ``spark`` is the small chart in the disk grid.
+RANGES = {
+    "1h": Window("1h", timedelta(hours=1), 120),
+    "24h": Window("24h", timedelta(hours=24), 300),
+    "30d": Window("30d", timedelta(days=30), 3600),
+}
+SPARK = RANGES["1h"]
+
+
+def window(name: str | None) -> Window:
+    """The window called ``name`` (``1h``, ``24h``, ``30d``); 24 hours when unknown or empty."""
+    return RANGES.get(name or "", RANGES["24h"])
+
+
+def sample_due(last: datetime | None, now: datetime) -> bool:
+    """A cluster's samples are due when none was written for ``STRATA_HISTORY_SAMPLE_SECONDS``
+    (0 turns sampling off)."""
+    seconds = settings.STRATA_HISTORY_SAMPLE_SECONDS
+    if seconds <= 0:
+        return False
+    return last is None or (now - last).total_seconds() >= seconds * 0.95
+
+
+def write_samples(cur, cluster_pk: int, now: datetime) -> None:
+    """One raw sample of each log dir of each answering broker, and of each tiered topic.
+
+    Runs on the sync's cursor, in its transaction (the samples are the state it commits)."""
+    params = {"c": cluster_pk, "now": now, "raw": Resolution.RAW}
+    cur.execute(
+        """
+        INSERT INTO console_logdirsample
+            (log_dir_id, resolution, at, used_bytes, total_bytes, probe_latency_ms, state)
+        SELECT d.id, %(raw)s, %(now)s, GREATEST(d.total_bytes - d.usable_bytes, 0),
+               d.total_bytes, d.probe_latency_ms, d.state
+        FROM console_logdir d JOIN console_broker b ON b.id = d.broker_id
+        WHERE d.cluster_id = %(c)s AND b.error = ''
+        ON CONFLICT DO NOTHING
+        """,
+        params,
+    )
+    cur.execute(
+        f"""
+        INSERT INTO console_topicsample (topic_id, resolution, at, {", ".join(TOPIC_FIELDS)})
+        SELECT t.id, %(raw)s, %(now)s, {", ".join(f"t.{f}" for f in TOPIC_FIELDS)}
+        FROM console_topic t
+        WHERE t.cluster_id = %(c)s AND (t.tiered_state <> 'NONE' OR t.remote_bytes > 0)
+        ON CONFLICT DO NOTHING
+        """,  # noqa: S608 - column names are constants
+        params,
+    )
+    cur.execute("UPDATE console_cluster SET history_sampled_at = %(now)s WHERE id = %(c)s", params)
+
+
+def roll_up(now: datetime | None = None) -> dict[str, int]:
+    """Roll raw samples into hourly peaks (from the last rolled hour on) and delete what is past
+    its retention. Safe to run at any time and more than once."""
+    now = now or timezone.now()
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    counts: dict[str, int] = {}
+    specs = (
+        ("console_logdirsample", "log_dir_id", DIR_FIELDS, True),
+        ("console_topicsample", "topic_id", TOPIC_FIELDS, False),
+    )
+    with transaction.atomic(), connection.cursor() as cur:
+        for table, fk, fields, has_state in specs:
+            cols = list(fields) + (["state"] if has_state else [])
+            peaks = [f"max({f})" for f in fields]
+            if has_state:
+                names = ", ".join(f"'{s}'" for s in _STATES)
+                peaks.append(f"(ARRAY[{names}])[max({_STATE_RANK}) + 1]")
+            cur.execute(
+                f"""
+                INSERT INTO {table} ({fk}, resolution, at, {", ".join(cols)})
+                SELECT {fk}, %(hourly)s, date_trunc('hour', at), {", ".join(peaks)}
+                FROM {table}
+                WHERE resolution = %(raw)s AND at < %(hour)s
+                  AND at >= COALESCE(
+                      (SELECT max(at) FROM {table} WHERE resolution = %(hourly)s), '-infinity')
+                GROUP BY {fk}, date_trunc('hour', at)
+                ON CONFLICT ({fk}, resolution, at) DO UPDATE SET
+                    {", ".join(f"{c} = EXCLUDED.{c}" for c in cols)}
+                """,  # noqa: S608 - table and column names are constants
+                {"hourly": Resolution.HOUR, "raw": Resolution.RAW, "hour": hour},
+            )
+            counts[f"{table}_hours"] = cur.rowcount
+            cur.execute(
+                f"""
+                DELETE FROM {table}
+                WHERE (resolution = %(raw)s AND at < %(raw_before)s)
+                   OR (resolution = %(hourly)s AND at < %(hourly_before)s)
+                """,  # noqa: S608
+                {
+                    "raw": Resolution.RAW,
+                    "hourly": Resolution.HOUR,
+                    "raw_before": now - RAW_KEPT,
+                    "hourly_before": now - HOURLY_KEPT,
+                },
+            )
+            counts[f"{table}_deleted"] = cur.rowcount
+    return counts
+
+
+def _series(
+    table: str,
+    fk: str,
+    fields: Iterable[str],
+    ids: list[int],
+    win: Window,
+    now: datetime,
+    state: bool,
+) -> dict[int, list[dict]]:
+    """Peaks per bucket of ``win`` for each id (one query). Windows of hourly buckets read the
+    hourly rows and the raw samples not rolled up yet; shorter buckets read raw samples."""
+    if not ids:
+        return {}
+    start, end = win.bounds(now)
+    resolutions = [Resolution.RAW, Resolution.HOUR] if win.step >= 3600 else [Resolution.RAW]
+    fields = list(fields)
+    peaks = [f"max({f})" for f in fields] + ([f"max({_STATE_RANK})"] if state else [])
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            SELECT {fk}, floor(extract(epoch FROM at - %(start)s) / %(step)s)::int AS bucket,
+                   {", ".join(peaks)}
+            FROM {table}
+            WHERE {fk} = ANY(%(ids)s) AND resolution = ANY(%(res)s)
+              AND at >= %(start)s AND at < %(end)s
+            GROUP BY 1, 2 ORDER BY 1, 2
+            """,  # noqa: S608 - table and column names are constants
+            {"ids": ids, "res": resolutions, "start": start, "end": end, "step": win.step},
+        )
+        rows = cur.fetchall()
+    out: dict[int, list[dict]] = {i: [] for i in ids}
+    for row in rows:
+        point = {"bucket": row[1], "at": start + timedelta(seconds=row[1] * win.step)}
+        point.update(zip(fields, row[2 : 2 + len(fields)], strict=True))
+        if state:
+            point["state"] = _STATES[row[-1]]
+        out[row[0]].append(point)
+    return out
+
+
+def dir_series(log_dir_ids: list[int], win: Window, now: datetime | None = None):
+    """``{log_dir_id: [{"at", "bucket", "used_bytes", "total_bytes", "probe_latency_ms",
+    "state"}, ...]}`` over ``win``."""
+    now = now or timezone.now()
+    return _series("console_logdirsample", "log_dir_id", DIR_FIELDS, log_dir_ids, win, now, True)
+
+
+def topic_series(topic_ids: list[int], win: Window, now: datetime | None = None):
+    """``{topic_id: [{"at", "bucket", <TOPIC_FIELDS>}, ...]}`` over ``win``."""
+    now = now or timezone.now()
+    return _series("console_topicsample", "topic_id", TOPIC_FIELDS, topic_ids, win, now, False)
