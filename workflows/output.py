@@ -49,7 +49,7 @@ def workflow_out(wf: Workflow, *, steps: bool = False) -> dict[str, Any]:
         "plan_information_at": _iso(wf.plan_information_at),
         "plan_diff": wf.plan_diff,
         "approvals_required": wf.approvals_required,
-        "approvals_valid": sum(1 for a in wf.approvals.all() if a.counts_for(wf.plan_hash, now)),
+        "approvals_valid": len(wf.counted_approvals(now)),
         "approvals": [
             {
                 "approver": a.approver.get_username(),

@@ -168,17 +168,20 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
     wf = _workflow(pk)
     user = request.user
     context = _live_context(request, wf)
-    approvals = list(wf.approvals.all())
     now = timezone.now()
-    decided = any(a.approver_id == user.pk and a.voided_at is None for a in approvals)
+    counted = wf.counted_approvals(now)
+    # a decision of yours that stands replaces the button with "You approved at T"
+    my_decision = wf.standing_decision(user, now)
     context.update(
-        approvals=approvals,
-        approvals_valid=sum(1 for a in approvals if a.counts_for(wf.plan_hash, now)),
+        approvals=list(wf.approvals.all()),
+        approvals_valid=len(counted),
+        counted_ids={a.pk for a in counted},
+        my_decision=my_decision,
         can_decide=(
             wf.state == WorkflowState.PENDING_APPROVAL
             and has_role(user, Role.APPROVER)
-            and wf.requester_id != user.pk
-            and not decided
+            and wf.requester_id != user.pk  # nobody approves their own request
+            and my_decision is None
         ),
         can_cancel=wf.state in WorkflowState.CANCELLABLE
         and (wf.requester_id == user.pk or has_role(user, Role.ADMIN)),
@@ -238,15 +241,15 @@ def workflow_approve(request: HttpRequest, pk: int) -> HttpResponse:
             messages.error(request, f"{exc.code}: {exc.message}")
             return HttpResponseRedirect(reverse("workflows:approve", args=[wf.pk]))
         return HttpResponseRedirect(reverse("workflows:detail", args=[wf.pk]))
-    valid = wf.valid_approvals()
+    now = timezone.now()
     return render(
         request,
         "workflows/workflow_approve.html",
         {
             "wf": wf,
             "approvals": list(wf.approvals.all()),
-            "my_approval": valid.filter(approver=request.user).first(),
-            "valid_count": valid.count(),
+            "my_decision": wf.standing_decision(request.user, now),
+            "valid_count": len(wf.counted_approvals(now)),
             "is_requester": wf.requester_id == request.user.pk,
             "is_approver": has_role(request.user, Role.APPROVER),
             "ttl_hours": settings.STRATA_APPROVAL_TTL_HOURS,

@@ -18,6 +18,7 @@ Decisions:
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -125,7 +126,9 @@ class Workflow(models.Model):
         return self.state in WorkflowState.ACTIVE
 
     def valid_approvals(self, now: dt.datetime | None = None) -> models.QuerySet[Approval]:
-        """Approvals that still count: for the current plan hash, not voided, not expired."""
+        """Approvals that still count: for the current plan hash, not voided, not expired (the
+        query form of ``Approval.counts_for``, for the actions and the engine, which decide on a
+        locked row)."""
         now = now or timezone.now()
         ttl = dt.timedelta(hours=settings.STRATA_APPROVAL_TTL_HOURS)
         return self.approvals.filter(
@@ -134,6 +137,39 @@ class Workflow(models.Model):
             voided_at__isnull=True,
             created_at__gt=now - ttl,
         )
+
+    def approvals_as_of(self, now: dt.datetime | None = None) -> dt.datetime:
+        """The moment at which approvals are counted for the pages and the API: now while they
+        still decide (planning, pending approval, approved and not yet started); once it
+        started, the moment it was approved; once it ended before that (rejected, cancelled),
+        the moment it ended. A workflow that ran on one approval reads "1 / 1" for good, not
+        "0 / 1" once that approval's TTL has passed."""
+        now = now or timezone.now()
+        if self.state in WorkflowState.CANCELLABLE:
+            return now
+        return self.approved_at or self.finished_at or now
+
+    def counted_approvals(self, now: dt.datetime | None = None) -> list[Approval]:
+        """The approvals that count (``Approval.counts_for`` at ``approvals_as_of``): what the
+        workflow page, the workflows list, the approve page and the API show as "n / required".
+        Reads ``self.approvals.all()``: a list prefetches them (``queries.with_decisions``), so
+        it costs no query per row."""
+        as_of = self.approvals_as_of(now)
+        return [a for a in self.approvals.all() if a.counts_for(self.plan_hash, as_of)]
+
+    def standing_decision(self, user: Any, now: dt.datetime | None = None) -> Approval | None:
+        """``user``'s decision that still stands (the action refuses a second one,
+        ``ALREADY_DECIDED``): a rejection, or an approval not voided and not expired. None when
+        they may decide (again). Reads ``self.approvals.all()`` like ``counted_approvals``."""
+        if not getattr(user, "pk", None):
+            return None
+        as_of = self.approvals_as_of(now)
+        for a in self.approvals.all():
+            if a.approver_id != user.pk or a.voided_at is not None:
+                continue
+            if a.decision == ApprovalDecision.REJECT or not a.is_expired(as_of):
+                return a
+        return None
 
 
 class WorkflowStep(models.Model):
@@ -219,8 +255,9 @@ class Approval(models.Model):
         return (now or timezone.now()) - self.created_at >= ttl
 
     def counts_for(self, plan_hash: str, now: dt.datetime | None = None) -> bool:
-        """The one rule of which approvals count (``Workflow.valid_approvals`` is its query
-        form): an approval of this plan hash, not voided, not expired."""
+        """The one rule of which approvals count: an approval of this plan hash, not voided, not
+        expired at ``now``. ``Workflow.counted_approvals`` applies it for the pages and the API,
+        ``Workflow.valid_approvals`` is its query form for the actions and the engine."""
         return (
             self.decision == ApprovalDecision.APPROVE
             and self.plan_hash == plan_hash

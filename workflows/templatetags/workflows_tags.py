@@ -7,6 +7,8 @@ from typing import Any
 
 from django import template
 
+from workflows.choices import ApprovalDecision
+
 register = template.Library()
 
 
@@ -36,11 +38,15 @@ def plan_review(wf: Any) -> list[dict[str, Any]]:
 
 
 @register.filter
-def approvals_counted(wf: Any) -> int:
-    """Approvals that count for the workflow's current plan (``Approval.counts_for``): what the
-    workflow page shows, never voided or expired ones or rejections. Uses the prefetched
-    approvals (``queries.with_decisions``)."""
-    from django.utils import timezone
+def decided(decision: str) -> str:
+    """A decision (approve, reject) in the past tense a sentence needs: "You approved ..."."""
+    past = {ApprovalDecision.APPROVE: "approved", ApprovalDecision.REJECT: "rejected"}
+    return past.get(decision, decision)
 
-    now = timezone.now()
-    return sum(1 for a in wf.approvals.all() if a.counts_for(wf.plan_hash, now))
+
+@register.filter
+def approvals_counted(wf: Any) -> int:
+    """How many approvals count (``Workflow.counted_approvals``): what the workflow page shows,
+    never voided or expired ones or rejections. Uses the prefetched approvals
+    (``queries.with_decisions``)."""
+    return len(wf.counted_approvals())
