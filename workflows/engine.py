@@ -23,7 +23,9 @@ How a run goes (``run(workflow_id)``, called by the Celery task ``run_workflow``
    - done → step succeeded; next step.
    - ``StepResult.wait`` → step and workflow ``waiting`` until ``resume_at``; the workflow
      stays ``waiting`` while that step is re-tried and turns ``running`` when it succeeds. A
-     wait is audited once, and again only when its reason changes.
+     wait is audited once, and again only when its reason changes. The reason is the
+     workflow's ``waiting_reason``; a step's ``last_error`` only ever holds what it last
+     raised or failed with (the pages' "Last error").
    - a gate step not yet confirmed → ``waiting`` until ``POST .../confirm``.
    - exception → retried with exponential backoff (``resume_at``) until ``max_attempts``
      runs have raised (``failures``; waits do not count), then failed; ``StepResult.fail`` / a Refusal → failed at once.
@@ -620,7 +622,8 @@ class _Run:
                 and wf.waiting_reason == reason
                 and wf.current_step == (step.label or step.name)
             )
-            self._step_update(step, state=StepState.WAITING, last_error=reason, not_before=when)
+            # the reason is the workflow's waiting_reason; the step's last_error keeps errors only
+            self._step_update(step, state=StepState.WAITING, not_before=when)
             self.release(wf)
             wf.state, wf.waiting_reason, wf.resume_at = WorkflowState.WAITING, reason, when
             if again:

@@ -193,6 +193,44 @@ def test_a_wait_is_audited_once_and_again_only_when_its_reason_changes(
     assert wf.steps.get(name="apply").attempts == 6
 
 
+def test_a_steps_last_error_holds_errors_never_a_waits_reason(operator, approver, monkeypatch):
+    """The "Last error" column showed "Waiting for a confirmation." and every wait's status. A
+    wait's reason is the workflow's waiting_reason (which the step sees again on its next
+    re-check); last_error is what the step last raised, cleared when it succeeds."""
+    from workflows.kinds import StepResult
+
+    runs, seen, original = {"n": 0}, [], noop.apply
+    script = ["wait", "wait", "raise", "wait"]
+
+    def scripted(ctx):
+        seen.append((ctx.workflow.waiting_reason, ctx.step.last_error))
+        runs["n"] += 1
+        if runs["n"] > len(script):
+            return original(ctx)
+        if script[runs["n"] - 1] == "raise":
+            raise ConnectionError("agent reset the connection")
+        return StepResult.wait(f"acks {runs['n']} of 3", retry_in=0.01)
+
+    monkeypatch.setattr(noop, "apply", scripted)
+    wf = approve(request_noop(operator, partitions=1), approver)
+    Workflow.objects.filter(pk=wf.pk).update(resume_at=None)
+    engine.run(wf.pk)
+    wf.refresh_from_db()
+    step = wf.steps.get(name="apply")
+    assert (wf.state, wf.waiting_reason) == (WorkflowState.WAITING, "acks 1 of 3")
+    assert step.state == StepState.WAITING and step.last_error == ""
+    _run_until_terminal(wf)
+    assert wf.state == WorkflowState.SUCCEEDED, wf.error_message
+    assert seen == [
+        ("", ""),
+        ("acks 1 of 3", ""),  # a re-check sees the reason it waited for
+        ("acks 2 of 3", ""),
+        ("", "ConnectionError: agent reset the connection"),  # the retry cleared the wait
+        ("acks 4 of 3", "ConnectionError: agent reset the connection"),
+    ]
+    assert wf.steps.get(name="apply").last_error == ""
+
+
 def test_a_changed_plan_voids_approvals_and_returns_to_pending(
     api, operator, approver, second_approver, monkeypatch
 ):

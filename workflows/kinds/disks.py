@@ -171,7 +171,7 @@ def probe_log_dir(ctx: StepContext) -> StepResult:
         f"{name} on broker {broker} still fails its probe ({failing}); is the new disk mounted "
         "at the dir's path?"
     )
-    if healthy or reason != ctx.step.last_error:
+    if healthy or reason != ctx.workflow.waiting_reason:
         record_command(
             ctx,
             DiskAction.PROBE,
