@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import Prefetch, QuerySet
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from audit.queries import FilterText, InvalidFilter, apply_filterset
-from workflows.choices import WorkflowState
+from workflows.choices import StepState, WorkflowState
 from workflows.errors import ErrorCode, WorkflowError
-from workflows.models import Approval, Workflow
+from workflows.models import Approval, Workflow, WorkflowStep
 
-__all__ = ["filter_workflows", "with_decisions"]
+__all__ = ["filter_workflows", "with_current_step", "with_decisions"]
 
 
 # --- workflows -----------------------------------------------------------------------------
@@ -63,4 +63,20 @@ def _filter_workflows(params: Any) -> tuple[QuerySet[Workflow], dict[str, str]]:
 def with_decisions(qs: QuerySet[Workflow]) -> QuerySet[Workflow]:
     return qs.prefetch_related(
         Prefetch("approvals", queryset=Approval.objects.select_related("approver"))
+    )
+
+
+def with_current_step(qs: QuerySet[Workflow]) -> QuerySet[Workflow]:
+    """Annotate each workflow with its current step's failures and their limit
+    (``step_failures``, ``step_max_attempts``; None before its steps exist): the first step not
+    yet succeeded, the one the engine runs. Two subqueries in the list's one query, none per
+    row."""
+    current = (
+        WorkflowStep.objects.filter(workflow=OuterRef("pk"))
+        .exclude(state=StepState.SUCCEEDED)
+        .order_by("position")
+    )
+    return qs.annotate(
+        step_failures=Subquery(current.values("failures")[:1]),
+        step_max_attempts=Subquery(current.values("max_attempts")[:1]),
     )

@@ -3,7 +3,9 @@
 Rules: every page is behind login (project middleware); actions go through the ``do_*``
 functions, which check roles; refusals come back as messages (never a 500 on bad input). Lists
 paginate on the server: workflows by page number, the audit log by key (``seq``). The workflow
-page polls its live partial only while the workflow is active and gets 286 when it ends.
+page polls its live partial only while the workflow is active and gets 286 when it ends; the
+workflows list polls its table partial (same URL, htmx target ``wf-list``) while a workflow on
+it is open and gets 286 once none is. Partials sit behind the same gate as their pages.
 """
 
 from __future__ import annotations
@@ -38,12 +40,15 @@ from workflows.kinds import MAX_TEXT, Refusal, all_kinds, get_kind
 from workflows.models import Workflow
 from workflows.queries import (
     filter_workflows,
+    with_current_step,
     with_decisions,
 )
 
 PAGE_SIZE = 25
 #: How often the workflows list refreshes while a workflow on the page is open.
 LIST_REFRESH_SECONDS = 5
+#: The id of the list's polled partial (its htmx target).
+LIST_PARTIAL_ID = "wf-list"
 AUDIT_PAGE_SIZE = 50
 TIMELINE_LIMIT = 200
 EXPORT_CHUNK = 2000
@@ -106,26 +111,29 @@ def workflow_list(request: HttpRequest) -> HttpResponse:
         qs, applied = filter_workflows(request.GET)
     except WorkflowError as exc:
         qs, applied, error = Workflow.objects.none(), {}, exc.message
-    paginator = Paginator(with_decisions(qs), PAGE_SIZE)
+    paginator = Paginator(with_current_step(with_decisions(qs)), PAGE_SIZE)
     page = paginator.get_page(request.GET.get("page"))
-    return render(
-        request,
-        "workflows/workflow_list.html",
-        {
-            "page": page,
-            "applied": applied,
-            "query": urlencode(applied),
-            "error": error,
-            "states": WorkflowState.ALL,
-            "kinds": all_kinds(include_hidden=True),
-            "now": timezone.now(),
-            "can_request": has_role(request.user, Role.OPERATOR),
-            # the list refreshes itself while a workflow on it can still move
-            "live": any(w.state in WorkflowState.OPEN for w in page.object_list),
-            "live_seconds": LIST_REFRESH_SECONDS,
-        },
-        status=400 if error else 200,
-    )
+    # the list refreshes itself while a workflow on it can still move (approvals included)
+    live = any(w.state in WorkflowState.OPEN for w in page.object_list)
+    context = {
+        "page": page,
+        "applied": applied,
+        "query": urlencode(applied),
+        "error": error,
+        "states": WorkflowState.ALL,
+        "kinds": all_kinds(include_hidden=True),
+        "now": timezone.now(),
+        "can_request": has_role(request.user, Role.OPERATOR),
+        "live": live,
+        "live_seconds": LIST_REFRESH_SECONDS,
+    }
+    if request.htmx and request.htmx.target == LIST_PARTIAL_ID:
+        # the list's poll gets its partial only; 286 (htmx: stop polling) once nothing on it
+        # can move, with the final rows swapped in
+        return render(
+            request, "workflows/partials/workflow_table.html", context, status=200 if live else 286
+        )
+    return render(request, "workflows/workflow_list.html", context, status=400 if error else 200)
 
 
 MAX_PK = 2**63 - 1
@@ -153,6 +161,8 @@ def _live_context(request: HttpRequest, wf: Workflow) -> dict[str, Any]:
     return {
         "wf": wf,
         "steps": steps,
+        # the step the engine runs (as ``queries.with_current_step`` finds it for the list)
+        "current": next((s for s in steps if s.state != StepState.SUCCEEDED), None),
         "per_broker": per_broker,
         "gate": gate,
         "can_confirm": gate is not None and has_role(request.user, Role.OPERATOR),

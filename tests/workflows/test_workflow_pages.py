@@ -27,7 +27,7 @@ def test_list_shows_open_and_past_workflows_with_filters(client, operator, appro
     assert f"#{done.pk}<" in html and f"#{open_wf.pk}<" not in html
     assert "Page 1 of 1" in client.get("/workflows/?kind=noop_check").content.decode()
     # the list refreshes itself (htmx) while a workflow on it is open, and only then
-    live = 'id="wf-list" hx-get="/workflows/?state=open" hx-trigger="every 5s" hx-select="#wf-list"'
+    live = 'id="wf-list" hx-get="/workflows/?state=open" hx-trigger="every 5s" hx-target="this"'
     assert live in client.get("/workflows/?state=open").content.decode()
     assert 'hx-trigger="every' not in client.get("/workflows/?state=past").content.decode()
 
