@@ -1,6 +1,7 @@
 """In Chromium: an operator checks the request on the form and submits it; the workflow page
 shows it planning and reloads by itself once a worker planned it; another user approves on the
-approval page, and the workflow page shows progress live until success."""
+approval page, and the workflow page shows progress live until success. The workflows list
+follows a run the same way; Reject needs a comment, Approve does not."""
 
 from __future__ import annotations
 
@@ -84,4 +85,55 @@ def test_a_long_unbroken_reason_does_not_widen_the_pages(browser, live_server, o
         page.goto(path)
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 1440, f"{path} is {width} px wide"
+    ctx.close()
+
+
+def test_the_list_follows_a_run_and_stops_polling_once_it_ended(
+    browser, live_server, operator, approver
+):
+    """The workflows list polls its partial while a workflow on it is open: the row goes from
+    Waiting to Succeeded by itself, and the 286 that carried the final rows ended the polling."""
+    from audit.choices import AuditContext
+    from workflows import engine
+    from workflows.actions import do_confirm_step
+
+    from .conftest import approve, request_noop
+
+    wf = approve(request_noop(operator, "listed", mode="gate"), approver)
+    engine.run(wf.pk)  # waits at its human gate
+    ctx = browser.new_context(base_url=live_server.url)
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    login(page, operator.username)
+    page.goto("/workflows/")
+    badge = page.locator(f"#wf-list tr:has(a[href='/workflows/{wf.pk}/']) span.badge").first
+    expect(badge).to_have_text("Waiting")
+    expect(page.locator("#wf-list[hx-trigger]")).to_have_count(1)
+    do_confirm_step(wf.pk, acting_user=operator, context=AuditContext.CLI)
+    engine.run(wf.pk)  # the rest of the run, as a worker would
+    expect(badge).to_have_text("Succeeded", timeout=20_000)
+    expect(page.locator("#wf-list[hx-trigger]")).to_have_count(0)
+    assert page.locator("html").count() == 1  # the poll swapped the table, not a whole page in
+    assert not errors
+    ctx.close()
+
+
+def test_reject_needs_a_comment_in_the_browser_and_approve_does_not(
+    browser, live_server, operator, approver
+):
+    from .conftest import request_noop
+
+    wf = request_noop(operator, "decide")
+    ctx = browser.new_context(base_url=live_server.url)
+    page = ctx.new_page()
+    login(page, approver.username)
+    page.goto(f"/workflows/{wf.pk}/approve/")
+    page.get_by_test_id("reject").click()  # the browser refuses the empty comment
+    assert page.evaluate("document.querySelector('#ap-comment').validity.valueMissing")
+    assert page.url.endswith(f"/workflows/{wf.pk}/approve/")
+    assert Workflow.objects.get(pk=wf.pk).state == WorkflowState.PENDING_APPROVAL
+    page.get_by_test_id("approve").click()  # approving needs no comment
+    page.wait_for_url(f"**/workflows/{wf.pk}/")
+    expect(page.get_by_test_id("my-decision")).to_contain_text("You approved this plan at")
     ctx.close()
