@@ -237,6 +237,15 @@ def test_request_form_post_conflict_is_shown_with_a_link_to_the_open_workflow(cl
     assert f'href="/workflows/{open_wf.pk}/" data-testid="conflict-link"' in html
 
 
+def test_request_check_names_the_open_workflow_with_a_link_to_it(client, operator):
+    """Conflicts named "Workflow #7" as plain text: the check links it, before any POST."""
+    open_wf = request_noop(operator, "orders")
+    client.force_login(operator)
+    html = client.get("/workflows/new/?kind=noop_check&cluster=lab&topic=orders").content.decode()
+    assert f'Workflow <a href="/workflows/{open_wf.pk}/">#{open_wf.pk}</a>' in html
+    assert "is already open on this target" in html
+
+
 @pytest.mark.parametrize(
     "url",
     [
