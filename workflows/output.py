@@ -35,6 +35,7 @@ def plan_summary(wf: Workflow) -> list[dict[str, Any]]:
 
 def workflow_out(wf: Workflow, *, steps: bool = False) -> dict[str, Any]:
     now = timezone.now()
+    as_of = wf.approvals_as_of(now)  # approvals are read as the pages read them
     out: dict[str, Any] = {
         "id": wf.pk,
         "kind": wf.kind,
@@ -57,8 +58,8 @@ def workflow_out(wf: Workflow, *, steps: bool = False) -> dict[str, Any]:
                 "plan_hash": a.plan_hash,
                 "comment": a.comment,
                 "created_at": _iso(a.created_at),
-                "voided": a.voided_at is not None or a.is_expired(now),
-                "void_reason": a.void_reason or ("expired" if a.is_expired(now) else ""),
+                "voided": a.voided_at is not None or a.is_expired(as_of),
+                "void_reason": a.void_reason or ("expired" if a.is_expired(as_of) else ""),
             }
             for a in wf.approvals.all()
         ],

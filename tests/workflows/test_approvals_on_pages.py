@@ -92,6 +92,11 @@ def test_list_and_page_count_only_the_approvals_that_count_in_every_state(
     assert {w["id"]: f"{w['approvals_valid']} / {w['approvals_required']}" for w in api} == (
         expected
     )
+    # whose approvals read as they were when it was approved, not expired a day later
+    assert [a["voided"] for a in next(w for w in api if w["id"] == ran.pk)["approvals"]] == [
+        False,
+        False,
+    ]
     # and the page's decision table names the expired approval as such
     page = client.get(f"/workflows/{expired.pk}/").content.decode()
     assert "<td>expired</td>" in page
