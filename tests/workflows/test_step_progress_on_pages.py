@@ -34,7 +34,7 @@ def test_last_error_shows_errors_not_what_a_step_waits_for(client, operator, app
     last_error = re.findall(r"<td>([^<]*)</td>", _step_row(live, "confirm"))[-1]
     assert last_error == ""
 
-    flaky = approve(request_noop(operator, "flaky", mode="flaky", partitions=1), approver)
+    flaky = approve(request_noop(operator, "flaky", mode="flaky", brokers=1), approver)
     engine.run(flaky.pk)  # the first apply raises: retried later
     live = client.get(f"/workflows/{flaky.pk}/live/").content.decode()
     assert "simulated transient failure" in _step_row(live, "apply")
@@ -47,7 +47,7 @@ def _list_row(html: str, pk: int) -> str:
 def test_failures_read_against_their_limit_the_same_on_list_and_page(client, operator, approver):
     """The page read "19 / 5": every run of a step (each re-check of a wait counts) over the
     limit of failures. Both pages now say how many runs failed and where the workflow fails."""
-    wf = approve(request_noop(operator, "flaky", mode="flaky", partitions=1), approver)
+    wf = approve(request_noop(operator, "flaky", mode="flaky", brokers=1), approver)
     engine.run(wf.pk)  # the first apply raises: one failure, retried with backoff
     WorkflowStep.objects.filter(workflow=wf, name="apply").update(attempts=19)  # many re-checks
     client.force_login(operator)

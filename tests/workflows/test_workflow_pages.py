@@ -241,7 +241,7 @@ def test_request_check_names_the_open_workflow_with_a_link_to_it(client, operato
     """Conflicts named "Workflow #7" as plain text: the check links it, before any POST."""
     open_wf = request_noop(operator, "orders")
     client.force_login(operator)
-    html = client.get("/workflows/new/?kind=noop_check&cluster=lab&topic=orders").content.decode()
+    html = client.get("/workflows/new/?kind=noop_check&cluster=lab&label=orders").content.decode()
     assert f'Workflow <a href="/workflows/{open_wf.pk}/">#{open_wf.pk}</a>' in html
     assert "is already open on this target" in html
 
