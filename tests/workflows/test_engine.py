@@ -212,7 +212,7 @@ def test_a_steps_last_error_holds_errors_never_a_waits_reason(operator, approver
         return StepResult.wait(f"acks {runs['n']} of 3", retry_in=0.01)
 
     monkeypatch.setattr(noop, "apply", scripted)
-    wf = approve(request_noop(operator, partitions=1), approver)
+    wf = approve(request_noop(operator, brokers=1), approver)
     Workflow.objects.filter(pk=wf.pk).update(resume_at=None)
     engine.run(wf.pk)
     wf.refresh_from_db()
