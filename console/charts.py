@@ -38,7 +38,9 @@ class Chart:
     bands: list[dict]
     start: datetime
     end: datetime
+    low: float
     top: float
+    axis: str
     unit: str
     summary: str
     empty: bool
@@ -54,7 +56,7 @@ def _fmt(value: float | None, unit: str) -> str:
                 return f"{size:.0f} {suffix}" if suffix == "B" else f"{size:.1f} {suffix}"
             size /= 1024
     if unit == "%":
-        return f"{value:.1f}%"
+        return f"{value:.1f}%" if value >= 1 or value == 0 else f"{value:.2g}%"
     return f"{value:.1f} {unit}"
 
 
@@ -69,24 +71,28 @@ def chart(
     width: int = 600,
     height: int = 120,
     top: float | None = None,
+    from_zero: bool = True,
     state_bands: bool = False,
 ) -> Chart:
     """Lay out ``points`` (each with ``bucket``, from :func:`console.history.dir_series` or
     :func:`~console.history.topic_series`) on ``win``'s axis from ``start`` to ``end``.
 
-    The y axis runs from 0 to ``top`` (default: the largest value, at least 1), so two charts of
-    the same series compare by eye. ``state_bands`` shades the buckets whose worst state was
-    DEGRADED or OFFLINE."""
+    The y axis runs from 0 to ``top`` (default: the largest value); with ``from_zero=False``
+    (sparklines) from the smallest value to the largest, so that a small change still shows as
+    a slope (the figure next to it gives the level). ``state_bands`` shades the buckets whose
+    worst state was DEGRADED or OFFLINE."""
     buckets = max(1, round((end - start).total_seconds() / win.step))
     values = [[line.value(p) for p in points] for line in lines]
     seen = [v for vs in values for v in vs if v is not None]
     peak = max(seen, default=0.0)
-    top = top if top is not None else max(peak, 1.0)
+    low = 0.0 if from_zero else min(seen, default=0.0)
+    if top is None:
+        top = peak if peak > low else low + 1.0
     x_of = width / buckets
 
     def xy(bucket: int, value: float) -> str:
         x = (bucket + 0.5) * x_of
-        y = height - 2 - (height - 4) * min(max(value / top, 0.0), 1.0)
+        y = height - 2 - (height - 4) * min(max((value - low) / (top - low), 0.0), 1.0)
         return f"{x:.1f},{y:.1f}"
 
     paths = []
@@ -135,7 +141,9 @@ def chart(
         bands=bands,
         start=start,
         end=end,
+        low=low,
         top=top,
+        axis=f"{_fmt(low, unit)} to {_fmt(top, unit)}",
         unit=unit,
         summary=summary if seen or bands else "no samples yet in this window",
         empty=not points,
@@ -155,8 +163,8 @@ LATENCY = Line("probe latency", lambda p: p.get("probe_latency_ms"), "l2")
 
 
 def dir_sparks(dirs: Sequence, now: datetime | None = None) -> dict[int, dict[str, Chart]]:
-    """The disk grid's small charts, the last hour of each dir: usage (0-100 %) and probe
-    latency, with DEGRADED / OFFLINE bands (one query for all ``dirs``)."""
+    """The disk grid's small charts, the last hour of each dir: usage and probe latency, each
+    scaled to its own range, with DEGRADED / OFFLINE bands (one query for all ``dirs``)."""
     now = now or timezone.now()
     start, end = SPARK.bounds(now)
     series = dir_series([d.pk for d in dirs], SPARK, now)
@@ -171,10 +179,12 @@ def dir_sparks(dirs: Sequence, now: datetime | None = None) -> dict[int, dict[st
                 unit="%",
                 width=120,
                 height=18,
-                top=100.0,
+                from_zero=False,
                 state_bands=True,
             ),
-            "latency": chart(pts, [LATENCY], SPARK, start, end, unit="ms", width=120, height=18),
+            "latency": chart(
+                pts, [LATENCY], SPARK, start, end, unit="ms", width=120, height=18, from_zero=False
+            ),
         }
         for pk, pts in series.items()
     }
@@ -200,7 +210,7 @@ def dir_charts(log_dir, range_name: str | None, now: datetime | None = None) -> 
         log_dir.pk,
         range_name,
         now,
-        usage=([USAGE], {"unit": "%", "top": 100.0, "state_bands": True}),
+        usage=([USAGE], {"unit": "%", "state_bands": True}),
         latency=([LATENCY], {"unit": "ms", "state_bands": True}),
     )
 

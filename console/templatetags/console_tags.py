@@ -166,8 +166,9 @@ def sort_link(context, field: str, current: str) -> str:
 
 
 @register.inclusion_tag("console/partials/chart.html")
-def chart(c, label: str, name: str = "", spark: bool = False) -> dict:
-    """A history chart (:class:`console.charts.Chart`) as inline SVG with its caption."""
+def chart(c, label: str, name: str = "", spark: str = "") -> dict:
+    """A history chart (:class:`console.charts.Chart`) as inline SVG with its caption; with
+    ``spark`` (its short name) a one-row sparkline."""
     return {"c": c, "label": label, "name": name, "spark": spark}
 
 

@@ -110,9 +110,7 @@ def test_a_chart_breaks_its_line_at_a_gap_and_bands_the_offline_buckets(cluster,
     ):
         _sample(d, start + timedelta(minutes=minute), used, latency, state)
     points = history.dir_series([d.pk], win, NOW)[d.pk]
-    usage = charts.chart(
-        points, [charts.USAGE], win, start, end, unit="%", top=100.0, state_bands=True
-    )
+    usage = charts.chart(points, [charts.USAGE], win, start, end, unit="%", state_bands=True)
     assert usage.paths[0]["d"].count("M") == 2  # one line before the gap, one after
     assert usage.paths[0]["d"].count("L") == 3
     assert [b["css"] for b in usage.bands] == ["offline"]
