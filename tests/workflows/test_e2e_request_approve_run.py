@@ -69,25 +69,6 @@ def test_request_approve_and_watch_it_succeed(
     ctx.close()
 
 
-def test_a_long_unbroken_reason_does_not_widen_the_pages(browser, live_server, operator):
-    """A 2,000-character reason without a space wraps: neither the workflow page nor the audit
-    pages grow wider than the window (they were 20,903 px wide)."""
-    from audit.models import AuditEvent
-
-    from .conftest import request_noop
-
-    wf = request_noop(operator, "wide", reason="x" * 2000)
-    event = AuditEvent.objects.filter(workflow=wf).order_by("seq").first()
-    ctx = browser.new_context(base_url=live_server.url, viewport={"width": 1440, "height": 900})
-    page = ctx.new_page()
-    login(page, operator.username)
-    for path in (f"/workflows/{wf.pk}/", "/workflows/", f"/audit/{event.seq}/", "/audit/"):
-        page.goto(path)
-        width = page.evaluate("document.documentElement.scrollWidth")
-        assert width <= 1440, f"{path} is {width} px wide"
-    ctx.close()
-
-
 def test_the_list_follows_a_run_and_stops_polling_once_it_ended(
     browser, live_server, operator, approver
 ):
