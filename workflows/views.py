@@ -36,7 +36,7 @@ from workflows import actions
 from workflows.actions.workflows import MAX_REASON
 from workflows.choices import ApprovalDecision, StepState, WorkflowState
 from workflows.errors import WorkflowError
-from workflows.kinds import MAX_TEXT, Refusal, all_kinds, get_kind
+from workflows.kinds import CLUSTER_FIELD, MAX_TEXT, Refusal, all_kinds, get_kind
 from workflows.models import Workflow
 from workflows.queries import (
     filter_workflows,
@@ -335,11 +335,15 @@ def _suggestions(cluster_name: str, broker: str | None) -> dict[str, list[str]]:
 def workflow_new(request: HttpRequest) -> HttpResponse:
     """The generic request form, driven by the kind registry.
 
-    GET with ``kind`` (and fields) shows the form and, once the fields are complete, the
-    validated request: target, approvals needed, and any open workflow it would conflict with.
-    It reads PostgreSQL only. POST creates the workflow in ``planning``; a worker computes the
-    plan, and the workflow page shows it as soon as it is there."""
+    "Check request" (a POST with ``check``, or a GET with ``kind`` and the fields, as the
+    console's links send) shows the form and, once the fields are complete, the validated
+    request: target, approvals needed, and any open workflow it would conflict with. It reads
+    PostgreSQL only. The check posts what was typed, so no value can outgrow the request line
+    a server takes (gunicorn refused a long one before Django saw it). POST without ``check``
+    creates the workflow in ``planning``; a worker computes the plan, and the workflow page
+    shows it as soon as it is there."""
     data = request.POST if request.method == "POST" else request.GET
+    checking = request.method == "GET" or "check" in data
     kind_name = data.get("kind") or ""
     kind = None
     preview = None
@@ -359,7 +363,7 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
             preview = actions.preview_plan(kind.name, raw)
         except WorkflowError as exc:
             error, status = f"{exc.code}: {exc.message}", 400
-    if request.method == "POST" and preview is not None:
+    if not checking and preview is not None:
         try:
             wf = actions.do_request_workflow(
                 acting_user=request.user,
@@ -394,7 +398,7 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
             "kind": kind,
             "kinds": all_kinds(include_hidden=False),
             "fields": fields,
-            "max_text": MAX_TEXT,  # the inputs' maxlength: no request line a server refuses
+            "cluster_field": CLUSTER_FIELD,
             "max_reason": MAX_REASON,  # what the action accepts; the page counts down to it
             "cluster": data.get("cluster") or "",
             "suggestions": _suggestions(data.get("cluster") or "", data.get("broker"))

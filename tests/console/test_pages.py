@@ -207,21 +207,6 @@ def test_workflow_buttons_name_real_workflow_kinds(client, operator, synced, bui
         )
 
 
-def test_key_lookup_echoes_the_key_and_refuses_an_overlong_one(browser_client, synced):
-    html = browser_client.get("/topics/local/orders/?key=customer-7").content.decode()
-    assert 'data-testid="looked-up-key">customer-7<' in html
-    assert 'maxlength="1024"' in html
-    html = browser_client.get("/topics/local/orders/", {"key": "k" * 1025}).content.decode()
-    assert "A key of at most 1,024 characters" in html and "data-partition-now=" not in html
-
-
-def test_request_form_inputs_stop_at_the_length_a_request_line_takes(browser_client, synced):
-    html = browser_client.get(
-        "/workflows/new/", {"kind": "disable_tiering", "cluster": "local", "topic": "orders"}
-    ).content.decode()
-    assert html.count('maxlength="255"') >= 2  # cluster and topic
-
-
 def test_overview_names_the_failed_dir_and_links_to_its_incident(browser_client, synced, builder):
     html = browser_client.get("/").content.decode()
     assert 'data-testid="failed-dirs"' not in html

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.conf import settings
 
 from audit.trail import canonical_json, normalise
+from broker_agent.models import TOPIC_NAME_MAX_LENGTH
 from workflows.errors import ErrorCode, WorkflowError
 
 if TYPE_CHECKING:
@@ -92,7 +93,10 @@ FLAT_REQUEST_FIELDS = (
     "partitions",
     "spark_run",
 )
+#: The longest text a field takes unless it says otherwise (``Field.max_length``).
 MAX_TEXT = 255
+#: console's ``Cluster.name`` (a slug of at most 100 characters).
+CLUSTER_NAME_MAX_LENGTH = 100
 
 
 class Refusal(WorkflowError):
@@ -158,9 +162,11 @@ class Field:
     min_value: int | None = None
     max_value: int | None = None
     help: str = ""
+    max_length: int = MAX_TEXT  # of a text; the request form's inputs stop there too
 
     @classmethod
     def topic(cls, **kw: Any) -> Field:
+        kw.setdefault("max_length", TOPIC_NAME_MAX_LENGTH)  # Kafka's limit for a topic name
         return cls("topic", kw.pop("label", "Topic"), **kw)
 
     @classmethod
@@ -183,7 +189,7 @@ class Field:
             if self.max_value is not None:
                 schema["maximum"] = self.max_value
         else:
-            schema.update(type="string", minLength=1, maxLength=MAX_TEXT)
+            schema.update(type="string", minLength=1, maxLength=self.max_length)
             if self.type == "choice":
                 schema["enum"] = list(self.choices)
         if self.default is not None:
@@ -216,10 +222,11 @@ class Field:
         if not isinstance(raw, str | int) or isinstance(raw, bool):
             raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} must be a string.")
         value = str(raw).strip()
-        if not value or len(value) > MAX_TEXT or any(ord(c) < 32 for c in value):
+        if not value or len(value) > self.max_length or any(ord(c) < 32 for c in value):
             raise Refusal(
                 ErrorCode.INVALID_REQUEST,
-                f"{self.name} must be 1 to {MAX_TEXT} printable characters.",
+                f"{self.name} must be 1 to {self.max_length:,} printable characters"
+                + (f" (it has {len(value):,})." if len(value) > self.max_length else "."),
             )
         if self.type == "choice" and value not in self.choices:
             raise Refusal(
@@ -229,7 +236,7 @@ class Field:
         return value
 
 
-CLUSTER_FIELD = Field("cluster", "Cluster")
+CLUSTER_FIELD = Field("cluster", "Cluster", max_length=CLUSTER_NAME_MAX_LENGTH)
 
 
 @dataclasses.dataclass(frozen=True)
