@@ -617,9 +617,9 @@ def log_dir_history(
     name: str,
     broker: int,
     log_dir: str,
-    range_: str = Query("24h", alias="range"),
+    range_: str = Query("1h", alias="range"),
 ) -> dict:
-    """``range``: ``1h`` (2-minute buckets), ``24h`` (5-minute), ``30d`` (hourly)."""
+    """``range``: ``1h`` (the default; 2-minute buckets), ``24h`` (5-minute), ``30d`` (hourly)."""
     _require_viewer(request)
     cluster = selectors.get_cluster(name)
     win, now = _window(range_), timezone.now()
@@ -638,7 +638,7 @@ def log_dir_history(
     summary="A tiered topic's remote / local / fenced bytes and copy / delete lag over time",
 )
 def topic_history(
-    request: HttpRequest, name: str, topic: str, range_: str = Query("24h", alias="range")
+    request: HttpRequest, name: str, topic: str, range_: str = Query("1h", alias="range")
 ) -> dict:
     """``range`` as for log dirs. A topic that was never tiered is not sampled: no points."""
     _require_viewer(request)

@@ -69,6 +69,13 @@ class Window:
     span: timedelta
     step: int
 
+    @property
+    def step_text(self) -> str:
+        """``2 min``, ``5 min``, ``hour``: what one bucket of this window spans."""
+        if self.step >= 3600:
+            return "hour"
+        return f"{self.step // 60} min" if self.step % 60 == 0 else f"{self.step} s"
+
     def bounds(self, now: datetime) -> tuple[datetime, datetime]:
         end = now
         if self.step >= 3600:  # hourly buckets line up with the hourly rows
@@ -86,8 +93,9 @@ SPARK = RANGES["1h"]
 
 
 def window(name: str | None) -> Window:
-    """The window called ``name`` (``1h``, ``24h``, ``30d``); 24 hours when unknown or empty."""
-    return RANGES.get(name or "", RANGES["24h"])
+    """The window called ``name`` (``1h``, ``24h``, ``30d``); the last hour when unknown or
+    empty (an incident is looked at first over the last hour; 24 h and 30 d are a click away)."""
+    return RANGES.get(name or "", RANGES["1h"])
 
 
 def sample_due(last: datetime | None, now: datetime) -> bool:

@@ -170,7 +170,7 @@ def test_brokers_page_draws_each_dirs_sparklines_and_the_selected_dirs_history(
     assert html.count('data-chart="usage"') == 6 + 1  # a sparkline per dir, the larger chart
     assert html.count('data-chart="latency"') == 6 + 1
     assert 'id="dir-history"' in html and "OFFLINE in 1 of the buckets" in html
-    assert 'aria-current="true">24h<' in html
+    assert 'aria-current="true">1h<' in html
     month = browser_client.get("/brokers/?dir=2:logdir-0&range=30d").content.decode()
     assert 'aria-current="true">30d<' in month and "Peaks per hour" in month
 
@@ -197,7 +197,7 @@ def test_the_api_serves_the_same_series(client, viewer, cluster, builder, every_
     assert body["points"][-1]["state"] == LogDirState.OFFLINE
     assert body["points"][-1]["used_bytes"] == 40 * GiB
     topic = client.get("/api/v1/clusters/local/topics/orders/history").json()
-    assert topic["range"] == "24h" and topic["points"][-1]["remote_bytes"] == 240_000
+    assert topic["range"] == "1h" and topic["points"][-1]["remote_bytes"] == 240_000
     bad = client.get("/api/v1/clusters/local/topics/orders/history?range=7d")
     assert bad.status_code == 400 and bad.json()["error"] == "INVALID_REQUEST"
     missing = client.get("/api/v1/clusters/local/brokers/9/log-dirs/logdir-0/history")
