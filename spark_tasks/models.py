@@ -81,6 +81,12 @@ class SparkJobRun(models.Model):
         on_delete=models.SET_NULL,
         related_name="spark_runs",
     )
+    workflow_id = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The workflow whose step queued this run (an id, not a foreign key: "
+        "spark_tasks sits below workflows and does not import it).",
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

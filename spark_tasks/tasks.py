@@ -113,11 +113,13 @@ def enqueue_run(
     cluster: str | None = None,
     requested_by=None,
     audit_context: str = AuditContext.WORKER,
+    workflow_id: int | None = None,
 ) -> SparkJobRun:
     """Create a QUEUED run, audit who queued it, and enqueue ``execute_run`` on commit.
 
-    ``requested_by`` is the user (None for beat and workflow steps); ``audit_context`` is used
-    when no audit scope (a web or API request) is active.
+    ``requested_by`` is the user (None for beat and workflow steps), ``workflow_id`` the
+    workflow whose step queues it; ``audit_context`` is used when no audit scope (a web or API
+    request) is active.
     """
     if job not in SparkJob.ALL:
         raise ValueError(f"unknown Spark job {job!r}")
@@ -132,6 +134,7 @@ def enqueue_run(
             dry_run=_recorded_dry_run(job, dry_run),
             cluster=cluster,
             requested_by=requested_by,
+            workflow_id=workflow_id,
         )
         record_run_event(
             run, SparkAuditAction.QUEUED, actor=requested_by, default_context=audit_context

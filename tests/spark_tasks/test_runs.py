@@ -366,3 +366,23 @@ def test_a_succeeded_dry_run_with_a_plan_offers_to_execute_it_as_a_workflow(clie
         )
         page = client.get(reverse("spark_tasks:run-detail", args=[done.pk])).content.decode()
         assert 'data-testid="execute-plan"' not in page
+
+
+def test_a_run_a_workflow_queued_names_it_with_a_link(
+    client, viewer, django_capture_on_commit_callbacks
+):
+    """A run queued by a workflow step had no "by" (issue #15): the run page and the list name
+    the workflow and link to it; a run a user queued names the user."""
+    with mock.patch("spark_tasks.tasks.execute_run.delay"):
+        by_workflow = enqueue_run(SparkJob.PURGE, {}, dry_run=True, workflow_id=42)
+        by_user = enqueue_run(SparkJob.PURGE, {}, dry_run=True, requested_by=viewer)
+    client.force_login(viewer)
+    link = '<a href="/workflows/42/" data-testid="run-workflow">workflow #42</a>'
+    assert (
+        link
+        in client.get(reverse("spark_tasks:run-detail", args=[by_workflow.pk])).content.decode()
+    )
+    detail = client.get(reverse("spark_tasks:run-detail", args=[by_user.pk])).content.decode()
+    assert f"by {viewer.get_username()}" in detail and "workflow #" not in detail
+    listed = client.get(reverse("spark_tasks:run-list")).content.decode()
+    assert '<a href="/workflows/42/">workflow #42</a>' in listed

@@ -12,7 +12,7 @@ import pytest
 
 from audit.trail import verify_chain
 from broker_agent.choices import RemoteSegmentState
-from spark_tasks.models import SparkJob
+from spark_tasks.models import SparkJob, SparkJobRun
 from spark_tasks.plan_digest import plan_digest
 from tests import s3util
 from workflows.choices import WorkflowState
@@ -106,6 +106,9 @@ def test_remote_purge_deletes_exactly_the_reviewed_plan(lab, api, operator, appr
     after = list(sim.agent(leader).inventory("fenced"))
     assert all(s.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED for s in after)
     assert not any(_exists(s.object_path) for s in after)
+    # the run that deleted names the workflow that queued it (its page links to it)
+    executed = SparkJobRun.objects.exclude(pk=run.pk).filter(dry_run=False)
+    assert list(executed.values_list("workflow_id", flat=True)) == [body["id"]]
     assert verify_chain().ok
 
 

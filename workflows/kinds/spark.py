@@ -144,6 +144,7 @@ def _queue_once(
             cluster=ctx.params["cluster"],
             requested_by=None,
             audit_context=AuditContext.WORKER,
+            workflow_id=ctx.workflow.pk,
         )
         trail.record(
             SparkStepAction.RUN_QUEUED,
