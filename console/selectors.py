@@ -24,6 +24,7 @@ from broker_agent.hashing import (
     partitions_split_from,
     to_positive,
 )
+from broker_agent.probes import slow_probe
 from console.choices import (
     BrokerState,
     DisablePolicy,
@@ -538,13 +539,19 @@ def split_tree(topic: Topic, partitions: dict[int, Partition]) -> list[dict] | N
 
 
 def broker_grid(cluster: Cluster) -> dict:
-    """Brokers x log dirs (two queries): rows of brokers, columns of dir names."""
+    """Brokers x log dirs (two queries): rows of brokers, columns of dir names. Each dir gets
+    ``slow_probe``: its last probe was slow next to its broker's other dirs
+    (:func:`broker_agent.probes.slow_probe`) while it is still ONLINE."""
     brokers = list(Broker.objects.filter(cluster=cluster).order_by("broker_id"))
     dirs = list(LogDir.objects.filter(cluster=cluster).order_by("broker_id", "name"))
     names = sorted({d.name for d in dirs})
     by_broker: dict[int, dict[str, LogDir]] = defaultdict(dict)
     for d in dirs:
         by_broker[d.broker_id][d.name] = d
+    for own in by_broker.values():  # a slow probe of a dir still ONLINE (the agent's rule)
+        for d in own.values():
+            peers = [p.probe_latency_ms for p in own.values() if p is not d and p.probe_latency_ms]
+            d.slow_probe = d.state == LogDirState.ONLINE and slow_probe(d.probe_latency_ms, peers)
     rows = [{"broker": b, "cells": [by_broker[b.pk].get(n) for n in names]} for b in brokers]
     return {
         "dir_names": names,

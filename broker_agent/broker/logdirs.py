@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import statistics
 import time
 import uuid
 
@@ -31,6 +30,7 @@ from broker_agent.choices import (
 from broker_agent.client import AgentClient, AgentError
 from broker_agent.models import partition_key
 from broker_agent.placement import leader_sizes, place_replicas
+from broker_agent.probes import slow_probe
 from broker_agent.signing import sign_headers
 from broker_agent.storage import (
     LogDir,
@@ -121,9 +121,9 @@ class LogDirsMixin:
             self._grade(latencies)
 
     def _grade(self, latencies: dict[str, float]) -> None:
-        """DEGRADED: a dir whose probes were *all* of the last ``DEGRADED_WINDOW`` more than 10x
-        slower than the median of its peers (and > 50 ms); each dir is judged by the fastest of
-        its recent probes. One slow fsync (a burst of writes, a busy host) is no sign of a
+        """DEGRADED: a dir whose probes were *all* of the last ``DEGRADED_WINDOW`` slow
+        (:func:`broker_agent.probes.slow_probe`: more than 10x the median of its peers and
+        > 50 ms); each dir is judged by the fastest of its recent probes. One slow fsync (a burst of writes, a busy host) is no sign of a
         failing disk, and a single sample made a healthy dir flap to DEGRADED and back."""
         for name in list(self._probe_history):
             if name not in latencies:
@@ -137,7 +137,7 @@ class LogDirsMixin:
             d = self.log_dirs[name]
             peers = [v for k, v in sustained.items() if k != name]
             full = len(self._probe_history[name]) == DEGRADED_WINDOW
-            slow = full and bool(peers) and ms > max(50.0, 10 * statistics.median(peers))
+            slow = full and slow_probe(ms, peers)
             if d.good:
                 d.state = LogDirState.DEGRADED if slow else LogDirState.ONLINE
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from broker_agent.models import GroupView
-from console.models import Broker
+from console.models import Broker, LogDir
 from tests.console.conftest import sync
 from tests.console.factories import ClusterBuilder
 
@@ -251,3 +251,17 @@ def test_a_killed_broker_shows_its_replicas_as_down_not_as_offline_replicas(
     ).group(1)
     down = Broker.objects.get(broker_id=3).down_replica_count
     assert down > 0 and f'data-down-replicas="{down}">broker down: {down} replicas' in row
+
+
+def test_a_slow_probe_of_a_dir_still_online_is_marked(browser_client, synced):
+    """A 227 ms probe beside 1.5 ms peers read as a plain ONLINE (issue #15): it is marked with
+    the agent's own rule (over 10x the peers' median and 50 ms), before three in a row make the
+    agent grade the dir DEGRADED."""
+    from broker_agent.probes import slow_probe
+
+    assert slow_probe(227.0, [1.5]) and not slow_probe(40.0, [1.0]) and not slow_probe(9.0, [])
+    LogDir.objects.filter(broker__broker_id=3, name="logdir-1").update(probe_latency_ms=227.0)
+    html = browser_client.get("/brokers/").content.decode()
+    assert html.count("data-slow-probe") == 1
+    cell = html[html.index('data-dir="3:logdir-1"') :]
+    assert cell.index("data-slow-probe") < cell.index("</td>")
