@@ -1,8 +1,9 @@
 """The audit log's part of the JSON API (``/api/v1/``).
 
 Stable names (other tools rely on them): ``GET /audit`` (filters as on the page, ``before`` /
-``limit``; answers ``items`` and ``next_before``) and ``GET /audit/verify``. A bad filter answers
-400 ``{"error": "INVALID_REQUEST", "message": ...}``.
+``limit``; answers ``items`` and ``next_before``) and ``GET /audit/verify``; added later, the
+filters ``cluster``, ``topic``, ``broker`` and ``log_dir`` (:class:`audit.queries.AuditFilter`).
+A bad filter answers 400 ``{"error": "INVALID_REQUEST", "message": ...}``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ class AuditParams(Schema):
     kind: str | None = None
     target: str | None = None
     workflow: str | None = None
+    cluster: str | None = None
+    topic: str | None = None
+    broker: str | None = None
+    log_dir: str | None = None
     outcome: str | None = None
     context: str | None = None
     since: str | None = None

@@ -16,6 +16,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from audit import targets
 from audit.choices import AuditContext, AuditOutcome
 from audit.models import AuditEvent
 
@@ -131,12 +132,24 @@ class WhenFilter(django_filters.Filter):
 
 
 class AuditFilter(django_filters.FilterSet):
-    """Filters of the audit page, its export and ``GET /api/v1/audit`` (stable names)."""
+    """Filters of the audit page, its export and ``GET /api/v1/audit`` (stable names).
+
+    ``target`` takes a target as the log shows it (``topic:local/demo.orders``, ``broker:local/2``,
+    ``log_dir:local/2:d1``, ``workflow:12``) or as the workflow list does (``topic:demo.orders``:
+    with ``cluster``, on that cluster, else on any); ``cluster`` with ``topic``, ``broker`` or
+    ``log_dir`` (``<broker id>:<dir>``) says the same as a pair; ``cluster`` alone, every event
+    about that cluster. A topic, broker or dir matches its own events whatever their form
+    (:mod:`audit.targets`) and the events of the workflows that change it."""
 
     actor = FilterText(field_name="actor_name")
     action = FilterText(field_name="action", lookup_expr="startswith")
     kind = FilterText(field_name="workflow__kind")
-    target = FilterText(method="filter_target")
+    # Read together in filter_queryset (a target and its cluster make one condition).
+    target = FilterText(method="together")
+    cluster = FilterText(method="together")
+    topic = FilterText(method="together")
+    broker = IntegerFilter(method="together")
+    log_dir = FilterText(method="together")
     workflow = IntegerFilter(field_name="workflow_id")
     outcome = django_filters.ChoiceFilter(choices=AuditOutcome.CHOICES)
     context = django_filters.ChoiceFilter(choices=AuditContext.CHOICES)
@@ -147,15 +160,33 @@ class AuditFilter(django_filters.FilterSet):
         model = AuditEvent
         fields: list[str] = []
 
-    def filter_target(self, qs: QuerySet, name: str, value: str) -> QuerySet:
-        ttype, sep, tid = value.strip().partition(":")
-        return qs.filter(target_type=ttype, target_id=tid) if sep else qs.filter(target_id=value)
+    def together(self, qs: QuerySet, name: str, value: Any) -> QuerySet:
+        return qs  # see filter_queryset
 
     def filter_queryset(self, queryset: QuerySet) -> QuerySet:
-        since, until = self.form.cleaned_data.get("since"), self.form.cleaned_data.get("until")
+        data = self.form.cleaned_data
+        since, until = data.get("since"), data.get("until")
         if since and until and since > until:
             raise InvalidFilter("since is after until: no event can match; swap them.")
-        return super().filter_queryset(queryset)
+        qs = super().filter_queryset(queryset)
+        cluster = data.get("cluster") or ""
+        wanted = []
+        if data.get("target"):
+            wanted.append(targets.parse_text(data["target"], cluster))
+        if data.get("topic"):
+            wanted.append(targets.Target(targets.TOPIC, cluster, data["topic"]))
+        if data.get("broker") is not None:
+            wanted.append(targets.Target(targets.BROKER, cluster, str(data["broker"])))
+        if data.get("log_dir"):
+            broker_id, sep, _ = data["log_dir"].partition(":")
+            if not (sep and broker_id.isdigit()):
+                raise InvalidFilter("log_dir: <broker id>:<dir>, e.g. 2:d1.")
+            wanted.append(targets.Target(targets.LOG_DIR, cluster, data["log_dir"]))
+        for target in wanted:
+            qs = qs.filter(targets.matching(target))
+        if cluster and not any(t.cluster == cluster for t in wanted):
+            qs = qs.filter(targets.cluster_events(cluster))
+        return qs
 
 
 def apply_filterset(

@@ -21,6 +21,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from audit import targets
 from audit.choices import AuditContext, AuditOutcome
 from audit.models import AuditEvent, ChainVerification
 from audit.queries import (
@@ -54,6 +55,23 @@ def _workflow_model() -> type[Model]:
     return AuditEvent._meta.get_field("workflow").related_model
 
 
+def _link_targets(events: list[AuditEvent]) -> None:
+    """Set ``target_url`` on each event (its target's page). An old-form topic, broker or dir
+    (no cluster in its id) takes its workflow's cluster: one query for the page."""
+    ids = {
+        e.workflow_id for e in events if e.workflow_id and e.target_type in targets.CLUSTER_SCOPED
+    }
+    clusters = (
+        dict(_workflow_model().objects.filter(pk__in=ids).values_list("pk", "cluster"))
+        if ids
+        else {}
+    )
+    for e in events:
+        e.target_url = targets.target_url(
+            e.target_type, e.target_id, clusters.get(e.workflow_id, "")
+        )
+
+
 @require_GET
 def audit(request: HttpRequest) -> HttpResponse:
     error = None
@@ -62,6 +80,12 @@ def audit(request: HttpRequest) -> HttpResponse:
         events, next_before = page_by_seq(qs, request.GET, AUDIT_PAGE_SIZE)
     except InvalidFilter as exc:
         events, applied, next_before, error = [], {}, None, exc.message
+    _link_targets(events)
+    subject = None
+    if applied.get("target"):
+        about = targets.parse_text(applied["target"], applied.get("cluster", ""))
+        url = targets.target_url(about.type, about.name, about.cluster)
+        subject = {"label": about.label, "url": url} if url else None
     query = urlencode(applied)
     workflows = _workflow_model()
     workflow = None
@@ -83,6 +107,9 @@ def audit(request: HttpRequest) -> HttpResponse:
             "contexts": AuditContext.ALL,
             "kinds": workflows.objects.order_by("kind").values_list("kind", flat=True).distinct(),
             "workflow": workflow,
+            "subject": subject,
+            # filters the form has no field for, kept when it is submitted again
+            "hidden": [(k, applied[k]) for k in ("topic", "broker", "log_dir") if k in applied],
             "now": timezone.now(),
             "verification": ChainVerification.objects.select_related("requested_by").first(),
         },
@@ -93,6 +120,8 @@ def audit(request: HttpRequest) -> HttpResponse:
 @require_GET
 def audit_detail(request: HttpRequest, seq: int) -> HttpResponse:
     event = get_object_or_404(AuditEvent.objects.select_related("actor", "workflow"), seq=_seq(seq))
+    cluster = getattr(event.workflow, "cluster", "")
+    event.target_url = targets.target_url(event.target_type, event.target_id, cluster)
     return render(
         request,
         "audit/audit_detail.html",

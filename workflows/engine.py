@@ -53,7 +53,7 @@ from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 from django.utils import timezone
 
-from audit import trail
+from audit import targets, trail
 from audit.choices import AuditContext, AuditOutcome
 from workflows.actions.workflows import record_ready, workflow_snapshot
 from workflows.choices import AuditAction, StepState, WorkflowState
@@ -558,8 +558,11 @@ class _Run:
                 AuditAction.STEP_SUCCEEDED,
                 actor=None,
                 context=AuditContext.WORKER,
-                target_type="broker" if step.broker is not None else "workflow",
-                target_id=step.broker if step.broker is not None else self.wf.pk,
+                **(
+                    targets.broker(self.wf.cluster, step.broker)
+                    if step.broker is not None
+                    else {"target_type": "workflow", "target_id": self.wf.pk}
+                ),
                 workflow=self.wf,
                 before={"state": StepState.RUNNING},
                 after={"state": StepState.SUCCEEDED, "output": trail.normalise(output)},

@@ -106,7 +106,8 @@ def _acks(wf: Workflow, action: str) -> dict[int, int]:
     for target in AuditEvent.objects.filter(workflow=wf, action=action).values_list(
         "target_id", flat=True
     ):
-        counts[int(target)] = counts.get(int(target), 0) + 1
+        broker = int(target.rpartition("/")[2])  # "<cluster>/<broker id>" (audit.targets)
+        counts[broker] = counts.get(broker, 0) + 1
     return counts
 
 

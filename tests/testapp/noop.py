@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from audit import trail
+from audit import targets, trail
 from audit.choices import AuditContext
 from audit.models import AuditEvent
 from workflows.kinds import Field, Plan, StepDef, StepResult, WorkflowKind, register
@@ -72,8 +72,7 @@ def apply(ctx: StepContext) -> StepResult:
                 APPLIED,
                 actor=None,
                 context=AuditContext.WORKER,
-                target_type="broker",
-                target_id=ctx.step.broker,
+                **targets.broker(ctx.params["cluster"], ctx.step.broker),
                 workflow=ctx.workflow,
                 after={"applied": True},
                 extra={"idempotency_key": ctx.idempotency_key},

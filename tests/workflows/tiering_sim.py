@@ -112,5 +112,6 @@ def acks_per_broker(wf_id: int, action: str) -> dict[int, int]:
     for target in AuditEvent.objects.filter(workflow_id=wf_id, action=action).values_list(
         "target_id", flat=True
     ):
-        counts[int(target)] = counts.get(int(target), 0) + 1
+        broker = int(target.rpartition("/")[2])  # "<cluster>/<broker id>" (audit.targets)
+        counts[broker] = counts.get(broker, 0) + 1
     return counts

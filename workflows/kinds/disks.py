@@ -64,6 +64,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from audit import targets
 from audit.choices import AuditOutcome
 from broker_agent.choices import LogDirState, ReplicaState
 from broker_agent.client import AgentError
@@ -140,8 +141,7 @@ def cordon_log_dir(ctx: StepContext) -> StepResult:
         ctx,
         DiskAction.CORDON,
         call,
-        target_type="log_dir",
-        target_id=f"{broker}:{name}",
+        **targets.log_dir(cluster, broker, name),
         before=lambda: _dir_state(cluster, broker, name),
     )
     return StepResult.done({"state": after.get("state"), "applied_now": now})
@@ -175,8 +175,7 @@ def probe_log_dir(ctx: StepContext) -> StepResult:
         record_command(
             ctx,
             DiskAction.PROBE,
-            target_type="log_dir",
-            target_id=f"{broker}:{name}",
+            **targets.log_dir(cluster, broker, name),
             before=before,
             after=after,
             outcome=AuditOutcome.SUCCESS if healthy else AuditOutcome.FAILURE,
@@ -210,8 +209,7 @@ def remove_log_dir(ctx: StepContext) -> StepResult:
             ctx,
             DiskAction.REMOVE,
             call,
-            target_type="log_dir",
-            target_id=f"{broker}:{name}",
+            **targets.log_dir(cluster, broker, name),
             before=before,
         )
     except AgentError as exc:
@@ -262,8 +260,7 @@ def log_dir_reset(ctx: StepContext) -> StepResult:
         ctx,
         DiskAction.LOG_DIR_RESET,
         call,
-        target_type="broker",
-        target_id=broker,
+        **targets.broker(cluster, broker),
         before=created_count,
     )
     return StepResult.done({"topics": len(after.get("topics", [])), "applied_now": now})
@@ -326,8 +323,7 @@ def _verify_producer_id(ctx: StepContext, cluster: str, broker: int) -> int:
         record_command(
             ctx,
             DiskAction.VERIFY_PRODUCER,
-            target_type="broker",
-            target_id=broker,
+            **targets.broker(cluster, broker),
             after={"producer_id": allocated},
             key=key,
         )
@@ -419,8 +415,7 @@ def verify(ctx: StepContext) -> StepResult:
     record_command(
         ctx,
         DiskAction.VERIFY_PRODUCE,
-        target_type="broker",
-        target_id=broker,
+        **targets.broker(cluster, broker),
         before={"offline_replica_count": offline, "partitions": sample},
         after=result,
         outcome=AuditOutcome.SUCCESS if ok else AuditOutcome.FAILURE,

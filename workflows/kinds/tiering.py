@@ -89,6 +89,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from audit import targets
 from broker_agent.choices import (
     DisablePolicy,
     LogDirState,
@@ -334,8 +335,7 @@ def start_disablement(ctx: StepContext) -> StepResult:
                 record_command(
                     ctx,
                     TieringAction.ADOPT_DISABLEMENT,
-                    target_type="topic",
-                    target_id=f"{ctx.params['cluster']}/{topic}",
+                    **targets.topic(ctx.params["cluster"], topic),
                     before=_topic_state(before),
                     after=_topic_state(after),
                     extra={"policy": policy, "acknowledged_by": before.tiering_acks},
@@ -362,8 +362,7 @@ def start_disablement(ctx: StepContext) -> StepResult:
     record_command(
         ctx,
         TieringAction.START_DISABLEMENT,
-        target_type="topic",
-        target_id=f"{ctx.params['cluster']}/{topic}",
+        **targets.topic(ctx.params["cluster"], topic),
         before=_topic_state(before)
         if not ours
         else {"tiered_state": TieredState.ENABLED, "tiered_epoch": epoch},
@@ -409,8 +408,7 @@ def complete_disablement(ctx: StepContext) -> StepResult:
     record_command(
         ctx,
         TieringAction.COMPLETE_DISABLEMENT,
-        target_type="topic",
-        target_id=f"{ctx.params['cluster']}/{topic}",
+        **targets.topic(ctx.params["cluster"], topic),
         before=_topic_state(before),
         after=_topic_state(after),
         extra={"expected_tiered_epoch": epoch},
@@ -446,8 +444,7 @@ def enable_at_controller(ctx: StepContext) -> StepResult:
     record_command(
         ctx,
         TieringAction.ENABLE,
-        target_type="topic",
-        target_id=f"{ctx.params['cluster']}/{topic}",
+        **targets.topic(ctx.params["cluster"], topic),
         before={"tiered_state": ctx.plan["tiered_state"], "tiered_epoch": epoch},
         after=_topic_state(after),
         extra={"expected_tiered_epoch": epoch},
@@ -491,8 +488,7 @@ def verify_tiering(ctx: StepContext) -> StepResult:
             record_command(
                 ctx,
                 TieringAction.VERIFY_PRODUCE,
-                target_type="topic",
-                target_id=f"{cluster}/{topic}",
+                **targets.topic(cluster, topic),
                 after={"partition": p, "key": key, "base_offset": base, "records": VERIFY_RECORDS},
             )
         else:

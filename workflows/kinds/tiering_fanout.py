@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 
+from audit import targets
 from broker_agent.choices import ErrorCode as AgentCode
 from broker_agent.client import AgentError
 from workflows.kinds import StepResult
@@ -92,8 +93,7 @@ def audit_ack(ctx: StepContext, action: str, broker: int, answer: Any, key: str)
     record_command(
         ctx,
         action,
-        target_type="broker",
-        target_id=broker,
+        **targets.broker(ctx.params["cluster"], broker),
         before={"tiered_epoch": ctx.plan["tiered_epoch"], "tiered_state": ctx.plan["tiered_state"]},
         after=answer,
         extra={"topic": ctx.params["topic"], "cluster": ctx.params["cluster"]},

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from audit import targets
 from broker_agent.choices import ErrorCode as AgentErrorCode
 from broker_agent.choices import TopicConfig
 from broker_agent.client import AgentError
@@ -207,8 +208,7 @@ def _alter(ctx: StepContext) -> StepResult:
             ctx,
             TopologyAction.ALTER_PARTITION_COUNT,
             call,
-            target_type="topic",
-            target_id=topic,
+            **targets.topic(cluster, topic),
             before=before,
         )
     except AgentError as exc:
