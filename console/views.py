@@ -16,6 +16,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from accounts.roles import Role, has_role, require_role
+from audit import targets
 from audit.models import AuditEvent
 from console import charts, health, ordering, selectors
 from console.choices import LogDirState, TieredState
@@ -182,6 +183,7 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "can_request": can_request,
         "actions": _topic_actions(c, t) if can_request else [],
         "history": charts.topic_charts(t, request.GET.get("range")),
+        "history_links": targets.history_links(targets.Target(targets.TOPIC, c.name, t.name)),
     }
     return _render(
         request,
@@ -242,6 +244,15 @@ def brokers(request: HttpRequest) -> HttpResponse:
         context["sparks"] = charts.dir_sparks(dirs)
         if selected is not None:
             context["dir_history"] = charts.dir_charts(selected, request.GET.get("range"))
+            broker_id = selected.broker.broker_id
+            context["incident_links"] = {
+                "dir": targets.history_links(
+                    targets.Target(targets.LOG_DIR, cluster.name, f"{broker_id}:{selected.name}")
+                ),
+                "broker": targets.history_links(
+                    targets.Target(targets.BROKER, cluster.name, str(broker_id))
+                ),
+            }
         context["can_request"] = has_role(request.user, Role.OPERATOR)
         if selected is not None and context["can_request"]:
             params = {
