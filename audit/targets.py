@@ -19,10 +19,10 @@ workflow ``target`` column can leave it out: the workflow row has its own ``clus
 names are slugs and Kafka topic names cannot hold ``/``, so the first ``/`` ends the cluster.
 
 Events written before this form existed (steps of ``expand_partitions`` / ``shrink_partitions``,
-``recover_log_dir`` and the tiering fan-out) name a topic, broker or dir *without* its cluster
-(``topic:demo.orders``, ``broker:2``, ``log_dir:2:d1``). The chain hashes ``target_type`` and
-``target_id``, so those rows stay exactly as written; every one of them was written by a workflow
-step, so the filter finds their cluster through their workflow.
+``recover_log_dir``, the tiering fan-out, a per-broker step's success) name a topic, broker or
+dir *without* its cluster (``topic:demo.orders``, ``broker:2``, ``log_dir:2:d1``). The chain
+hashes ``target_type`` and ``target_id``, so those rows stay exactly as written; every one of
+them was written by a workflow step, so the filter finds their cluster through their workflow.
 """
 
 from __future__ import annotations
