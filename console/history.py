@@ -108,16 +108,19 @@ def sample_due(last: datetime | None, now: datetime) -> bool:
 
 
 def write_samples(cur, cluster_pk: int, now: datetime) -> None:
-    """One raw sample of each log dir of each answering broker, and of each tiered topic.
+    """One raw sample of each log dir of each answering broker, and of each tiered topic. An
+    OFFLINE dir has no probe latency (the agent still reports its last probe, from before the
+    failure: a chart must not draw it as current).
 
     Runs on the sync's cursor, in its transaction (the samples are the state it commits)."""
-    params = {"c": cluster_pk, "now": now, "raw": Resolution.RAW}
+    params = {"c": cluster_pk, "now": now, "raw": Resolution.RAW, "offline": LogDirState.OFFLINE}
     cur.execute(
         """
         INSERT INTO console_logdirsample
             (log_dir_id, resolution, at, used_bytes, total_bytes, probe_latency_ms, state)
         SELECT d.id, %(raw)s, %(now)s, GREATEST(d.total_bytes - d.usable_bytes, 0),
-               d.total_bytes, d.probe_latency_ms, d.state
+               d.total_bytes,
+               CASE WHEN d.state = %(offline)s THEN NULL ELSE d.probe_latency_ms END, d.state
         FROM console_logdir d JOIN console_broker b ON b.id = d.broker_id
         WHERE d.cluster_id = %(c)s AND b.error = ''
         ON CONFLICT DO NOTHING

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 
 from console import charts, history
 from console.choices import LogDirState
@@ -62,6 +63,11 @@ def test_a_failed_dir_is_sampled_offline_with_no_probe(cluster, builder, every_s
     before, after = rows.order_by("at")
     assert (before.state, before.probe_latency_ms) == (LogDirState.ONLINE, 1.5)
     assert (after.state, after.probe_latency_ms) == (LogDirState.OFFLINE, None)
+    # even when the agent still reports its last probe from before the failure
+    LogDir.objects.filter(pk=after.log_dir_id).update(probe_latency_ms=0.9)
+    with connection.cursor() as cur:
+        history.write_samples(cur, cluster.pk, after.at + timedelta(seconds=30))
+    assert rows.order_by("at").last().probe_latency_ms is None
     assert after.used_bytes == 40 * GiB and after.total_bytes == 100 * GiB
 
 
