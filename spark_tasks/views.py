@@ -17,6 +17,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.roles import Role, has_role, require_role
@@ -68,6 +69,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "form": DryRunForm(),
         "can_start": has_role(request.user, Role.OPERATOR),
         "any_active": any(not r.is_terminal for r in page.object_list),
+        "now": timezone.now(),
     }
     if getattr(request, "htmx", False) and request.GET.get("partial") == "runs":
         response = render(request, "spark_tasks/partials/run_rows.html", context)
@@ -108,6 +110,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "run": run,
         "summary": run.output_summary or {},
         "execute_kind": EXECUTED_BY.get(run.job) if executable else None,
+        "now": timezone.now(),
     }
     if getattr(request, "htmx", False):
         response = render(request, "spark_tasks/partials/run_status.html", context)

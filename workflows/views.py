@@ -61,7 +61,11 @@ EXPORT_CHUNK = 2000
 def running_panel(request: HttpRequest) -> HttpResponse:
     """The Overview's "Running workflows" panel (loaded by htmx): the newest active ones."""
     active = Workflow.objects.filter(state__in=WorkflowState.ACTIVE).order_by("-created_at")
-    return render(request, "workflows/partials/running.html", {"workflows": active[:8]})
+    return render(
+        request,
+        "workflows/partials/running.html",
+        {"workflows": active[:8], "now": timezone.now()},
+    )
 
 
 @require_GET
@@ -263,6 +267,7 @@ def workflow_approve(request: HttpRequest, pk: int) -> HttpResponse:
             "is_requester": wf.requester_id == request.user.pk,
             "is_approver": has_role(request.user, Role.APPROVER),
             "ttl_hours": settings.STRATA_APPROVAL_TTL_HOURS,
+            "now": now,
             "max_reason": MAX_REASON,
         },
     )
@@ -410,6 +415,7 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
             "error_workflow": error_workflow,
             "can_request": has_role(request.user, Role.OPERATOR),
             "is_admin": has_role(request.user, Role.ADMIN),
+            "now": timezone.now(),
         },
         status=status,
     )
