@@ -284,6 +284,9 @@ def test_the_live_poll_also_refreshes_the_request_state_and_the_timeline(
     assert state.startswith('id="wf-request-state" class="badge succeeded" hx-swap-oob="true">')
     timeline = html[html.index('<ol class="timeline" id="wf-timeline" hx-swap-oob="true">') :]
     assert "workflow.succeeded" in timeline
+    # and with them the ages of those two panels, so neither says it is older than it is
+    for age in ("wf-request-age", "wf-timeline-age"):
+        assert f'<span id="{age}" hx-swap-oob="true"><small class="age" data-age="' in html
 
 
 def test_the_list_counts_approvals_as_the_workflow_page_does(client, operator, approver, admin):
