@@ -344,3 +344,16 @@ def test_a_reason_over_the_limit_is_refused_by_the_server_too(client, operator):
     assert response.status_code in (200, 400)
     assert not Workflow.objects.exists()
     assert client.post("/workflows/new/", {**body, "reason": "x" * 2000}).status_code == 302
+
+
+def test_the_list_links_each_target_to_its_page(client, viewer, operator):
+    """The target column was plain text: a topic links to its page, a broker to the brokers
+    page of its cluster, a target with no page (a self-test label) stays text."""
+    topic, broker, _label = (request_noop(operator, name) for name in ("a", "b", "c"))
+    Workflow.objects.filter(pk=topic.pk).update(target="topic:orders")
+    Workflow.objects.filter(pk=broker.pk).update(target="broker:2")
+    client.force_login(viewer)
+    html = client.get("/workflows/").content.decode()
+    assert '<a href="/topics/lab/orders/">topic:orders</a>' in html
+    assert '<a href="/brokers/?cluster=lab">broker:2</a>' in html
+    assert "<td>noop:c</td>" in html

@@ -7,6 +7,7 @@ from typing import Any
 
 from django import template
 
+from audit import targets
 from workflows.choices import ApprovalDecision
 
 register = template.Library()
@@ -50,3 +51,12 @@ def approvals_counted(wf: Any) -> int:
     never voided or expired ones or rejections. Uses the prefetched approvals
     (``queries.with_decisions``)."""
     return len(wf.counted_approvals())
+
+
+@register.filter
+def target_url(workflow: Any) -> str | None:
+    """The page of a workflow's target (``topic:demo.orders`` on its cluster: the topic page;
+    ``broker:2``: the brokers page), read by :func:`audit.targets.target_url`; None for a target
+    with no page (a self-test label)."""
+    ttype, sep, name = (workflow.target or "").partition(":")
+    return targets.target_url(ttype, name, workflow.cluster) if sep else None
