@@ -88,3 +88,26 @@
   document.addEventListener("htmx:sendError", show("send"));
   document.addEventListener("htmx:timeout", show("timeout"));
 })();
+
+// The request form: "Request" sends the parameters that were checked (hidden fields of the
+// preview), not what the parameters form shows now. Once a parameter is edited after the check,
+// the preview says it is out of date and "Request" waits for "Check request" again, so a changed
+// policy can never be submitted as the old one.
+(function () {
+  "use strict";
+  document.addEventListener("DOMContentLoaded", function () {
+    var form = document.querySelector("form[data-params-form]");
+    var preview = document.querySelector("[data-preview]");
+    if (!form || !preview) return;
+    function stale() {
+      preview.classList.add("stale");
+      var note = preview.querySelector("[data-stale-note]");
+      if (note) note.hidden = false;
+      preview.querySelectorAll("[data-testid=submit-request]").forEach(function (b) {
+        b.disabled = true;
+      });
+    }
+    form.addEventListener("input", stale);
+    form.addEventListener("change", stale);
+  });
+})();

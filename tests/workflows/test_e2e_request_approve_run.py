@@ -118,3 +118,23 @@ def test_reject_needs_a_comment_in_the_browser_and_approve_does_not(
     page.wait_for_url(f"**/workflows/{wf.pk}/")
     expect(page.get_by_test_id("my-decision")).to_contain_text("You approved this plan at")
     ctx.close()
+
+
+def test_a_parameter_edited_after_the_check_waits_for_a_new_check(browser, live_server, operator):
+    """ "Request" sends the checked parameters: seen under make run, choosing policy delete after
+    the check and pressing Request asked for retain. Now an edit marks the check out of date and
+    Request waits until Check request is pressed again."""
+    ctx = browser.new_context(base_url=live_server.url)
+    page = ctx.new_page()
+    login(page, operator.username)
+    page.goto("/workflows/new/?kind=noop_check&cluster=lab&label=edit&mode=plain")
+    expect(page.get_by_test_id("checked-params")).to_contain_text("mode=plain")
+    submit = page.get_by_test_id("submit-request")
+    expect(submit).to_be_enabled()
+    page.select_option("#f-mode", "gate")
+    expect(submit).to_be_disabled()
+    expect(page.locator("[data-stale-note]")).to_be_visible()
+    page.get_by_role("button", name="Check request").click()
+    expect(page.get_by_test_id("checked-params")).to_contain_text("mode=gate")
+    expect(page.get_by_test_id("submit-request")).to_be_enabled()
+    ctx.close()
