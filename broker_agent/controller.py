@@ -585,14 +585,20 @@ class Controller:
         b["log_dirs"] = [d.model_dump() for d in hb.log_dirs]
         changed: dict[str, dict] = {}
         for key in hb.created:
-            topic, p = split_partition_key(key)
+            try:
+                topic, p = split_partition_key(key)
+            except ValueError:  # not a partition key: names no partition this controller has
+                continue
             t = self.topics.get(topic)
             part = t["partitions"].get(p) if t else None
             if part and hb.broker_id in part["replicas"] and hb.broker_id not in part["created"]:
                 part["created"].append(hb.broker_id)
                 changed[topic] = t
         for key in hb.empty_marked_partitions:
-            topic, p = split_partition_key(key)
+            try:
+                topic, p = split_partition_key(key)
+            except ValueError:  # not a partition key: names no partition this controller has
+                continue
             t = self.topics.get(topic)
             part = t["partitions"].get(p) if t else None
             if part and part["marked_for_deletion"] and part["leader"] == hb.broker_id:

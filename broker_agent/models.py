@@ -167,7 +167,8 @@ def partition_key(topic: str, partition: int) -> str:
 
 
 def split_partition_key(key: str) -> tuple[str, int]:
-    """The ``(topic, partition)`` of a :func:`partition_key`."""
+    """The ``(topic, partition)`` of a :func:`partition_key`; ``ValueError`` for a key whose
+    partition is not a number (a caller reading keys from a request skips or refuses it)."""
     topic, _, partition = key.rpartition(":")
     return topic, int(partition)
 

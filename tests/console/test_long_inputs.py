@@ -35,7 +35,7 @@ def browser_client(client, viewer):
 
 def test_the_request_form_posts_its_check_and_stops_at_the_server_limits(browser_client, synced):
     html = browser_client.get("/workflows/new/", {"kind": "disable_tiering"}).content.decode()
-    assert '<form class="card" method="post" aria-label="Parameters">' in html
+    assert '<form class="card" method="post" aria-label="Parameters" data-params-form>' in html
     assert '<input type="hidden" name="check" value="1">' in html
     assert 'id="f-cluster" name="cluster" value="" maxlength="100"' in html
     assert 'id="f-topic" name="topic" value="" maxlength="249"' in html
