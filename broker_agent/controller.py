@@ -44,7 +44,7 @@ from broker_agent.models import (
     TieringCommandRequest,
     TopicMetadata,
     partition_key,
-    split_partition_key,
+    partition_keys,
     validate_topic_name,
 )
 from broker_agent.web import ApiError, install
@@ -584,26 +584,18 @@ class Controller:
         b["offline"] = set(hb.offline_replicas)
         b["log_dirs"] = [d.model_dump() for d in hb.log_dirs]
         changed: dict[str, dict] = {}
-        for key in hb.created:
-            try:
-                topic, p = split_partition_key(key)
-            except ValueError:  # not a partition key: names no partition this controller has
-                continue
+        for _key, topic, p in partition_keys(hb.created):
             t = self.topics.get(topic)
             part = t["partitions"].get(p) if t else None
             if part and hb.broker_id in part["replicas"] and hb.broker_id not in part["created"]:
                 part["created"].append(hb.broker_id)
                 changed[topic] = t
-        for key in hb.empty_marked_partitions:
-            try:
-                topic, p = split_partition_key(key)
-            except ValueError:  # not a partition key: names no partition this controller has
-                continue
+        for key, topic, p in partition_keys(hb.empty_marked_partitions):
             t = self.topics.get(topic)
             part = t["partitions"].get(p) if t else None
             if part and part["marked_for_deletion"] and part["leader"] == hb.broker_id:
                 log.info("removing drained partition %s (KIP-253)", key)
-                del t["partitions"][int(p)]
+                del t["partitions"][p]
                 changed[topic] = t
         state_changed = (
             first

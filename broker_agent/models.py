@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,6 +51,7 @@ __all__ = [
     "TopicMetadata",
     "WebhookEvent",
     "partition_key",
+    "partition_keys",
     "snapshot_tsv",
     "split_partition_key",
     "split_snapshot_tsv",
@@ -164,6 +166,17 @@ def partition_key(topic: str, partition: int) -> str:
     agents' heartbeats, snapshots and metadata deltas name partitions. Unambiguous because a
     topic name cannot hold ``:`` (:data:`TOPIC_NAME_PATTERN`)."""
     return f"{topic}:{partition}"
+
+
+def partition_keys(keys: Iterable[str]) -> Iterator[tuple[str, str, int]]:
+    """``(key, topic, partition)`` of each :func:`partition_key` in ``keys`` that is one; a key
+    from a request that is not (no number after the colon) names no partition and is skipped."""
+    for key in keys:
+        try:
+            topic, partition = split_partition_key(key)
+        except ValueError:
+            continue
+        yield key, topic, partition
 
 
 def split_partition_key(key: str) -> tuple[str, int]:

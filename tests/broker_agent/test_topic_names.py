@@ -57,3 +57,13 @@ def test_cli_creates_a_dashed_topic_and_refuses_an_illegal_one_in_one_line(sim_f
     assert again.returncode == 1
     assert again.stderr.startswith("error: TOPIC_ALREADY_EXISTS: ")
     assert len(again.stderr.strip().splitlines()) == 1
+
+
+def test_partition_keys_from_a_request_skip_what_is_not_topic_colon_number():
+    """A heartbeat's keys come from the network: one that names no partition is skipped, never a
+    500 (schemathesis sent ``x:`` and ``x:y``)."""
+    from broker_agent.models import partition_key, partition_keys, split_partition_key
+
+    assert split_partition_key(partition_key("demo.orders", 3)) == ("demo.orders", 3)
+    keys = ["demo.orders:3", "x:", "x:y", "nocolon", "a:b:7"]
+    assert list(partition_keys(keys)) == [("demo.orders:3", "demo.orders", 3), ("a:b:7", "a:b", 7)]
