@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 
 from console.choices import LogDirState
@@ -49,12 +50,8 @@ class Chart:
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "—"
-    if unit == "bytes":
-        size = float(value)
-        for suffix in ("B", "KB", "MB", "GB", "TB"):
-            if abs(size) < 1024 or suffix == "TB":
-                return f"{size:.0f} {suffix}" if suffix == "B" else f"{size:.1f} {suffix}"
-            size /= 1024
+    if unit == "bytes":  # as the pages write sizes elsewhere, with a plain space
+        return filesizeformat(value).replace("\xa0", " ")
     if unit == "%":
         return f"{value:.1f}%" if value >= 1 or value == 0 else f"{value:.2g}%"
     return f"{value:.1f} {unit}"
