@@ -298,6 +298,7 @@ class PartitionLog:
         self.leader_epochs: list[tuple[int, int]] = []
         # producer_id -> list of (first_seq, last_seq, base_offset, last_offset), last 5 batches
         self.producers: dict[int, list[tuple[int, int, int, int]]] = {}
+        self.deleted = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -306,12 +307,12 @@ class PartitionLog:
             os.makedirs(self.path, exist_ok=True)
             self._write_json("partition.metadata", {"topic_id": self.topic_id, "version": 0})
 
-        self.log_dir.io(_create)
+        self._io(_create)
         self.segments = []
         self._write_checkpoints()
 
     def load(self) -> None:
-        self.log_dir.io(self._load)
+        self._io(self._load)
 
     def _load(self) -> None:
         meta = self._read_json("partition.metadata", {})
@@ -347,7 +348,19 @@ class PartitionLog:
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
 
     def delete(self) -> None:
-        self.log_dir.io(lambda: shutil.rmtree(self.path, ignore_errors=False))
+        """Remove the replica's folder. Under the log's lock, and every later operation on this
+        log answers a :class:`StorageError` of its own (:meth:`_io`): a fetcher or the
+        maintenance thread still holding the log must not find its files gone, which would
+        read as a disk error and take the healthy dir offline."""
+        with self.lock:
+            self._io(lambda: shutil.rmtree(self.path, ignore_errors=False))
+            self.deleted = True
+
+    def _io(self, fn: Callable[[], object]):
+        """:meth:`LogDir.io` for this log's files; a deleted log fails alone, not its dir."""
+        if self.deleted:
+            raise StorageError(self.log_dir.name, f"{self.topic}-{self.partition} was deleted")
+        return self.log_dir.io(fn)
 
     # -- offsets -----------------------------------------------------------------------------
 
@@ -423,7 +436,7 @@ class PartitionLog:
                     fh.write(data)
                 return pos
 
-            position = self.log_dir.io(_write)
+            position = self._io(_write)
             if new:
                 self.segments.append(seg)
             seg.add(
@@ -459,7 +472,7 @@ class PartitionLog:
                         fh.truncate(size)
                     seg.entries, seg.bases, seg.size = keep, [e.base_offset for e in keep], size
 
-            self.log_dir.io(_truncate)
+            self._io(_truncate)
             if not self.segments:
                 self._start_when_empty = offset
             self.leader_epochs = [(e, s) for e, s in self.leader_epochs if s < offset]
@@ -477,7 +490,7 @@ class PartitionLog:
                 for seg in self.segments:
                     os.unlink(seg.path)
 
-            self.log_dir.io(_drop)
+            self._io(_drop)
             self.segments = []
             self._start_when_empty = offset
             self.log_start_offset = max(self.log_start_offset, offset)
@@ -532,10 +545,16 @@ class PartitionLog:
             return True
 
     def delete_segment(self, seg: Segment) -> None:
+        """Delete a closed segment. A segment another thread has already taken away (a
+        follower's truncation, or retention, between the caller's :meth:`closed_segments` and
+        this call) is gone already: nothing to do - unlinking its file again would raise
+        FileNotFoundError and take the whole log dir offline for a healthy disk."""
         with self.lock:
+            if not any(s is seg for s in self.segments):
+                return
             if seg is self.segments[-1]:
                 raise ValueError("the active segment is never deleted")
-            self.log_dir.io(lambda: os.unlink(seg.path))
+            self._io(lambda: os.unlink(seg.path))
             self.segments.remove(seg)
 
     def maybe_roll(self, max_age_ms: int | None = None) -> None:
@@ -547,7 +566,7 @@ class PartitionLog:
                     nxt = Segment(
                         seg.next_offset, os.path.join(self.path, segment_file_name(seg.next_offset))
                     )
-                    self.log_dir.io(lambda: open(nxt.path, "ab").close())
+                    self._io(lambda: open(nxt.path, "ab").close())
                     self.segments.append(nxt)
 
     def checkpoint_high_watermark(self) -> None:
@@ -567,7 +586,7 @@ class PartitionLog:
                 json.dump(obj, fh)
             os.replace(tmp, path)
 
-        self.log_dir.io(_write)
+        self._io(_write)
 
     def _read_json(self, name: str, default):
         try:
@@ -595,7 +614,7 @@ class PartitionLog:
                 fh.seek(start)
                 return fh.read(length)
 
-        data = self.log_dir.io(_read)
+        data = self._io(_read)
         return [b for _, b in decode_batches(data)]
 
     def read(self, offset: int, max_bytes: int, upper: int | None = None) -> list[Batch]:
@@ -619,12 +638,18 @@ class PartitionLog:
                 i += 1
             return out
 
-    def read_segment_bytes(self, seg: Segment) -> bytes:
-        def _read():
-            with open(seg.path, "rb") as fh:
-                return fh.read(seg.size)
-
-        return self.log_dir.io(_read)
+    def read_segment_bytes(self, seg: Segment) -> bytes | None:
+        """A closed segment's bytes (the copier's upload), or ``None`` when the segment was
+        deleted or truncated away since the caller listed it. The file is opened under the
+        log's lock, so it cannot vanish between the check and the open (an unlinked file stays
+        readable through an open handle); the read itself runs outside the lock, so a large
+        upload does not hold up appends."""
+        with self.lock:
+            if not any(s is seg for s in self.segments):
+                return None
+            fh = self._io(lambda: open(seg.path, "rb"))  # noqa: SIM115 (closed below, outside the lock)
+        with fh:
+            return self._io(lambda: fh.read(seg.size))
 
     def closed_segments(self) -> list[Segment]:
         with self.lock:

@@ -210,6 +210,8 @@ class TieringMixin:
                 break
             start = max(seg.base_offset, remote_end + 1, plog.log_start_offset)
             data = plog.read_segment_bytes(seg)
+            if data is None:
+                return  # deleted meanwhile; the next round lists the log afresh
             self.remote.copy_segment(
                 topic=r.topic,
                 topic_id=r.topic_id,
