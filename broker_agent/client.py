@@ -30,6 +30,7 @@ from tenacity import (
 from broker_agent.choices import ErrorCode
 from broker_agent.hashing import partition_for_key
 from broker_agent.models import (
+    BrokerInfo,
     BrokerSnapshot,
     ClusterMetadata,
     CommandResult,
@@ -190,6 +191,10 @@ class ControllerClient(_SignedClient):
         )
         with _gc_paused():
             return ClusterMetadata.model_validate_json(resp.content)
+
+    def brokers(self) -> list[BrokerInfo]:
+        """Every broker with its log dirs: ``/v1/metadata``'s brokers without the topics."""
+        return [BrokerInfo.model_validate(b) for b in self.request("GET", "/v1/brokers")]
 
     def topics(self) -> list[TopicMetadata]:
         return [TopicMetadata.model_validate(t) for t in self.request("GET", "/v1/topics")]

@@ -37,6 +37,7 @@ from broker_agent.models import (
     AlterIsrRequest,
     AlterPartitionCountRequest,
     BrokerHeartbeat,
+    BrokerInfo,
     ClusterMetadata,
     CreateTopicRequest,
     LogDirEvent,
@@ -156,8 +157,7 @@ class Controller:
 
         As in Kafka, the ISR never becomes empty: when the last ISR member goes offline it stays
         in the ISR with no leader (-1), and only that replica can become leader again (no unclean
-        election).
-        """
+        election)."""
         changed = []
         for t in topics:
             dirty = False
@@ -716,6 +716,10 @@ def create_app(
                 "changed": False,
             }
         return ctl.metadata()
+
+    @app.get("/v1/brokers", response_model=list[BrokerInfo])
+    async def list_brokers():
+        return [c().broker_view(b) for _, b in sorted(c().brokers.items())]
 
     @app.get("/v1/topics", response_model=list[TopicMetadata])
     async def list_topics():

@@ -284,7 +284,7 @@ def run_broker(args) -> None:
 def run_synthetic(args) -> None:
     import uvicorn
 
-    from broker_agent.synthetic import create_app
+    from broker_agent.synthetic_app import create_app
 
     setup_logging()
     app = create_app(
@@ -297,6 +297,7 @@ def run_synthetic(args) -> None:
         base_url=f"http://{args.host}:{args.port}",
         tick_interval=args.tick_interval,
         nonce_path=nonce_file(args.data, "synthetic") if getattr(args, "data", None) else None,
+        fleet_partitions=getattr(args, "fleet_partitions", None),
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

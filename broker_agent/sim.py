@@ -57,7 +57,7 @@ def cmd_up(args) -> int:
     env = ensure_secret(data)
     path = os.path.join(data, "cluster.json")
     c = read_json(path)
-    synthetic = args.synthetic_topics is not None
+    synthetic = args.synthetic_topics is not None or args.synthetic_fleet is not None
     if c is None:
         host = "127.0.0.1"
         base = args.base_port
@@ -87,6 +87,7 @@ def cmd_up(args) -> int:
                 "topics": args.synthetic_topics,
                 "partitions_per_topic": args.partitions_per_topic,
                 "tick_interval": args.synthetic_tick_interval,
+                "fleet_partitions": args.synthetic_fleet,
             }
             c["controller"]["url"] = f"http://{host}:{ctl_port}"
             for i in range(1, args.brokers + 1):
@@ -120,11 +121,16 @@ def cmd_up(args) -> int:
                     "--log-dirs",
                     str(c["log_dirs"]),
                     "--topics",
-                    str(s["topics"]),
+                    str(s["topics"] or 1),
                     "--partitions-per-topic",
                     str(s["partitions_per_topic"]),
                     "--tick-interval",
                     str(s.get("tick_interval", 5.0)),
+                    *(
+                        ["--fleet-partitions", str(s["fleet_partitions"])]
+                        if s.get("fleet_partitions")
+                        else []
+                    ),
                     "--data",
                     data,
                 ],
@@ -450,6 +456,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--topics", type=int, default=100)
     s.add_argument("--partitions-per-topic", type=int, default=2000)
     s.add_argument("--tick-interval", type=float, default=5.0)
+    s.add_argument(
+        "--fleet-partitions",
+        type=int,
+        default=None,
+        help="the fleet layout: this many partitions in topics of 1 to 10,000 partitions "
+        "(replaces --topics / --partitions-per-topic)",
+    )
     s.add_argument("--data", default=None, help="where to keep the replay cache (nonces)")
     s.set_defaults(func=lambda a: run_synthetic(a) or 0)
 
@@ -472,6 +485,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--brokers", type=int, default=3)
     up.add_argument("--log-dirs", type=int, default=2)
     up.add_argument("--synthetic-topics", type=int)
+    up.add_argument(
+        "--synthetic-fleet",
+        type=int,
+        metavar="PARTITIONS",
+        help="synthetic mode, fleet layout: PARTITIONS partitions in a mix of topic sizes "
+        "from 1 to 10,000 (broker_agent.synthetic.FLEET_MIX)",
+    )
     up.add_argument("--partitions-per-topic", type=int, default=100)
     up.add_argument(
         "--synthetic-tick-interval",

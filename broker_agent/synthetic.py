@@ -1,5 +1,9 @@
 """Synthetic scale mode: metadata-only partitions so one process presents a large cluster.
 
+Layouts: ``topics`` x ``partitions_per_topic``, or the fleet layout (``sim up --synthetic-fleet
+N``, :func:`fleet_topic_sizes`): N partitions in topics of 1 to 10,000 partitions. The routes
+are in :mod:`broker_agent.synthetic_app`.
+
 One process serves the controller API subset a console sync needs and every synthetic broker
 (documented trade-off: 60 uvicorn processes would measure the machine, not the console).
 
@@ -14,6 +18,10 @@ Controller-compatible endpoints (same models as :mod:`broker_agent.controller`):
   partitions, each carrying its topic-level fields and **only the changed partitions**. Without
   ``delta`` a changed answer is complete, exactly like the real controller. gzip when asked.
 - ``GET /v1/topics``, ``GET /v1/topics/{t}``: :class:`~broker_agent.models.TopicMetadata`.
+- ``POST /v1/topics/{t}/partition-count``: KIP-253 expansion only
+  (:meth:`SyntheticCluster.alter_partition_count`).
+- ``GET /v1/brokers``: the brokers of ``/v1/metadata`` alone (a topic's workflow needs them, not
+  the 260 MB of a 1,000,000-partition answer).
 
 Agent-compatible endpoints, one per synthetic broker (``AgentClient(".../brokers/<id>")`` works
 unchanged): ``GET /brokers/<id>/v1/health``, ``/v1/snapshot[?since=][&format=tsv]`` and
@@ -36,18 +44,12 @@ life: every partition is newer than it. A ticker advances 1% of the log end offs
 
 from __future__ import annotations
 
-import asyncio
 import bisect
-import contextlib
 import random
 import threading
 import time
 import zlib
 from array import array
-from typing import Literal
-
-from fastapi import FastAPI, Query, Request
-from fastapi.responses import Response
 
 from broker_agent.choices import (
     ErrorCode,
@@ -57,11 +59,12 @@ from broker_agent.choices import (
     TieredState,
     TopicConfig,
 )
-from broker_agent.models import SNAPSHOT_TSV_COLUMNS, SNAPSHOT_TSV_MEDIA_TYPE
-from broker_agent.signing import audience_of
-from broker_agent.web import PUBLIC_PATHS, ApiError, install
+from broker_agent.models import (
+    SNAPSHOT_TSV_COLUMNS,
+)
+from broker_agent.web import ApiError
 
-__all__ = ["SyntheticCluster", "create_app"]
+__all__ = ["FLEET_MIX", "SyntheticCluster", "fleet_topic_sizes", "gzip_bytes"]
 
 _DIR_TOTAL = 4 << 40
 _DIR_USABLE = 2 << 40
@@ -115,9 +118,40 @@ def gzip_bytes(body: bytes, level: int = 1) -> bytes:
     return c.compress(body) + c.flush()
 
 
+#: The fleet layout's mix (``sim up --synthetic-fleet N``): (partitions per topic, share of all
+#: partitions). A large fleet is mostly small topics by count and mostly large ones by
+#: partitions: at 1,000,000 partitions, 16 topics of 10,000, 20 of 5,000, 100 of 1,000 ...
+#: 10,000 single-partition topics - 37,636 topics in all.
+FLEET_MIX = (
+    (10_000, 0.16),
+    (5_000, 0.10),
+    (1_000, 0.10),
+    (200, 0.10),
+    (100, 0.20),
+    (30, 0.15),
+    (12, 0.12),
+    (6, 0.06),
+    (1, 0.01),
+)
+
+
+def fleet_topic_sizes(partitions: int) -> list[int]:
+    """Topic sizes of the fleet layout, largest first (so ``synthetic.topic-0000`` is a
+    10,000-partition topic once the fleet is that big), summing to exactly ``partitions``:
+    each class of :data:`FLEET_MIX` gets its share rounded down, and what rounding leaves goes
+    to topics of 100 partitions and the last few to single-partition topics."""
+    sizes: list[int] = []
+    for size, share in FLEET_MIX:
+        sizes += [size] * int(partitions * share // size)
+    left = partitions - sum(sizes)
+    sizes += [100] * (left // 100) + [1] * (left % 100)
+    return sorted(sizes, reverse=True)
+
+
 class SyntheticCluster:
     """All state of the synthetic cluster, in flat arrays indexed by partition ``i``
-    (``topic = i // ppt``, ``partition = i % ppt``). Thread-safe (one lock)."""
+    (:meth:`locate`: topics are consecutive runs of indexes, of
+    any sizes). Thread-safe (one lock)."""
 
     def __init__(
         self,
@@ -129,17 +163,35 @@ class SyntheticCluster:
         rf: int = 3,
         base_url: str = "",
         seed: int = 42,
+        topic_sizes: list[int] | None = None,
     ):
         self.cluster_id = cluster_id
         self.brokers = brokers
         self.log_dirs = log_dirs
         self.base_url = base_url.rstrip("/")
+        sizes = list(topic_sizes) if topic_sizes else [partitions_per_topic] * topics
+        topics = len(sizes)
         self.topics = [f"synthetic.topic-{i:04d}" for i in range(topics)]
         self.topic_ids = [f"synthetic{t:013d}" for t in range(topics)]
-        self.ppt = partitions_per_topic
+        self.sizes = array("i", sizes)  # undeleted_partition_count (expansion raises it)
+        self.initial_sizes = array("i", sizes)  # initial_partition_count
+        self._index = {name: t for t, name in enumerate(self.topics)}
+        #: First partition index of each topic (and ``n`` at the end): topic t is
+        #: ``range(topic_start[t], topic_start[t + 1])``.
+        self.topic_start = array("q", [0])
+        self._topic_of = array("i")  # partition index -> topic
+        for t, size in enumerate(sizes):
+            self.topic_start.append(self.topic_start[-1] + size)
+            self._topic_of.extend(array("i", [t]) * size)
         self.rf = max(1, min(rf, brokers))
-        n = topics * partitions_per_topic
+        n = self.topic_start[-1]
         self.n = n
+        # Partitions added by an expansion (alter_partition_count) are appended after the
+        # layout's: index -> topic in _topic_of as any other, their numbers in _extra_part
+        # (index - _layout_n), and per topic in _extra so topic_range lists them.
+        self._layout_n = n
+        self._extra_part = array("i")
+        self._extra: dict[int, list[int]] = {}
         self.lock = threading.RLock()
         rnd = random.Random(seed)  # noqa: S311 (synthetic offsets, not crypto)
         self._rnd = rnd
@@ -181,6 +233,91 @@ class SyntheticCluster:
         self.tiering = None  # SyntheticTiering (synthetic_tiering.py): live KIP-950 state
 
     # -- state -------------------------------------------------------------------------------
+
+    def topic_of(self, i: int) -> int:
+        """The topic of partition index ``i``."""
+        return self._topic_of[i]
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """(topic, partition number) of partition index ``i``."""
+        t = self._topic_of[i]
+        if i >= self._layout_n:
+            return t, self._extra_part[i - self._layout_n]
+        return t, i - self.topic_start[t]
+
+    def topic_range(self, t: int) -> range | list[int]:
+        """The partition indexes of topic ``t``, in partition order."""
+        layout = range(self.topic_start[t], self.topic_start[t + 1])
+        extra = self._extra.get(t)
+        return [*layout, *extra] if extra else layout
+
+    def topic_index(self, name: str) -> int:
+        t = self._index.get(name)
+        if t is None:
+            raise ApiError(404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        return t
+
+    def alter_partition_count(self, name: str, target: int) -> bytes:
+        """KIP-253 expansion (``POST /v1/topics/{t}/partition-count``): the topic grows to
+        ``target`` partitions in one new version, placed round robin like the rest; every
+        existing partition of the topic gets a new leader epoch and partition epoch (the real
+        controller's bump after it records leaderEpochAfterCreation, which this metadata-only
+        cluster leaves empty). Answers the topic (``TopicMetadata``). A shrink is the real
+        simulated cluster's (it needs partitions that drain): 400 ``INVALID_PARTITIONS`` here."""
+        with self.lock:
+            t = self.topic_index(name)
+            u = self.sizes[t]
+            if target < u:
+                raise ApiError(
+                    400,
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"the synthetic cluster only expands ({name} has {u} partitions)",
+                )
+            if target > u:
+                self._expand(t, u, target)
+            return self._topic_json(t, self.topic_range(t)).encode()
+
+    def _expand(self, t: int, u: int, target: int) -> None:
+        self.version += 1
+        v = self.version
+        existing = list(self.topic_range(t))
+        for i in existing:
+            self.leader_epoch[i] += 1
+            self.partition_epoch[i] += 1
+            self.mversion[i] = self.pversion[i] = v
+            self._invalidate(i)
+        count = target - u
+        first = self.n
+        new = range(first, first + count)
+        self.leo.extend(array("q", bytes(8 * count)))
+        self.lso.extend(array("q", bytes(8 * count)))
+        self.leader_pos.extend(array("b", bytes(count)))
+        self.isr_mask.extend(array("B", [(1 << self.rf) - 1]) * count)
+        self.leader_epoch.extend(array("i", bytes(4 * count)))
+        self.partition_epoch.extend(array("i", bytes(4 * count)))
+        self.pversion.extend(array("q", [v]) * count)
+        self.mversion.extend(array("q", [v]) * count)
+        self._meta_entry.extend([None] * count)
+        self._snap_entry.extend([None] * count)
+        for entries in self._replica_entry:
+            entries.extend([None] * count)
+        self._topic_of.extend(array("i", [t]) * count)
+        self._extra_part.extend(array("i", range(u, target)))
+        self._extra.setdefault(t, []).extend(new)
+        for i in new:
+            for k in range(self.rf):
+                b = ((i + k) % self.brokers) + 1
+                self.hosted[b].append(i)
+                self.dir_counts[b][i % self.log_dirs] += 1
+        self.n += count
+        self.sizes[t] = target
+        changed = [*existing, *new]
+        self._snap_log.limit = self._meta_log.limit = 4 * self.n
+        self._snap_log.add(v, changed)
+        self._meta_log.add(v, changed)
+        self.metadata_version = v
+        self._cache.clear()
+        self._cache_bytes = 0
 
     def replicas(self, i: int) -> list[int]:
         return [((i + k) % self.brokers) + 1 for k in range(self.rf)]
@@ -304,7 +441,7 @@ class SyntheticCluster:
         if s is None:
             reps = _ints(self.replicas(i))
             s = (
-                f'{{"partition":{i % self.ppt},"replicas":{reps},"leader":{self.leader(i)},'
+                f'{{"partition":{self.locate(i)[1]},"replicas":{reps},"leader":{self.leader(i)},'
                 f'"leader_epoch":{self.leader_epoch[i]},'
                 f'"partition_epoch":{self.partition_epoch[i]},"isr":{_ints(self.isr(i))},'
                 f'"offline_replicas":[],"created":{reps},"leader_epoch_after_creation":{{}},'
@@ -324,9 +461,16 @@ class SyntheticCluster:
         return (
             f'{{"name":"{self.topics[t]}","topic_id":"{self.topic_ids[t]}","configs":{configs},'
             f'"tiered_state":"{state}","tiered_epoch":0,"disable_policy":null,'
-            f'"tiering_acks":[],"initial_partition_count":{self.ppt},'
-            f'"undeleted_partition_count":{self.ppt},"partitions":['
+            f'"tiering_acks":[],"initial_partition_count":{self.initial_sizes[t]},'
+            f'"undeleted_partition_count":{self.sizes[t]},"partitions":['
         )
+
+    def brokers_body(self) -> bytes:
+        """``GET /v1/brokers``: the brokers of ``/v1/metadata`` without the topics."""
+        with self.lock:
+            return (
+                "[" + ",".join(self._broker_json(b) for b in range(1, self.brokers + 1)) + "]"
+            ).encode()
 
     def _topic_json(self, t: int, indexes) -> str:
         return self._topic_head(t) + ",".join(self._partition_json(i) for i in indexes) + "]}"
@@ -346,11 +490,11 @@ class SyntheticCluster:
             if is_delta:
                 by_topic: dict[int, list[int]] = {}
                 for i in self._changed_since(since, metadata=True):
-                    by_topic.setdefault(i // self.ppt, []).append(i)
+                    by_topic.setdefault(self._topic_of[i], []).append(i)
                 topics = [self._topic_json(t, changed) for t, changed in by_topic.items()]
             else:
                 for t in range(len(self.topics)):
-                    topics.append(self._topic_json(t, range(t * self.ppt, (t + 1) * self.ppt)))
+                    topics.append(self._topic_json(t, self.topic_range(t)))
             return (
                 f'{{"cluster_id":"{self.cluster_id}","version":{self.metadata_version},'
                 f'"brokers":[{brokers}],"topics":[{",".join(topics)}],"changed":true,'
@@ -365,30 +509,24 @@ class SyntheticCluster:
                 return (
                     "["
                     + ",".join(
-                        self._topic_json(t, range(t * self.ppt, (t + 1) * self.ppt))
-                        for t in range(len(self.topics))
+                        self._topic_json(t, self.topic_range(t)) for t in range(len(self.topics))
                     )
                     + "]"
                 ).encode()
-            try:
-                t = self.topics.index(name)
-            except ValueError:
-                raise ApiError(
-                    404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
-                ) from None
-            return self._topic_json(t, range(t * self.ppt, (t + 1) * self.ppt)).encode()
+            t = self.topic_index(name)
+            return self._topic_json(t, self.topic_range(t)).encode()
 
     # -- snapshots ---------------------------------------------------------------------------
 
     def _cluster_entry(self, i: int) -> str:
         s = self._snap_entry[i]
         live = (
-            self.tiering.cluster_tiering(i // self.ppt)
+            self.tiering.cluster_tiering(self._topic_of[i])
             if self.tiering is not None and self.tiering.topics
             else None
         )
         if s is None or live is not None:
-            t, p = divmod(i, self.ppt)
+            t, p = self.locate(i)
             tiered, epoch = live or (
                 TieredState.ENABLED if self.tiered(t) else TieredState.NONE,
                 0,
@@ -433,9 +571,9 @@ class SyntheticCluster:
         """The replica's tiering as broker ``b`` applied it (see
         :meth:`SyntheticTiering.replica_tiering`), or ``None`` for the layout's."""
         tiering = self.tiering
-        if tiering is None or not tiering.brokers or (b, i // self.ppt) not in tiering.brokers:
+        if tiering is None or not tiering.brokers or (b, self._topic_of[i]) not in tiering.brokers:
             return None
-        return tiering.replica_tiering(b, i // self.ppt, is_leader)
+        return tiering.replica_tiering(b, self._topic_of[i], is_leader)
 
     def _replica_json(self, i: int, is_leader: bool, b: int = 0) -> str:
         """One replica entry of broker ``b``'s snapshot (the same for every follower of ``i``,
@@ -444,7 +582,7 @@ class SyntheticCluster:
         cache = self._replica_entry[1 if is_leader else 0]
         s = cache[i]
         if s is None or live is not None:
-            t, p = divmod(i, self.ppt)
+            t, p = self.locate(i)
             copier, expiration, tiered = self._task_states(t, is_leader)
             tstate = TieredState.ENABLED if tiered else TieredState.NONE
             epoch = 0
@@ -473,7 +611,7 @@ class SyntheticCluster:
         cache = self._replica_entry[3 if is_leader else 2]
         s = cache[i]
         if s is None or live is not None:
-            t, p = divmod(i, self.ppt)
+            t, p = self.locate(i)
             copier, expiration, _ = self._task_states(t, is_leader)
             epoch = 0
             if live is not None:
@@ -541,147 +679,3 @@ class SyntheticCluster:
                 self._cache[full_key] = hit
                 self._cache_bytes += len(hit[0])
             return hit
-
-
-def create_app(
-    secret: bytes,
-    *,
-    cluster_id: str,
-    brokers: int,
-    log_dirs: int,
-    topics: int,
-    partitions_per_topic: int,
-    base_url: str,
-    tick_interval: float = 5.0,
-    nonce_path: str | None = None,
-) -> FastAPI:
-    cluster = SyntheticCluster(
-        cluster_id, brokers, log_dirs, topics, partitions_per_topic, base_url=base_url
-    )
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app):
-        async def ticker():
-            while True:
-                await asyncio.sleep(tick_interval)
-                await asyncio.to_thread(cluster.tick)
-
-        task = asyncio.create_task(ticker()) if tick_interval > 0 else None
-        yield
-        if task:
-            task.cancel()
-
-    app = FastAPI(
-        title="Strata synthetic cluster",
-        version="1",
-        lifespan=lifespan,
-        description="Synthetic scale mode: controller metadata and per-broker snapshots of a "
-        "metadata-only cluster. All requests but /v1/health are HMAC-signed.",
-    )
-    # One authority for the controller and every broker: the broker id is in the signed path
-    # (/brokers/<id>/v1/...), so a request signed for one broker does not verify at another.
-    install(
-        app,
-        secret,
-        audience=audience_of(base_url),
-        public_paths=PUBLIC_PATHS | {f"/brokers/{b}/v1/health" for b in range(1, brokers + 1)},
-        nonce_path=nonce_path,
-    )
-
-    def _respond(
-        request: Request, key: tuple, build, media_type: str = "application/json"
-    ) -> Response:
-        gz = "gzip" in request.headers.get("accept-encoding", "")
-        body, length = cluster.cached(key, build, gz)
-        if gz:
-            return Response(
-                body,
-                media_type=media_type,
-                headers={"Content-Encoding": "gzip", "X-Uncompressed-Length": str(length)},
-            )
-        return Response(body, media_type=media_type)
-
-    since_q = Query(None, ge=-1, le=2**62)
-
-    @app.get("/v1/health")
-    def health() -> dict:
-        return {
-            "status": "ok",
-            "role": "synthetic",
-            "brokers": brokers,
-            "partitions": cluster.n,
-            "version": cluster.version,
-            "metadata_version": cluster.metadata_version,
-        }
-
-    @app.get("/v1/metadata")
-    def metadata(
-        request: Request,
-        since: int | None = since_q,
-        delta: bool = Query(False),
-        wait_ms: int = Query(0, ge=0, le=30_000),
-    ):
-        """Controller metadata (``ClusterMetadata``); ``delta=true`` for partition-level deltas.
-        ``wait_ms`` is accepted for compatibility and ignored (nothing here long-polls)."""
-        return _respond(
-            request, ("metadata", since, delta), lambda: cluster.metadata_body(since, delta)
-        )
-
-    @app.get("/v1/topics")
-    def list_topics(request: Request):
-        return _respond(request, ("topics",), lambda: cluster.topic_body(None))
-
-    @app.get("/v1/topics/{topic}")
-    def get_topic(request: Request, topic: str):
-        body = cluster.topic_body(topic)
-        return _respond(request, ("topic", topic), lambda: body)
-
-    @app.get("/v1/snapshot")
-    def snapshot(request: Request, since: int | None = since_q):
-        return _respond(request, ("snapshot", since), lambda: cluster.cluster_snapshot(since))
-
-    @app.post("/v1/tick")
-    def tick() -> dict:
-        return {"version": cluster.tick()}
-
-    @app.post("/v1/synthetic/churn")
-    def churn(
-        fraction: float = Query(0.01, gt=0, le=1),
-        seed: int | None = Query(None, ge=0, le=2**62),
-    ) -> dict:
-        return cluster.churn(fraction, seed)
-
-    @app.get("/brokers/{broker_id}/v1/health")
-    def broker_health(broker_id: int) -> dict:
-        cluster._check_broker(broker_id)
-        return {"status": "ok", "role": "broker", "broker_id": broker_id, "online": True}
-
-    @app.get("/brokers/{broker_id}/v1/snapshot")
-    def broker_snapshot(
-        request: Request,
-        broker_id: int,
-        since: int | None = since_q,
-        format: Literal["json", "tsv"] = Query("json"),
-    ):
-        cluster._check_broker(broker_id)
-        if format == "tsv":
-            return _respond(
-                request,
-                ("broker-tsv", broker_id, since),
-                lambda: cluster.broker_snapshot(broker_id, since, rows=True),
-                SNAPSHOT_TSV_MEDIA_TYPE,
-            )
-        return _respond(
-            request,
-            ("broker", broker_id, since),
-            lambda: cluster.broker_snapshot(broker_id, since),
-        )
-
-    @app.get("/brokers/{broker_id}/v1/log-dirs")
-    def broker_log_dirs(request: Request, broker_id: int):
-        return Response(cluster.log_dirs_body(broker_id), media_type="application/json")
-
-    from broker_agent.synthetic_tiering import install_tiering_routes  # KIP-950 endpoints
-
-    cluster.tiering = install_tiering_routes(app, cluster)
-    return app

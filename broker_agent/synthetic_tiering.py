@@ -1,7 +1,7 @@
 """KIP-950 tiering for the synthetic scale mode: controller and per-broker agent endpoints.
 
 Mounted on the synthetic app by :func:`install_tiering_routes` (from
-:func:`broker_agent.synthetic.create_app`), so ``ControllerClient`` / ``AgentClient`` and the
+:func:`broker_agent.synthetic_app.create_app`), so ``ControllerClient`` / ``AgentClient`` and the
 ``disable_tiering`` / ``enable_tiering`` workflows run unchanged against the one-process
 synthetic cluster. Paths, request / response models, error codes and transitions are those of
 the real controller (:mod:`broker_agent.controller`) and agent (:mod:`broker_agent.agent_app`,
@@ -104,8 +104,7 @@ class SyntheticTiering:
         return st
 
     def _range(self, t: int) -> range:
-        ppt = self.cluster.ppt
-        return range(t * ppt, (t + 1) * ppt)
+        return self.cluster.topic_range(t)
 
     def _hosts(self, broker_id: int, i: int) -> bool:
         c = self.cluster
@@ -175,8 +174,8 @@ class SyntheticTiering:
                 "tiered_epoch": st["tiered_epoch"],
                 "disable_policy": st["disable_policy"],
                 "tiering_acks": sorted(st["tiering_acks"]),
-                "initial_partition_count": c.ppt,
-                "undeleted_partition_count": c.ppt,
+                "initial_partition_count": c.initial_sizes[t],
+                "undeleted_partition_count": c.sizes[t],
             },
             separators=(",", ":"),
         )

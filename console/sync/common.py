@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import json
 
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json, Jsonb
 
-__all__ = ["Backwards", "MalformedAnswer", "error_text", "loads_json", "raw_json"]
+__all__ = [
+    "Backwards",
+    "MalformedAnswer",
+    "error_text",
+    "loads_json",
+    "raw_json",
+    "raw_json_text",
+]
 
 
 def error_text(exc: BaseException) -> str:
@@ -17,6 +24,14 @@ def error_text(exc: BaseException) -> str:
 def raw_json(body: bytes) -> Jsonb:
     """A JSON answer as a ``jsonb`` parameter, sent as the bytes it came as (never re-encoded)."""
     return Jsonb(body, dumps=bytes)
+
+
+def raw_json_text(body: bytes) -> Json:
+    """A JSON answer as a ``json`` (text) parameter, sent as the bytes it came as. For a
+    document that may pass 256 MB - a 1,000,000-partition cluster's metadata is 260 MB -
+    which ``jsonb`` refuses whole ("total size of jsonb array elements exceeds the maximum");
+    its parts are cast to ``jsonb`` one by one."""
+    return Json(body, dumps=bytes)
 
 
 def loads_json(value: object) -> dict:

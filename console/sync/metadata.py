@@ -14,7 +14,7 @@ from django.db import transaction
 
 from broker_agent.models import ClusterMetadata, split_partition_key
 from console.choices import BrokerState, TopicConfig
-from console.sync.common import MalformedAnswer, error_text, loads_json, raw_json
+from console.sync.common import MalformedAnswer, error_text, loads_json, raw_json_text
 from console.sync.rows import (
     BROKER_COLUMNS,
     MIN_ISR_DEFAULT,
@@ -66,15 +66,19 @@ class MetadataSync:
             "CREATE TEMP TABLE raw_topic (name text, digest text, j jsonb) ON COMMIT DROP; "
             "ALTER TABLE raw_topic ALTER COLUMN j SET STORAGE EXTERNAL"
         )
+        # As ``json`` (text), split into topics, each cast to ``jsonb``: the whole answer may be
+        # past jsonb's 256 MB limit (a 1,000,000-partition cluster's is 260 MB, #17).
         envelope = self.raw(
             """
-            WITH raw AS (SELECT %(body)s::jsonb AS j),
+            WITH raw AS (SELECT %(body)s::json AS j),
             ins AS (INSERT INTO raw_topic (name, digest, j)
-                    SELECT t ->> 'name', md5(t::text), t
-                    FROM raw, jsonb_array_elements(raw.j -> 'topics') t)
-            SELECT raw.j - 'topics' FROM raw
+                    SELECT t.j ->> 'name', md5(t.j::text), t.j
+                    FROM raw, json_array_elements(raw.j -> 'topics') e,
+                         LATERAL (SELECT e::jsonb AS j) t)
+            SELECT json_object_agg(f.key, f.value)::jsonb
+            FROM raw, json_each(raw.j) f WHERE f.key <> 'topics'
             """,
-            {"body": raw_json(body)},
+            {"body": raw_json_text(body)},
         ).fetchone()[0]
         md = ClusterMetadata.model_validate({**loads_json(envelope), "topics": []})
         if not md.changed:

@@ -216,16 +216,28 @@ def _scan(versions, since):
     return [i for i in range(len(versions)) if versions[i] > since]
 
 
-def test_synthetic_since_answers_match_a_full_scan_of_versions():
+def _named(c, i: int) -> tuple[str, int]:
+    t, p = c.locate(i)
+    return c.topics[t], p
+
+
+@pytest.mark.parametrize("layout", ["uniform", "fleet, then an expansion"])
+def test_synthetic_since_answers_match_a_full_scan_of_versions(layout):
     """The per-version change log answers ``since`` with exactly the partitions a scan of every
     partition would find, for metadata and for each broker's snapshot, and falls back to the
-    scan once the log no longer reaches back to ``since``."""
-    from broker_agent.synthetic import SyntheticCluster
+    scan once the log no longer reaches back to ``since``: in the uniform layout, and in the
+    fleet layout (topics of different sizes) after a KIP-253 expansion appended partitions."""
+    from broker_agent.synthetic import SyntheticCluster, fleet_topic_sizes
 
-    c = SyntheticCluster("c", brokers=5, log_dirs=2, topics=4, partitions_per_topic=10)
+    if layout == "uniform":
+        c = SyntheticCluster("c", brokers=5, log_dirs=2, topics=4, partitions_per_topic=10)
+    else:
+        c = SyntheticCluster("c", 5, 2, 0, 0, topic_sizes=fleet_topic_sizes(300))
     start = c.version
     c.churn(0.1, seed=1)
     mid = c.version
+    if layout != "uniform":
+        c.alter_partition_count(c.topics[1], c.sizes[1] + 7)
     c.tick(0.05)
     c.churn(0.2, seed=2)
     for since in (start, mid, c.version - 1, c.version):
@@ -234,20 +246,46 @@ def test_synthetic_since_answers_match_a_full_scan_of_versions():
         for b in range(1, 6):
             body = json.loads(c.broker_snapshot(b, since))
             got = [(r["topic"], r["partition"]) for r in body["replicas"]]
-            want = [
-                (c.topics[i // c.ppt], i % c.ppt)
-                for i in _scan(c.pversion, since)
-                if b in c.replicas(i)
-            ]
+            want = [_named(c, i) for i in _scan(c.pversion, since) if b in c.replicas(i)]
             assert got == want and body["full"] is False
         md = json.loads(c.metadata_body(since, delta=True))
         got = sorted((t["name"], p["partition"]) for t in md["topics"] for p in t["partitions"])
-        want = [(c.topics[i // c.ppt], i % c.ppt) for i in _scan(c.mversion, since)]
+        want = [_named(c, i) for i in _scan(c.mversion, since)]
         assert got == sorted(want)
     c._snap_log.limit = 1  # only the newest version is kept: older ``since`` scans
     c.tick(0.05)
     assert c._snap_log.since(start) is None
     assert c._changed_since(start) == _scan(c.pversion, start)
+
+
+def test_fleet_layout_mixes_topic_sizes_and_an_expansion_keeps_partition_order():
+    """#17: the fleet layout's topics run from 1 to 10,000 partitions and sum to what was
+    asked; an expansion (KIP-253) lists the topic's partitions 0..target-1 in order, with the
+    old partitions' leader epochs bumped, initial_partition_count kept, and the new ones on
+    brokers round robin; a shrink is refused (it needs partitions that drain)."""
+    from broker_agent.synthetic import SyntheticCluster, fleet_topic_sizes
+    from broker_agent.web import ApiError
+
+    sizes = fleet_topic_sizes(1_000_000)
+    assert sum(sizes) == 1_000_000 and max(sizes) == 10_000 and min(sizes) == 1
+    assert len({s for s in sizes}) >= 8  # a mix, not one size
+    c = SyntheticCluster("c", 7, 4, 0, 0, topic_sizes=fleet_topic_sizes(2_000))
+    name, before = c.topics[0], json.loads(c.topic_body(c.topics[0]))
+    n = before["undeleted_partition_count"]
+    after = json.loads(c.alter_partition_count(name, 2 * n))
+    assert [p["partition"] for p in after["partitions"]] == list(range(2 * n))
+    assert (after["initial_partition_count"], after["undeleted_partition_count"]) == (n, 2 * n)
+    assert [p["leader_epoch"] for p in after["partitions"][:n]] == [
+        p["leader_epoch"] + 1 for p in before["partitions"]
+    ]
+    new_leaders = {p["leader"] for p in after["partitions"][n:]}
+    assert new_leaders == set(range(1, 8))  # spread over every broker
+    hosted = sum(len(json.loads(c.broker_snapshot(b, None))["replicas"]) for b in range(1, 8))
+    assert hosted == 3 * c.n == 3 * (2_000 + n)
+    assert json.loads(c.alter_partition_count(name, 2 * n)) == after  # idempotent
+    with pytest.raises(ApiError) as refused:
+        c.alter_partition_count(name, n)
+    assert refused.value.status == 400
 
 
 def test_sim_consume_reads_from_the_log_start_once_it_is_above_zero(sim_factory):

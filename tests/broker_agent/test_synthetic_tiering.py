@@ -270,3 +270,24 @@ def test_snapshots_report_the_same_tiering_state_as_metadata(syn):
     assert entries and {(p["tiered_state"], p["tiered_epoch"]) for p in entries} == {
         ("DISABLED", 1)
     }
+
+
+def test_partition_count_expands_a_synthetic_topic_and_brokers_answer_alone(syn):
+    """#17: the synthetic controller takes the real one's KIP-253 expansion route (the
+    expand_partitions workflow runs against it at fleet scale), and ``GET /v1/brokers`` answers
+    the brokers without the topics (a topic's pre-flight no longer reads the whole cluster)."""
+    topic = "synthetic.topic-0007"
+    before = syn.ctl.metadata().version
+    t = syn.ctl.alter_partition_count(topic, PPT + 10)
+    assert (t.initial_partition_count, t.undeleted_partition_count) == (PPT, PPT + 10)
+    assert [p.partition for p in t.partitions] == list(range(PPT + 10))
+    new = [p for p in t.partitions if p.partition >= PPT]
+    assert all(p.leader >= 1 and p.isr == p.replicas for p in new)
+    delta = syn.ctl.metadata(since=before, delta=True)
+    changed = {(x.name, p.partition) for x in delta.topics for p in x.partitions}
+    assert {(topic, p) for p in range(PPT + 10)} <= changed  # old ones: new leader epochs
+    err = _refused(syn.ctl.alter_partition_count, topic, PPT)
+    assert err.status == 400 and err.error == ErrorCode.INVALID_PARTITIONS
+    brokers = syn.ctl.brokers()
+    assert [b.broker_id for b in brokers] == list(range(1, BROKERS + 1))
+    assert all(len(b.log_dirs) == 2 and b.alive for b in brokers)
