@@ -256,9 +256,10 @@ def store_outage(topic: Topic, tasks: list[dict]) -> list[Broker]:
     )
 
 
-def local_not_shrinking(topic: Topic, tasks: list[dict]) -> list[str]:
+def local_not_shrinking(topic: Topic, tasks: list[dict], outage: list[Broker]) -> list[str]:
     """The topic page's answer to "why is local not shrinking?": what holds local segments
-    back, from KIP-963's metrics and the tasks per broker (synced; no query of its own).
+    back, from KIP-963's metrics, the tasks per broker and the brokers :func:`store_outage`
+    found (synced; no query of its own: the page shows that outage too, from the same list).
 
     Local segments of a tiered topic go only once copied (local.retention.* applies to copied
     segments), so copy lag and a stopped copier keep them; a disablement with retain keeps
@@ -266,7 +267,6 @@ def local_not_shrinking(topic: Topic, tasks: list[dict]) -> list[str]:
     if topic.tiered_state == TieredState.NONE:
         return []
     reasons = []
-    outage = store_outage(topic, tasks)
     if outage:
         reasons.append(
             "The remote store is unreachable from broker(s) "

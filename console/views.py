@@ -157,6 +157,7 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
     key = request.GET.get("key")
     can_request = has_role(request.user, Role.OPERATOR)
     tasks = selectors.task_states(t)
+    outage = selectors.store_outage(t, tasks)
     context = {
         "cluster": c,
         "topic": t,
@@ -166,8 +167,8 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "tasks": tasks,
         "leaders": selectors.leader_balance(t, [r["broker__broker_id"] for r in tasks]),
         "spread": selectors.topic_spread(t),
-        "local_reasons": selectors.local_not_shrinking(t, tasks),
-        "store_outage": selectors.store_outage(t, tasks),
+        "local_reasons": selectors.local_not_shrinking(t, tasks, outage),
+        "store_outage": outage,
         "ordering": delivery,
         "stale": selectors.stale_sources(c),
         "lookup": selectors.lookup_key(t, key)
