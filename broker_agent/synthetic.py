@@ -219,6 +219,8 @@ class SyntheticCluster:
         self._snap_log = _ChangeLog(start, 4 * n)
         self._meta_log = _ChangeLog(start, 4 * n)
         self._cache: dict[tuple, tuple[bytes, int]] = {}
+        self._since_memo: tuple[tuple, list[int]] | None = None  # see _changed_since
+        self._by_broker_memo: tuple[tuple, dict[int, list[int]]] | None = None
         self._cache_bytes = 0
         # Static placement: broker -> its partition indexes, and replicas per (broker, dir).
         self.hosted: list[array] = [array("i") for _ in range(brokers + 1)]
@@ -345,11 +347,30 @@ class SyntheticCluster:
     def _changed_since(self, since: int, *, metadata: bool = False) -> list[int]:
         """Sorted indexes of partitions whose (metadata or snapshot) version is after
         ``since``: from the change log when it reaches back that far, else by a scan."""
+        key = (self.version, since, metadata)
+        if self._since_memo is not None and self._since_memo[0] == key:
+            return self._since_memo[1]  # every broker of a sync asks from the same version
         versions = self.mversion if metadata else self.pversion
         logged = (self._meta_log if metadata else self._snap_log).since(since)
         if logged is None:
-            return [i for i in range(self.n) if versions[i] > since]
-        return [i for i in logged if versions[i] > since]
+            out = [i for i in range(self.n) if versions[i] > since]
+        else:
+            out = [i for i in logged if versions[i] > since]
+        self._since_memo = (key, out)
+        return out
+
+    def _changed_by_broker(self, since: int) -> dict[int, list[int]]:
+        """:meth:`_changed_since` (snapshots) split by hosting broker, once per version for
+        all the brokers a sync asks (300 scans of the changes cost seconds at fleet scale)."""
+        key = (self.version, since)
+        if self._by_broker_memo is not None and self._by_broker_memo[0] == key:
+            return self._by_broker_memo[1]
+        out: dict[int, list[int]] = {}
+        for i in self._changed_since(since):
+            for k in range(self.rf):
+                out.setdefault(((i + k) % self.brokers) + 1, []).append(i)
+        self._by_broker_memo = (key, out)
+        return out
 
     def _hosts(self, broker_id: int, i: int) -> bool:
         """Whether ``broker_id`` holds a replica of partition ``i`` (see ``replicas``)."""
@@ -640,10 +661,7 @@ class SyntheticCluster:
         with self.lock:
             full = not self._known(since)
             b = broker_id
-            if full:
-                indexes = self.hosted[b]
-            else:
-                indexes = [i for i in self._changed_since(since) if self._hosts(b, i)]
+            indexes = self.hosted[b] if full else self._changed_by_broker(since).get(b, [])
             dirs = ",".join(self._dir_json(b, d) for d in range(self.log_dirs))
             head = (
                 f'{{"broker_id":{b},"version":{self.version},'

@@ -223,6 +223,9 @@ CELERY_BEAT_SCHEDULE["audit-checkpoint"] = {
 # Every registered cluster is synced from its controller and agents this often (agent events
 # trigger an immediate sync on top, through the signed /agent-events/ webhook).
 STRATA_SYNC_INTERVAL_SECONDS = env_float("STRATA_SYNC_INTERVAL_SECONDS", 10.0)
+# PostgreSQL work_mem of a sync's transaction (SET LOCAL): its joins of millions of staged
+# replicas sort or hash in memory instead of on disk (the server's default is 4MB).
+STRATA_SYNC_WORK_MEM = env_str("STRATA_SYNC_WORK_MEM", "128MB")
 CELERY_BEAT_SCHEDULE["console-sync"] = {
     "task": "console.tasks.sync_all_clusters",
     "schedule": STRATA_SYNC_INTERVAL_SECONDS,

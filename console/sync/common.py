@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from psycopg.types.json import Json, Jsonb
+from psycopg.types.json import Jsonb
 
 __all__ = [
     "Backwards",
@@ -12,7 +12,7 @@ __all__ = [
     "error_text",
     "loads_json",
     "raw_json",
-    "raw_json_text",
+    "split_topics",
 ]
 
 
@@ -26,12 +26,37 @@ def raw_json(body: bytes) -> Jsonb:
     return Jsonb(body, dumps=bytes)
 
 
-def raw_json_text(body: bytes) -> Json:
-    """A JSON answer as a ``json`` (text) parameter, sent as the bytes it came as. For a
-    document that may pass 256 MB - a 1,000,000-partition cluster's metadata is 260 MB -
-    which ``jsonb`` refuses whole ("total size of jsonb array elements exceeds the maximum");
-    its parts are cast to ``jsonb`` one by one."""
-    return Json(body, dumps=bytes)
+#: Where the controller's answer lists its topics, and what follows them (the models' field
+#: order: ``ClusterMetadata`` puts ``topics`` before ``changed``; ``TopicMetadata`` starts with
+#: ``name`` and holds no array of objects whose first key is ``name``).
+_TOPICS_HEAD = b'"topics":['
+_TOPICS_TAIL = b'],"changed":'
+_TOPIC_BOUNDARY = b'},{"name":"'
+
+
+def split_topics(body: bytes, chunk_bytes: int) -> tuple[bytes, list[bytes]] | None:
+    """The controller's metadata answer cut into its envelope (the answer with ``"topics":[]``)
+    and JSON arrays of whole topics of about ``chunk_bytes`` each, without parsing it: a
+    1,000,000-partition answer is 260 MB, past what one ``jsonb`` value may hold (256 MB) and
+    ~3 GB as Python objects. ``None`` when the answer is not laid out as expected (the caller
+    then stages it whole). A cut can only fall between two topics: ``{"name":"`` cannot occur
+    inside a JSON string (its quotes would be escaped), and were it ever to fall inside a
+    topic, both pieces would be invalid JSON and PostgreSQL would refuse them - never a
+    silently wrong inventory."""
+    head = body.find(_TOPICS_HEAD)
+    tail = body.rfind(_TOPICS_TAIL)
+    if head < 0 or tail < head:
+        return None
+    start = head + len(_TOPICS_HEAD)
+    envelope = body[:start] + body[tail:]
+    chunks: list[bytes] = []
+    pos = start
+    while pos < tail:
+        cut = body.find(_TOPIC_BOUNDARY, min(pos + chunk_bytes, tail), tail)
+        end = tail if cut < 0 else cut + 1  # keep the closing brace, drop the comma
+        chunks.append(b"[" + body[pos:end] + b"]")
+        pos = end + 1
+    return envelope, chunks
 
 
 def loads_json(value: object) -> dict:

@@ -14,7 +14,13 @@ from django.db import transaction
 
 from broker_agent.models import ClusterMetadata, split_partition_key
 from console.choices import BrokerState, TopicConfig
-from console.sync.common import MalformedAnswer, error_text, loads_json, raw_json_text
+from console.sync.common import (
+    MalformedAnswer,
+    error_text,
+    loads_json,
+    raw_json,
+    split_topics,
+)
 from console.sync.rows import (
     BROKER_COLUMNS,
     MIN_ISR_DEFAULT,
@@ -28,12 +34,20 @@ from console.sync.rows import (
 from console.sync.sources import metadata_json
 from console.sync.staging import StageTable
 
-__all__ = ["ANALYZE_TOPICS_AFTER", "MetadataSync"]
+__all__ = ["ANALYZE_PARTITIONS_AFTER", "ANALYZE_TOPICS_AFTER", "MetadataSync"]
 
 log = logging.getLogger("console.sync")
 
 #: A sync that staged at least this many topics analyses console_topic before joining on it.
 ANALYZE_TOPICS_AFTER = 100
+
+#: A sync that wrote at least this many partitions analyses console_partition before the replicas
+#: are joined with it.
+ANALYZE_PARTITIONS_AFTER = 100_000
+
+#: The controller's answer is handed to PostgreSQL in pieces of whole topics of about this size
+#: (:func:`console.sync.common.split_topics`).
+METADATA_CHUNK_BYTES = 32 << 20
 
 
 class MetadataSync:
@@ -66,20 +80,28 @@ class MetadataSync:
             "CREATE TEMP TABLE raw_topic (name text, digest text, j jsonb) ON COMMIT DROP; "
             "ALTER TABLE raw_topic ALTER COLUMN j SET STORAGE EXTERNAL"
         )
-        # As ``json`` (text), split into topics, each cast to ``jsonb``: the whole answer may be
-        # past jsonb's 256 MB limit (a 1,000,000-partition cluster's is 260 MB, #17).
-        envelope = self.raw(
-            """
-            WITH raw AS (SELECT %(body)s::json AS j),
-            ins AS (INSERT INTO raw_topic (name, digest, j)
-                    SELECT t.j ->> 'name', md5(t.j::text), t.j
-                    FROM raw, json_array_elements(raw.j -> 'topics') e,
-                         LATERAL (SELECT e::jsonb AS j) t)
-            SELECT json_object_agg(f.key, f.value)::jsonb
-            FROM raw, json_each(raw.j) f WHERE f.key <> 'topics'
-            """,
-            {"body": raw_json_text(body)},
-        ).fetchone()[0]
+        # In pieces of whole topics (split_topics): a large cluster's answer is past what one
+        # jsonb value may hold (#17); a small one is one piece.
+        pieces = split_topics(body, METADATA_CHUNK_BYTES)
+        envelope, chunks = pieces if pieces else (None, [body])
+        insert = """
+            INSERT INTO raw_topic (name, digest, j)
+            SELECT t ->> 'name', md5(t::text), t FROM jsonb_array_elements(%(topics)s) t
+        """
+        for chunk in chunks:
+            if envelope is None:  # not laid out as expected: the whole answer as one value
+                envelope = self.raw(
+                    """
+                    WITH raw AS (SELECT %(body)s::jsonb AS j),
+                    ins AS (INSERT INTO raw_topic (name, digest, j)
+                            SELECT t ->> 'name', md5(t::text), t
+                            FROM raw, jsonb_array_elements(raw.j -> 'topics') t)
+                    SELECT raw.j - 'topics' FROM raw
+                    """,
+                    {"body": raw_json(chunk)},
+                ).fetchone()[0]
+            else:
+                self.raw(insert, {"topics": raw_json(chunk)})
         md = ClusterMetadata.model_validate({**loads_json(envelope), "topics": []})
         if not md.changed:
             return md
@@ -114,6 +136,12 @@ class MetadataSync:
         self.topics.rows = len(bad)
         if any(b for (b,) in bad):
             raise MalformedAnswer("controller metadata: a topic lacks a required field")
+        if self.topics.rows >= ANALYZE_TOPICS_AFTER:
+            # Row counts for the join below (the name column only: the JSON is not sampled);
+            # unanalysed, the planner explodes every partition before joining and sorts them
+            # all (7 s of a 1,000,000-partition sync).
+            self.cur.execute("ANALYZE raw_topic (name)")
+            self.topics.analyze()
         bad = self.raw(STAGE_PARTITIONS_SQL).fetchall()
         self.parts.rows = len(bad)
         if any(b for (b,) in bad):
@@ -266,6 +294,10 @@ class MetadataSync:
         # A cluster's first sync writes into no rows of its own: a plain INSERT skips the
         # conflict check per row (the unique index still refuses a duplicate).
         self.run_stats["partitions_upserted"] = self.sql(insert if self.fresh else insert + upsert)
+        if self.run_stats["partitions_upserted"] >= ANALYZE_PARTITIONS_AFTER:
+            # The replicas are resolved against these rows next: without statistics the planner
+            # takes a bulk-written table for its old size (minutes at 1,000,000 partitions).
+            self.sql("ANALYZE console_partition")
         self.sql(
             """
             INSERT INTO touched_topic (id)
@@ -274,7 +306,10 @@ class MetadataSync:
             """
         )
         # Only the partitions listed (a delta lists only changed ones) need their offsets
-        # looked at again; their topics' aggregates are recomputed in derive().
+        # looked at again; their topics' aggregates are recomputed in derive(). A first sync
+        # wrote every partition with its offsets, and every topic is touched already.
+        if self.fresh:
+            return
         self.sql(
             """
             INSERT INTO touched_partition (id)
