@@ -329,6 +329,45 @@ def _synthetic_tiering_bench(ctx, env: dict[str, str]) -> dict:
     )
 
 
+def start_worker(ctx, env: dict[str, str], concurrency: int) -> subprocess.Popen:
+    """One ``celery worker`` (prefork) in its own session, its output in ``worker.log``."""
+    log = (ctx.work_dir / "worker.log").open("w")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool",
+            "prefork",
+            "--concurrency",
+            str(concurrency),
+            "--loglevel",
+            "WARNING",
+            "--hostname",
+            f"bench-wf-{os.getpid()}@%h",
+            "--without-mingle",
+            "--without-gossip",
+        ],
+        cwd=ctx.root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stop_worker(worker: subprocess.Popen | None) -> None:
+    if worker is not None and worker.poll() is None:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+
+
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
@@ -376,32 +415,7 @@ def run(ctx) -> list[dict]:
         started = time.monotonic()
         subprocess.run([py, "-c", SETUP, str(count)], cwd=ctx.root, env=env, check=True)
         request_seconds = time.monotonic() - started
-        log = (ctx.work_dir / "worker.log").open("w")
-        worker = subprocess.Popen(
-            [
-                py,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "worker",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                str(concurrency),
-                "--loglevel",
-                "WARNING",
-                "--hostname",
-                f"bench-wf-{os.getpid()}@%h",
-                "--without-mingle",
-                "--without-gossip",
-            ],
-            cwd=ctx.root,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        worker = start_worker(ctx, env, concurrency)
         deadline = time.monotonic() + 900
         with psycopg.connect(db_url, autocommit=True) as conn:
             while time.monotonic() < deadline:
@@ -434,12 +448,7 @@ def run(ctx) -> list[dict]:
         )
         verify_seconds = time.monotonic() - verify_started
     finally:
-        if worker is not None and worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
+        stop_worker(worker)
         drop()
     method = (
         f"{count} noop_check workflows (4 steps each) queued in Redis, then 1 worker "
