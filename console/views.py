@@ -233,8 +233,13 @@ def brokers(request: HttpRequest) -> HttpResponse:
     context = _cluster_context(request)
     cluster = context["cluster"]
     if cluster is not None:
-        grid = selectors.broker_grid(cluster)
-        context.update(grid=grid, stale=[s for s in _stale_from(cluster, grid["brokers"])])
+        grid = selectors.broker_grid(
+            cluster,
+            request.GET.get("bpage"),
+            problems=request.GET.get("problems") == "1",
+            paged=True,
+        )
+        context.update(grid=grid, stale=selectors.stale_sources(cluster))
         selected = _selected_dir(request, cluster, grid)
         context["incident"] = (
             selectors.incident(selected, request.GET.get("page"))
@@ -281,27 +286,9 @@ def brokers(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _stale_from(cluster: Cluster, brokers: list[Broker]) -> list[dict]:
-    """Stale sources without another query (the grid already loaded the brokers)."""
-    out = []
-    if cluster.controller_error:
-        out.append(
-            {
-                "source": "controller",
-                "error": cluster.controller_error,
-                "last_good_at": cluster.controller_last_good_at,
-            }
-        )
-    out += [
-        {"source": f"broker {b.broker_id}", "error": b.error, "last_good_at": b.last_good_at}
-        for b in brokers
-        if b.error
-    ]
-    return out
-
-
 def _selected_dir(request: HttpRequest, cluster: Cluster, grid: dict) -> LogDir | None:
-    """``?dir=<broker>:<name>``, else the first offline dir (the incident to look at)."""
+    """``?dir=<broker>:<name>`` (on the grid's page, else looked up: a link or a bookmark may
+    name a broker of another page), else the first offline dir (the incident to look at)."""
     wanted = request.GET.get("dir", "")
     by_id = {b.pk: b for b in grid["brokers"]}
     candidates = [d for row in grid["log_dirs"].values() for d in row.values()]
@@ -312,12 +299,16 @@ def _selected_dir(request: HttpRequest, cluster: Cluster, grid: dict) -> LogDir 
         for d in candidates:
             if str(d.broker.broker_id) == broker_id and d.name == name:
                 return d
-    offline = [d for d in grid["offline_dirs"]]
-    if offline:
-        d = offline[0]
-        d.broker = by_id[d.broker_id]
-        return d
-    return None
+        if broker_id.isdigit():
+            found = (
+                LogDir.objects.select_related("broker")
+                .filter(cluster=cluster, broker__broker_id=int(broker_id), name=name)
+                .first()
+            )
+            if found is not None:
+                return found
+    offline = grid["offline_dirs"]
+    return offline[0] if offline else None
 
 
 # -- topology ----------------------------------------------------------------------------------

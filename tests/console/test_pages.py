@@ -232,3 +232,32 @@ def test_a_slow_probe_of_a_dir_still_online_is_marked(browser_client, synced):
     assert html.count("data-slow-probe") == 1
     cell = html[html.index('data-dir="3:logdir-1"') :]
     assert cell.index("data-slow-probe") < cell.index("</td>")
+
+
+def test_a_fleet_of_brokers_is_paged_and_can_be_narrowed_to_those_with_a_problem(
+    browser_client, cluster
+):
+    """#17: the grid shows 25 brokers a page (``bpage``; a 300-broker fleet is 1,200 dir cells
+    with two charts each), ``problems=1`` keeps the brokers not ONLINE or not answering, and the
+    incident shown - the first offline dir, or the one ``?dir=`` names - may be on any page."""
+    b = ClusterBuilder(brokers=60, log_dirs=2)
+    b.add_topic("orders", partitions=6, rf=3)
+    b.fail_log_dir(55, "logdir-1")
+    sync(cluster, b, down={58})
+
+    def brokers(html: str) -> list[int]:
+        return [int(x) for x in re.findall(r'<tr data-broker="(\d+)">', html)]
+
+    html = browser_client.get("/brokers/").content.decode()
+    assert brokers(html) == list(range(1, 26)) and "Brokers 1\u201325 of 60" in html
+    assert "Incident: broker 55 logdir-1" in html  # not on this page, still the incident
+    html = browser_client.get("/brokers/?bpage=3").content.decode()
+    assert brokers(html) == list(range(51, 61)) and "Brokers 51\u201360 of 60" in html
+    html = browser_client.get("/brokers/?problems=1").content.decode()
+    assert brokers(html) == [55, 58] and 'id="brokers-all"' in html
+    html = browser_client.get("/brokers/?dir=57:logdir-0").content.decode()
+    assert brokers(html) == list(range(1, 26)) and "broker 57 logdir-0" in html
+    live = browser_client.get(
+        "/brokers/?bpage=2", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="brokers-live"
+    ).content.decode()
+    assert brokers(live) == list(range(26, 51))

@@ -76,11 +76,13 @@ PINNED: dict[str, int] = {
     "/topics/local/t1/?range=30d": 18,
     "/topics/local/t1/ [htmx topic-live]": 18,
     "/topics/local/t1/?key=abc [htmx key-lookup]": 17,
-    "/brokers/": 13,
-    "/brokers/?dir=2:logdir-0": 13,
-    "/brokers/?dir=2:logdir-0&page=2&range=24h": 13,
-    "/brokers/?dir=1:logdir-1&range=30d": 12,
-    "/brokers/ [htmx brokers-live]": 13,
+    # 50 brokers a page (#17): count + page, their dirs, the first offline dirs of the
+    # cluster, and the stale brokers of the whole cluster (not only of the page)
+    "/brokers/": 16,
+    "/brokers/?dir=2:logdir-0": 16,
+    "/brokers/?dir=2:logdir-0&page=2&range=24h": 16,
+    "/brokers/?dir=1:logdir-1&range=30d": 15,
+    "/brokers/ [htmx brokers-live]": 16,
     "/topology/": 8,
     "/topology/?page=3": 8,
     "/topology/?topic=t1": 8,
