@@ -226,6 +226,9 @@ STRATA_SYNC_INTERVAL_SECONDS = env_float("STRATA_SYNC_INTERVAL_SECONDS", 10.0)
 # PostgreSQL work_mem of a sync's transaction (SET LOCAL): its joins of millions of staged
 # replicas sort or hash in memory instead of on disk (the server's default is 4MB).
 STRATA_SYNC_WORK_MEM = env_str("STRATA_SYNC_WORK_MEM", "128MB")
+# /metrics: per-topic KIP-963 series for at most this many tiered topics per cluster (the most
+# remote bytes); cluster totals always, every topic with /metrics?topics=all.
+STRATA_METRICS_TOPIC_LIMIT = env_int("STRATA_METRICS_TOPIC_LIMIT", 100)
 CELERY_BEAT_SCHEDULE["console-sync"] = {
     "task": "console.tasks.sync_all_clusters",
     "schedule": STRATA_SYNC_INTERVAL_SECONDS,

@@ -367,9 +367,10 @@ def topology(request: HttpRequest) -> HttpResponse:
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus exposition. The access gate (:mod:`config.middleware`) lets only a signed-in
     user with a role, or ``Authorization: Bearer`` with an API token of one, reach it; others get
-    a JSON 401 / 403."""
+    a JSON 401 / 403. ``?topics=all``: a per-topic series for every tiered topic."""
     from prometheus_client import CONTENT_TYPE_LATEST
 
     from console import metrics as prom
 
-    return HttpResponse(prom.render(), content_type=CONTENT_TYPE_LATEST)
+    body = prom.render(all_topics=request.GET.get("topics") == "all")
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

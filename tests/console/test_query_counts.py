@@ -89,8 +89,10 @@ PINNED: dict[str, int] = {
     "/topology/?offline_only=true": 8,
     "/topology/?under_replicated_only=true&page=2": 8,
     "/topology/ [htmx topology-live]": 8,
-    "/metrics": 8,
-    "/metrics [bearer token]": 8,
+    # + the per-cluster KIP-963 totals; per-topic series are capped (#17)
+    "/metrics": 9,
+    "/metrics [bearer token]": 9,
+    "/metrics?topics=all": 9,
     "/api/v1/docs": 3,
     "/api/v1/openapi.json": 3,
     "/api/v1/me": 3,
@@ -269,6 +271,7 @@ URLS = [
     Url("/topology/", hx="topology-live"),
     Url("/metrics"),
     Url("/metrics", bearer=True),
+    Url("/metrics?topics=all"),
     # -- console API -----------------------------------------------------------------------
     Url("/api/v1/docs"),
     Url("/api/v1/openapi.json"),

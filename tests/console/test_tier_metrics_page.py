@@ -65,3 +65,33 @@ def test_fenced_bytes_pending_purge_after_a_delete_disablement(viewer_client, cl
 def test_a_topic_that_was_never_tiered_has_no_remote_tier_panel(viewer_client, synced):
     html = viewer_client.get("/topics/local/payments/").content.decode()
     assert "Copy lag" not in html and "Why is local not shrinking?" not in html
+
+
+def test_metrics_cap_the_per_topic_series_and_always_give_cluster_totals(
+    client, viewer, synced, builder, settings
+):
+    """#17: a fleet has tens of thousands of tiered topics; /metrics lists per-topic series for
+    at most STRATA_METRICS_TOPIC_LIMIT of them per cluster (the most remote bytes first), counts
+    the rest in strata_topic_series_omitted, always gives the cluster totals, and
+    ?topics=all lists every tiered topic."""
+    builder.add_topic("payments", partitions=2, rf=3, tiered=True)
+    builder.set_tier_metrics("payments", 0, remote_log_size_bytes=7_000)
+    sync(synced, builder)
+    client.force_login(viewer)
+    tiered = Topic.objects.filter(cluster=synced).exclude(tiered_state="NONE")
+    assert tiered.count() >= 2
+    biggest = tiered.order_by("-remote_log_size_bytes", "name").first()
+    total = sum(t.remote_log_size_bytes for t in tiered)
+    settings.STRATA_METRICS_TOPIC_LIMIT = 1
+    body = client.get("/metrics").content.decode()
+    shown = [line for line in body.splitlines() if line.startswith("strata_topic_remote_log_size")]
+    assert shown == [
+        f'strata_topic_remote_log_size_bytes{{cluster="local",topic="{biggest.name}"}} '
+        f"{float(biggest.remote_log_size_bytes)}"
+    ]
+    assert f'strata_cluster_remote_log_size_bytes{{cluster="local"}} {float(total)}' in body
+    assert f'strata_topic_series_omitted{{cluster="local"}} {float(tiered.count() - 1)}' in body
+    body = client.get("/metrics?topics=all").content.decode()
+    every = [line for line in body.splitlines() if line.startswith("strata_topic_remote_log_size")]
+    assert len(every) == tiered.count()
+    assert 'strata_topic_series_omitted{cluster="local"} 0.0' in body
