@@ -158,39 +158,17 @@ def run_scale_workflows(ctx, *, brokers: int, log_dirs: int, partitions: int) ->
         _run(ctx, env, [py, "manage.py", "sync_cluster", "fleet"], 1800)
         sync_seconds = time.monotonic() - started
         worker = start_worker(ctx, env, 2)
-        disable = json.loads(
-            _run(
-                ctx,
-                env,
-                [
-                    py,
-                    "-c",
-                    WORKFLOW,
-                    "disable_tiering",
-                    json.dumps({"cluster": "fleet", "topic": disable_topic, "policy": "retain"}),
-                ],
-                1800,
-            )
-            .strip()
-            .splitlines()[-1]
+
+        def workflow(kind: str, params: dict) -> dict:
+            out = _run(ctx, env, [py, "-c", WORKFLOW, kind, json.dumps(params)], 1800)
+            return json.loads(out.strip().splitlines()[-1])
+
+        disable = workflow(
+            "disable_tiering", {"cluster": "fleet", "topic": disable_topic, "policy": "retain"}
         )
-        expand = json.loads(
-            _run(
-                ctx,
-                env,
-                [
-                    py,
-                    "-c",
-                    WORKFLOW,
-                    "expand_partitions",
-                    json.dumps(
-                        {"cluster": "fleet", "topic": expand_topic, "partitions": 2 * expand_from}
-                    ),
-                ],
-                1800,
-            )
-            .strip()
-            .splitlines()[-1]
+        expand = workflow(
+            "expand_partitions",
+            {"cluster": "fleet", "topic": expand_topic, "partitions": 2 * expand_from},
         )
     finally:
         stop_worker(worker)
