@@ -341,15 +341,17 @@ def topology(request: HttpRequest) -> HttpResponse:
             "marked_for_deletion",
         )
         page = selectors.topology_page(cluster, f, qs, request.GET.get("page"), TOPOLOGY_PER_PAGE)
+        columns = selectors.topology_columns(broker_ids, page.object_list)
         rows = [
-            (p, list(zip(broker_ids, selectors.partition_cells(p, broker_ids), strict=True)))
+            (p, list(zip(columns, selectors.partition_cells(p, columns), strict=True)))
             for p in page.object_list
         ]
         context.update(
             form=f,
             page=page,
             rows=rows,
-            broker_ids=broker_ids,
+            broker_ids=columns,
+            cluster_broker_count=len(broker_ids),
             stale=selectors.stale_sources(cluster),
             dir_offline=LogDirState.OFFLINE,
         )

@@ -261,3 +261,22 @@ def test_a_fleet_of_brokers_is_paged_and_can_be_narrowed_to_those_with_a_problem
         "/brokers/?bpage=2", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="brokers-live"
     ).content.decode()
     assert brokers(live) == list(range(26, 51))
+
+
+def test_topology_of_a_large_cluster_shows_the_brokers_of_the_page_only(browser_client, cluster):
+    """Past TOPOLOGY_ALL_COLUMNS_MAX brokers a page's columns are the brokers holding its
+    partitions' replicas, in broker order, and the heading says how many of how many."""
+    b = ClusterBuilder(brokers=30, log_dirs=1)
+    b.add_topic("wide", partitions=60, rf=2)
+    sync(cluster, b)
+    html = browser_client.get("/topology/?topic=wide").content.decode()
+    heads = [int(x) for x in re.findall(r'<th scope="col" class="cellhead">(\d+)</th>', html)]
+    assert heads == sorted(heads) and len(heads) == 30  # 50 partitions x RF 2 touch all 30
+    html = browser_client.get("/topology/?topic=wide&page=2").content.decode()
+    rows = _matrix_rows(html)
+    heads = [int(x) for x in re.findall(r'<th scope="col" class="cellhead">(\d+)</th>', html)]
+    assert rows == [f"wide-{p}" for p in range(50, 60)]
+    assert 0 < len(heads) < 30 and heads == sorted(heads)
+    assert f"\u00d7 {len(heads)} of 30 brokers" in html
+    cells = re.findall(r'<td class="cell (leader|in-sync|out-of-sync|offline)"', html)
+    assert len(cells) == 2 * len(rows)  # every replica of the page still has its column
