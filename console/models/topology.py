@@ -52,7 +52,7 @@ class Topic(TierMetrics):
     ``previous_undeleted_partition_count`` is the count before the last expansion or shrink the
     console saw (KIP-253 keeps no history; Strata records it at sync time) so that a key can be
     looked up "before" as well as "now". The byte and count aggregates are sums over the topic's
-    partitions, recomputed by the sync for changed topics only.
+    partitions, maintained by the sync (:mod:`console.sync.aggregates`).
 
     Topic-level offsets (``log_end_offset`` ...) are the sums over partitions: the "total" bar
     then reads in records, like KIP-950's per-partition figure.
@@ -91,6 +91,9 @@ class Topic(TierMetrics):
     under_min_isr_partition_count = models.IntegerField(default=0)
     offline_replica_count = models.IntegerField(default=0)
     marked_for_deletion_count = models.IntegerField(default=0)
+    #: Partitions with remote data (``remote_log_end_offset >= 0``): the remote offsets above are
+    #: sums over those, -1 when there is none; kept so that a sync can add and subtract.
+    remote_partition_count = models.IntegerField(default=0)
 
     class Meta:
         ordering = ["cluster", "name"]

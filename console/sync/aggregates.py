@@ -1,6 +1,8 @@
 """Derived values of a sync, recomputed with set-based ``UPDATE ... FROM`` over what the sync
 touched: partition offsets from the leader's replica, then topic, broker and cluster aggregates
-(the numbers the pages show without scanning partitions).
+(the numbers the pages show without scanning partitions). An incremental sync adds to a topic's
+aggregates what its changed partitions contribute now and subtracts what they contributed
+before (:meth:`AggregateSync.capture_aggregates`); other syncs sum the changed topics' partitions.
 
 A mixin of :class:`console.sync.core._Sync`: it uses the sync's ``cluster``, ``fresh``,
 ``result`` and the ``sql`` helper.
@@ -8,20 +10,108 @@ A mixin of :class:`console.sync.core._Sync`: it uses the sync's ``cluster``, ``f
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from broker_agent.models import split_partition_key
 from console.choices import BrokerState, LogDirState
 from console.sync.rows import TIER_METRICS
+
+if TYPE_CHECKING:
+    from broker_agent.models import ClusterMetadata
 
 __all__ = ["AggregateSync"]
 
 _SET_METRICS = ", ".join(f"{c} = r.{c}" for c in TIER_METRICS)
 _P_METRICS = ", ".join(f"p.{c}" for c in TIER_METRICS)
 _R_METRICS = ", ".join(f"r.{c}" for c in TIER_METRICS)
-_SUM_METRICS = ", ".join(f"sum(p.{c}) AS {c}" for c in TIER_METRICS)
-_SET_TOPIC_METRICS = ", ".join(f"{c} = a.{c}" for c in TIER_METRICS)
+
+#: What one partition adds to each of its topic's aggregates (console.models.Topic). The remote
+#: offsets are summed over the partitions that have remote data (counted apart); a topic with
+#: none shows -1.
+_CONTRIBUTION = {
+    "partition_count": "1",
+    "log_start_offset": "p.log_start_offset",
+    "local_log_start_offset": "p.local_log_start_offset",
+    "log_end_offset": "p.log_end_offset",
+    "remote_partition_count": "(p.remote_log_end_offset >= 0)::int",
+    "remote_log_start_offset": (
+        "CASE WHEN p.remote_log_end_offset >= 0 THEN p.remote_log_start_offset ELSE 0 END"
+    ),
+    "remote_log_end_offset": (
+        "CASE WHEN p.remote_log_end_offset >= 0 THEN p.remote_log_end_offset ELSE 0 END"
+    ),
+    "remote_bytes": "p.remote_bytes",
+    "local_bytes": "p.local_bytes",
+    "remote_segments": "p.remote_segments",
+    "offline_partition_count": "p.offline::int",
+    "under_replicated_partition_count": "p.under_replicated::int",
+    "under_min_isr_partition_count": "p.under_min_isr::int",
+    "offline_replica_count": "coalesce(cardinality(p.offline_replicas), 0)",
+    "marked_for_deletion_count": "p.marked_for_deletion::int",
+    **{c: f"p.{c}" for c in TIER_METRICS},
+}
+_REMOTE_OFFSETS = ("remote_log_start_offset", "remote_log_end_offset")
+_SUMS = ", ".join(f"sum({e})::bigint AS {c}" for c, e in _CONTRIBUTION.items())
+_NEGATED_SUMS = ", ".join(f"-sum({e})::bigint AS {c}" for c, e in _CONTRIBUTION.items())
+_DELTA_SUMS = ", ".join(f"sum({c})::bigint AS {c}" for c in _CONTRIBUTION)
+#: A topic's aggregates from the sums over all its partitions (``a``) ...
+_SET_FROM_SUMS = ", ".join(
+    f"{c} = CASE WHEN a.remote_partition_count > 0 THEN a.{c} ELSE -1 END"
+    if c in _REMOTE_OFFSETS
+    else f"{c} = a.{c}"
+    for c in _CONTRIBUTION
+)
+#: ... or from its current ones plus the changed partitions' new values less their old (``d``).
+_SET_PLUS_DELTA = ", ".join(
+    f"{c} = CASE WHEN t.remote_partition_count + d.remote_partition_count > 0 THEN "
+    f"(CASE WHEN t.remote_partition_count > 0 THEN t.{c} ELSE 0 END) + d.{c} ELSE -1 END"
+    if c in _REMOTE_OFFSETS
+    else f"{c} = t.{c} + d.{c}"
+    for c in _CONTRIBUTION
+)
+#: The partitions of a key table ``k (topic, partition)`` in this cluster.
+_KEYED_PARTITIONS = """
+    FROM agg_key k JOIN console_partition p ON p.cluster_id = %(cluster)s
+        AND p.topic_name = k.topic AND p.partition = k.partition
+"""
 
 
 class AggregateSync:
     """Part of :class:`console.sync.core._Sync` (see the module docstring)."""
+
+    incremental_aggregates = False
+
+    def capture_aggregates(self, md: ClusterMetadata | None) -> None:
+        """Before anything is written: the partitions this sync may change and their current
+        contribution to their topics' aggregates, subtracted in :meth:`derive` where their new
+        one is added (an incremental sync; #17).
+
+        A partition's row changes only here, in a sync: when the controller lists it (staged
+        partitions, and a delta's removed ones) or an agent reports one of its replicas (its
+        offsets come from its leader's). A first sync, a full one, and a sync answered with
+        the controller's full metadata (which deletes what it no longer lists) sum every
+        partition of each changed topic instead — the full recompute that also sets right
+        anything an interrupted upgrade left behind.
+        """
+        listed = md is not None and md.changed
+        self.incremental_aggregates = not (self.fresh or self.full or (listed and md.full))
+        if not self.incremental_aggregates:
+            return
+        keys = ["SELECT topic, partition FROM stage_replica"]
+        params: dict = {}
+        if listed:
+            keys.append("SELECT topic_name, partition FROM stage_partition")
+            if md.removed_partitions:
+                removed = [split_partition_key(k) for k in md.removed_partitions]
+                params = {"r_topics": [t for t, _ in removed], "r_parts": [p for _, p in removed]}
+                keys.append("SELECT * FROM unnest(%(r_topics)s::text[], %(r_parts)s::int[])")
+        self.sql("DROP TABLE IF EXISTS pg_temp.agg_key, pg_temp.topic_delta")
+        self.sql("CREATE TEMP TABLE agg_key ON COMMIT DROP AS " + " UNION ".join(keys), params)
+        self.sql("ANALYZE agg_key")
+        self.sql(
+            f"CREATE TEMP TABLE topic_delta ON COMMIT DROP AS "
+            f"SELECT p.topic_id, {_NEGATED_SUMS} {_KEYED_PARTITIONS} GROUP BY p.topic_id"
+        )
 
     def derive(self) -> None:
         """Offsets from the leader's replica, then topic, broker and cluster aggregates."""
@@ -52,40 +142,33 @@ class AggregateSync:
                        r.remote_bytes, r.size_bytes, r.remote_segments, {_R_METRICS})
                 """  # noqa: S608
             )
-        self.sql(
-            f"""
-            UPDATE console_topic t SET
-                partition_count = a.n, log_start_offset = a.lso,
-                local_log_start_offset = a.llso, log_end_offset = a.leo,
-                remote_log_start_offset = a.rlso, remote_log_end_offset = a.rleo,
-                remote_bytes = a.rb, local_bytes = a.lb, remote_segments = a.rs,
-                offline_partition_count = a.offline, under_replicated_partition_count = a.urp,
-                under_min_isr_partition_count = a.umi, offline_replica_count = a.orc,
-                marked_for_deletion_count = a.marked, {_SET_TOPIC_METRICS}
-            FROM (
-                SELECT p.topic_id, count(*) AS n, sum(p.log_start_offset) AS lso,
-                    {_SUM_METRICS},
-                    sum(p.local_log_start_offset) AS llso, sum(p.log_end_offset) AS leo,
-                    coalesce(sum(p.remote_log_start_offset)
-                             FILTER (WHERE p.remote_log_end_offset >= 0), -1) AS rlso,
-                    coalesce(sum(p.remote_log_end_offset)
-                             FILTER (WHERE p.remote_log_end_offset >= 0), -1) AS rleo,
-                    sum(p.remote_bytes) AS rb, sum(p.local_bytes) AS lb,
-                    sum(p.remote_segments) AS rs,
-                    count(*) FILTER (WHERE p.offline) AS offline,
-                    count(*) FILTER (WHERE p.under_replicated) AS urp,
-                    count(*) FILTER (WHERE p.under_min_isr) AS umi,
-                    sum(cardinality(p.offline_replicas)) AS orc,
-                    count(*) FILTER (WHERE p.marked_for_deletion) AS marked
-                FROM console_partition p
-                WHERE p.topic_id IN (SELECT p2.topic_id FROM console_partition p2
-                                     JOIN touched_partition tp ON tp.id = p2.id
-                                     UNION SELECT id FROM touched_topic)
-                GROUP BY p.topic_id
-            ) a
-            WHERE t.id = a.topic_id
-            """  # noqa: S608
-        )
+        if self.incremental_aggregates:
+            self.sql(
+                f"INSERT INTO topic_delta SELECT p.topic_id, {_SUMS} "
+                f"{_KEYED_PARTITIONS} GROUP BY p.topic_id"
+            )
+            self.sql(
+                f"""
+                UPDATE console_topic t SET {_SET_PLUS_DELTA}
+                FROM (SELECT topic_id, {_DELTA_SUMS} FROM topic_delta GROUP BY topic_id) d
+                WHERE t.id = d.topic_id AND t.cluster_id = %(cluster)s
+                """  # noqa: S608
+            )
+        else:
+            self.sql(
+                f"""
+                UPDATE console_topic t SET {_SET_FROM_SUMS}
+                FROM (
+                    SELECT p.topic_id, {_SUMS}
+                    FROM console_partition p
+                    WHERE p.topic_id IN (SELECT p2.topic_id FROM console_partition p2
+                                         JOIN touched_partition tp ON tp.id = p2.id
+                                         UNION SELECT id FROM touched_topic)
+                    GROUP BY p.topic_id
+                ) a
+                WHERE t.id = a.topic_id
+                """  # noqa: S608
+            )
         # KIP-112 OfflineReplicaCount per broker, as a broker reports it: a live broker's
         # replicas on its offline log dirs (partitions listing it as an offline replica while it
         # is alive). A dead broker reports nothing: its replicas are counted apart, as down.
