@@ -22,6 +22,8 @@ from __future__ import annotations
 import pgtrigger
 from django.conf import settings
 from django.db import models
+from django.db.models import F
+from django.db.models.fields.json import KeyTransform
 
 from audit.choices import AuditContext, AuditOutcome
 
@@ -82,6 +84,14 @@ class AuditEvent(models.Model):
         ordering = ["-seq"]
         indexes = [
             models.Index(fields=["target_type", "target_id"], name="audit_target_idx"),
+            # "was this command already applied?" (workflows.kinds.commands.applied_before):
+            # asked once per step and per fan-out acknowledgement (#17)
+            models.Index(
+                F("workflow"),
+                F("action"),
+                KeyTransform("idempotency_key", "extra"),
+                name="audit_workflow_key_idx",
+            ),
         ]
         triggers = [
             pgtrigger.Protect(

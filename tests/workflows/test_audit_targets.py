@@ -18,7 +18,7 @@ from audit.models import AuditEvent
 from audit.trail import verify_chain
 from workflows import engine
 from workflows.choices import AuditAction
-from workflows.kinds import disks, tiering_fanout, topology
+from workflows.kinds import commands, disks, tiering_fanout, topology
 from workflows.models import Workflow, WorkflowStep
 
 from .conftest import approve, request_noop
@@ -102,6 +102,24 @@ def test_a_tiering_fan_out_ack_names_the_broker_with_its_cluster(operator):
     ctx = _ctx(operator, "lab", {"topic": "orders"}, plan=plan, broker=2)
     tiering_fanout.audit_ack(ctx, "tiering.test_ack", 2, {"ok": True}, "ack-2")
     assert _target(ctx) == ("broker", "lab/2")
+
+
+def test_fan_out_acks_recorded_together_are_each_audited_once_per_key(operator):
+    """A batch of acknowledgements (record_successes): one event per key, none for a key
+    already recorded (by an earlier batch or the step itself), a chain that still verifies."""
+    plan = {"tiered_epoch": 1, "tiered_state": "ENABLED"}
+    ctx = _ctx(operator, "lab", {"topic": "orders"}, plan=plan, broker=1)
+    tiering_fanout.audit_ack(ctx, "tiering.test_ack", 2, {"ok": True}, "ack-2")
+    acks = [tiering_fanout._ack_event(ctx, b, {"ok": True}, f"ack-{b}") for b in (2, 3, 4, 3)]
+    assert commands.record_successes(ctx, "tiering.test_ack", acks) == 2  # 3 and 4
+    assert commands.record_successes(ctx, "tiering.test_ack", acks) == 0
+    events = AuditEvent.objects.filter(workflow=ctx.workflow).order_by("seq")
+    assert [(e.target_id, e.extra["idempotency_key"]) for e in events] == [
+        ("lab/2", "ack-2"),
+        ("lab/3", "ack-3"),
+        ("lab/4", "ack-4"),
+    ]
+    assert verify_chain().ok
 
 
 def test_a_per_broker_step_succeeds_on_the_broker_with_its_cluster(operator, approver):

@@ -44,6 +44,7 @@ __all__ = [
     "is_unreachable",
     "preflight_reads",
     "record_command",
+    "record_successes",
     "run_command",
     "unreachable_wait",
     "waits_when_unreachable",
@@ -99,7 +100,11 @@ def record_command(
     key = key or ctx.idempotency_key
     with transaction.atomic():
         # The workflow row lock serialises two runs of the same step (a zombie and its successor).
-        Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).first()
+        # Only the lock: the row's plan is read once per run, not once per command (at 300
+        # brokers the plan and its information are 200 KB of JSON, #17).
+        Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).values_list(
+            "pk", flat=True
+        ).first()
         if outcome == AuditOutcome.SUCCESS and applied_before(ctx, action, key) is not None:
             return False
         trail.record(
@@ -120,6 +125,47 @@ def record_command(
             },
         )
     return True
+
+
+def record_successes(ctx: StepContext, action: str, commands: list[dict[str, Any]]) -> int:
+    """Audit several successful commands sent on behalf of other steps (a fan-out's
+    acknowledgements as they arrive) in one transaction: each, like :func:`record_command`,
+    once per its ``key``. Each command is a dict of ``target_type``, ``target_id``,
+    ``before``, ``after``, ``extra`` and ``key``. Returns how many events it wrote.
+
+    One transaction, one lock and one look-up for the batch instead of one each per command: at
+    300 brokers the acknowledgements of a fan-out were 300 transactions (#17)."""
+    if not commands:
+        return 0
+    with transaction.atomic():
+        Workflow.objects.select_for_update().filter(pk=ctx.workflow.pk).values_list(
+            "pk", flat=True
+        ).first()
+        done = applied_keys(ctx, action, [c["key"] for c in commands])
+        written = 0
+        for c in commands:
+            if c["key"] in done:
+                continue
+            done.add(c["key"])
+            trail.record(
+                action,
+                actor=None,
+                context=AuditContext.WORKER,
+                target_type=c["target_type"],
+                target_id=c["target_id"],
+                workflow=ctx.workflow,
+                before=c.get("before"),
+                after=c.get("after"),
+                outcome=AuditOutcome.SUCCESS,
+                extra={
+                    **(c.get("extra") or {}),
+                    "idempotency_key": c["key"],
+                    "step": ctx.step.name,
+                    "attempt": ctx.step.attempts,
+                },
+            )
+            written += 1
+    return written
 
 
 def run_command(

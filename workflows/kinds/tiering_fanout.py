@@ -1,7 +1,8 @@
 """The DisableRemoteTopic / EnableRemoteTopic fan-out of :mod:`workflows.kinds.tiering` (see its
 "Fan-out" decision): the first pending broker's step sends the command to every pending broker,
 at most :data:`FANOUT_CONCURRENCY` in flight, each under its own step's idempotency key, and
-audits each acknowledgement once as it arrives; a later step whose key is acknowledged completes
+audits each acknowledgement once as it arrives (those that arrived meanwhile in one
+transaction); a later step whose key is acknowledged completes
 without sending. An unreachable broker waits (backoff capped at
 :data:`UNREACHABLE_RETRY_CAP_SECONDS`)."""
 
@@ -23,6 +24,7 @@ from workflows.kinds.commands import (
     applied_keys,
     is_unreachable,
     record_command,
+    record_successes,
     unreachable_wait,
 )
 from workflows.models import WorkflowStep
@@ -50,19 +52,25 @@ def _pending_fan_out(ctx: StepContext, action: str) -> list[WorkflowStep]:
     return [s for s in pending if s.idempotency_key not in acked]
 
 
-def _fan_out(ctx: StepContext, action: str, send, on_ack) -> Any:
+def _fan_out(ctx: StepContext, action: str, send, on_acks) -> Any:
     """Send this step's command and, concurrently (at most :data:`FANOUT_CONCURRENCY` in
-    flight), every other pending broker's command under its own step's idempotency key; each
-    other acknowledgement goes to ``on_ack(step, answer)`` as it arrives. Returns this step's
-    answer (or raises its error)."""
+    flight), every other pending broker's command under its own step's idempotency key; the
+    other acknowledgements go to ``on_acks([(step, answer), ...])`` as they arrive — those that
+    arrived while the last ones were being recorded together. Returns this step's answer (or
+    raises its error)."""
     others = _pending_fan_out(ctx, action)
     with concurrent.futures.ThreadPoolExecutor(max_workers=FANOUT_CONCURRENCY) as pool:
         mine = pool.submit(send, ctx.step.broker, ctx.idempotency_key)
         theirs = {pool.submit(send, step.broker, step.idempotency_key): step for step in others}
-        for future in concurrent.futures.as_completed(theirs):
-            answer = future.result()
-            if answer is not None:
-                on_ack(theirs[future], answer)
+        waiting = set(theirs)
+        while waiting:
+            done, waiting = concurrent.futures.wait(
+                waiting, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            acks = [(theirs[f], f.result()) for f in sorted(done, key=lambda f: theirs[f].position)]
+            acks = [(step, answer) for step, answer in acks if answer is not None]
+            if acks:
+                on_acks(acks)
         return mine.result()
 
 
@@ -89,16 +97,21 @@ def _sender(ctx: StepContext, command: str):
     return send
 
 
-def audit_ack(ctx: StepContext, action: str, broker: int, answer: Any, key: str) -> None:
-    record_command(
-        ctx,
-        action,
+def _ack_event(ctx: StepContext, broker: int, answer: Any, key: str) -> dict[str, Any]:
+    return {
         **targets.broker(ctx.params["cluster"], broker),
-        before={"tiered_epoch": ctx.plan["tiered_epoch"], "tiered_state": ctx.plan["tiered_state"]},
-        after=answer,
-        extra={"topic": ctx.params["topic"], "cluster": ctx.params["cluster"]},
-        key=key,
-    )
+        "before": {
+            "tiered_epoch": ctx.plan["tiered_epoch"],
+            "tiered_state": ctx.plan["tiered_state"],
+        },
+        "after": answer,
+        "extra": {"topic": ctx.params["topic"], "cluster": ctx.params["cluster"]},
+        "key": key,
+    }
+
+
+def audit_ack(ctx: StepContext, action: str, broker: int, answer: Any, key: str) -> None:
+    record_command(ctx, action, **_ack_event(ctx, broker, answer, key))
 
 
 def broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
@@ -111,11 +124,15 @@ def broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
         ctx.progress(1, 1, "acks")
         return StepResult.done(acked)
 
-    def on_ack(step: WorkflowStep, answer: Any) -> None:  # sent on their behalf: audited now
-        audit_ack(ctx, action, step.broker, answer.model_dump(), step.idempotency_key)
+    def on_acks(acks: list[tuple[WorkflowStep, Any]]) -> None:  # sent on their behalf: audited now
+        record_successes(
+            ctx,
+            action,
+            [_ack_event(ctx, s.broker, a.model_dump(), s.idempotency_key) for s, a in acks],
+        )
 
     try:
-        result = _fan_out(ctx, action, _sender(ctx, command), on_ack)
+        result = _fan_out(ctx, action, _sender(ctx, command), on_acks)
     except Exception as exc:
         if isinstance(exc, AgentError) and exc.error == AgentCode.STALE_TIERED_EPOCH:
             return StepResult.fail(
