@@ -58,6 +58,7 @@ __all__ = [
     "event_payload",
     "normalise",
     "record",
+    "record_many",
     "verify_chain",
 ]
 
@@ -215,8 +216,70 @@ def record(
     ``actor_name`` defaults to the user's name, else to the process (``worker@host``).
     ``workflow`` (a Workflow or its id) puts the event on that workflow's timeline.
     """
+    return record_many(
+        [
+            {
+                "action": action,
+                "actor": actor,
+                "actor_name": actor_name,
+                "context": context,
+                "target_type": target_type,
+                "target_id": target_id,
+                "workflow": workflow,
+                "before": before,
+                "after": after,
+                "outcome": outcome,
+                "extra": extra,
+            }
+        ]
+    )[0]
+
+
+def record_many(events: list[dict[str, Any]]) -> list[AuditEvent]:
+    """Append several events to the chain, in this order, in the caller's transaction: each a
+    dict of :func:`record`'s arguments (``action`` included). One lock, one read of the chain's
+    head and one INSERT for all of them — a fan-out's acknowledgements, recorded as they arrive
+    (#17); the events and their hashes are exactly those :func:`record` would append one by
+    one."""
     if not connection.in_atomic_block:
         raise AuditError("record() must be called inside transaction.atomic() with the change")
+    rows = [_event_fields(**event) for event in events]
+    if not rows:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [AUDIT_LOCK_KEY])
+    last = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
+    seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+    key = signing_key()
+    for fields in rows:
+        fields.update(
+            seq=seq,
+            prev_hash=prev_hash,
+            created_at=timezone.now(),
+            key_id=key.key_id if key else "",
+        )
+        fields["hash"] = compute_hash(event_payload(fields), key)
+        seq, prev_hash = seq + 1, fields["hash"]
+    if len(rows) == 1:
+        return [AuditEvent.objects.create(**rows[0])]
+    return AuditEvent.objects.bulk_create([AuditEvent(**fields) for fields in rows])
+
+
+def _event_fields(
+    action: str,
+    *,
+    actor: Any = _UNSET,
+    actor_name: str = "",
+    context: str | None = None,
+    target_type: str = "",
+    target_id: str | int = "",
+    workflow: Any = None,
+    before: Any = None,
+    after: Any = None,
+    outcome: str = AuditOutcome.SUCCESS,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An event's fields but its place in the chain (seq, prev_hash, hash, time, key)."""
     scope = current_scope()
     if actor is _UNSET:
         actor = scope.resolve_actor() if scope else None
@@ -232,34 +295,19 @@ def record(
             actor_name = scope.actor_name
         else:
             actor_name = process_actor_name(context)
-    workflow_id = getattr(workflow, "pk", workflow)
-
-    fields: dict[str, Any] = {
+    return {
         "actor_id": getattr(actor, "pk", None),
         "actor_name": str(actor_name)[:150],
         "context": context,
         "action": action,
         "target_type": target_type,
         "target_id": str(target_id)[:255],
-        "workflow_id": workflow_id,
+        "workflow_id": getattr(workflow, "pk", workflow),
         "before": normalise(before),
         "after": normalise(after),
         "outcome": outcome,
         "extra": normalise(extra or {}),
     }
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [AUDIT_LOCK_KEY])
-    last = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
-    seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-    key = signing_key()
-    fields.update(
-        seq=seq,
-        prev_hash=prev_hash,
-        created_at=timezone.now(),
-        key_id=key.key_id if key else "",
-    )
-    fields["hash"] = compute_hash(event_payload(fields), key)
-    return AuditEvent.objects.create(**fields)
 
 
 def record_standalone(action: str, **kwargs: Any) -> AuditEvent:

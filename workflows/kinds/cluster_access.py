@@ -18,7 +18,15 @@ from contextlib import contextmanager
 from broker_agent.client import AgentClient, ControllerClient
 from console.models import Broker, Cluster
 
-__all__ = ["agent", "broker_url", "broker_urls", "cluster_secret", "controller"]
+__all__ = [
+    "agent",
+    "agent_at",
+    "broker_url",
+    "broker_urls",
+    "cluster_secret",
+    "controller",
+    "known_broker_urls",
+]
 
 # Steps retry themselves through the engine's backoff; the client's own retries stay short so a
 # down broker turns into a visible "waiting" quickly instead of a long blocked call.
@@ -57,6 +65,27 @@ def broker_url(cluster_name: str, broker_id: int) -> str | None:
         .first()
     )
     return url or broker_urls(cluster_name).get(broker_id)
+
+
+def known_broker_urls(cluster_name: str, broker_ids: list[int]) -> dict[int, str]:
+    """The synced inventory's agent URLs of ``broker_ids`` (one query; a broker it does not know
+    yet is left out: :func:`agent` asks the controller for it)."""
+    return dict(
+        Broker.objects.filter(cluster__name=cluster_name, broker_id__in=broker_ids)
+        .exclude(url="")
+        .values_list("broker_id", "url")
+    )
+
+
+@contextmanager
+def agent_at(url: str, secret: bytes) -> Iterator[AgentClient]:
+    """A client of the agent at ``url`` (resolved beforehand, e.g. by
+    :func:`known_broker_urls` for a fan-out whose threads then need no database)."""
+    client = AgentClient(url, secret, timeout=CLIENT_TIMEOUT_SECONDS, retries=CLIENT_RETRIES)
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 class Unreachable(Exception):

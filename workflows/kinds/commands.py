@@ -142,29 +142,31 @@ def record_successes(ctx: StepContext, action: str, commands: list[dict[str, Any
             "pk", flat=True
         ).first()
         done = applied_keys(ctx, action, [c["key"] for c in commands])
-        written = 0
+        events = []
         for c in commands:
             if c["key"] in done:
                 continue
             done.add(c["key"])
-            trail.record(
-                action,
-                actor=None,
-                context=AuditContext.WORKER,
-                target_type=c["target_type"],
-                target_id=c["target_id"],
-                workflow=ctx.workflow,
-                before=c.get("before"),
-                after=c.get("after"),
-                outcome=AuditOutcome.SUCCESS,
-                extra={
-                    **(c.get("extra") or {}),
-                    "idempotency_key": c["key"],
-                    "step": ctx.step.name,
-                    "attempt": ctx.step.attempts,
-                },
+            events.append(
+                {
+                    "action": action,
+                    "actor": None,
+                    "context": AuditContext.WORKER,
+                    "target_type": c["target_type"],
+                    "target_id": c["target_id"],
+                    "workflow": ctx.workflow,
+                    "before": c.get("before"),
+                    "after": c.get("after"),
+                    "outcome": AuditOutcome.SUCCESS,
+                    "extra": {
+                        **(c.get("extra") or {}),
+                        "idempotency_key": c["key"],
+                        "step": ctx.step.name,
+                        "attempt": ctx.step.attempts,
+                    },
+                }
             )
-            written += 1
+        written = len(trail.record_many(events))
     return written
 
 

@@ -18,7 +18,7 @@ from audit import targets
 from broker_agent.choices import ErrorCode as AgentCode
 from broker_agent.client import AgentError
 from workflows.kinds import StepResult
-from workflows.kinds.cluster_access import agent
+from workflows.kinds.cluster_access import agent, agent_at, cluster_secret, known_broker_urls
 from workflows.kinds.commands import (
     applied_before,
     applied_keys,
@@ -52,13 +52,14 @@ def _pending_fan_out(ctx: StepContext, action: str) -> list[WorkflowStep]:
     return [s for s in pending if s.idempotency_key not in acked]
 
 
-def _fan_out(ctx: StepContext, action: str, send, on_acks) -> Any:
+def _fan_out(ctx: StepContext, action: str, command: str, on_acks) -> Any:
     """Send this step's command and, concurrently (at most :data:`FANOUT_CONCURRENCY` in
     flight), every other pending broker's command under its own step's idempotency key; the
     other acknowledgements go to ``on_acks([(step, answer), ...])`` as they arrive — those that
     arrived while the last ones were being recorded together. Returns this step's answer (or
     raises its error)."""
     others = _pending_fan_out(ctx, action)
+    send = _sender(ctx, command, [ctx.step.broker, *(step.broker for step in others)])
     with concurrent.futures.ThreadPoolExecutor(max_workers=FANOUT_CONCURRENCY) as pool:
         mine = pool.submit(send, ctx.step.broker, ctx.idempotency_key)
         theirs = {pool.submit(send, step.broker, step.idempotency_key): step for step in others}
@@ -74,15 +75,25 @@ def _fan_out(ctx: StepContext, action: str, send, on_acks) -> Any:
         return mine.result()
 
 
-def _sender(ctx: StepContext, command: str):
+def _sender(ctx: StepContext, command: str, brokers: list[int]):
+    """``send(broker, key)``: the command to one broker. The secret and the agents' URLs are
+    read here, once for the fan-out, so that the pool's threads need no database connection
+    (at 300 brokers, opening one per send cost more than the sends, #17); a broker the
+    inventory does not know yet is looked up the long way."""
     cluster, topic = ctx.params["cluster"], ctx.params["topic"]
     topic_id = ctx.plan["topic_id"]
     epoch = ctx.plan.get("new_tiered_epoch", ctx.plan["tiered_epoch"])
     policy = ctx.params.get("policy")
+    _, secret = cluster_secret(cluster)
+    urls = known_broker_urls(cluster, brokers)
+
+    def client(broker: int):
+        url = urls.get(broker)
+        return agent_at(url, secret) if url else agent(cluster, broker)
 
     def send(broker: int, key: str):
         try:
-            with agent(cluster, broker) as a:
+            with client(broker) as a:
                 if command == "disable":
                     return a.disable_remote_topic(topic, topic_id, epoch, policy, key)
                 return a.enable_remote_topic(topic, topic_id, epoch, key)
@@ -92,7 +103,8 @@ def _sender(ctx: StepContext, command: str):
             log.info("fan-out to broker %s deferred to its own step: %s", broker, exc)
             return None
         finally:
-            connection.close()  # every send runs in a pool thread: close its own connection
+            if broker not in urls:
+                connection.close()  # the long way ran in a pool thread: close its connection
 
     return send
 
@@ -132,7 +144,7 @@ def broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
         )
 
     try:
-        result = _fan_out(ctx, action, _sender(ctx, command), on_acks)
+        result = _fan_out(ctx, action, command, on_acks)
     except Exception as exc:
         if isinstance(exc, AgentError) and exc.error == AgentCode.STALE_TIERED_EPOCH:
             return StepResult.fail(
