@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.db.models import Count, F, Sum, Window
-from django.db.models.functions import RowNumber
+from django.db import connection
+from django.db.models import Count, Sum
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -155,17 +155,20 @@ class InventoryCollector(Collector):
         topics = GaugeMetricFamily(
             "strata_topics", "Topics per KIP-950 tiered state.", labels=["cluster", "tiered_state"]
         )
-        counts = {
-            (r["cluster_id"], r["tiered_state"]): r["n"]
-            for r in Topic.objects.values("cluster_id", "tiered_state").annotate(n=Count("id"))
-        }
+        # topics by tiered state with their KIP-963 sums: one query for both families
+        by_state = list(
+            Topic.objects.values("cluster_id", "tiered_state")
+            .annotate(n=Count("id"), **{f: Sum(f) for f in TIER_METRICS_HELP})
+            .order_by()
+        )
+        counts = {(r["cluster_id"], r["tiered_state"]): r["n"] for r in by_state}
         for c in clusters:
             for s in TieredState.ALL:
                 topics.add_metric([c.name, s], counts.get((c.pk, s), 0))
         yield topics
-        yield from self._tier_metrics(names)
+        yield from self._tier_metrics(names, by_state)
 
-    def _tier_metrics(self, names: dict[int, str]) -> Iterator[Metric]:
+    def _tier_metrics(self, names: dict[int, str], by_state: list[dict]) -> Iterator[Metric]:
         """KIP-963's tiered metrics (summed over the partitions' leaders): per cluster over all
         its tiered topics, and per topic for at most ``topic_limit`` tiered topics of each
         cluster, those storing the most remote bytes (then by name) - never one per partition.
@@ -186,13 +189,13 @@ class InventoryCollector(Collector):
             "Tiered topics without strata_topic_* series (beyond STRATA_METRICS_TOPIC_LIMIT).",
             labels=["cluster"],
         )
-        tiered = Topic.objects.exclude(tiered_state=TieredState.NONE)
-        sums = {
-            r["cluster_id"]: r
-            for r in tiered.values("cluster_id").annotate(
-                n=Count("id"), **{f: Sum(f) for f in fields}
-            )
-        }
+        sums: dict[int, dict] = {}
+        for r in by_state:
+            if r["tiered_state"] == TieredState.NONE:
+                continue
+            total = sums.setdefault(r["cluster_id"], dict.fromkeys(["n", *fields], 0))
+            for key in total:
+                total[key] += r[key] or 0
         for pk, name in names.items():
             r = sums.get(pk, {})
             for field, family in totals.items():
@@ -201,22 +204,11 @@ class InventoryCollector(Collector):
             field: GaugeMetricFamily(f"strata_topic_{field}", help_, labels=["cluster", "topic"])
             for field, help_ in TIER_METRICS_HELP.items()
         }
+        tiered = Topic.objects.exclude(tiered_state=TieredState.NONE)
         if self.topic_limit is None:
             rows = tiered.order_by("cluster_id", "name").values("cluster_id", "name", *fields)
         else:
-            # the largest topic_limit of each cluster, in one query (a window over the clusters)
-            rows = (
-                tiered.annotate(
-                    rank=Window(
-                        RowNumber(),
-                        partition_by=[F("cluster_id")],
-                        order_by=[F("remote_log_size_bytes").desc(), F("name").asc()],
-                    )
-                )
-                .filter(rank__lte=self.topic_limit)
-                .order_by("cluster_id", "name")
-                .values("cluster_id", "name", *fields)
-            )
+            rows = _top_tiered_topics(self.topic_limit, fields)
         per_cluster: dict[int, int] = {}
         for r in rows:
             per_cluster[r["cluster_id"]] = per_cluster.get(r["cluster_id"], 0) + 1
@@ -227,6 +219,27 @@ class InventoryCollector(Collector):
         yield from totals.values()
         yield from families.values()
         yield omitted
+
+
+def _top_tiered_topics(limit: int, fields: list[str]) -> list[dict]:
+    """The ``limit`` tiered topics of each cluster storing the most remote bytes (then by name),
+    in one query: per cluster, the first rows of the ``topic_metrics_top_idx`` index, not a
+    window over every tiered topic (18,818 at 1,000,000 partitions, 25 ms a scrape)."""
+    columns = ", ".join(f"t.{f}" for f in fields)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            SELECT c.id, t.name, {columns} FROM console_cluster c
+            CROSS JOIN LATERAL (
+                SELECT * FROM console_topic t
+                WHERE t.cluster_id = c.id AND t.tiered_state <> %s
+                ORDER BY t.remote_log_size_bytes DESC, t.name LIMIT %s
+            ) t
+            ORDER BY c.id, t.name
+            """,  # noqa: S608 - column names from TIER_METRICS_HELP
+            [TieredState.NONE, limit],
+        )
+        return [dict(zip(["cluster_id", "name", *fields], row, strict=True)) for row in cur]
 
 
 def render(*, all_topics: bool = False) -> bytes:

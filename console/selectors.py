@@ -405,6 +405,25 @@ def leader_balance(topic: Topic, brokers: list[int]) -> LeaderBalance:
     return LeaderBalance(brokers=rows, led=led, fair_share=fair)
 
 
+def broker_task_rows(
+    leaders: LeaderBalance, tasks: list[dict]
+) -> list[tuple[BrokerLeaders, dict | None]]:
+    """The topic page's per-broker rows: each broker's leaders with its :func:`task_states` row
+    (None: no snapshot from it), brokers needing a look first — leader skew, not on preferred
+    leaders, no snapshot, a copier stopped while the topic is tiered elsewhere — then by id. At
+    300 brokers the table is paged (:data:`BROKERS_PER_PAGE`), and the first page is where an
+    SRE looks (#17)."""
+    by_broker = {r["broker__broker_id"]: r for r in tasks}
+    running = any(r["copier_running"] for r in tasks)
+
+    def needs_a_look(b: BrokerLeaders) -> bool:
+        r = by_broker.get(b.broker_id)
+        return b.skewed or b.imbalanced or r is None or bool(running and r["copier_stopped"])
+
+    rows = [(b, by_broker.get(b.broker_id)) for b in leaders.brokers]
+    return sorted(rows, key=lambda row: (not needs_a_look(row[0]), row[0].broker_id))
+
+
 @dataclasses.dataclass(frozen=True)
 class Spread:
     """min / average / max of one measure over the topic's partitions, and where the max is."""

@@ -157,6 +157,7 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
     key = request.GET.get("key")
     can_request = has_role(request.user, Role.OPERATOR)
     tasks = selectors.task_states(t)
+    leaders = selectors.leader_balance(t, [r["broker__broker_id"] for r in tasks])
     outage = selectors.store_outage(t, tasks)
     context = {
         "cluster": c,
@@ -165,7 +166,12 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "tree": tree,
         "marked": marked,
         "tasks": tasks,
-        "leaders": selectors.leader_balance(t, [r["broker__broker_id"] for r in tasks]),
+        "leaders": leaders,
+        "broker_rows": selectors.paginate(
+            selectors.broker_task_rows(leaders, tasks),
+            request.GET.get("bpage"),
+            selectors.BROKERS_PER_PAGE,
+        ),
         "spread": selectors.topic_spread(t),
         "local_reasons": selectors.local_not_shrinking(t, tasks, outage),
         "store_outage": outage,

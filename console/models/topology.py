@@ -102,6 +102,12 @@ class Topic(TierMetrics):
             models.Index(fields=["cluster", "tiered_state"]),
             models.Index(fields=["cluster", "-remote_bytes"]),
             models.Index(fields=["cluster", "-local_bytes"]),
+            # /metrics: the tiered topics storing the most remote bytes (console.metrics)
+            models.Index(
+                fields=["cluster", "-remote_log_size_bytes", "name"],
+                name="topic_metrics_top_idx",
+                condition=~models.Q(tiered_state=TieredState.NONE),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -136,12 +136,6 @@ def usage_bar(used: int, total: int) -> SafeString:
 
 
 @register.filter
-def task_row(rows: list[dict], broker_id: int) -> dict | None:
-    """The :func:`~console.selectors.task_states` row of ``broker_id`` (or ``None``)."""
-    return next((r for r in rows if r["broker__broker_id"] == broker_id), None)
-
-
-@register.filter
 def lower(value: str) -> str:
     return str(value).lower()
 

@@ -280,3 +280,23 @@ def test_topology_of_a_large_cluster_shows_the_brokers_of_the_page_only(browser_
     assert f"\u00d7 {len(heads)} of 30 brokers" in html
     cells = re.findall(r'<td class="cell (leader|in-sync|out-of-sync|offline)"', html)
     assert len(cells) == 2 * len(rows)  # every replica of the page still has its column
+
+
+def test_topic_page_pages_its_brokers_and_puts_those_needing_a_look_first(browser_client, cluster):
+    """Past 25 brokers the per-broker leaders / tasks table is paged (``bpage``), and a broker
+    needing a look (here: no snapshot from it) comes first."""
+    b = ClusterBuilder(brokers=30, log_dirs=1)
+    b.add_topic("wide", partitions=60, rf=2, tiered=True)
+    sync(cluster, b, down={17})
+
+    def broker_cells(html: str) -> list[str]:
+        table = html[html.index("Preferred (led elsewhere)") :]
+        return re.findall(r"<tr><td>(\d+)</td>", table)
+
+    html = browser_client.get("/topics/local/wide/").content.decode()
+    first = broker_cells(html)
+    assert len(first) == 25 and first[0] == "17"
+    assert "no snapshot from this broker" in html and "Brokers 1\u201325 of 30" in html
+    second = broker_cells(browser_client.get("/topics/local/wide/?bpage=2").content.decode())
+    assert len(second) == 5
+    assert sorted(int(x) for x in first + second) == list(range(1, 31))

@@ -90,9 +90,9 @@ PINNED: dict[str, int] = {
     "/topology/?under_replicated_only=true&page=2": 8,
     "/topology/ [htmx topology-live]": 8,
     # + the per-cluster KIP-963 totals; per-topic series are capped (#17)
-    "/metrics": 9,
-    "/metrics [bearer token]": 9,
-    "/metrics?topics=all": 9,
+    "/metrics": 8,
+    "/metrics [bearer token]": 8,
+    "/metrics?topics=all": 8,
     "/api/v1/docs": 3,
     "/api/v1/openapi.json": 3,
     "/api/v1/me": 3,
