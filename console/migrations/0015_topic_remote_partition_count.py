@@ -5,6 +5,9 @@ subtracts their old ones instead of summing every partition of each changed topi
 churn of a 1,000,000-partition cluster touches nearly every large topic: 627,000 partitions
 summed for 10,000 changed). The remote offsets are sums over the partitions that have remote
 data, -1 when none has; this count says when that is. Filled here from the partitions.
+
+A database default (0) as well as Django's: a worker still running the previous release, which
+inserts topics without this column, keeps working against the migrated table during an upgrade.
 """
 
 from django.db import migrations, models
@@ -24,7 +27,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="topic",
             name="remote_partition_count",
-            field=models.IntegerField(default=0),
+            field=models.IntegerField(default=0, db_default=0),
         ),
         migrations.RunSQL(FILL, reverse_sql=migrations.RunSQL.noop),
     ]

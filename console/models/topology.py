@@ -93,7 +93,7 @@ class Topic(TierMetrics):
     marked_for_deletion_count = models.IntegerField(default=0)
     #: Partitions with remote data (``remote_log_end_offset >= 0``): the remote offsets above are
     #: sums over those, -1 when there is none; kept so that a sync can add and subtract.
-    remote_partition_count = models.IntegerField(default=0)
+    remote_partition_count = models.IntegerField(default=0, db_default=0)
 
     class Meta:
         ordering = ["cluster", "name"]
