@@ -271,8 +271,9 @@ class Replica(TierMetrics):
 
 class GroupOffset(models.Model):
     """A consumer group's committed position on one partition, as the controller's group
-    coordinator holds it (KIP-253's gates read these positions). Replaced whole by every sync;
-    a cluster without a coordinator (the synthetic scale mode) has none."""
+    coordinator holds it (KIP-253's gates read these positions). Merged by every sync
+    (:mod:`console.sync.groups`; ``synced_at`` is the sync that last changed the row); a cluster
+    without a coordinator (the synthetic scale mode) has none."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     group_id = models.CharField(max_length=249)

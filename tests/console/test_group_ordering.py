@@ -8,6 +8,7 @@ import pytest
 
 from broker_agent.models import GroupView
 from console.models import GroupOffset
+from console.sync import do_sync_cluster
 from tests.console.conftest import sync
 
 pytestmark = pytest.mark.django_db
@@ -108,3 +109,38 @@ def test_a_cluster_without_a_coordinator_keeps_no_groups(viewer_client, cluster,
         "No consumer group has positions"
         in viewer_client.get("/topics/local/orders/").content.decode()
     )
+
+
+def test_groups_are_merged_moved_positions_updated_gone_ones_deleted(cluster, builder):
+    """Each sync merges the coordinator's positions: a moved one is updated, an unmoved one
+    keeps the sync that last wrote it, a group or position no longer listed goes, a new one
+    comes; a coordinator that fails leaves the previous rows."""
+    builder.add_topic("kv", partitions=3, rf=3, records=100)
+    builder.groups = [
+        _group({"kv": {0: 10, 1: 20, 2: 30}}),
+        _group({"kv": {0: 5}}, group_id="audit"),
+    ]
+    sync(cluster, builder)
+
+    def rows() -> dict[tuple[str, int], tuple[int, object]]:
+        return {
+            (r.group_id, r.partition): (r.committed_offset, r.synced_at)
+            for r in GroupOffset.objects.filter(cluster=cluster)
+        }
+
+    first = rows()
+    builder.groups = [_group({"kv": {0: 10, 1: 25}}), _group({"kv": {2: 7}}, group_id="search")]
+    sync(cluster, builder)
+    second = rows()
+    assert set(second) == {("billing", 0), ("billing", 1), ("search", 2)}
+    assert second[("billing", 0)] == first[("billing", 0)]  # unmoved: not rewritten
+    assert second[("billing", 1)][0] == 25 and second[("billing", 1)][1] > first[("billing", 1)][1]
+    assert second[("search", 2)][0] == 7
+
+    def failing():
+        raise ConnectionError("coordinator: connection refused")
+
+    source = builder.source()
+    source.groups = failing
+    run = do_sync_cluster(cluster, source=source).run
+    assert "groups" in run.errors and rows() == second
