@@ -717,8 +717,8 @@ def topology_page(
     order, in PostgreSQL, names the topic page N starts in and how far into it (37,636 topics
     at 1,000,000 partitions never come to Python); the page is then read from that topic on (a
     keyset on ``topic_name``) with an offset of at most one topic's partitions. A page past the
-    end shows the last one (one more query). The problem filters select few partitions (their
-    own partial index) and page with a plain count.
+    end shows the last one (the same query clamps it). The problem filters select few
+    partitions (their own partial index) and page with a plain count.
     """
     data = f.form.cleaned_data if f.is_valid() else {}
     if data.get("offline_only") or data.get("under_replicated_only") or not f.is_valid():
