@@ -196,43 +196,16 @@ def compute_hash(payload: dict[str, Any], key: AuditKey | None = None) -> str:
 # --- append -------------------------------------------------------------------------------
 
 
-def record(
-    action: str,
-    *,
-    actor: Any = _UNSET,
-    actor_name: str = "",
-    context: str | None = None,
-    target_type: str = "",
-    target_id: str | int = "",
-    workflow: Any = None,
-    before: Any = None,
-    after: Any = None,
-    outcome: str = AuditOutcome.SUCCESS,
-    extra: dict[str, Any] | None = None,
-) -> AuditEvent:
+def record(action: str, **fields: Any) -> AuditEvent:
     """Append one event to the chain, in the caller's transaction.
 
-    ``actor`` (a user or None) and ``context`` default to the current :func:`audit_scope`;
-    ``actor_name`` defaults to the user's name, else to the process (``worker@host``).
-    ``workflow`` (a Workflow or its id) puts the event on that workflow's timeline.
+    ``fields`` are :func:`_event_fields`' keywords: ``actor`` (a user or None) and ``context``
+    default to the current :func:`audit_scope`; ``actor_name`` defaults to the user's name, else
+    to the process (``worker@host``); ``workflow`` (a Workflow or its id) puts the event on that
+    workflow's timeline; ``target_type`` / ``target_id``, ``before`` / ``after``, ``outcome``
+    and ``extra`` describe the change.
     """
-    return record_many(
-        [
-            {
-                "action": action,
-                "actor": actor,
-                "actor_name": actor_name,
-                "context": context,
-                "target_type": target_type,
-                "target_id": target_id,
-                "workflow": workflow,
-                "before": before,
-                "after": after,
-                "outcome": outcome,
-                "extra": extra,
-            }
-        ]
-    )[0]
+    return record_many([{"action": action, **fields}])[0]
 
 
 def record_many(events: list[dict[str, Any]]) -> list[AuditEvent]:

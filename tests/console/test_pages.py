@@ -297,6 +297,7 @@ def test_topic_page_pages_its_brokers_and_puts_those_needing_a_look_first(browse
     first = broker_cells(html)
     assert len(first) == 25 and first[0] == "17"
     assert "no snapshot from this broker" in html and "Brokers 1\u201325 of 30" in html
+    assert 'id="topic-brokers-next"' in html and 'hx-target="#topic-live"' in html
     second = broker_cells(browser_client.get("/topics/local/wide/?bpage=2").content.decode())
     assert len(second) == 5
     assert sorted(int(x) for x in first + second) == list(range(1, 31))

@@ -59,11 +59,7 @@ def broker_urls(cluster_name: str) -> dict[int, str]:
 
 def broker_url(cluster_name: str, broker_id: int) -> str | None:
     """The agent URL of one broker: the synced inventory's, else the controller's."""
-    url = (
-        Broker.objects.filter(cluster__name=cluster_name, broker_id=broker_id)
-        .values_list("url", flat=True)
-        .first()
-    )
+    url = known_broker_urls(cluster_name, [broker_id]).get(broker_id)
     return url or broker_urls(cluster_name).get(broker_id)
 
 
@@ -101,8 +97,5 @@ def agent(cluster_name: str, broker_id: int) -> Iterator[AgentClient]:
         raise Unreachable(
             f"broker {broker_id} is not registered with the controller of {cluster_name}"
         )
-    client = AgentClient(url, secret, timeout=CLIENT_TIMEOUT_SECONDS, retries=CLIENT_RETRIES)
-    try:
+    with agent_at(url, secret) as client:
         yield client
-    finally:
-        client.close()

@@ -117,14 +117,19 @@ def record_command(
             before=before,
             after=after,
             outcome=outcome,
-            extra={
-                **(extra or {}),
-                "idempotency_key": key,
-                "step": ctx.step.name,
-                "attempt": ctx.step.attempts,
-            },
+            extra=_command_extra(ctx, extra, key),
         )
     return True
+
+
+def _command_extra(ctx: StepContext, extra: dict[str, Any] | None, key: str) -> dict[str, Any]:
+    """A command event's ``extra``: the caller's, with the command's key, step and attempt."""
+    return {
+        **(extra or {}),
+        "idempotency_key": key,
+        "step": ctx.step.name,
+        "attempt": ctx.step.attempts,
+    }
 
 
 def record_successes(ctx: StepContext, action: str, commands: list[dict[str, Any]]) -> int:
@@ -158,12 +163,7 @@ def record_successes(ctx: StepContext, action: str, commands: list[dict[str, Any
                     "before": c.get("before"),
                     "after": c.get("after"),
                     "outcome": AuditOutcome.SUCCESS,
-                    "extra": {
-                        **(c.get("extra") or {}),
-                        "idempotency_key": c["key"],
-                        "step": ctx.step.name,
-                        "attempt": ctx.step.attempts,
-                    },
+                    "extra": _command_extra(ctx, c.get("extra"), c["key"]),
                 }
             )
         written = len(trail.record_many(events))
