@@ -103,9 +103,9 @@ class MetadataMixin:
 
     def _apply_partition(self, t: dict, part: dict, key: tuple[str, int]) -> None:
         r = self.replicas.get(key)
-        if r is None:
+        new = r is None
+        if new:  # published below, once made: a request must not find it without its log yet
             r = Replica(key[0], key[1], t["topic_id"])
-            self.replicas[key] = r
         if r.log is not None and r.log.topic_id and r.log.topic_id != t["topic_id"]:
             log.info("replica %s-%s belongs to a deleted topic id; recreating", *key)
             with contextlib.suppress(StorageError):
@@ -156,6 +156,11 @@ class MetadataMixin:
                     r.needs_truncation = True
         if r.log is not None and r.leader == self.broker_id and (isr_changed or leader_changed):
             self._update_hw(r)
+        if new:
+            # A produce racing the metadata that creates the replica found it with no log and
+            # answered KAFKA_STORAGE_ERROR (a failed dir) for a partition that was only being
+            # made; published whole, it is NOT_LEADER_OR_FOLLOWER until then, which clients retry.
+            self.replicas[key] = r
         with r.cond:
             r.cond.notify_all()
 

@@ -17,7 +17,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from broker_agent.choices import RemoteSegmentState, TieredState
+from broker_agent.choices import RemoteSegmentState, ReplicaState, TieredState
 from spark_tasks.models import SparkJob
 from tests import s3util
 from tests.conftest import login
@@ -192,6 +192,19 @@ def test_shrink_partitions_from_the_topic_page_follows_the_drain(page, lab, oper
     sim.controller.alter_partition_count("fade", 2)
     wait_until(lambda: sim.partition("fade", 1).leader >= 0, 30, what="fade-1 online")
     leader = sim.partition("fade", 1).leader
+    # the controller names the leader before that broker has applied the metadata: produce once
+    # the leader itself reports the replica it leads, online
+    wait_until(
+        lambda: any(
+            r.topic == "fade"
+            and r.partition == 1
+            and r.is_leader
+            and r.state == ReplicaState.ONLINE
+            for r in sim.agent(leader).snapshot().replicas
+        ),
+        30,
+        what="fade-1 led by its leader",
+    )
     t = sim.controller.topic("fade")
     end = (
         sim.agent(leader)
