@@ -127,10 +127,6 @@ class MetadataMixin:
             r.log.segment_bytes = int(
                 t["configs"].get(TopicConfig.SEGMENT_BYTES, self.segment_bytes)
             )
-        if r.log is not None and not created:
-            self.pending_created.add(partition_key(*key))
-        elif created:
-            self.pending_created.discard(partition_key(*key))
         r.replicas = part["replicas"]
         leader_changed = part["leader"] != r.leader or part["leader_epoch"] != r.leader_epoch
         isr_changed = part["isr"] != r.isr
@@ -161,6 +157,12 @@ class MetadataMixin:
             # answered KAFKA_STORAGE_ERROR (a failed dir) for a partition that was only being
             # made; published whole, it is NOT_LEADER_OR_FOLLOWER until then, which clients retry.
             self.replicas[key] = r
+        # reported to the controller as created only once published, so a client that waits for
+        # the controller's ``created`` list finds the replica here
+        if r.log is not None and not created:
+            self.pending_created.add(partition_key(*key))
+        elif created:
+            self.pending_created.discard(partition_key(*key))
         with r.cond:
             r.cond.notify_all()
 
@@ -189,7 +191,6 @@ class MetadataMixin:
             log.error("cannot create %s-%s on %s: %s", r.topic, r.partition, d.name, exc)
             return
         r.log, r.dir_name, r.needs_truncation = plog, d.name, True
-        self.pending_created.add(partition_key(r.topic, r.partition))
         if self.planned_dirs.pop(partition_key(r.topic, r.partition), None) is not None:
             self._save_dir_config()
 
