@@ -143,7 +143,12 @@ def _start_own_postgres(run_dir: Path, port: int) -> None:
     opts = f"-p {port} -h 127.0.0.1 -k {sock}"
     print(f"Starting PostgreSQL on 127.0.0.1:{port} (data in {data}) ...", flush=True)
     start = [pg_ctl, "-D", str(data), "-o", opts, "-l", str(log), "-w", "start"]
-    subprocess.run(_as_user(start, user), check=True)
+    if subprocess.run(_as_user(start, user), check=False).returncode != 0:
+        # the server's own words, not pg_ctl's exit status (a port taken, semaphores, ...)
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+        raise ServiceError(
+            f"PostgreSQL did not start on 127.0.0.1:{port} ({log}): " + " | ".join(tail)
+        )
     _started.append(
         Started("PostgreSQL", [pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"], user, start)
     )
