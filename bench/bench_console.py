@@ -133,7 +133,14 @@ def rows_for(
             "target": full_target,
             "method": f"{scale}; a newly registered cluster's first sync (emptied tables), "
             f"metadata + {brokers} agent snapshots (format=tsv), COPY + merge, incl. the "
-            f"ANALYZE after it; {sync['full_replicas']:,} replicas. Every run's agents render "
+            f"ANALYZE after it; {sync['full_replicas']:,} replicas"
+            + (
+                f", {sync['groups']:,} consumer groups with {sync['positions']:,} committed "
+                "positions (the coordinator's answer as rows)"
+                if sync.get("groups")
+                else ""
+            )
+            + ". Every run's agents render "
             f"their answers cold (a `sim churn --fraction 0.001` between runs), and all "
             f"{brokers} agents and the controller are one process on the same cores as "
             f"PostgreSQL",
@@ -144,7 +151,11 @@ def rows_for(
             f"{len(sync['incremental_s'])}: {', '.join(f'{x:.2f}' for x in sync['incremental_s'])})",
             "target": incremental_target,
             "method": "`sim churn --fraction 0.01` (leader / ISR / offsets of "
-            f"{sync['churned']:,} partitions) then one sync (metadata delta + snapshots since)",
+            f"{sync['churned']:,} partitions"
+            + (", and commits of 1% of the consumer groups" if sync.get("groups") else "")
+            + ") then one sync (metadata delta + snapshots since"
+            + (" + groups since" if sync.get("groups") else "")
+            + ")",
         },
         {
             "metric": "sync, nothing changed",
@@ -230,7 +241,7 @@ def _child_sync(info: dict) -> dict:
     _setup(info)
     from django.db import connection
 
-    from console.models import Cluster, Replica
+    from console.models import Cluster, ConsumerGroup, GroupOffset, Replica
     from console.sync import do_sync_cluster
 
     full_runs = []
@@ -252,6 +263,8 @@ def _child_sync(info: dict) -> dict:
     full_s = statistics.median(full_runs)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     full_replicas = Replica.objects.filter(cluster=cluster).count()
+    groups = ConsumerGroup.objects.filter(cluster=cluster).count()
+    positions = GroupOffset.objects.filter(cluster=cluster).count()
     incremental, churned = [], 0
     for seed in range(3):
         out = _sim(Path(info["data"]), "churn", "--fraction", "0.01", "--seed", str(seed))
@@ -269,6 +282,8 @@ def _child_sync(info: dict) -> dict:
         "full_s": full_s,
         "full_runs": full_runs,
         "full_replicas": full_replicas,
+        "groups": groups,
+        "positions": positions,
         "incremental_s": incremental,
         "churned": churned,
         "idle_s": idle_s,
@@ -283,10 +298,11 @@ def _child_pages(info: dict) -> dict:
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
     from django.db import connection
+    from django.db.models import Count
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from console.models import Topic
+    from console.models import GroupOffset, Topic
 
     # the web process as gunicorn runs it: its WSGI module loaded (which freezes what the
     # loaded application holds out of the collector's full passes)
@@ -342,9 +358,23 @@ def _child_pages(info: dict) -> dict:
         "/api/v1/clusters/{name}/brokers/{b}/log-dirs/{d}/history": (
             "/api/v1/clusters/bench/brokers/1/log-dirs/logdir-0/history?range=24h"
         ),
+        "/api/v1/clusters/{name}/groups last page": "/api/v1/clusters/bench/groups?page=100000",
         "/api/v1/workflows": "/api/v1/workflows",
         "/api/v1/audit": "/api/v1/audit",
     }
+    busiest = (  # the topic whose consumer groups hold the most positions (#17's fleet)
+        GroupOffset.objects.filter(cluster__name="bench")
+        .values("topic_name")
+        .annotate(n=Count("id"))
+        .order_by("-n")
+        .values_list("topic_name", flat=True)
+        .first()
+    )
+    if busiest:
+        urls["/topics/<cluster>/<topic>/ (most group positions)"] = f"/topics/bench/{busiest}/"
+        urls["/api/v1/clusters/{name}/topics/{topic} (most group positions)"] = (
+            f"/api/v1/clusters/bench/topics/{busiest}"
+        )
     out = {}
     for name, spec in urls.items():
         url, headers = spec if isinstance(spec, tuple) else (spec, {})

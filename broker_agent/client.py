@@ -298,8 +298,16 @@ class ControllerClient(_SignedClient):
 
     # -- consumer groups (broker_agent.groups) ---------------------------------------------------
 
-    def groups(self) -> list[GroupView]:
-        return [GroupView.model_validate(g) for g in self.request("GET", "/v1/groups")]
+    def groups(self, topic: str | None = None) -> list[GroupView]:
+        """Every consumer group, or those with positions on ``topic`` or subscribing to it."""
+        listed = self.request("GET", "/v1/groups", params={"topic": topic})
+        return [GroupView.model_validate(g) for g in listed]
+
+    def group_changes_tsv(self, since: int | None = None) -> bytes:
+        """The groups changed after ``since`` as rows, as the coordinator sent them (see
+        ``models.group_changes_tsv``; ``models.split_group_tsv`` reads it)."""
+        params = {"since": since, "format": "tsv"}
+        return self.request("GET", "/v1/groups", params=params, timeout=30.0, raw=True).content
 
     def group(self, group: str) -> GroupView:
         return GroupView.model_validate(self.request("GET", f"/v1/groups/{group}"))

@@ -18,6 +18,12 @@ Kafka's coordinator, reduced to what KIP-253's consumer half needs:
 
 Groups and their committed offsets are persisted in the controller's SQLite store with the
 metadata (``group/<id>``); after a restart each member keeps its session for one timeout.
+
+**Versions** (for the console's sync, ``GET /v1/groups?format=tsv&since=V``): every saved change
+of a group (join, leave, a new generation, a commit) stamps it with the next version, at least
+the wall clock in ms, so a ``since`` from the coordinator's previous life is below this life's
+floor and is answered in full. The coordinator never forgets a group (Kafka keeps a group's
+offsets until their retention; this one keeps them), so a delta lists changed groups only.
 """
 
 from __future__ import annotations
@@ -28,16 +34,20 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable
+from typing import Literal
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Query
+from fastapi.responses import Response
 
 from broker_agent.choices import ErrorCode
 from broker_agent.models import (
+    SNAPSHOT_TSV_MEDIA_TYPE,
     CommitOffsetsRequest,
     GroupAssignment,
     GroupMemberRequest,
     GroupView,
     JoinGroupRequest,
+    group_changes_tsv,
 )
 from broker_agent.web import ApiError
 
@@ -61,6 +71,8 @@ class GroupCoordinator:
         self.layout = layout
         self.session_timeout_ms = session_timeout_ms
         self.groups: dict[str, dict] = {}
+        self.floor = self.version = _now_ms()  # see "Versions" in the module docstring
+        self.changed_at: dict[str, int] = {}
         for (value,) in db.execute("SELECT value FROM kv WHERE key LIKE 'group/%'"):
             g = json.loads(value)
             now = time.monotonic()
@@ -71,6 +83,8 @@ class GroupCoordinator:
     # -- persistence -------------------------------------------------------------------------
 
     def _save(self, g: dict) -> None:
+        self.version = max(self.version + 1, _now_ms())
+        self.changed_at[g["group_id"]] = self.version
         obj = dict(g, members={k: {"topics": v["topics"]} for k, v in g["members"].items()})
         self.db.execute(
             "INSERT OR REPLACE INTO kv VALUES (?, ?)", (f"group/{g['group_id']}", json.dumps(obj))
@@ -206,16 +220,57 @@ class GroupCoordinator:
             },
         }
 
-    def list(self) -> list[dict]:
-        return [self.view(gid) for gid in sorted(self.groups)]
+    def list(self, topic: str | None = None) -> list[dict]:
+        """Every group, or with ``topic`` those with positions on it or subscribing to it."""
+        return [
+            self.view(gid)
+            for gid, g in sorted(self.groups.items())
+            if topic is None
+            or topic in g["offsets"]
+            or any(topic in m["topics"] for m in g["members"].values())
+        ]
+
+    def changes(self, since: int | None) -> bytes:
+        """The groups changed after ``since`` (all of them without one, or for a ``since`` this
+        coordinator cannot answer) as :func:`~broker_agent.models.group_changes_tsv`."""
+        for g in self.groups.values():  # lazy expiry made due, so a delta misses no generation
+            self._expire(g)
+            self._refresh(g)
+        full = since is None or not self.floor <= since <= self.version
+        changed = [
+            gid
+            for gid in sorted(self.groups)
+            if full or self.changed_at.get(gid, self.floor) > since
+        ]
+        heads, rows = [], []
+        for gid in changed:
+            g = self.groups[gid]
+            members = len(g["members"])
+            heads.append((gid, g["generation"], members))
+            for topic, parts in sorted(g["offsets"].items()):
+                for p, offset in sorted(parts.items(), key=lambda kv: int(kv[0])):
+                    rows.append((gid, topic, int(p), offset, g["generation"], members))
+        return group_changes_tsv(self.version, full, heads, rows)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def install_group_routes(app: FastAPI, coordinator: Callable[[], GroupCoordinator]) -> None:
     """The coordinator's routes on the controller app (all signed, like the rest of it)."""
 
     @app.get("/v1/groups", response_model=list[GroupView])
-    async def list_groups():
-        return coordinator().list()
+    async def list_groups(
+        since: int | None = Query(None, ge=-1, le=2**62),
+        format: Literal["json", "tsv"] = Query("json"),
+        topic: str | None = Query(None, max_length=249),
+    ):
+        """Every group (JSON), or those on ``topic``; ``format=tsv`` answers the groups changed
+        ``since`` a version as rows (:meth:`GroupCoordinator.changes`, the console's sync)."""
+        if format == "tsv":
+            return Response(coordinator().changes(since), media_type=SNAPSHOT_TSV_MEDIA_TYPE)
+        return coordinator().list(topic)
 
     @app.get("/v1/groups/{group}", response_model=GroupView)
     async def describe_group(group: str):

@@ -298,6 +298,7 @@ def run_synthetic(args) -> None:
         tick_interval=args.tick_interval,
         nonce_path=nonce_file(args.data, "synthetic") if getattr(args, "data", None) else None,
         fleet_partitions=getattr(args, "fleet_partitions", None),
+        groups=getattr(args, "groups", None),
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

@@ -88,6 +88,7 @@ def cmd_up(args) -> int:
                 "partitions_per_topic": args.partitions_per_topic,
                 "tick_interval": args.synthetic_tick_interval,
                 "fleet_partitions": args.synthetic_fleet,
+                "groups": args.synthetic_groups,
             }
             c["controller"]["url"] = f"http://{host}:{ctl_port}"
             for i in range(1, args.brokers + 1):
@@ -131,6 +132,7 @@ def cmd_up(args) -> int:
                         if s.get("fleet_partitions")
                         else []
                     ),
+                    *(["--groups", str(s["groups"])] if s.get("groups") is not None else []),
                     "--data",
                     data,
                 ],
@@ -463,6 +465,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the fleet layout: this many partitions in topics of 1 to 10,000 partitions "
         "(replaces --topics / --partitions-per-topic)",
     )
+    s.add_argument(
+        "--groups",
+        type=int,
+        default=None,
+        help="consumer groups (default: 20,000 with --fleet-partitions, else none)",
+    )
     s.add_argument("--data", default=None, help="where to keep the replay cache (nonces)")
     s.set_defaults(func=lambda a: run_synthetic(a) or 0)
 
@@ -491,6 +499,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PARTITIONS",
         help="synthetic mode, fleet layout: PARTITIONS partitions in a mix of topic sizes "
         "from 1 to 10,000 (broker_agent.synthetic.FLEET_MIX)",
+    )
+    up.add_argument(
+        "--synthetic-groups",
+        type=int,
+        metavar="GROUPS",
+        help="synthetic mode: consumer groups, each consuming one topic "
+        "(default: 20,000 with --synthetic-fleet, else none)",
     )
     up.add_argument("--partitions-per-topic", type=int, default=100)
     up.add_argument(

@@ -30,6 +30,10 @@ unchanged): ``GET /brokers/<id>/v1/health``, ``/v1/snapshot[?since=][&format=tsv
 Synthetic-only endpoints:
 
 - ``GET /v1/snapshot[?since=]``: the whole cluster, one entry per partition (legacy, bench).
+- ``GET /v1/groups[?format=tsv][&since=V]``: the consumer groups of
+  :mod:`broker_agent.synthetic_groups` (``sim up --synthetic-groups``; 20,000 in the fleet
+  layout), as the real coordinator answers them; a tick or churn of ``F`` also moves the
+  positions of ``F`` of the groups (their consumers commit).
 - ``POST /v1/tick``: advance the log end offset of 1% of the partitions (snapshots only).
 - ``POST /v1/synthetic/churn?fraction=F[&seed=S]``: mutate ``F`` of the partitions in one new
   version: each gets a leader move or an ISR shrink / expand (leader epoch / partition epoch
@@ -233,6 +237,7 @@ class SyntheticCluster:
                 self.dir_counts[b][i % log_dirs] += 1
         self.started_ms = start
         self.tiering = None  # SyntheticTiering (synthetic_tiering.py): live KIP-950 state
+        self.groups = None  # SyntheticGroups (synthetic_groups.py): consumer groups, if any
 
     # -- state -------------------------------------------------------------------------------
 
@@ -390,6 +395,8 @@ class SyntheticCluster:
                     entries[i] = None
                 ticked.append(i)
             self._snap_log.add(self.version, ticked)
+            if self.groups is not None:
+                self.groups.commit(fraction, self.version)
             self._cache.clear()
             self._cache_bytes = 0
             return self.version
@@ -429,6 +436,8 @@ class SyntheticCluster:
             self._snap_log.add(v, changed)
             self._meta_log.add(v, changed)
             self.metadata_version = v
+            if self.groups is not None:
+                self.groups.commit(fraction, v, rnd)
             self._cache.clear()
             self._cache_bytes = 0
             return {

@@ -12,11 +12,13 @@ from typing import Literal
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import Response
 
+from broker_agent.choices import ErrorCode
 from broker_agent.models import SNAPSHOT_TSV_MEDIA_TYPE, AlterPartitionCountRequest
 from broker_agent.signing import audience_of
 from broker_agent.synthetic import SyntheticCluster, fleet_topic_sizes
+from broker_agent.synthetic_groups import DEFAULT_FLEET_GROUPS, SyntheticGroups
 from broker_agent.synthetic_tiering import install_tiering_routes
-from broker_agent.web import PUBLIC_PATHS, install
+from broker_agent.web import PUBLIC_PATHS, ApiError, install
 
 __all__ = ["create_app"]
 
@@ -33,9 +35,12 @@ def create_app(
     tick_interval: float = 5.0,
     nonce_path: str | None = None,
     fleet_partitions: int | None = None,
+    groups: int | None = None,
 ) -> FastAPI:
     """The synthetic cluster's app: ``topics`` x ``partitions_per_topic``, or with
-    ``fleet_partitions`` the fleet layout (:func:`fleet_topic_sizes`) of that many partitions."""
+    ``fleet_partitions`` the fleet layout (:func:`fleet_topic_sizes`) of that many partitions;
+    ``groups`` consumer groups (default: :data:`DEFAULT_FLEET_GROUPS` in the fleet layout, none
+    otherwise; with none ``/v1/groups`` answers 404, as a controller without a coordinator)."""
     cluster = SyntheticCluster(
         cluster_id,
         brokers,
@@ -45,6 +50,10 @@ def create_app(
         base_url=base_url,
         topic_sizes=fleet_topic_sizes(fleet_partitions) if fleet_partitions else None,
     )
+    if groups is None:
+        groups = DEFAULT_FLEET_GROUPS if fleet_partitions else 0
+    if groups > 0:
+        cluster.groups = SyntheticGroups(cluster, groups)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -134,6 +143,25 @@ def create_app(
     def list_brokers(request: Request):
         """Every broker with its log dirs (``BrokerMetadata``), as in ``/v1/metadata``."""
         return _respond(request, ("brokers",), cluster.brokers_body)
+
+    @app.get("/v1/groups")
+    def list_groups(
+        request: Request,
+        since: int | None = since_q,
+        format: Literal["json", "tsv"] = Query("json"),
+    ):
+        """The real coordinator's route (:mod:`broker_agent.synthetic_groups`)."""
+        synthetic = cluster.groups
+        if synthetic is None:
+            raise ApiError(404, ErrorCode.GROUP_ID_NOT_FOUND, "no group coordinator")
+        if format == "tsv":
+            return _respond(
+                request,
+                ("groups-tsv", since),
+                lambda: synthetic.changes_body(since),
+                SNAPSHOT_TSV_MEDIA_TYPE,
+            )
+        return _respond(request, ("groups",), synthetic.list_body)
 
     @app.get("/v1/snapshot")
     def snapshot(request: Request, since: int | None = since_q):

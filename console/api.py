@@ -263,11 +263,13 @@ class OrderingPartitionOut(Schema):
 class OrderingGroupOut(Schema):
     group_id: str
     lag: int
+    partitions_count: int = Field(description="gated partitions in all (at most 100 listed)")
     partitions: list[OrderingPartitionOut]
 
 
 class OrderingOut(Schema):
     barrier: bool = Field(description="false when enable.ordered.delivery=false")
+    groups_count: int = Field(description="groups with positions on the topic (20 listed)")
     groups: list[OrderingGroupOut]
 
 
@@ -289,6 +291,10 @@ class GroupOut(Schema):
 class GroupsOut(Schema):
     cluster: str
     synced_at: datetime | None
+    count: int = Field(description="consumer groups in all")
+    page: int
+    page_size: int
+    num_pages: int
     groups: list[GroupOut]
 
 
@@ -510,16 +516,24 @@ def get_topic(
 @read.get(
     "/clusters/{name}/groups",
     response=GroupsOut,
-    summary="Consumer groups: committed positions and lag per partition (KIP-253 positions)",
+    summary="Consumer groups, paged: committed positions and lag per partition (KIP-253)",
 )
-def list_groups(request: HttpRequest, name: str) -> dict:
-    """As of the last sync of the controller's group coordinator. Two queries."""
+def list_groups(
+    request: HttpRequest, name: str, page: int = 1, page_size: int = selectors.DEFAULT_PAGE_SIZE
+) -> dict:
+    """As of the last sync of the controller's group coordinator; groups by id, ``page_size``
+    (at most 1000) at a time."""
     _require_viewer(request)
     cluster = selectors.get_cluster(name)
+    groups, rows = ordering.group_positions(cluster, page, page_size)
     return {
         "cluster": cluster.name,
         "synced_at": cluster.synced_at,
-        "groups": ordering.group_positions(cluster),
+        "count": groups.paginator.count,
+        "page": groups.number,
+        "page_size": groups.paginator.per_page,
+        "num_pages": groups.paginator.num_pages,
+        "groups": rows,
     }
 
 

@@ -6,10 +6,26 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from broker_agent.ordering import deletion_blockers, split_parent
-from console.models import Cluster, GroupOffset, Partition, Topic
+from django.core.paginator import Page
+from django.db import connection
+from django.db.models import OuterRef, Q, Subquery
+
+from broker_agent.ordering import deletion_blockers, deletion_target, split_parent
+from console import selectors
+from console.models import Cluster, ConsumerGroup, GroupOffset, Partition, Topic
 
 __all__ = ["annotate_tree", "group_positions", "topic_ordering"]
+
+
+ORDERING_GROUP_LIMIT = 20
+"""Groups the topic page and API show gates for (by group id; ``groups_count`` says how many
+hold positions on the topic - the groups API lists them all)."""
+
+ORDERING_ROW_LIMIT = 100
+"""Gated partitions shown per group (held ones first; ``partitions_count`` says how many): an
+expansion from 5,000 to 10,000 partitions gates 5,000 of them for every group."""
+
+_HELD = ("waits on parent", "draining", "holds after the shrink")
 
 
 def topic_ordering(topic: Topic) -> dict:
@@ -18,34 +34,42 @@ def topic_ordering(topic: Topic) -> dict:
     ``barrier``: False when ``enable.ordered.delivery=false`` (consumers then read every
     partition at once, and keys may be delivered out of order across an expand or shrink).
     ``groups``: per consumer group with positions on the topic (the controller's coordinator,
-    synced), each partition that a gate concerns: made by an expansion (waits on its split
-    parent until the group has started it), marked for deletion (draining), or holding back
-    because a marked partition is not drained yet - with the group's position and lag. The
-    split and deletion *offsets* are what consumers ask the leaders for; the console shows the
-    leader epochs they come from (a web request never asks a broker). Two queries.
+    synced; the first :data:`ORDERING_GROUP_LIMIT` by id), its lag over every partition and each
+    partition that a gate concerns: made by an expansion (waits on its split parent until the
+    group has started it), marked for deletion (draining), or holding back because a marked
+    partition is not drained yet - with the group's position and lag (the first
+    :data:`ORDERING_ROW_LIMIT`, held ones first). The split and deletion *offsets* are what
+    consumers ask the leaders for; the console shows the leader epochs they come from (a web
+    request never asks a broker).
+
+    Bounded at any size (#17): the lag is summed in PostgreSQL, and only the gated partitions
+    (marked, made by an expansion, receiving a marked one's keys) and their split parents are
+    read - none for a topic never expanded or shrunk. Two queries then, at most five.
     """
     n, u = topic.initial_partition_count, topic.undeleted_partition_count
     barrier = topic.configs.get("enable.ordered.delivery", "true") == "true"
-    positions: dict[str, dict[int, int]] = defaultdict(dict)
-    for row in GroupOffset.objects.filter(cluster_id=topic.cluster_id, topic_name=topic.name):
-        positions[row.group_id][row.partition] = row.committed_offset
-    if not positions:
-        return {"barrier": barrier, "groups": []}
-    parts = {
-        p.partition: p
-        for p in Partition.objects.filter(topic=topic).only(
-            "partition",
-            "log_start_offset",
-            "log_end_offset",
-            "high_watermark",
-            "marked_for_deletion",
-            "leader_epoch_after_creation",
-            "leader_epoch_before_deletion",
+    on_topic = GroupOffset.objects.filter(cluster_id=topic.cluster_id, topic_name=topic.name)
+    with connection.cursor() as cur:  # the first groups by id, and how many there are
+        cur.execute(
+            """
+            SELECT group_id, count(*) OVER () FROM (
+                SELECT DISTINCT group_id FROM console_groupoffset
+                WHERE cluster_id = %s AND topic_name = %s
+            ) d ORDER BY group_id LIMIT %s
+            """,
+            [topic.cluster_id, topic.name, ORDERING_GROUP_LIMIT],
         )
-    }
+        found = cur.fetchall()
+    if not found:
+        return {"barrier": barrier, "groups": [], "groups_count": 0}
+    ids, count = [gid for gid, _ in found], found[0][1]
+    lags = _group_lags(topic, ids)
+    parts, positions = _gated(topic, ids, on_topic)
     marked = sorted(p for p, row in parts.items() if row.marked_for_deletion)
+    targets = {deletion_target(m, n, u) for m in marked}
     groups = []
-    for gid, pos in sorted(positions.items()):
+    for gid in ids:
+        pos = positions.get(gid, {})
 
         def at(p: int, pos=pos) -> int:
             row = parts[p]
@@ -54,6 +78,10 @@ def topic_ordering(topic: Topic) -> dict:
         undrained = [m for m in marked if at(m) < parts[m].log_end_offset]
         rows = []
         for p, row in sorted(parts.items()):
+            parent = split_parent(p, n)
+            gated = row.marked_for_deletion or p in targets
+            if not gated and (parent is None or not row.leader_epoch_after_creation):
+                continue  # a split parent read for its position only
             entry = {
                 "partition": p,
                 "position": pos.get(p),
@@ -61,7 +89,6 @@ def topic_ordering(topic: Topic) -> dict:
                 "kind": "",
                 "status": "",
             }
-            parent = split_parent(p, n)
             if row.marked_for_deletion:
                 drained = p not in undrained
                 entry.update(kind="marked", status="drained" if drained else "draining")
@@ -86,14 +113,74 @@ def topic_ordering(topic: Topic) -> dict:
                 )
             if entry["kind"]:
                 rows.append(entry)
+        rows.sort(key=lambda r: r["status"] not in _HELD)  # stable: by partition within
         groups.append(
             {
                 "group_id": gid,
-                "lag": sum(max(0, row.high_watermark - at(p)) for p, row in parts.items()),
-                "partitions": rows,
+                "lag": lags.get(gid, 0),
+                "partitions_count": len(rows),
+                "partitions": rows[:ORDERING_ROW_LIMIT],
             }
         )
-    return {"barrier": barrier, "groups": groups}
+    return {"barrier": barrier, "groups": groups, "groups_count": count}
+
+
+def _group_lags(topic: Topic, ids: list[str]) -> dict[str, int]:
+    """Each group's lag over every partition of ``topic``: high watermark minus its position,
+    or minus the log start offset where it has none (one query, summed in PostgreSQL)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            WITH base AS (
+                SELECT coalesce(sum(greatest(0, high_watermark - log_start_offset)), 0) AS lag
+                FROM console_partition WHERE topic_id = %(topic)s
+            )
+            SELECT g.group_id, (SELECT lag FROM base) + coalesce(sum(
+                greatest(0, p.high_watermark - greatest(g.committed_offset, p.log_start_offset))
+                - greatest(0, p.high_watermark - p.log_start_offset)), 0)
+            FROM console_groupoffset g
+            LEFT JOIN console_partition p
+                ON p.topic_id = %(topic)s AND p.partition = g.partition
+            WHERE g.cluster_id = %(cluster)s AND g.topic_name = %(name)s
+              AND g.group_id = ANY(%(ids)s)
+            GROUP BY g.group_id
+            """,
+            {"topic": topic.pk, "cluster": topic.cluster_id, "name": topic.name, "ids": ids},
+        )
+        return {gid: int(lag) for gid, lag in cur.fetchall()}
+
+
+def _gated(topic: Topic, ids: list[str], on_topic) -> tuple[dict, dict[str, dict[int, int]]]:
+    """The partitions a gate may concern (marked, made by an expansion, receiving a marked
+    one's keys) with the split parents of the new ones, and the groups' positions on them."""
+    n, u = topic.initial_partition_count, topic.undeleted_partition_count
+    if topic.partition_count <= n and not topic.marked_for_deletion_count:
+        return {}, {}
+    fields = (
+        "partition",
+        "log_start_offset",
+        "log_end_offset",
+        "high_watermark",
+        "marked_for_deletion",
+        "leader_epoch_after_creation",
+        "leader_epoch_before_deletion",
+    )
+    of_topic = Partition.objects.filter(topic=topic).only(*fields)
+    parts = {
+        p.partition: p for p in of_topic.filter(Q(marked_for_deletion=True) | Q(partition__gte=n))
+    }
+    marked = [p for p, row in parts.items() if row.marked_for_deletion]
+    more = {deletion_target(m, n, u) for m in marked}
+    more |= {split_parent(p, n) for p in parts if p >= n}
+    more -= set(parts)
+    if more:
+        parts.update((p.partition, p) for p in of_topic.filter(partition__in=more))
+    positions: dict[str, dict[int, int]] = defaultdict(dict)
+    for gid, p, offset in on_topic.filter(group_id__in=ids, partition__in=list(parts)).values_list(
+        "group_id", "partition", "committed_offset"
+    ):
+        positions[gid][p] = offset
+    return parts, positions
 
 
 def annotate_tree(tree: list[dict], ordering: dict) -> None:
@@ -116,33 +203,44 @@ def annotate_tree(tree: list[dict], ordering: dict) -> None:
     walk(tree)
 
 
-def group_positions(cluster: Cluster) -> list[dict]:
-    """Every consumer group's committed positions with lag (high watermark - position), and
-    the group's lag summed over them - over the partitions with a committed offset, as
-    ``kafka-consumer-groups.sh --describe`` shows it (the topic page's ordering panel also
-    counts partitions a group has not started). Two queries."""
-    rows = list(GroupOffset.objects.filter(cluster=cluster))
-    hws = {
-        (p["topic_name"], p["partition"]): p["high_watermark"]
-        for p in Partition.objects.filter(
-            cluster=cluster, topic_name__in={r.topic_name for r in rows}
-        ).values("topic_name", "partition", "high_watermark")
+def group_positions(
+    cluster: Cluster, page: int | str | None = 1, page_size: int | str | None = None
+) -> tuple[Page, list[dict]]:
+    """A page of the consumer groups (by group id; a fleet has 20,000 of them) with their
+    committed positions and lag (high watermark - position), and each group's lag summed over
+    them - over the partitions with a committed offset, as ``kafka-consumer-groups.sh
+    --describe`` shows it (the topic page's ordering panel also counts partitions a group has
+    not started). Three queries: the count, the page, its positions with their high watermarks."""
+    groups = selectors.paginate(
+        ConsumerGroup.objects.filter(cluster=cluster).only("group_id", "generation", "members"),
+        page,
+        page_size,
+    )
+    out = {
+        g.group_id: {
+            "group_id": g.group_id,
+            "generation": g.generation,
+            "members": g.members,
+            "lag": 0,
+            "positions": [],
+        }
+        for g in groups.object_list
     }
-    groups: dict[str, dict] = {}
-    for r in rows:
-        g = groups.setdefault(
-            r.group_id,
-            {"group_id": r.group_id, "generation": r.generation, "members": r.members, "lag": 0},
-        )
-        hw = hws.get((r.topic_name, r.partition))
-        lag = None if hw is None else max(0, hw - r.committed_offset)
+    high_watermark = Partition.objects.filter(
+        cluster_id=OuterRef("cluster_id"),
+        topic_name=OuterRef("topic_name"),
+        partition=OuterRef("partition"),
+    ).values("high_watermark")[:1]
+    rows = (
+        GroupOffset.objects.filter(cluster=cluster, group_id__in=list(out))
+        .annotate(hw=Subquery(high_watermark))
+        .values_list("group_id", "topic_name", "partition", "committed_offset", "hw")
+    )
+    for group_id, topic, partition, offset, hw in rows:
+        lag = None if hw is None else max(0, hw - offset)
+        g = out[group_id]
         g["lag"] += lag or 0
-        g.setdefault("positions", []).append(
-            {
-                "topic": r.topic_name,
-                "partition": r.partition,
-                "committed_offset": r.committed_offset,
-                "lag": lag,
-            }
+        g["positions"].append(
+            {"topic": topic, "partition": partition, "committed_offset": offset, "lag": lag}
         )
-    return [groups[k] for k in sorted(groups)]
+    return groups, list(out.values())

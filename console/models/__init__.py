@@ -6,12 +6,13 @@ from console.models.clusters import AgentEvent, Cluster, SyncRun
 from console.models.disks import Broker, LogDir
 from console.models.heartbeat import Heartbeat, ObjectStoreProbe
 from console.models.history import LogDirSample, TopicSample
-from console.models.topology import GroupOffset, Partition, Replica, Topic
+from console.models.topology import ConsumerGroup, GroupOffset, Partition, Replica, Topic
 
 __all__ = [
     "AgentEvent",
     "Broker",
     "Cluster",
+    "ConsumerGroup",
     "GroupOffset",
     "Heartbeat",
     "LogDir",

@@ -52,6 +52,11 @@ class Cluster(models.Model):
     metadata_version = models.BigIntegerField(
         default=-1, help_text="Controller metadata version last applied (-1: never)."
     )
+    groups_version = models.BigIntegerField(
+        default=-1,
+        db_default=-1,
+        help_text="Group coordinator version last applied (-1: never; groups are asked since).",
+    )
     synced_at = models.DateTimeField(null=True, blank=True, help_text="End of the last sync.")
     sync_duration_ms = models.IntegerField(null=True, blank=True)
     controller_last_good_at = models.DateTimeField(null=True, blank=True)

@@ -269,11 +269,33 @@ class Replica(TierMetrics):
         return f"{self.partition_id}@{self.broker_id}"
 
 
+class ConsumerGroup(models.Model):
+    """A consumer group as the controller's coordinator last described it: one row per group
+    (the groups API pages these; a fleet has 20,000 of them), merged by the sync with the
+    positions below (:mod:`console.sync.groups`)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    group_id = models.CharField(max_length=249)
+    generation = models.IntegerField(default=0)
+    members = models.IntegerField(default=0)
+    positions = models.IntegerField(default=0, help_text="Committed positions the group holds.")
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["group_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "group_id"], name="consumer_group_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.group_id
+
+
 class GroupOffset(models.Model):
     """A consumer group's committed position on one partition, as the controller's group
     coordinator holds it (KIP-253's gates read these positions). Merged by every sync
     (:mod:`console.sync.groups`; ``synced_at`` is the sync that last changed the row); a cluster
-    without a coordinator (the synthetic scale mode) has none."""
+    whose controller has no coordinator has none."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     group_id = models.CharField(max_length=249)

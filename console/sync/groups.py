@@ -1,22 +1,31 @@
-"""The sync's step for consumer groups: the controller's group coordinator (committed offsets,
-generation, members) into :class:`console.models.GroupOffset`.
+"""The sync's step for consumer groups: the controller's group coordinator (groups with their
+generation and members, and their committed offsets) into :class:`console.models.ConsumerGroup`
+and :class:`console.models.GroupOffset`.
 
 Groups change without the metadata version moving (a commit is not metadata), so this runs on
-every sync whose controller answered. The coordinator's answer is staged with ``COPY`` and
-merged: positions that moved (or whose generation or member count did) are updated, new ones
-inserted, those the coordinator no longer lists deleted — never a Python object per row nor a
-rewrite of every row (a fleet's 20,000 groups hold hundreds of thousands of positions, #17).
-A controller without a coordinator (the synthetic scale mode) answers 404 and the cluster
-simply has no groups. A failure here is recorded as the ``groups`` error of the run and leaves
-the previous rows in place.
+every sync whose controller answered. The coordinator is asked for the groups changed ``since``
+the version last applied (``Cluster.groups_version``; in full on a first or ``--full`` sync, and
+whenever the coordinator cannot answer that ``since``) as rows
+(:func:`broker_agent.models.group_changes_tsv`). The rows are staged with ``COPY`` and merged:
+positions that moved (or whose generation or member count did) are updated, new ones inserted,
+and those no longer there deleted - of the groups in the answer when it is a delta, of the
+cluster when it is full. Never a Python object per row nor a rewrite of every row: a fleet's
+20,000 groups hold ~500,000 positions, of which a sync sees what moved (#17).
+
+A controller without a coordinator answers 404 and the cluster simply has no groups. A failure
+here is recorded as the ``groups`` error of the run and leaves the previous rows (and the version)
+in place. A source that only lists groups (``groups()``, the tests' static sources) is merged as a
+full answer.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 
 from django.db import transaction
 
+from broker_agent.models import split_group_tsv
 from console.sync.common import error_text
 from console.sync.staging import StageTable
 
@@ -32,56 +41,122 @@ GROUP_COLUMNS = [
     ("generation", "int4"),
     ("members", "int4"),
 ]
+"""The staged position rows: :data:`broker_agent.models.GROUP_TSV_COLUMNS`, typed."""
+
+_GROUP_HEAD_COLUMNS = [("group_id", "text"), ("generation", "int4"), ("members", "int4")]
 
 
 class GroupSync:
     """Part of :class:`console.sync.core._Sync` (see the module docstring)."""
 
     def sync_groups(self) -> None:
-        reader = getattr(self.source, "groups", None)
-        if reader is None or not self.run_stats["controller_ok"]:
+        if not self.run_stats["controller_ok"]:
             return
         try:
-            views = reader()
+            answer = self._read_groups()
         except Exception as exc:  # the groups fail alone; the rest of the sync stands
             log.warning("cluster %s: groups failed: %s", self.cluster.name, exc)
             self.errors["groups"] = error_text(exc)
             return
-        if views is None:
+        if answer is None:
             return
+        version, full, heads, rows = answer
         with transaction.atomic():  # a savepoint: a failed merge leaves the previous rows
-            staged = StageTable(self.cur, "stage_group_offset", GROUP_COLUMNS)
-            staged.copy(
-                (g.group_id, topic, p, offset, g.generation, len(g.members))
-                for g in views
-                for topic, parts in g.offsets.items()
-                for p, offset in parts.items()
-            )
-            staged.analyze()
+            self._merge_groups(full, heads, rows)
+            if version is not None:
+                self.cluster.groups_version = version
+                self.cluster.save(update_fields=["groups_version"])
+
+    def _read_groups(self):
+        """(version, full, [(group_id, generation, members)], position rows) or None (no
+        coordinator). Position rows are COPY text as the coordinator sent them, or tuples."""
+        changes = getattr(self.source, "group_changes", None)
+        if changes is not None:
+            version = self.cluster.groups_version
+            body = changes(None if self.full or version < 0 else version)
+            if body is None:
+                return None
+            split = split_group_tsv(body)
+            if split is not None:
+                head, rows = split
+                return head["version"], bool(head["full"]), head["groups"], rows
+            views = json.loads(body)  # a controller from before the rows: its JSON list
+        else:
+            lister = getattr(self.source, "groups", None)
+            listed = lister() if lister is not None else None
+            if listed is None:
+                return None
+            views = [v.model_dump() for v in listed]
+        heads = [(v["group_id"], v["generation"], len(v["members"])) for v in views]
+        rows = [
+            (v["group_id"], topic, int(p), offset, v["generation"], len(v["members"]))
+            for v in views
+            for topic, parts in v["offsets"].items()
+            for p, offset in parts.items()
+        ]
+        return None, True, heads, rows
+
+    def _merge_groups(self, full: bool, heads: list, rows) -> None:
+        groups = StageTable(self.cur, "stage_group", _GROUP_HEAD_COLUMNS)
+        groups.copy(heads)
+        staged = StageTable(self.cur, "stage_group_offset", GROUP_COLUMNS)
+        if isinstance(rows, memoryview):
+            staged.copy_text(rows)
+        else:
+            staged.copy(rows)
+        staged.analyze()
+        # the rows the answer speaks for: every row of the cluster (full), or its groups'
+        self.sql(
+            """
+            DELETE FROM console_groupoffset g
+            WHERE g.cluster_id = %(cluster)s
+              AND (%(full)s OR g.group_id IN (SELECT group_id FROM stage_group))
+              AND NOT EXISTS (
+                SELECT 1 FROM stage_group_offset s
+                WHERE s.group_id = g.group_id AND s.topic = g.topic_name
+                  AND s.partition = g.partition)
+            """,
+            {"full": full},
+        )
+        # synced_at: the sync that last wrote the row (a position that did not move keeps it)
+        self.sql(
+            """
+            INSERT INTO console_groupoffset (cluster_id, group_id, topic_name, partition,
+                committed_offset, generation, members, synced_at)
+            SELECT %(cluster)s, s.group_id, s.topic, s.partition, s.committed_offset,
+                s.generation, s.members, %(now)s
+            FROM stage_group_offset s
+            ON CONFLICT (cluster_id, group_id, topic_name, partition) DO UPDATE SET
+                committed_offset = EXCLUDED.committed_offset,
+                generation = EXCLUDED.generation, members = EXCLUDED.members,
+                synced_at = EXCLUDED.synced_at
+            WHERE (console_groupoffset.committed_offset, console_groupoffset.generation,
+                   console_groupoffset.members)
+                IS DISTINCT FROM
+                  (EXCLUDED.committed_offset, EXCLUDED.generation, EXCLUDED.members)
+            """
+        )
+        if full:
             self.sql(
                 """
-                DELETE FROM console_groupoffset g
-                WHERE g.cluster_id = %(cluster)s AND NOT EXISTS (
-                    SELECT 1 FROM stage_group_offset s
-                    WHERE s.group_id = g.group_id AND s.topic = g.topic_name
-                      AND s.partition = g.partition)
+                DELETE FROM console_consumergroup c WHERE c.cluster_id = %(cluster)s
+                  AND NOT EXISTS (SELECT 1 FROM stage_group s WHERE s.group_id = c.group_id)
                 """
             )
-            # synced_at: the sync that last wrote the row (a position that did not move keeps it)
-            self.sql(
-                """
-                INSERT INTO console_groupoffset (cluster_id, group_id, topic_name, partition,
-                    committed_offset, generation, members, synced_at)
-                SELECT %(cluster)s, s.group_id, s.topic, s.partition, s.committed_offset,
-                    s.generation, s.members, %(now)s
-                FROM stage_group_offset s
-                ON CONFLICT (cluster_id, group_id, topic_name, partition) DO UPDATE SET
-                    committed_offset = EXCLUDED.committed_offset,
-                    generation = EXCLUDED.generation, members = EXCLUDED.members,
-                    synced_at = EXCLUDED.synced_at
-                WHERE (console_groupoffset.committed_offset, console_groupoffset.generation,
-                       console_groupoffset.members)
-                    IS DISTINCT FROM
-                      (EXCLUDED.committed_offset, EXCLUDED.generation, EXCLUDED.members)
-                """
-            )
+        self.sql(
+            """
+            INSERT INTO console_consumergroup (cluster_id, group_id, generation, members,
+                positions, synced_at)
+            SELECT %(cluster)s, s.group_id, s.generation, s.members, coalesce(n.positions, 0),
+                %(now)s
+            FROM stage_group s LEFT JOIN (
+                SELECT group_id, count(*) AS positions FROM stage_group_offset GROUP BY group_id
+            ) n ON n.group_id = s.group_id
+            ON CONFLICT (cluster_id, group_id) DO UPDATE SET
+                generation = EXCLUDED.generation, members = EXCLUDED.members,
+                positions = EXCLUDED.positions, synced_at = EXCLUDED.synced_at
+            WHERE (console_consumergroup.generation, console_consumergroup.members,
+                   console_consumergroup.positions)
+                IS DISTINCT FROM (EXCLUDED.generation, EXCLUDED.members, EXCLUDED.positions)
+            """
+        )

@@ -104,10 +104,11 @@ class HttpClusterSource:
             raise SourceError(f"broker {broker_id} has no agent URL yet")
         return self._agent(url).snapshot_tsv(since=since)
 
-    def groups(self) -> list[GroupView] | None:
-        """The controller's consumer groups; None when it has no group coordinator."""
+    def group_changes(self, since: int | None) -> bytes | None:
+        """The coordinator's groups changed after ``since`` as rows (all without one); None
+        when the controller has no group coordinator."""
         try:
-            return self.controller.groups()
+            return self.controller.group_changes_tsv(since)
         except AgentError as exc:
             if exc.status == 404:
                 return None

@@ -298,3 +298,32 @@ def test_sim_consume_reads_from_the_log_start_once_it_is_above_zero(sim_factory)
     out = sim.cli("consume", "--topic", "trimmed")
     offsets = [json.loads(line)["offset"] for line in out.stdout.splitlines()]
     assert offsets == list(range(20, 50))
+
+
+def test_the_coordinator_answers_group_changes_as_rows_over_http(sim_factory):
+    """#17: ``GET /v1/groups?format=tsv[&since=V]`` on the real controller: every group in
+    full, then only the group that committed since."""
+    from broker_agent.models import split_group_tsv
+
+    sim = sim_factory(3, 1)
+    sim.controller.create_topic("kv", 2, 1)
+    for group in ("audit", "billing"):
+        member = sim.controller.join_group(group, ["kv"])
+        sim.controller.commit_offsets(group, member.member_id, member.generation, {"kv": {0: 3}})
+    sim.controller.create_topic("other", 1, 1)
+    sim.controller.join_group("search", ["other"])
+    assert [g.group_id for g in sim.controller.groups("kv")] == ["audit", "billing"]
+    assert [g.group_id for g in sim.controller.groups("other")] == ["search"]
+    head, rows = split_group_tsv(sim.controller.group_changes_tsv())
+    assert head["full"] is True
+    assert [g[0] for g in head["groups"]] == ["audit", "billing", "search"]
+    assert bytes(rows).decode().splitlines()[0].split("\t")[:4] == ["audit", "kv", "0", "3"]
+    billing = sim.controller.group("billing")
+    member_id = billing.members[0].member_id
+    sim.controller.commit_offsets("billing", member_id, billing.generation, {"kv": {1: 7}})
+    delta, rows = split_group_tsv(sim.controller.group_changes_tsv(head["version"]))
+    assert delta["full"] is False and [g[0] for g in delta["groups"]] == ["billing"]
+    assert [r.split("\t")[2:4] for r in bytes(rows).decode().splitlines()] == [
+        ["0", "3"],
+        ["1", "7"],
+    ]

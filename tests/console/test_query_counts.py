@@ -103,7 +103,7 @@ PINNED: dict[str, int] = {
     "/api/v1/clusters/local/topics?sort=-local_bytes&has_remote_data=true&page_size=5": 7,
     "/api/v1/clusters/local/topics/t1": 10,
     "/api/v1/clusters/local/topics/t1?page=2&page_size=2": 10,
-    "/api/v1/clusters/local/groups": 6,
+    "/api/v1/clusters/local/groups": 7,
     "/api/v1/clusters/local/partition-for-key?topic=t1&key=abc": 5,
     "/api/v1/clusters/local/brokers/2/log-dirs/logdir-0/history": 6,
     "/api/v1/clusters/local/brokers/1/log-dirs/logdir-1/history?range=30d": 6,

@@ -1,0 +1,266 @@
+"""Consumer groups at fleet size (#17): the coordinator answers the groups changed since a
+version as rows, the sync merges only those, and the groups API pages them."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from broker_agent.client import ControllerClient
+from broker_agent.groups import GroupCoordinator
+from broker_agent.models import GroupView, split_group_tsv
+from broker_agent.synthetic import SyntheticCluster
+from broker_agent.synthetic_groups import SyntheticGroups
+from console.models import Cluster, ConsumerGroup, GroupOffset
+from console.sync import do_sync_cluster
+from tests.broker_agent.conftest import run_cli
+from tests.console.conftest import sync
+
+pytestmark = pytest.mark.django_db
+
+
+def _coordinator() -> GroupCoordinator:
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT)")
+    return GroupCoordinator(db, lambda topic: ([0, 1, 2], []))
+
+
+def _consume(c: GroupCoordinator, group: str, offsets: dict[int, int]) -> None:
+    joined = c.join(group, None, ["kv"])
+    c.commit(group, joined["member_id"], joined["generation"], {"kv": offsets})
+
+
+def _answer(body: bytes) -> tuple[dict, list[list[str]]]:
+    head, rows = split_group_tsv(body)
+    return head, [line.split("\t") for line in bytes(rows).decode().splitlines()]
+
+
+def test_the_coordinator_answers_changed_groups_since_a_version():
+    c = _coordinator()
+    _consume(c, "billing", {0: 10, 1: 20})
+    _consume(c, "audit", {0: 5})
+    head, rows = _answer(c.changes(None))
+    assert head["full"] is True
+    assert [g[0] for g in head["groups"]] == ["audit", "billing"]
+    assert [r[:4] for r in rows] == [
+        ["audit", "kv", "0", "5"],
+        ["billing", "kv", "0", "10"],
+        ["billing", "kv", "1", "20"],
+    ]
+    since = head["version"]
+    head, rows = _answer(c.changes(since))
+    assert head == {"version": since, "full": False, "groups": []} and rows == []
+    # one commit: that group, whole (every position it holds), and nothing else
+    member = c.view("billing")["members"][0]["member_id"]
+    c.commit("billing", member, c.view("billing")["generation"], {"kv": {1: 25}})
+    head, rows = _answer(c.changes(since))
+    assert head["full"] is False and head["version"] > since
+    assert [g[0] for g in head["groups"]] == ["billing"]
+    assert [r[2:4] for r in rows] == [["0", "10"], ["1", "25"]]
+    # a version this coordinator never gave (a previous life, another controller): in full
+    assert _answer(c.changes(since - 10**9))[0]["full"] is True
+    assert _answer(c.changes(head["version"] + 10**9))[0]["full"] is True
+
+
+class _CoordinatorSource:
+    """A console sync source whose controller is ``coordinator`` (metadata from ``builder``)."""
+
+    def __init__(self, builder, coordinator: GroupCoordinator):
+        self.inner = builder.source()
+        self.coordinator = coordinator
+        self.asked: list[int | None] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def group_changes(self, since):
+        self.asked.append(since)
+        return self.coordinator.changes(since)
+
+
+def _positions(cluster) -> dict[tuple[str, int], tuple[int, object]]:
+    return {
+        (r.group_id, r.partition): (r.committed_offset, r.synced_at)
+        for r in GroupOffset.objects.filter(cluster=cluster)
+    }
+
+
+def test_the_sync_merges_only_the_groups_changed_since_it_last_asked(cluster, builder):
+    builder.add_topic("kv", partitions=3, rf=3, records=100)
+    c = _coordinator()
+    _consume(c, "billing", {0: 10, 1: 20})
+    _consume(c, "audit", {0: 5})
+    source = _CoordinatorSource(builder, c)
+    do_sync_cluster(cluster, source=source)
+    cluster.refresh_from_db()
+    assert source.asked == [None] and cluster.groups_version == c.version
+    asked_since = cluster.groups_version
+    first = _positions(cluster)
+    assert set(first) == {("billing", 0), ("billing", 1), ("audit", 0)}
+    groups = {g.group_id: g for g in ConsumerGroup.objects.filter(cluster=cluster)}
+    assert groups["billing"].positions == 2 and groups["billing"].members == 1
+
+    # billing moves one position and drops the other (its member leaves, a new one commits one)
+    member = c.view("billing")["members"][0]["member_id"]
+    c.commit("billing", member, c.view("billing")["generation"], {"kv": {0: 30}})
+    c.groups["billing"]["offsets"]["kv"].pop("1")
+    c._save(c.groups["billing"])
+    do_sync_cluster(cluster, source=source)
+    assert source.asked[-1] == asked_since
+    second = _positions(cluster)
+    assert set(second) == {("billing", 0), ("audit", 0)}
+    assert second[("billing", 0)][0] == 30
+    assert second[("audit", 0)] == first[("audit", 0)]  # not in the answer: untouched
+    assert ConsumerGroup.objects.get(cluster=cluster, group_id="billing").positions == 1
+
+    # the coordinator fails: the rows and the version stay
+    version = Cluster.objects.get(pk=cluster.pk).groups_version
+
+    def failing(since):
+        raise ConnectionError("coordinator: connection refused")
+
+    source.group_changes = failing
+    run = do_sync_cluster(cluster, source=source).run
+    assert "groups" in run.errors and _positions(cluster) == second
+    assert Cluster.objects.get(pk=cluster.pk).groups_version == version
+
+    # a full answer (a --full sync) removes the groups it does not list
+    del source.group_changes
+    c.groups.pop("audit")
+    do_sync_cluster(cluster, source=source, full=True)
+    assert source.asked[-1] is None
+    assert set(_positions(cluster)) == {("billing", 0)}
+    assert list(
+        ConsumerGroup.objects.filter(cluster=cluster).values_list("group_id", flat=True)
+    ) == ["billing"]
+
+
+def test_synthetic_groups_answer_like_the_coordinator_and_move_with_churn():
+    cluster = SyntheticCluster("s", 6, 2, 0, 0, topic_sizes=[3, 1, 5, 2])
+    groups = SyntheticGroups(cluster, 6)
+    cluster.groups = groups
+    head, rows = _answer(groups.changes_body(None))
+    assert head["full"] is True and len(head["groups"]) == 6
+    # every group holds a position on each partition of its topic, at or behind the log end
+    assert len(rows) == sum(cluster.sizes[groups.topic[g]] for g in range(6))
+    for _name, topic, p, offset, _gen, _members in rows:
+        i = cluster.topic_start[cluster.topic_index(topic)] + int(p)
+        assert cluster.lso[i] <= int(offset) <= cluster.leo[i]
+    since = head["version"]
+    assert _answer(groups.changes_body(since))[0]["groups"] == []
+    cluster.churn(0.5, seed=1)  # half the partitions move, and half the groups commit
+    head, rows = _answer(groups.changes_body(since))
+    assert head["full"] is False and len(head["groups"]) == 3
+    assert {r[0] for r in rows} == {g[0] for g in head["groups"]}
+
+
+def test_the_groups_api_pages_groups_by_id(client, viewer, cluster, builder):
+    builder.add_topic("kv", partitions=3, rf=3, records=100)
+    c = _coordinator()
+    for name in ("c", "a", "b"):
+        _consume(c, name, {0: 10, 2: 100})
+    do_sync_cluster(cluster, source=_CoordinatorSource(builder, c))
+    client.force_login(viewer)
+    first = client.get("/api/v1/clusters/local/groups?page_size=2").json()
+    assert (first["count"], first["page"], first["page_size"], first["num_pages"]) == (3, 1, 2, 2)
+    assert [g["group_id"] for g in first["groups"]] == ["a", "b"]
+    (last,) = client.get("/api/v1/clusters/local/groups?page_size=2&page=2").json()["groups"]
+    assert last["group_id"] == "c" and last["members"] == 1
+    assert [(p["partition"], p["committed_offset"], p["lag"]) for p in last["positions"]] == [
+        (0, 10, 90),
+        (2, 100, 0),
+    ]
+    assert last["lag"] == 90
+
+
+def test_the_topic_ordering_is_bounded_in_groups_and_rows(client, viewer, cluster, builder):
+    """25 groups on a topic expanded from 2 to 130 partitions: the first 20 groups by id, the
+    first 100 of each one's 128 gated partitions (held ones first), and the counts."""
+    builder.add_topic("wide", partitions=2, rf=3, records=100)
+    builder.alter_partition_count("wide", 130)
+    started = {p: 0 for p in range(100, 130)}  # the group has read these new ones' first record
+    for p in started:
+        builder.produce("wide", p, 5)
+    builder.groups = [
+        GroupView(
+            group_id=f"g{i:02d}",
+            generation=1,
+            members=[],
+            offsets={"wide": {0: 50, 1: 100, **{p: 1 for p in started}}},
+        )
+        for i in range(25)
+    ]
+    sync(cluster, builder)
+    client.force_login(viewer)
+    ordering = client.get("/api/v1/clusters/local/topics/wide").json()["ordering"]
+    assert ordering["groups_count"] == 25
+    assert [g["group_id"] for g in ordering["groups"]] == [f"g{i:02d}" for i in range(20)]
+    g = ordering["groups"][0]
+    assert g["partitions_count"] == 128 and len(g["partitions"]) == 100
+    statuses = [r["status"] for r in g["partitions"]]
+    assert statuses == ["waits on parent"] * 98 + ["released"] * 2  # held first
+    assert [r["partition"] for r in g["partitions"][:3]] == [2, 3, 4]
+    # lag over every partition: 50 on partition 0, none on 1, 4 on each started new one, none
+    # on the empty new ones it has not started
+    assert g["lag"] == 50 + 30 * 4 + 0
+    html = client.get("/topics/local/wide/").content.decode()
+    assert "The first 100 of 128 gated partitions, held ones first." in html
+    assert "20 of the 25 groups with positions on this topic" in html
+
+
+@pytest.mark.integration
+def test_a_synthetic_fleet_s_groups_sync_in_full_then_since(tmp_path):
+    """The synthetic fleet's coordinator over HTTP: the first sync stores every position, a
+    churn moves a tenth of the groups, and the next sync (asked ``since``) leaves the console
+    holding exactly what the coordinator holds."""
+    data = tmp_path / "syn"
+    try:
+        out = run_cli(
+            data,
+            "up",
+            "--brokers",
+            "6",
+            "--log-dirs",
+            "2",
+            "--synthetic-fleet",
+            "3000",
+            "--synthetic-groups",
+            "40",
+            "--synthetic-tick-interval",
+            "0",
+        )
+        urls = json.loads(out.stdout.strip().splitlines()[-1])
+        cluster = Cluster.objects.create(
+            name="fleet", controller_url=urls["controller"], secret_ref=str(data / "secret")
+        )
+        secret = (data / "secret").read_bytes().strip()
+        with ControllerClient(urls["controller"], secret) as ctl:
+
+            def coordinator() -> dict[tuple[str, str, int], int]:
+                _head, rows = _answer(ctl.group_changes_tsv())
+                return {(g, t, int(p)): int(o) for g, t, p, o, _gen, _m in rows}
+
+            run = do_sync_cluster(cluster).run
+            assert not run.errors, run.errors
+            assert ConsumerGroup.objects.filter(cluster=cluster).count() == 40
+            assert _stored(cluster) == coordinator()
+            first = Cluster.objects.get(pk=cluster.pk).groups_version
+            run_cli(data, "churn", "--fraction", "0.1", "--seed", "3")
+            moved = coordinator()
+            assert moved != _stored(cluster)
+            do_sync_cluster(Cluster.objects.get(pk=cluster.pk))
+            assert Cluster.objects.get(pk=cluster.pk).groups_version > first
+            assert _stored(cluster) == moved
+    finally:
+        run_cli(data, "down", check=False)
+
+
+def _stored(cluster) -> dict[tuple[str, str, int], int]:
+    return {
+        (g, t, p): o
+        for g, t, p, o in GroupOffset.objects.filter(cluster=cluster).values_list(
+            "group_id", "topic_name", "partition", "committed_offset"
+        )
+    }
