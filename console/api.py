@@ -284,7 +284,24 @@ class GroupOut(Schema):
     group_id: str
     generation: int
     members: int
+    lag: int = Field(description="summed over all the group's positions")
+    positions_count: int
+    positions: list[GroupPositionOut] = Field(
+        description="the first 100 by topic and partition; the group's own route pages them all"
+    )
+
+
+class GroupDetailOut(Schema):
+    cluster: str
+    synced_at: datetime | None
+    group_id: str
+    generation: int
+    members: int
     lag: int
+    positions_count: int
+    page: int
+    page_size: int
+    num_pages: int
     positions: list[GroupPositionOut]
 
 
@@ -534,6 +551,34 @@ def list_groups(
         "page_size": groups.paginator.per_page,
         "num_pages": groups.paginator.num_pages,
         "groups": rows,
+    }
+
+
+@read.get(
+    "/clusters/{name}/groups/{group}",
+    response=GroupDetailOut,
+    summary="One consumer group: every committed position with its lag, paged",
+)
+def get_group(
+    request: HttpRequest,
+    name: str,
+    group: str,
+    page: int = 1,
+    page_size: int = selectors.MAX_PAGE_SIZE,
+) -> dict:
+    """As of the last sync; positions by topic and partition, ``page_size`` (at most 1000) at
+    a time."""
+    _require_viewer(request)
+    cluster = selectors.get_cluster(name)
+    summary, positions = ordering.group_detail(cluster, group, page, page_size)
+    return {
+        "cluster": cluster.name,
+        "synced_at": cluster.synced_at,
+        **summary,
+        "page": positions.number,
+        "page_size": positions.paginator.per_page,
+        "num_pages": positions.paginator.num_pages,
+        "positions": positions.object_list,
     }
 
 

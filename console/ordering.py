@@ -9,12 +9,13 @@ from collections import defaultdict
 from django.core.paginator import Page
 from django.db import connection
 from django.db.models import OuterRef, Q, Subquery
+from django.shortcuts import get_object_or_404
 
 from broker_agent.ordering import deletion_blockers, deletion_target, split_parent
 from console import selectors
 from console.models import Cluster, ConsumerGroup, GroupOffset, Partition, Topic
 
-__all__ = ["annotate_tree", "group_positions", "topic_ordering"]
+__all__ = ["annotate_tree", "group_detail", "group_positions", "topic_ordering"]
 
 
 ORDERING_GROUP_LIMIT = 20
@@ -203,14 +204,20 @@ def annotate_tree(tree: list[dict], ordering: dict) -> None:
     walk(tree)
 
 
+GROUP_POSITIONS_LIMIT = 100
+"""Positions listed per group in the groups list (``positions_count`` says how many; a group
+reading a 10,000-partition topic holds 10,000 - the group's own route pages them all)."""
+
+
 def group_positions(
     cluster: Cluster, page: int | str | None = 1, page_size: int | str | None = None
 ) -> tuple[Page, list[dict]]:
-    """A page of the consumer groups (by group id; a fleet has 20,000 of them) with their
-    committed positions and lag (high watermark - position), and each group's lag summed over
-    them - over the partitions with a committed offset, as ``kafka-consumer-groups.sh
-    --describe`` shows it (the topic page's ordering panel also counts partitions a group has
-    not started). Three queries: the count, the page, its positions with their high watermarks."""
+    """A page of the consumer groups (by group id; a fleet has 20,000 of them), each with its
+    lag summed over all its committed positions (high watermark - position, as
+    ``kafka-consumer-groups.sh --describe`` shows it; the topic page's ordering panel also
+    counts partitions a group has not started), how many positions it holds, and the first
+    :data:`GROUP_POSITIONS_LIMIT` of them (by topic and partition) with their lag. Four
+    queries: the count, the page, the groups' sums, their first positions."""
     groups = selectors.paginate(
         ConsumerGroup.objects.filter(cluster=cluster).only("group_id", "generation", "members"),
         page,
@@ -222,25 +229,92 @@ def group_positions(
             "generation": g.generation,
             "members": g.members,
             "lag": 0,
+            "positions_count": 0,
             "positions": [],
         }
         for g in groups.object_list
     }
+    ids = list(out)
+    for group_id, count, lag in _group_sums(cluster, ids):
+        out[group_id].update(positions_count=count, lag=lag)
+    with connection.cursor() as cur:  # each group's first positions, through its index
+        cur.execute(
+            """
+            SELECT i.group_id, g.topic_name, g.partition, g.committed_offset,
+                (SELECT p.high_watermark FROM console_partition p
+                 WHERE p.cluster_id = %(cluster)s AND p.topic_name = g.topic_name
+                   AND p.partition = g.partition)
+            FROM unnest(%(ids)s::text[]) AS i(group_id)
+            CROSS JOIN LATERAL (
+                SELECT topic_name, partition, committed_offset FROM console_groupoffset o
+                WHERE o.cluster_id = %(cluster)s AND o.group_id = i.group_id
+                ORDER BY o.topic_name, o.partition LIMIT %(limit)s
+            ) g
+            ORDER BY i.group_id, g.topic_name, g.partition
+            """,
+            {"cluster": cluster.pk, "ids": ids, "limit": GROUP_POSITIONS_LIMIT},
+        )
+        for group_id, topic, partition, offset, hw in cur.fetchall():
+            out[group_id]["positions"].append(position(topic, partition, offset, hw))
+    return groups, list(out.values())
+
+
+def group_detail(
+    cluster: Cluster, group_id: str, page: int | str | None = 1, page_size: int | str | None = None
+) -> tuple[dict, Page]:
+    """One consumer group (its lag and position count as in :func:`group_positions`) and a
+    page of all its positions (by topic and partition), each a :func:`position` dict. 404 for
+    a group the sync does not know. Four queries."""
+    group = get_object_or_404(ConsumerGroup, cluster=cluster, group_id=group_id)
+    sums = _group_sums(cluster, [group_id])
     high_watermark = Partition.objects.filter(
         cluster_id=OuterRef("cluster_id"),
         topic_name=OuterRef("topic_name"),
         partition=OuterRef("partition"),
     ).values("high_watermark")[:1]
-    rows = (
-        GroupOffset.objects.filter(cluster=cluster, group_id__in=list(out))
+    positions = selectors.paginate(
+        GroupOffset.objects.filter(cluster=cluster, group_id=group_id)
+        .order_by("topic_name", "partition")
         .annotate(hw=Subquery(high_watermark))
-        .values_list("group_id", "topic_name", "partition", "committed_offset", "hw")
+        .values_list("topic_name", "partition", "committed_offset", "hw"),
+        page,
+        page_size,
     )
-    for group_id, topic, partition, offset, hw in rows:
-        lag = None if hw is None else max(0, hw - offset)
-        g = out[group_id]
-        g["lag"] += lag or 0
-        g["positions"].append(
-            {"topic": topic, "partition": partition, "committed_offset": offset, "lag": lag}
+    positions.object_list = [position(*row) for row in positions.object_list]
+    summary = {
+        "group_id": group.group_id,
+        "generation": group.generation,
+        "members": group.members,
+        "positions_count": sums[0][1] if sums else 0,
+        "lag": sums[0][2] if sums else 0,
+    }
+    return summary, positions
+
+
+def position(topic: str, partition: int, offset: int, hw: int | None) -> dict:
+    """A committed position as the API gives it: lag None when the partition is gone."""
+    return {
+        "topic": topic,
+        "partition": partition,
+        "committed_offset": offset,
+        "lag": None if hw is None else max(0, hw - offset),
+    }
+
+
+def _group_sums(cluster: Cluster, ids: list[str]) -> list[tuple[str, int, int]]:
+    """(group id, positions, lag over them) for each of ``ids`` holding positions (one
+    query): a position on a partition that is gone counts no lag."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT g.group_id, count(*),
+                coalesce(sum(greatest(0, p.high_watermark - g.committed_offset)), 0)
+            FROM console_groupoffset g
+            LEFT JOIN console_partition p ON p.cluster_id = g.cluster_id
+                AND p.topic_name = g.topic_name AND p.partition = g.partition
+            WHERE g.cluster_id = %s AND g.group_id = ANY(%s)
+            GROUP BY g.group_id
+            """,
+            [cluster.pk, ids],
         )
-    return groups, list(out.values())
+        return [(gid, count, int(lag)) for gid, count, lag in cur.fetchall()]

@@ -167,12 +167,39 @@ def test_the_groups_api_pages_groups_by_id(client, viewer, cluster, builder):
     assert (first["count"], first["page"], first["page_size"], first["num_pages"]) == (3, 1, 2, 2)
     assert [g["group_id"] for g in first["groups"]] == ["a", "b"]
     (last,) = client.get("/api/v1/clusters/local/groups?page_size=2&page=2").json()["groups"]
-    assert last["group_id"] == "c" and last["members"] == 1
+    assert last["group_id"] == "c" and last["members"] == 1 and last["positions_count"] == 2
     assert [(p["partition"], p["committed_offset"], p["lag"]) for p in last["positions"]] == [
         (0, 10, 90),
         (2, 100, 0),
     ]
     assert last["lag"] == 90
+
+
+def test_a_group_s_positions_are_capped_in_the_list_and_paged_on_its_own_route(
+    client, viewer, cluster, builder
+):
+    builder.add_topic("big", partitions=250, rf=1, records=0)
+    builder.groups = [
+        GroupView(
+            group_id="wide",
+            generation=3,
+            members=[],
+            offsets={"big": {p: 0 for p in range(250)}},
+        )
+    ]
+    for p in (0, 249):
+        builder.produce("big", p, 7)
+    sync(cluster, builder)
+    client.force_login(viewer)
+    (g,) = client.get("/api/v1/clusters/local/groups").json()["groups"]
+    assert (g["positions_count"], len(g["positions"]), g["lag"]) == (250, 100, 14)
+    assert [p["partition"] for p in g["positions"]] == list(range(100))
+    one = client.get("/api/v1/clusters/local/groups/wide?page=3&page_size=100").json()
+    assert (one["generation"], one["lag"], one["positions_count"]) == (3, 14, 250)
+    assert (one["page"], one["num_pages"]) == (3, 3)
+    assert [p["partition"] for p in one["positions"]] == list(range(200, 250))
+    assert one["positions"][-1]["lag"] == 7
+    assert client.get("/api/v1/clusters/local/groups/nope").status_code == 404
 
 
 def test_the_topic_ordering_is_bounded_in_groups_and_rows(client, viewer, cluster, builder):

@@ -33,11 +33,12 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.shortcuts import resolve_url
 from django.urls import URLResolver, get_resolver, resolve
+from django.utils import timezone
 from django.utils.regex_helper import normalize
 
 from accounts.actions import do_issue_token
 from config.middleware import PAGES_IN_MACHINE_NAMESPACES, PUBLIC_VIEWS, Access
-from console.models import Cluster, Topic
+from console.models import Cluster, ConsumerGroup, Topic
 
 #: The only URL names reachable without a role. Keep in step with config.middleware.PUBLIC_VIEWS.
 PUBLIC = {
@@ -135,7 +136,8 @@ def test_public_urls_are_exactly_the_listed_exceptions():
 
 @pytest.fixture
 def world(db):
-    """Objects the path parameters name: a cluster with a topic, an audit event."""
+    """Objects the path parameters name: a cluster with a topic and a consumer group, an audit
+    event."""
     from audit import trail
 
     cluster = Cluster.objects.create(
@@ -148,12 +150,16 @@ def world(db):
         initial_partition_count=1,
         undeleted_partition_count=1,
     )
+    group = ConsumerGroup.objects.create(
+        cluster=cluster, group_id="walk.billing", synced_at=timezone.now()
+    )
     with transaction.atomic():
         event = trail.record("test.url_walk", context="cli")
     return {
         "cluster": cluster.name,
         "name": cluster.name,
         "topic": topic.name,
+        "group": group.group_id,
         "broker": "1",
         "log_dir": "logdir-0",
         "seq": str(event.seq),
