@@ -1,18 +1,19 @@
 """Consumer groups of the synthetic scale mode (#17): a fleet's 20,000 groups from one process.
 
 Group ``g`` (``synthetic.group-NNNNN``) has one member, generation 1, and consumes one topic of
-the layout: topic ``(g * 7919) mod T`` (a stride prime to any layout's topic count, so groups
-spread over the topics, the small ones and the 10,000-partition ones alike; at 1,000,000
-partitions 20,000 groups hold ~500,000 positions). It holds a committed position on each
-partition the topic had when the process started (a group that has not read an expansion's new
-partitions yet has no position there, as a real one). Positions sit a little behind the log end
-offset; :meth:`SyntheticGroups.commit` moves a share of the groups up to it, as their consumers
-commit, whenever the cluster ticks or churns.
+the layout: topic ``(g * 7919) mod T`` (a prime stride, so the groups spread over the topics, the
+small ones and the 10,000-partition ones alike; at 1,000,000 partitions 20,000 groups hold
+539,020 positions). It holds a committed position on each partition the topic had when the
+process started (a group that has not read an expansion's new partitions yet has no position
+there, as a real one). Positions sit a little behind the log end offset;
+:meth:`SyntheticGroups.commit` moves a share of the groups up to it, as their consumers commit,
+whenever the cluster ticks or churns.
 
 Served by ``GET /v1/groups?format=tsv[&since=V]`` exactly as the real coordinator's
-(:meth:`broker_agent.groups.GroupCoordinator.changes`, :func:`broker_agent.models.group_changes_tsv`): the groups changed after ``since`` as
-rows, in full without a ``since`` or for one this process cannot answer. ``GET /v1/groups`` (JSON)
-lists every group as :class:`~broker_agent.models.GroupView`, for tools that want them all.
+(:meth:`broker_agent.groups.GroupCoordinator.changes`,
+:func:`broker_agent.models.group_changes_tsv`): the groups changed after ``since`` as rows, in
+full without a ``since`` or for one this process cannot answer. ``GET /v1/groups`` (JSON) lists
+every group as :class:`~broker_agent.models.GroupView`, for tools that want them all.
 """
 
 from __future__ import annotations
