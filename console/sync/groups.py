@@ -63,7 +63,8 @@ class GroupSync:
             return
         version, full, heads, rows = answer
         with transaction.atomic():  # a savepoint: a failed merge leaves the previous rows
-            self._merge_groups(full, heads, rows)
+            if full or heads:  # a delta of no group (an idle sync) has nothing to merge
+                self._merge_groups(full, heads, rows)
             if version is not None:
                 self.cluster.groups_version = version
                 self.cluster.save(update_fields=["groups_version"])

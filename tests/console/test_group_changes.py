@@ -101,6 +101,10 @@ def test_the_sync_merges_only_the_groups_changed_since_it_last_asked(cluster, bu
     assert set(first) == {("billing", 0), ("billing", 1), ("audit", 0)}
     groups = {g.group_id: g for g in ConsumerGroup.objects.filter(cluster=cluster)}
     assert groups["billing"].positions == 2 and groups["billing"].members == 1
+    # nothing changed: asked since, nothing written
+    do_sync_cluster(cluster, source=source)
+    assert source.asked == [None, asked_since] and _positions(cluster) == first
+    assert Cluster.objects.get(pk=cluster.pk).groups_version == asked_since
 
     # billing moves one position and drops the other (its member leaves, a new one commits one)
     member = c.view("billing")["members"][0]["member_id"]
