@@ -76,10 +76,19 @@ def _child(mode: str, info: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(ctx, *, brokers: int, log_dirs: int, layout: list[str], partitions: int) -> dict:
+def measure(
+    ctx,
+    *,
+    brokers: int,
+    log_dirs: int,
+    layout: list[str],
+    partitions: int,
+    history: bool = False,
+) -> dict:
     """Start the synthetic cluster (``sim up`` with ``layout``: its ``--synthetic-*`` flags),
     then run the sync child and the pages child against it; ``{"sync": ..., "pages": ...}``.
-    Shared by this module (200,000 partitions) and ``bench_scale`` (the 1,000,000 fleet)."""
+    Shared by this module (200,000 partitions) and ``bench_scale`` (the 1,000,000 fleet, which
+    also measures the history's sample and roll-up: ``history``, :mod:`bench.scale_history`)."""
     data = ctx.work_dir / "sim"
     data.mkdir(parents=True, exist_ok=True)
     _sim(data, "down", timeout=60) if (data / "cluster.json").exists() else None
@@ -105,6 +114,7 @@ def measure(ctx, *, brokers: int, log_dirs: int, layout: list[str], partitions: 
                 "secret_file": urls.get("secret_file") or str(data / "secret"),
                 "data": str(data),
                 "partitions": partitions,
+                "history": history,
             }
         )
     )
@@ -278,7 +288,15 @@ def _child_sync(info: dict) -> dict:
     do_sync_cluster(cluster)
     idle_s = time.perf_counter() - started
     peak = max(peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    extra = {}
+    if info.get("history"):  # after the peak: its generated worst-case hour is not a sync's
+        from bench.scale_history import measure_history
+
+        extra["history"] = measure_history(
+            cluster, lambda: _sim(Path(info["data"]), "churn", "--fraction", "0.01", "--seed", "9")
+        )
     return {
+        **extra,
         "full_s": full_s,
         "full_runs": full_runs,
         "full_replicas": full_replicas,

@@ -10,6 +10,8 @@ of :mod:`bench.bench_console` on the dedicated bench database:
   this size.
 - ``pages``: every read page and API route (p50 / p95 server time, SQL queries), and the peak
   RSS of the process that served them (the web process).
+- ``history`` (:mod:`bench.scale_history`): one history sample with every tiered topic new and
+  with nothing changed, and the roll-up of a worst-case hour.
 - ``workflows`` (:mod:`bench.scale_workflows`): disable tiering of the 10,000-partition topic
   over all 300 brokers, and expansion of a 5,000-partition topic to 10,000, through a real
   worker, end to end.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 
 from bench.bench_console import measure, rows_for
+from bench.scale_history import history_rows
 from bench.scale_workflows import run_scale_workflows
 
 TITLE = "Fleet scale: sync, pages and routes (synthetic 300 brokers x 4 dirs, 1,000,000 partitions)"
@@ -38,6 +41,7 @@ def run(ctx) -> list[dict]:
         log_dirs=LOG_DIRS,
         layout=["--synthetic-fleet", str(partitions)],
         partitions=partitions,
+        history=True,
     )
     rows = rows_for(
         result,
@@ -48,6 +52,7 @@ def run(ctx) -> list[dict]:
         incremental_target="<= 3 s",
         memory_target="<= 2048 MiB",
     )
+    rows.extend(history_rows(result["sync"]["history"]))
     wf = run_scale_workflows(ctx, brokers=brokers, log_dirs=LOG_DIRS, partitions=partitions)
     for key, label, target, topic in (
         ("disable", "disable_tiering (retain)", "<= 15 s", wf["disable_topic"]),

@@ -236,8 +236,11 @@ CELERY_BEAT_SCHEDULE["console-sync"] = {
 
 # --- Console: history (console/history.py) -----------------------------------------------------
 # The sync samples every log dir and tiered topic at most this often (0: no history); samples are
-# rolled into hourly peaks this often; raw samples are kept 24 hours, hourly ones 30 days.
+# rolled into hourly peaks this often; raw samples are kept 24 hours, hourly ones 30 days. A
+# tiered topic is sampled only when its figures changed, or when its last sample is the
+# keep-alive old (at most 30 minutes).
 STRATA_HISTORY_SAMPLE_SECONDS = env_float("STRATA_HISTORY_SAMPLE_SECONDS", 30.0)
+STRATA_HISTORY_KEEPALIVE_SECONDS = env_float("STRATA_HISTORY_KEEPALIVE_SECONDS", 300.0)
 STRATA_HISTORY_ROLLUP_SECONDS = env_float("STRATA_HISTORY_ROLLUP_SECONDS", 600.0)
 CELERY_BEAT_SCHEDULE["console-history-rollup"] = {
     "task": "console.tasks.roll_up_history",

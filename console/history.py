@@ -3,8 +3,18 @@
 - **Sampling** (:func:`write_samples`): inside a sync's transaction, at most every
   ``STRATA_HISTORY_SAMPLE_SECONDS`` (default 30) per cluster, one row per log dir of every broker
   whose agent answered (a broker that did not answer leaves a gap: nothing is known of it) and
-  one per topic that has been tiered (``tiered_state`` not ``NONE`` or remote bytes). Two
-  ``INSERT ... SELECT`` statements: no Python loop over dirs or topics.
+  one per topic that has been tiered (``tiered_state`` not ``NONE`` or remote bytes) *whose
+  figures changed* since its last sample, or whose last sample is ``STRATA_HISTORY_KEEPALIVE_SECONDS``
+  old (default 300). Two ``INSERT ... SELECT`` statements: no Python loop over dirs or topics.
+
+  Why topics are sampled on change: a fleet of 1,000,000 partitions has ~19,000 tiered topics,
+  every 30 s ~55 M rows a day, most of them repeating the one before (a topic without traffic, a
+  remote tier at rest). Its log dirs are ~1,200 and an SRE reads their probe latency and state
+  at every sample, so dirs are sampled every time. A topic's sample *holds* until the next one:
+  the series fill a bucket without a sample with the last value before it, for at most
+  :func:`hold` (twice the keep-alive), so a sync that stopped still shows as a gap, after the
+  hold (ten minutes by default) instead of at once. The keep-alive is under an hour so every hour the roll-up reads has
+  a sample of every followed topic.
 - **Roll-up** (:func:`roll_up`, a beat task every ``STRATA_HISTORY_ROLLUP_SECONDS``): raw
   samples become one ``hour`` row per hour — the *peak* of the hour (highest usage, slowest
   probe, largest bytes and lag, worst state), because a trend panel must not average an
@@ -12,7 +22,8 @@
   :data:`RAW_KEPT` and hourly rows older than :data:`HOURLY_KEPT` are deleted.
 - **Series** (:func:`dir_series`, :func:`topic_series`): buckets of a fixed width over a window,
   one query for any number of dirs / topics (the Brokers & disks grid asks for all its dirs at
-  once). A bucket without a sample is absent, so a chart shows a gap where nothing was known.
+  once). A bucket without a sample is absent, so a chart shows a gap where nothing was known
+  (for topics: a bucket more than :func:`hold` after the last sample).
 """
 
 from __future__ import annotations
@@ -36,6 +47,8 @@ __all__ = [
     "TOPIC_FIELDS",
     "Window",
     "dir_series",
+    "hold",
+    "keep_alive",
     "roll_up",
     "sample_due",
     "topic_series",
@@ -107,13 +120,35 @@ def sample_due(last: datetime | None, now: datetime) -> bool:
     return last is None or (now - last).total_seconds() >= seconds * 0.95
 
 
+def keep_alive() -> timedelta:
+    """How long a tiered topic's unchanged figures go without a new sample:
+    ``STRATA_HISTORY_KEEPALIVE_SECONDS``, at least the sample interval and at most 30 minutes
+    (every hour rolled up must hold a sample of every followed topic)."""
+    seconds = settings.STRATA_HISTORY_KEEPALIVE_SECONDS
+    return timedelta(seconds=min(max(seconds, settings.STRATA_HISTORY_SAMPLE_SECONDS), 1800))
+
+
+def hold() -> timedelta:
+    """How long a topic's sample stands for its topic in the series: twice the keep-alive (the
+    next keep-alive sample comes at the first due sync after it, which may be late)."""
+    return 2 * keep_alive()
+
+
 def write_samples(cur, cluster_pk: int, now: datetime) -> None:
-    """One raw sample of each log dir of each answering broker, and of each tiered topic. An
+    """One raw sample of each log dir of each answering broker, and of each tiered topic whose
+    figures differ from its last sample or whose last sample is :func:`keep_alive` old. An
     OFFLINE dir has no probe latency (the agent still reports its last probe, from before the
     failure: a chart must not draw it as current).
 
-    Runs on the sync's cursor, in its transaction (the samples are the state it commits)."""
-    params = {"c": cluster_pk, "now": now, "raw": Resolution.RAW, "offline": LogDirState.OFFLINE}
+    Runs on the sync's cursor, in its transaction (the samples are the state it commits). The
+    last sample of a topic is one backward step of the ``(topic, resolution, at)`` index."""
+    params = {
+        "c": cluster_pk,
+        "now": now,
+        "raw": Resolution.RAW,
+        "offline": LogDirState.OFFLINE,
+        "stale": now - keep_alive(),
+    }
     cur.execute(
         """
         INSERT INTO console_logdirsample
@@ -132,7 +167,16 @@ def write_samples(cur, cluster_pk: int, now: datetime) -> None:
         INSERT INTO console_topicsample (topic_id, resolution, at, {", ".join(TOPIC_FIELDS)})
         SELECT t.id, %(raw)s, %(now)s, {", ".join(f"t.{f}" for f in TOPIC_FIELDS)}
         FROM console_topic t
+        LEFT JOIN LATERAL (
+            SELECT s.at, {", ".join(f"s.{f}" for f in TOPIC_FIELDS)}
+            FROM console_topicsample s
+            WHERE s.topic_id = t.id AND s.resolution = %(raw)s
+            ORDER BY s.at DESC LIMIT 1
+        ) last ON true
         WHERE t.cluster_id = %(c)s AND (t.tiered_state <> 'NONE' OR t.remote_bytes > 0)
+          AND (last.at IS NULL OR last.at <= %(stale)s
+               OR ({", ".join(f"last.{f}" for f in TOPIC_FIELDS)})
+                  IS DISTINCT FROM ({", ".join(f"t.{f}" for f in TOPIC_FIELDS)}))
         ON CONFLICT DO NOTHING
         """,  # noqa: S608 - column names are constants
         params,
@@ -237,6 +281,64 @@ def dir_series(log_dir_ids: list[int], win: Window, now: datetime | None = None)
 
 
 def topic_series(topic_ids: list[int], win: Window, now: datetime | None = None):
-    """``{topic_id: [{"at", "bucket", <TOPIC_FIELDS>}, ...]}`` over ``win``."""
+    """``{topic_id: [{"at", "bucket", <TOPIC_FIELDS>}, ...]}`` over ``win``.
+
+    Topics are sampled on change (see the module), so a bucket without a sample takes the last
+    figures before it (the sample still *holds*) when they are at most :func:`hold` old; such a
+    point has ``"held": True``. A bucket with samples shows their peak. One query: the buckets'
+    peaks and last figures, and each topic's last sample before the window."""
     now = now or timezone.now()
-    return _series("console_topicsample", "topic_id", TOPIC_FIELDS, topic_ids, win, now, False)
+    if not topic_ids:
+        return {}
+    start, end = win.bounds(now)
+    resolutions = [Resolution.RAW, Resolution.HOUR] if win.step >= 3600 else [Resolution.RAW]
+    span = hold()
+    fields = ", ".join(TOPIC_FIELDS)
+    peaks = ", ".join(f"max({f})" for f in TOPIC_FIELDS)
+    lasts = ", ".join(f"(array_agg({f} ORDER BY at DESC))[1]" for f in TOPIC_FIELDS)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            (SELECT topic_id, floor(extract(epoch FROM at - %(start)s) / %(step)s)::int,
+                    {peaks}, max(at), {lasts}
+             FROM console_topicsample
+             WHERE topic_id = ANY(%(ids)s) AND resolution = ANY(%(res)s)
+               AND at >= %(start)s AND at < %(end)s
+             GROUP BY 1, 2)
+            UNION ALL
+            (SELECT DISTINCT ON (topic_id) topic_id, -1, {fields}, at, {fields}
+             FROM console_topicsample
+             WHERE topic_id = ANY(%(ids)s) AND resolution = ANY(%(res)s)
+               AND at < %(start)s AND at >= %(since)s
+             ORDER BY topic_id, at DESC)
+            ORDER BY 1, 2
+            """,  # noqa: S608 - column names are constants
+            {
+                "ids": topic_ids,
+                "res": resolutions,
+                "start": start,
+                "end": end,
+                "step": win.step,
+                "since": start - span,
+            },
+        )
+        rows = cur.fetchall()
+    n = len(TOPIC_FIELDS)
+    by_topic: dict[int, dict[int, tuple]] = {i: {} for i in topic_ids}
+    for row in rows:
+        by_topic[row[0]][row[1]] = row[2:]
+    out: dict[int, list[dict]] = {}
+    buckets = int((end - start).total_seconds()) // win.step
+    for topic_id, found in by_topic.items():
+        points, last = [], found.get(-1)  # last: (peaks..., at, lasts...) of the sample before
+        for bucket in range(buckets):
+            at = start + timedelta(seconds=bucket * win.step)
+            if bucket in found:
+                last = found[bucket]
+                peaks = dict(zip(TOPIC_FIELDS, last[:n], strict=True))
+                points.append({"bucket": bucket, "at": at, **peaks})
+            elif last is not None and at - last[n] < span:
+                held = dict(zip(TOPIC_FIELDS, last[n + 1 :], strict=True))
+                points.append({"bucket": bucket, "at": at, **held, "held": True})
+        out[topic_id] = points
+    return out

@@ -6,8 +6,8 @@ Two resolutions of the same series (:class:`Resolution`): ``raw`` samples writte
 at most every ``STRATA_HISTORY_SAMPLE_SECONDS`` and kept 24 hours, and ``hour`` rows rolled up
 from them (a peak per hour: the highest usage, the slowest probe, the worst state) and kept 30
 days. Size is bounded by what is sampled, not by time: every log dir, and the topics that have
-been tiered (a never-tiered topic has no remote bytes or lag to follow). See
-:mod:`console.history`.
+been tiered (a never-tiered topic has no remote bytes or lag to follow) when their figures
+change or their keep-alive is due. See :mod:`console.history`.
 """
 
 from __future__ import annotations

@@ -46,6 +46,62 @@ def test_a_sync_samples_each_dir_and_each_tiered_topic_at_most_every_interval(
     assert LogDirSample.objects.count() == 6 and TopicSample.objects.count() == 1
 
 
+def test_a_tiered_topic_is_sampled_when_it_changes_or_its_keep_alive_is_due(
+    cluster, builder, every_sync
+):
+    every_sync.STRATA_HISTORY_KEEPALIVE_SECONDS = 300
+    sync(cluster, builder)
+    first = TopicSample.objects.get()
+    with connection.cursor() as cur:  # unchanged figures: nothing new to follow
+        history.write_samples(cur, cluster.pk, first.at + timedelta(seconds=30))
+        history.write_samples(cur, cluster.pk, first.at + timedelta(seconds=299))
+    assert TopicSample.objects.count() == 1
+    assert LogDirSample.objects.filter(at__gt=first.at).count() == 2 * 6  # dirs: every time
+    Topic.objects.filter(pk=first.topic_id).update(remote_copy_lag_bytes=7)
+    with connection.cursor() as cur:
+        history.write_samples(cur, cluster.pk, first.at + timedelta(seconds=330))
+        history.write_samples(cur, cluster.pk, first.at + timedelta(seconds=360))  # same again
+        history.write_samples(cur, cluster.pk, first.at + timedelta(seconds=630))  # keep-alive
+    lags = TopicSample.objects.order_by("at").values_list("remote_copy_lag_bytes", flat=True)
+    assert list(lags) == [first.remote_copy_lag_bytes, 7, 7]
+    at = TopicSample.objects.order_by("at").values_list("at", flat=True)
+    assert [(t - first.at).seconds for t in at] == [0, 330, 630]
+
+
+def test_a_topic_series_holds_the_last_figures_until_the_hold_then_breaks(cluster, builder):
+    sync(cluster, builder)
+    TopicSample.objects.all().delete()
+    t = Topic.objects.get(cluster=cluster, name="orders")
+    win = history.RANGES["1h"]  # 30 buckets of 2 minutes
+    start, _ = win.bounds(NOW)
+
+    def sample(at, remote):
+        TopicSample.objects.create(
+            topic=t,
+            at=at,
+            remote_bytes=remote,
+            local_bytes=5,
+            fenced_remote_bytes=0,
+            remote_copy_lag_bytes=0,
+            remote_delete_lag_bytes=0,
+        )
+
+    sample(start - timedelta(minutes=3), 100)  # before the window: held into it
+    sample(start + timedelta(minutes=4, seconds=10), 900)  # bucket 2: a peak ...
+    sample(start + timedelta(minutes=5), 200)  # ... then the figure that holds
+    sample(start + timedelta(minutes=52), 300)  # after a long silence
+    points = history.topic_series([t.pk], win, NOW)[t.pk]
+    by_bucket = {p["bucket"]: (p["remote_bytes"], p.get("held", False)) for p in points}
+    assert by_bucket[0] == by_bucket[1] == (100, True)
+    assert by_bucket[2] == (900, False) and by_bucket[3] == (200, True)
+    hold_buckets = int(history.hold().total_seconds()) // win.step  # 10 minutes: 5 buckets
+    assert max(b for b in by_bucket if b < 26) == 2 + hold_buckets  # then a gap: nothing known
+    assert by_bucket[26] == (300, False) and by_bucket[29] == (300, True)
+    assert sorted(by_bucket) == [*range(0, 3 + hold_buckets), *range(26, 30)]
+    # an empty window with no sample before it has no point at all
+    assert history.topic_series([t.pk], win, NOW + timedelta(days=1))[t.pk] == []
+
+
 def test_a_broker_whose_agent_did_not_answer_leaves_a_gap(cluster, builder, every_sync):
     sync(cluster, builder)
     sync(cluster, builder, down={3})
