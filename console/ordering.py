@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from django.core.paginator import Page
 from django.db import connection
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import OuterRef, Subquery
 from django.shortcuts import get_object_or_404
 
 from broker_agent.ordering import deletion_target, split_parent
@@ -26,8 +26,6 @@ ORDERING_ROW_LIMIT = 100
 """Gated partitions shown per group (held ones first; ``partitions_count`` says how many): an
 expansion from 5,000 to 10,000 partitions gates 5,000 of them for every group."""
 
-_HELD = ("waits on parent", "draining", "holds after the shrink")
-
 
 def topic_ordering(topic: Topic) -> dict:
     """KIP-253 in-order delivery as the console shows it (topic page, API ``ordering``).
@@ -43,13 +41,11 @@ def topic_ordering(topic: Topic) -> dict:
     consumers ask the leaders for; the console shows the leader epochs they come from (a web
     request never asks a broker).
 
-    Bounded at any size (#17): the lag is summed in PostgreSQL, and only the gated partitions
-    (marked, made by an expansion, receiving a marked one's keys) and their split parents are
-    read - none for a topic never expanded or shrunk. Two queries then, at most five.
+    Bounded at any size (#17): the lag is summed and the gates are classified in PostgreSQL
+    (:func:`_gate_rows`); Python sees the rows shown only. Two queries for a topic never
+    expanded or shrunk, at most six.
     """
-    n, u = topic.initial_partition_count, topic.undeleted_partition_count
     barrier = topic.configs.get("enable.ordered.delivery", "true") == "true"
-    on_topic = GroupOffset.objects.filter(cluster_id=topic.cluster_id, topic_name=topic.name)
     with connection.cursor() as cur:  # the first groups by id, and how many there are
         cur.execute(
             """
@@ -65,69 +61,16 @@ def topic_ordering(topic: Topic) -> dict:
         return {"barrier": barrier, "groups": [], "groups_count": 0}
     ids, count = [gid for gid, _ in found], found[0][1]
     lags = _group_lags(topic, ids)
-    parts, positions = _gated(topic, ids, on_topic)
-    # What does not depend on the group, once: the marked partitions by the partition their keys
-    # go to, and the partitions an entry may be made for (in partition order).
-    marked = sorted(p for p, row in parts.items() if row.marked_for_deletion)
-    blocked_by: dict[int, list[int]] = defaultdict(list)
-    for m in marked:
-        blocked_by[deletion_target(m, n, u)].append(m)
-    candidates = []
-    for p, row in sorted(parts.items()):
-        parent = split_parent(p, n) if row.leader_epoch_after_creation else None
-        if row.marked_for_deletion or p in blocked_by or parent is not None:
-            candidates.append((p, row, parent))  # else: a split parent, read for its position
-    groups = []
-    for gid in ids:
-        pos = positions.get(gid, {})
-
-        def at(p: int, pos=pos) -> int:
-            row = parts[p]
-            return max(pos.get(p, row.log_start_offset), row.log_start_offset)
-
-        undrained = {m for m in marked if at(m) < parts[m].log_end_offset}
-        rows = []
-        for p, row, parent in candidates:
-            entry = {
-                "partition": p,
-                "position": pos.get(p),
-                "lag": max(0, row.high_watermark - at(p)),
-                "kind": "",
-                "status": "",
-            }
-            if row.marked_for_deletion:
-                drained = p not in undrained
-                entry.update(kind="marked", status="drained" if drained else "draining")
-            elif parent is not None:
-                started = pos.get(p) is not None and pos[p] > row.log_start_offset
-                epoch = row.leader_epoch_after_creation.get(str(parent))
-                entry.update(
-                    kind="new",
-                    parent=parent,
-                    split_epoch=epoch,
-                    parent_position=pos.get(parent),
-                    status="released" if started or not barrier else "waits on parent",
-                )
-            blockers = [m for m in blocked_by.get(p, ()) if m in undrained]
-            if blockers and not row.marked_for_deletion:
-                epochs = {parts[m].leader_epoch_before_deletion.get(str(p)) for m in blockers}
-                entry.update(
-                    kind=entry["kind"] or "holds",
-                    waits_on=blockers,
-                    deletion_epoch=min((e for e in epochs if e is not None), default=None),
-                    status="holds after the shrink" if barrier else entry["status"],
-                )
-            if entry["kind"]:
-                rows.append(entry)
-        rows.sort(key=lambda r: r["status"] not in _HELD)  # stable: by partition within
-        groups.append(
-            {
-                "group_id": gid,
-                "lag": lags.get(gid, 0),
-                "partitions_count": len(rows),
-                "partitions": rows[:ORDERING_ROW_LIMIT],
-            }
-        )
+    rows, count_of = _gate_rows(topic, ids, barrier)
+    groups = [
+        {
+            "group_id": gid,
+            "lag": lags.get(gid, 0),
+            "partitions_count": count_of.get(gid, 0),
+            "partitions": rows.get(gid, []),
+        }
+        for gid in ids
+    ]
     return {"barrier": barrier, "groups": groups, "groups_count": count}
 
 
@@ -156,40 +99,139 @@ def _group_lags(topic: Topic, ids: list[str]) -> dict[str, int]:
         return {gid: int(lag) for gid, lag in cur.fetchall()}
 
 
-def _gated(topic: Topic, ids: list[str], on_topic) -> tuple[dict, dict[str, dict[int, int]]]:
-    """The partitions a gate may concern (marked, made by an expansion, receiving a marked
-    one's keys) with the split parents of the new ones, and the groups' positions on them."""
+# Each listed group against each partition a gate may concern: made by an expansion (it has a
+# leaderEpochAfterCreation), marked for deletion, or receiving a marked one's keys (a target).
+# A row per (group, partition) that has a gate to show, classified as the topic page shows it,
+# held ones first, the first %(limit)s of each group with how many there are.
+_GATE_ROWS_SQL = """
+WITH cand AS MATERIALIZED (
+    SELECT x.partition AS p, x.marked_for_deletion AS marked,
+           (x.partition >= %(n)s AND x.leader_epoch_after_creation <> '{}'::jsonb
+            AND NOT x.marked_for_deletion) AS is_new,
+           x.log_start_offset AS lso, x.log_end_offset AS leo, x.high_watermark AS hw
+    FROM console_partition x
+    WHERE x.topic_id = %(topic)s
+      AND (x.marked_for_deletion OR x.partition = ANY(%(targets)s)
+           OR (x.partition >= %(n)s AND x.leader_epoch_after_creation <> '{}'::jsonb))
+),
+undrained AS MATERIALIZED (
+    SELECT g.gid, m.target, array_agg(m.p ORDER BY m.p) AS blockers
+    FROM unnest(%(marked)s::int[], %(targets)s::int[]) AS m(p, target)
+    JOIN cand c ON c.p = m.p
+    CROSS JOIN unnest(%(ids)s::text[]) AS g(gid)
+    LEFT JOIN console_groupoffset o
+        ON o.cluster_id = %(cluster)s AND o.topic_name = %(name)s
+       AND o.group_id = g.gid AND o.partition = m.p
+    WHERE greatest(coalesce(o.committed_offset, c.lso), c.lso) < c.leo
+    GROUP BY 1, 2
+)
+SELECT g.gid, r.p, r.pos, r.lag, r.marked, r.is_new, r.drained, r.started, r.blockers,
+       r.rows_count
+FROM unnest(%(ids)s::text[]) AS g(gid)
+CROSS JOIN LATERAL (
+    SELECT k.*, count(*) OVER () AS rows_count
+    FROM (
+        SELECT h.*, (h.marked AND NOT h.drained)
+                    OR (%(barrier)s AND h.is_new AND NOT h.started)
+                    OR (%(barrier)s AND h.blockers IS NOT NULL) AS held
+        FROM (
+            SELECT c.p, o.committed_offset AS pos, c.marked, c.is_new,
+                   greatest(0, c.hw - greatest(coalesce(o.committed_offset, c.lso), c.lso))
+                       AS lag,
+                   greatest(coalesce(o.committed_offset, c.lso), c.lso) >= c.leo AS drained,
+                   coalesce(o.committed_offset > c.lso, false) AS started,
+                   CASE WHEN c.marked THEN NULL ELSE u.blockers END AS blockers
+            FROM cand c
+            LEFT JOIN console_groupoffset o
+                ON o.cluster_id = %(cluster)s AND o.topic_name = %(name)s
+               AND o.group_id = g.gid AND o.partition = c.p
+            LEFT JOIN undrained u ON u.gid = g.gid AND u.target = c.p
+            WHERE c.marked OR c.is_new OR (u.blockers IS NOT NULL AND NOT c.marked)
+        ) h
+    ) k
+    ORDER BY k.held DESC, k.p
+    LIMIT %(limit)s
+) r
+ORDER BY g.gid, r.held DESC, r.p
+"""
+
+
+def _gate_rows(
+    topic: Topic, ids: list[str], barrier: bool
+) -> tuple[dict[str, list[dict]], dict[str, int]]:
+    """Per group, its first :data:`ORDERING_ROW_LIMIT` gated partitions (held first) and how
+    many there are. Classified in PostgreSQL (one pass over groups x gated partitions, however
+    many); only the rows shown come back to Python, with the split and deletion epochs and the
+    parents' positions read for those alone. None for a topic never expanded or shrunk."""
     n, u = topic.initial_partition_count, topic.undeleted_partition_count
     if topic.partition_count <= n and not topic.marked_for_deletion_count:
         return {}, {}
-    fields = (
-        "partition",
-        "log_start_offset",
-        "log_end_offset",
-        "high_watermark",
-        "marked_for_deletion",
-        "leader_epoch_after_creation",
-        "leader_epoch_before_deletion",
-    )
-    # rows as named tuples, not models: an expansion to 10,000 gates 5,000 and reads their parents
-    of_topic = Partition.objects.filter(topic=topic).values_list(*fields, named=True)
-    parts = {
-        p.partition: p for p in of_topic.filter(Q(marked_for_deletion=True) | Q(partition__gte=n))
+    of_topic = Partition.objects.filter(topic=topic)
+    marked = []
+    if topic.marked_for_deletion_count:
+        marked = list(of_topic.filter(marked_for_deletion=True).values_list("partition", flat=True))
+    params = {
+        "topic": topic.pk,
+        "cluster": topic.cluster_id,
+        "name": topic.name,
+        "ids": ids,
+        "n": n,
+        "marked": marked,
+        "targets": [deletion_target(m, n, u) for m in marked],
+        "barrier": barrier,
+        "limit": ORDERING_ROW_LIMIT,
     }
-    marked = [p for p, row in parts.items() if row.marked_for_deletion]
-    more = {deletion_target(m, n, u) for m in marked}
-    more |= {split_parent(p, n) for p in parts if p >= n}
-    more -= set(parts)
-    if more:
-        parts.update((p.partition, p) for p in of_topic.filter(partition__in=more))
-    of_groups = on_topic.filter(group_id__in=ids)
-    if len(parts) < topic.partition_count // 2:  # else reading them all is cheaper than naming them
-        of_groups = of_groups.filter(partition__in=list(parts))
-    positions: dict[str, dict[int, int]] = defaultdict(dict)
-    for gid, p, offset in of_groups.values_list("group_id", "partition", "committed_offset"):
-        if p in parts:
-            positions[gid][p] = offset
-    return parts, positions
+    with connection.cursor() as cur:
+        cur.execute(_GATE_ROWS_SQL, params)
+        found = cur.fetchall()
+    if not found:
+        return {}, {}
+    # The epochs the consumers ask the leaders for, and the parents' positions: of shown rows.
+    parents = {r[1]: split_parent(r[1], n) for r in found if r[5]}
+    wanted = {r[1] for r in found} | {m for r in found for m in (r[8] or ())}
+    epochs = {
+        p: (after, before)
+        for p, after, before in of_topic.filter(partition__in=wanted).values_list(
+            "partition", "leader_epoch_after_creation", "leader_epoch_before_deletion"
+        )
+    }
+    at_parent: dict[tuple[str, int], int] = {}
+    if parents:
+        at_parent = {
+            (gid, p): offset
+            for gid, p, offset in GroupOffset.objects.filter(
+                cluster_id=topic.cluster_id,
+                topic_name=topic.name,
+                group_id__in=ids,
+                partition__in=set(parents.values()),
+            ).values_list("group_id", "partition", "committed_offset")
+        }
+    rows: dict[str, list[dict]] = defaultdict(list)
+    count_of: dict[str, int] = {}
+    for gid, p, pos, lag, marked_, is_new, drained, started, blockers, rows_count in found:
+        count_of[gid] = rows_count
+        entry = {"partition": p, "position": pos, "lag": lag, "kind": "", "status": ""}
+        if marked_:
+            entry.update(kind="marked", status="drained" if drained else "draining")
+        elif is_new:
+            parent = parents[p]
+            entry.update(
+                kind="new",
+                parent=parent,
+                split_epoch=epochs[p][0].get(str(parent)),
+                parent_position=at_parent.get((gid, parent)),
+                status="released" if started or not barrier else "waits on parent",
+            )
+        if blockers:
+            before = {epochs[m][1].get(str(p)) for m in blockers}
+            entry.update(
+                kind=entry["kind"] or "holds",
+                waits_on=list(blockers),
+                deletion_epoch=min((e for e in before if e is not None), default=None),
+                status="holds after the shrink" if barrier else entry["status"],
+            )
+        rows[gid].append(entry)
+    return rows, count_of
 
 
 def annotate_tree(tree: list[dict], ordering: dict) -> None:

@@ -1,0 +1,153 @@
+"""The topic page's KIP-253 gates, classified in PostgreSQL (#17), against the rules written out
+in Python (``broker_agent.ordering``, partition by partition, group by group) on random topics:
+expanded, shrunk, both, with the barrier on or off and positions anywhere."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from django.utils import timezone
+
+from broker_agent.ordering import deletion_blockers, deletion_target, split_parent
+from console import ordering
+from console.models import GroupOffset, Partition, Topic
+
+pytestmark = pytest.mark.django_db
+
+HELD = ("waits on parent", "draining", "holds after the shrink")
+
+
+def _expected(topic: Topic, limit: int) -> list[tuple[str, int, list[dict]]]:
+    """Every gate row of every group, one partition at a time (the rules as the seed says them),
+    held first then by partition; the first ``limit`` of each group with how many there are."""
+    n, u = topic.initial_partition_count, topic.undeleted_partition_count
+    barrier = topic.configs.get("enable.ordered.delivery", "true") == "true"
+    parts = {p.partition: p for p in Partition.objects.filter(topic=topic)}
+    positions: dict[str, dict[int, int]] = {}
+    for g in GroupOffset.objects.filter(topic_name=topic.name):
+        positions.setdefault(g.group_id, {})[g.partition] = g.committed_offset
+    marked = sorted(p for p, row in parts.items() if row.marked_for_deletion)
+    targets = {deletion_target(m, n, u) for m in marked}
+    out = []
+    for gid in sorted(positions)[: ordering.ORDERING_GROUP_LIMIT]:
+        pos = positions[gid]
+
+        def at(p: int, pos=pos) -> int:
+            return max(pos.get(p, parts[p].log_start_offset), parts[p].log_start_offset)
+
+        undrained = [m for m in marked if at(m) < parts[m].log_end_offset]
+        rows = []
+        for p, row in sorted(parts.items()):
+            parent = split_parent(p, n)
+            new = parent is not None and bool(row.leader_epoch_after_creation)
+            if not (row.marked_for_deletion or p in targets or new):
+                continue
+            entry = {
+                "partition": p,
+                "position": pos.get(p),
+                "lag": max(0, row.high_watermark - at(p)),
+                "kind": "",
+                "status": "",
+            }
+            if row.marked_for_deletion:
+                status = "draining" if p in undrained else "drained"
+                entry.update(kind="marked", status=status)
+            elif new:
+                started = pos.get(p) is not None and pos[p] > row.log_start_offset
+                entry.update(
+                    kind="new",
+                    parent=parent,
+                    split_epoch=row.leader_epoch_after_creation.get(str(parent)),
+                    parent_position=pos.get(parent),
+                    status="released" if started or not barrier else "waits on parent",
+                )
+            blockers = deletion_blockers(p, undrained, n, u)
+            if blockers and not row.marked_for_deletion:
+                epochs = {parts[m].leader_epoch_before_deletion.get(str(p)) for m in blockers}
+                entry.update(
+                    kind=entry["kind"] or "holds",
+                    waits_on=blockers,
+                    deletion_epoch=min((e for e in epochs if e is not None), default=None),
+                    status="holds after the shrink" if barrier else entry["status"],
+                )
+            if entry["kind"]:
+                rows.append(entry)
+        rows.sort(key=lambda r: r["status"] not in HELD)
+        out.append((gid, len(rows), rows[:limit]))
+    return out
+
+
+def _random_topic(cluster, rng: random.Random, name: str) -> Topic:
+    n = rng.randint(1, 5)
+    count = rng.randint(n, 4 * n + 3)
+    u = rng.randint(n, count)  # u == count: never shrunk
+    barrier = rng.random() < 0.7
+    topic = Topic.objects.create(
+        cluster=cluster,
+        name=name,
+        topic_id=name,
+        initial_partition_count=n,
+        undeleted_partition_count=u,
+        partition_count=count,
+        marked_for_deletion_count=count - u,
+        configs={} if barrier else {"enable.ordered.delivery": "false"},
+    )
+    targets = {m: deletion_target(m, n, u) for m in range(u, count)}
+    rows = []
+    for p in range(count):
+        lso = rng.randint(0, 5)
+        leo = lso + rng.randint(0, 10)
+        after = {}
+        if p >= n and rng.random() < 0.8:
+            after = {str(split_parent(p, n)): rng.randint(0, 5)}
+        before = {}
+        if p in targets and rng.random() < 0.8:
+            before = {str(targets[p]): rng.randint(0, 5)}
+        rows.append(
+            Partition(
+                cluster=cluster,
+                topic=topic,
+                topic_name=name,
+                partition=p,
+                log_start_offset=lso,
+                log_end_offset=leo,
+                high_watermark=rng.randint(lso, leo),
+                marked_for_deletion=p >= u,
+                leader_epoch_after_creation=after,
+                leader_epoch_before_deletion=before,
+            )
+        )
+    Partition.objects.bulk_create(rows)
+    now = timezone.now()
+    GroupOffset.objects.bulk_create(
+        GroupOffset(
+            cluster=cluster,
+            group_id=f"g{g}",
+            topic_name=name,
+            partition=r.partition,
+            committed_offset=rng.randint(0, r.log_end_offset + 2),
+            synced_at=now,
+        )
+        for g in range(rng.randint(1, 4))
+        for r in rows
+        if rng.random() < 0.6
+    )
+    return topic
+
+
+@pytest.mark.parametrize("limit", [100, 3])
+def test_the_gates_classified_in_sql_are_the_rules_partition_by_partition(
+    cluster, monkeypatch, limit
+):
+    monkeypatch.setattr(ordering, "ORDERING_ROW_LIMIT", limit)
+    rng = random.Random(253 + limit)
+    seen = set()
+    for i in range(40):
+        topic = _random_topic(cluster, rng, f"t{i}")
+        got = ordering.topic_ordering(topic)
+        shown = [(g["group_id"], g["partitions_count"], g["partitions"]) for g in got["groups"]]
+        assert shown == _expected(topic, limit), topic.name
+        seen |= {r["status"] for g in got["groups"] for r in g["partitions"]}
+    # every kind of gate came up at least once among the random topics
+    assert seen >= {"waits on parent", "released", "draining", "drained", "holds after the shrink"}
