@@ -292,9 +292,7 @@ def _child_sync(info: dict) -> dict:
     if info.get("history"):  # after the peak: its generated worst-case hour is not a sync's
         from bench.scale_history import measure_history
 
-        extra["history"] = measure_history(
-            cluster, lambda: _sim(Path(info["data"]), "churn", "--fraction", "0.01", "--seed", "9")
-        )
+        extra["history"] = measure_history(cluster)
     return {
         **extra,
         "full_s": full_s,

@@ -16,7 +16,16 @@ from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 
 from console.choices import LogDirState
-from console.history import RANGES, SPARK, Window, dir_series, topic_series, window
+from console.history import (
+    RANGES,
+    SPARK,
+    Window,
+    dir_series,
+    hold,
+    keep_alive,
+    topic_series,
+    window,
+)
 
 __all__ = ["Chart", "Line", "chart", "dir_charts", "dir_sparks", "topic_charts"]
 
@@ -225,8 +234,9 @@ TOPIC_LAG = (
 
 def topic_charts(topic, range_name: str | None, now: datetime | None = None) -> dict:
     """A tiered topic's charts over the chosen range: its remote / local / fenced bytes and its
-    copy / delete lag in bytes (KIP-963's RemoteCopyLagBytes, RemoteDeleteLagBytes)."""
-    return _charts(
+    copy / delete lag in bytes (KIP-963's RemoteCopyLagBytes, RemoteDeleteLagBytes), and for
+    the legend how often an unchanged topic is sampled and how long its last figures hold."""
+    out = _charts(
         topic_series,
         topic.pk,
         range_name,
@@ -234,3 +244,6 @@ def topic_charts(topic, range_name: str | None, now: datetime | None = None) -> 
         bytes=(TOPIC_BYTES, {"unit": "bytes"}),
         lag=(TOPIC_LAG, {"unit": "bytes"}),
     )
+    out["keep_alive_minutes"] = round(keep_alive().total_seconds() / 60, 1)
+    out["hold_minutes"] = round(hold().total_seconds() / 60, 1)
+    return out

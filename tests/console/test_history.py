@@ -245,6 +245,7 @@ def test_topic_page_draws_bytes_and_lag_for_a_tiered_topic(
     html = browser_client.get("/topics/local/orders/").content.decode()
     assert 'id="topic-history"' in html and 'data-chart="bytes"' in html
     assert "remote: now 234.4 KB" in html  # 6 partitions x 400 records x 100 bytes
+    assert "at least every 5 min" in html and "last figures for up to 10 min" in html
     never = browser_client.get("/topics/local/payments/").content.decode()
     assert "never been tiered" in never and 'data-chart="bytes"' not in never
 
