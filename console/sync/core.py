@@ -24,8 +24,9 @@ Design (console issue, "Sync"):
    controller) leave that agent's version where it was, so they are fetched again.
 
 5. **History.** At most every ``STRATA_HISTORY_SAMPLE_SECONDS`` a sync also writes a sample of
-   every answering broker's log dirs and every tiered topic, in the same transaction
-   (:mod:`console.history`; the trend charts read them).
+   every answering broker's log dirs and of every tiered topic whose figures changed (or whose
+   keep-alive is due), in the same transaction (:mod:`console.history`; the trend charts read
+   them).
 
 Where it lives: this module runs a sync (lock, order, the agents in parallel, the SyncRun);
 :mod:`console.sync.metadata` is the controller's side, :mod:`console.sync.snapshots` the
