@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -233,51 +232,47 @@ def roll_up(now: datetime | None = None) -> dict[str, int]:
     return counts
 
 
-def _series(
-    table: str,
-    fk: str,
-    fields: Iterable[str],
-    ids: list[int],
-    win: Window,
-    now: datetime,
-    state: bool,
-) -> dict[int, list[dict]]:
-    """Peaks per bucket of ``win`` for each id (one query). Windows of hourly buckets read the
-    hourly rows and the raw samples not rolled up yet; shorter buckets read raw samples."""
-    if not ids:
-        return {}
-    start, end = win.bounds(now)
-    resolutions = [Resolution.RAW, Resolution.HOUR] if win.step >= 3600 else [Resolution.RAW]
-    fields = list(fields)
-    peaks = [f"max({f})" for f in fields] + ([f"max({_STATE_RANK})"] if state else [])
-    with connection.cursor() as cur:
-        cur.execute(
-            f"""
-            SELECT {fk}, floor(extract(epoch FROM at - %(start)s) / %(step)s)::int AS bucket,
-                   {", ".join(peaks)}
-            FROM {table}
-            WHERE {fk} = ANY(%(ids)s) AND resolution = ANY(%(res)s)
-              AND at >= %(start)s AND at < %(end)s
-            GROUP BY 1, 2 ORDER BY 1, 2
-            """,  # noqa: S608 - table and column names are constants
-            {"ids": ids, "res": resolutions, "start": start, "end": end, "step": win.step},
-        )
-        rows = cur.fetchall()
-    out: dict[int, list[dict]] = {i: [] for i in ids}
-    for row in rows:
-        point = {"bucket": row[1], "at": start + timedelta(seconds=row[1] * win.step)}
-        point.update(zip(fields, row[2 : 2 + len(fields)], strict=True))
-        if state:
-            point["state"] = _STATES[row[-1]]
-        out[row[0]].append(point)
-    return out
+def _resolutions(win: Window) -> list[str]:
+    """Windows of hourly buckets read the hourly rows and the raw samples not rolled up yet;
+    shorter buckets read raw samples."""
+    return [Resolution.RAW, Resolution.HOUR] if win.step >= 3600 else [Resolution.RAW]
 
 
 def dir_series(log_dir_ids: list[int], win: Window, now: datetime | None = None):
     """``{log_dir_id: [{"at", "bucket", "used_bytes", "total_bytes", "probe_latency_ms",
-    "state"}, ...]}`` over ``win``."""
+    "state"}, ...]}`` over ``win``: the peaks and the worst state per bucket, for any number of
+    dirs in one query (dirs are sampled at every sample: a bucket without one is a gap)."""
     now = now or timezone.now()
-    return _series("console_logdirsample", "log_dir_id", DIR_FIELDS, log_dir_ids, win, now, True)
+    if not log_dir_ids:
+        return {}
+    start, end = win.bounds(now)
+    peaks = ", ".join([f"max({f})" for f in DIR_FIELDS] + [f"max({_STATE_RANK})"])
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            SELECT log_dir_id, floor(extract(epoch FROM at - %(start)s) / %(step)s)::int,
+                   {peaks}
+            FROM console_logdirsample
+            WHERE log_dir_id = ANY(%(ids)s) AND resolution = ANY(%(res)s)
+              AND at >= %(start)s AND at < %(end)s
+            GROUP BY 1, 2 ORDER BY 1, 2
+            """,  # noqa: S608 - column names are constants
+            {
+                "ids": log_dir_ids,
+                "res": _resolutions(win),
+                "start": start,
+                "end": end,
+                "step": win.step,
+            },
+        )
+        rows = cur.fetchall()
+    out: dict[int, list[dict]] = {i: [] for i in log_dir_ids}
+    for row in rows:
+        point = {"bucket": row[1], "at": start + timedelta(seconds=row[1] * win.step)}
+        point.update(zip(DIR_FIELDS, row[2 : 2 + len(DIR_FIELDS)], strict=True))
+        point["state"] = _STATES[row[-1]]
+        out[row[0]].append(point)
+    return out
 
 
 def topic_series(topic_ids: list[int], win: Window, now: datetime | None = None):
@@ -291,7 +286,6 @@ def topic_series(topic_ids: list[int], win: Window, now: datetime | None = None)
     if not topic_ids:
         return {}
     start, end = win.bounds(now)
-    resolutions = [Resolution.RAW, Resolution.HOUR] if win.step >= 3600 else [Resolution.RAW]
     span = hold()
     fields = ", ".join(TOPIC_FIELDS)
     peaks = ", ".join(f"max({f})" for f in TOPIC_FIELDS)
@@ -315,7 +309,7 @@ def topic_series(topic_ids: list[int], win: Window, now: datetime | None = None)
             """,  # noqa: S608 - column names are constants
             {
                 "ids": topic_ids,
-                "res": resolutions,
+                "res": _resolutions(win),
                 "start": start,
                 "end": end,
                 "step": win.step,
