@@ -17,8 +17,10 @@ import os
 import sqlite3
 import time
 import uuid
+from typing import Literal
 
 from fastapi import FastAPI, Query
+from fastapi.responses import Response
 
 from broker_agent import kip950
 from broker_agent.choices import (
@@ -32,7 +34,9 @@ from broker_agent.choices import (
 from broker_agent.client import AgentClient
 from broker_agent.groups import GroupCoordinator, install_group_routes
 from broker_agent.hashing import murmur2, partition_for_key, to_positive
+from broker_agent.metadata_rows import METADATA_TSV_HELP, metadata_tsv
 from broker_agent.models import (
+    SNAPSHOT_TSV_MEDIA_TYPE,
     AlterConfigsRequest,
     AlterIsrRequest,
     AlterPartitionCountRequest,
@@ -264,16 +268,13 @@ class Controller:
             "url": b["url"],
             "alive": b["alive"],
             "log_dirs": dirs,
-            "offline_log_directory_count": sum(
-                1 for d in dirs if d["state"] == LogDirState.OFFLINE
-            ),
+            "offline_log_directory_count": sum(d["state"] == LogDirState.OFFLINE for d in dirs),
             # KIP-112 OfflineReplicaCount is the broker's own metric: a live broker's replicas
             # on its offline log dirs. A fenced broker reports none.
             "offline_replica_count": sum(
-                1
+                b["broker_id"] in p["offline_replicas"]
                 for t in self.topics.values()
                 for p in t["partitions"].values()
-                if b["broker_id"] in p["offline_replicas"]
             )
             if b["alive"]
             else 0,
@@ -697,25 +698,22 @@ def create_app(
     async def metadata(
         since: int | None = Query(None, ge=-1, le=2**62),
         wait_ms: int = Query(0, ge=0, le=30_000),
-        delta: bool = Query(
-            False,
-            description="Ask for a partition-level delta. This controller always answers in "
-            "full (full=true); the synthetic cluster answers deltas.",
-        ),
+        delta: bool = Query(False, description="Partition-level deltas: answered in full here"),
+        format: Literal["json", "tsv"] = Query("json", description=METADATA_TSV_HELP),
     ):
         ctl = c()
         if since is not None and ctl.version <= since and wait_ms:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ctl._changed.wait(), wait_ms / 1000)
         if since is not None and ctl.version <= since:
-            return {
-                "cluster_id": ctl.cluster_id,
-                "version": ctl.version,
-                "brokers": [],
-                "topics": [],
-                "changed": False,
-            }
-        return ctl.metadata()
+            body = dict(cluster_id=ctl.cluster_id, version=ctl.version, brokers=[], topics=[])
+            body["changed"] = False
+        else:
+            body = ctl.metadata()
+        if format == "json":
+            return body
+        md = metadata_tsv(ClusterMetadata.model_validate(body))
+        return Response(md, media_type=SNAPSHOT_TSV_MEDIA_TYPE)
 
     @app.get("/v1/brokers", response_model=list[BrokerInfo])
     async def list_brokers():

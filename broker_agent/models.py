@@ -59,6 +59,7 @@ __all__ = [
     "split_group_tsv",
     "split_partition_key",
     "split_snapshot_tsv",
+    "tsv_value",
     "validate_topic_name",
 ]
 
@@ -593,13 +594,20 @@ SNAPSHOT_TSV_COLUMNS = (
 _TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
-def _tsv_value(value: object) -> str:
+def tsv_value(value: object) -> str:
+    """One value in PostgreSQL's COPY text format: ``\\N`` for None, ``t`` / ``f``, lists as
+    array literals (``{1,2}``), dicts as JSON, anything else as text; backslash, tab, newline
+    and carriage return escaped."""
     if value is None:
         return "\\N"
     if value is True:
         return "t"
     if value is False:
         return "f"
+    if isinstance(value, list):
+        return "{" + ",".join(map(str, value)) + "}"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":")).translate(_TSV_ESCAPES)
     return str(value).translate(_TSV_ESCAPES)
 
 
@@ -614,7 +622,7 @@ def snapshot_tsv(snap: BrokerSnapshot) -> bytes:
     broker = str(snap.broker_id)
     for r in snap.replicas:
         row = r.model_dump()
-        lines.append("\t".join([broker, *(_tsv_value(row[c]) for c in SNAPSHOT_TSV_COLUMNS[1:])]))
+        lines.append("\t".join([broker, *(tsv_value(row[c]) for c in SNAPSHOT_TSV_COLUMNS[1:])]))
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -664,7 +672,7 @@ def group_changes_tsv(
     ``position_columns`` (:data:`GROUP_TSV_COLUMNS`). Then one line per committed position in
     PostgreSQL's COPY text format, as :func:`snapshot_tsv`'s rows."""
     lines = [group_tsv_head(version, full, groups)]
-    lines.extend("\t".join(_tsv_value(v) for v in row) for row in rows)
+    lines.extend("\t".join(tsv_value(v) for v in row) for row in rows)
     return ("\n".join(lines) + "\n").encode()
 
 

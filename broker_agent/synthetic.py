@@ -49,6 +49,7 @@ life: every partition is newer than it. A ticker advances 1% of the log end offs
 from __future__ import annotations
 
 import bisect
+import json
 import random
 import threading
 import time
@@ -62,6 +63,11 @@ from broker_agent.choices import (
     TaskState,
     TieredState,
     TopicConfig,
+)
+from broker_agent.metadata_rows import (
+    METADATA_PARTITION_COLUMNS,
+    METADATA_TOPIC_COLUMNS,
+    metadata_topic_row,
 )
 from broker_agent.models import (
     SNAPSHOT_TSV_COLUMNS,
@@ -215,6 +221,7 @@ class SyntheticCluster:
         # Per-partition rendered JSON, invalidated on change (a full answer after a 1% churn
         # re-renders 1% and joins the rest).
         self._meta_entry: list[str | None] = [None] * n
+        self._meta_row: list[str | None] = [None] * n  # the same as a format=tsv row
         self._snap_entry: list[str | None] = [None] * n
         # A broker's replica entry differs between brokers only by leader / follower.
         # [follower JSON, leader JSON, follower row, leader row] per partition
@@ -305,6 +312,7 @@ class SyntheticCluster:
         self.pversion.extend(array("q", [v]) * count)
         self.mversion.extend(array("q", [v]) * count)
         self._meta_entry.extend([None] * count)
+        self._meta_row.extend([None] * count)
         self._snap_entry.extend([None] * count)
         for entries in self._replica_entry:
             entries.extend([None] * count)
@@ -345,6 +353,7 @@ class SyntheticCluster:
 
     def _invalidate(self, i: int) -> None:
         self._meta_entry[i] = None
+        self._meta_row[i] = None
         self._snap_entry[i] = None
         for entries in self._replica_entry:
             entries[i] = None
@@ -480,20 +489,47 @@ class SyntheticCluster:
             self._meta_entry[i] = s
         return s
 
-    def _topic_head(self, t: int) -> str:
+    def _partition_row(self, i: int) -> str:
+        """:meth:`_partition_json` as a ``format=tsv`` row (``METADATA_PARTITION_COLUMNS``)."""
+        s = self._meta_row[i]
+        if s is None:
+            reps = "{" + ",".join(map(str, self.replicas(i))) + "}"
+            isr = "{" + ",".join(map(str, self.isr(i))) + "}"
+            s = (
+                f"{self.topics[self._topic_of[i]]}\t{self.locate(i)[1]}\t{reps}\t"
+                f"{self.leader(i)}\t{self.leader_epoch[i]}\t{self.partition_epoch[i]}\t{isr}\t"
+                f"{{}}\t{reps}\t{{}}\t{{}}\tf"
+            )
+            self._meta_row[i] = s
+        return s
+
+    def _topic_fields(self, t: int) -> dict:
+        """``TopicMetadata`` of topic ``t`` without its partitions (the live tiering state's
+        when tiering commands are served)."""
         if self.tiering is not None:
-            return self.tiering.topic_head(t)
-        if self.tiered(t):
-            configs = f'{{"{TopicConfig.REMOTE_STORAGE_ENABLE}":"true"}}'
-            state = TieredState.ENABLED
+            st = self.tiering.topic(t)
+            configs, state, epoch = st["configs"], st["tiered_state"], st["tiered_epoch"]
+            policy, acks = st["disable_policy"], sorted(st["tiering_acks"])
         else:
-            configs, state = "{}", TieredState.NONE
-        return (
-            f'{{"name":"{self.topics[t]}","topic_id":"{self.topic_ids[t]}","configs":{configs},'
-            f'"tiered_state":"{state}","tiered_epoch":0,"disable_policy":null,'
-            f'"tiering_acks":[],"initial_partition_count":{self.initial_sizes[t]},'
-            f'"undeleted_partition_count":{self.sizes[t]},"partitions":['
-        )
+            tiered = self.tiered(t)
+            configs = {TopicConfig.REMOTE_STORAGE_ENABLE: "true"} if tiered else {}
+            state = TieredState.ENABLED if tiered else TieredState.NONE
+            epoch, policy, acks = 0, None, []
+        return {
+            "name": self.topics[t],
+            "topic_id": self.topic_ids[t],
+            "configs": configs,
+            "tiered_state": state,
+            "tiered_epoch": epoch,
+            "disable_policy": policy,
+            "tiering_acks": acks,
+            "initial_partition_count": self.initial_sizes[t],
+            "undeleted_partition_count": self.sizes[t],
+        }
+
+    def _topic_head(self, t: int) -> str:
+        """A ``TopicMetadata`` object up to ``"partitions":[``."""
+        return json.dumps(self._topic_fields(t), separators=(",", ":"))[:-1] + ',"partitions":['
 
     def brokers_body(self) -> bytes:
         """``GET /v1/brokers``: the brokers of ``/v1/metadata`` without the topics."""
@@ -505,33 +541,55 @@ class SyntheticCluster:
     def _topic_json(self, t: int, indexes) -> str:
         return self._topic_head(t) + ",".join(self._partition_json(i) for i in indexes) + "]}"
 
-    def metadata_body(self, since: int | None, delta: bool) -> bytes:
-        """JSON bytes of ``GET /v1/metadata`` (uncompressed)."""
+    def metadata_body(self, since: int | None, delta: bool, tsv: bool = False) -> bytes:
+        """Bytes of ``GET /v1/metadata`` (uncompressed): JSON, or ``format=tsv``
+        (:mod:`broker_agent.metadata_rows`) with ``tsv``."""
         with self.lock:
             known = self._known(since)
-            if known and since >= self.metadata_version:
-                return (
-                    f'{{"cluster_id":"{self.cluster_id}","version":{self.metadata_version},'
-                    f'"brokers":[],"topics":[],"changed":false,"full":true,"since":{since}}}'
-                ).encode()
-            is_delta = delta and known
-            brokers = ",".join(self._broker_json(b) for b in range(1, self.brokers + 1))
-            topics = []
-            if is_delta:
+            unchanged = known and since >= self.metadata_version
+            is_delta = delta and known and not unchanged
+            if unchanged:
+                topic_parts: list[tuple[int, list[int] | range]] = []
+            elif is_delta:
                 by_topic: dict[int, list[int]] = {}
                 for i in self._changed_since(since, metadata=True):
                     by_topic.setdefault(self._topic_of[i], []).append(i)
-                topics = [self._topic_json(t, changed) for t, changed in by_topic.items()]
+                topic_parts = list(by_topic.items())
             else:
-                for t in range(len(self.topics)):
-                    topics.append(self._topic_json(t, self.topic_range(t)))
-            return (
+                topic_parts = [(t, self.topic_range(t)) for t in range(len(self.topics))]
+            brokers = (
+                ""
+                if unchanged
+                else ",".join(self._broker_json(b) for b in range(1, self.brokers + 1))
+            )
+            head = (
                 f'{{"cluster_id":"{self.cluster_id}","version":{self.metadata_version},'
-                f'"brokers":[{brokers}],"topics":[{",".join(topics)}],"changed":true,'
+                f'"brokers":[{brokers}],"topics":[],"changed":{"false" if unchanged else "true"},'
                 f'"full":{"false" if is_delta else "true"},'
-                f'"since":{since if is_delta else "null"},'
+                f'"since":{since if is_delta or unchanged else "null"},'
                 f'"removed_topics":[],"removed_partitions":[]}}'
-            ).encode()
+            )
+            if tsv:
+                return self._metadata_rows(head, topic_parts)
+            topics = ",".join(self._topic_json(t, parts) for t, parts in topic_parts)
+            return (head.replace('"topics":[]', f'"topics":[{topics}]', 1)).encode()
+
+    def _metadata_rows(self, head: str, topic_parts) -> bytes:
+        """``format=tsv`` of :meth:`metadata_body`: ``head`` with the column lists, a row per
+        topic (with its digest), then its partitions' rows."""
+        envelope = json.loads(head)
+        envelope.update(
+            topic_columns=list(METADATA_TOPIC_COLUMNS),
+            partition_columns=list(METADATA_PARTITION_COLUMNS),
+            topic_count=len(topic_parts),
+        )
+        topics, partitions = [], []
+        for t, parts in topic_parts:
+            rows = [self._partition_row(i) for i in parts]
+            topics.append(metadata_topic_row(self._topic_fields(t), rows))
+            partitions.extend(rows)
+        lines = [json.dumps(envelope, separators=(",", ":")), *topics, *partitions, ""]
+        return "\n".join(lines).encode()
 
     def topic_body(self, name: str | None) -> bytes:
         with self.lock:

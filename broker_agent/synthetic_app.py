@@ -116,11 +116,17 @@ def create_app(
         since: int | None = since_q,
         delta: bool = Query(False),
         wait_ms: int = Query(0, ge=0, le=30_000),
+        format: Literal["json", "tsv"] = Query("json"),
     ):
-        """Controller metadata (``ClusterMetadata``); ``delta=true`` for partition-level deltas.
-        ``wait_ms`` is accepted for compatibility and ignored (nothing here long-polls)."""
+        """Controller metadata (``ClusterMetadata``); ``delta=true`` for partition-level deltas;
+        ``format=tsv`` as rows (:mod:`broker_agent.metadata_rows`). ``wait_ms`` is accepted
+        for compatibility and ignored (nothing here long-polls)."""
+        tsv = format == "tsv"
         return _respond(
-            request, ("metadata", since, delta), lambda: cluster.metadata_body(since, delta)
+            request,
+            ("metadata", since, delta, tsv),
+            lambda: cluster.metadata_body(since, delta, tsv),
+            SNAPSHOT_TSV_MEDIA_TYPE if tsv else "application/json",
         )
 
     @app.get("/v1/topics")

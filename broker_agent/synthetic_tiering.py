@@ -39,8 +39,8 @@ Versions: every controller change (and every ack) is one new metadata version, s
 so a ``delta=true`` answer carries the topic (with its topic-level fields). A broker command
 applied also bumps the snapshot version of the partitions that broker hosts.
 
-Rendering: ``SyntheticCluster`` asks this state for topic heads (``/v1/metadata``,
-``GET /v1/topics[/{t}]``: :meth:`SyntheticTiering.topic_head`), for the replica entries of broker
+Rendering: ``SyntheticCluster`` asks this state for a topic's fields (``/v1/metadata``,
+``GET /v1/topics[/{t}]``: :meth:`SyntheticTiering.topic`), for the replica entries of broker
 snapshots (:meth:`SyntheticTiering.replica_tiering`, once that broker applied a command) and for
 the cluster snapshot (:meth:`SyntheticTiering.cluster_tiering`), so snapshots report the same
 tiering state as metadata (#14 gap 10). Topics never touched keep the cached layout.
@@ -48,7 +48,6 @@ tiering state as metadata (#14 gap 10). Topics never touched keep the cached lay
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Query
@@ -161,30 +160,8 @@ class SyntheticTiering:
         st = self.topics.get(t)
         return None if st is None else (st["tiered_state"], st["tiered_epoch"])
 
-    def topic_head(self, t: int) -> str:
-        """A ``TopicMetadata`` object up to ``"partitions":[`` (same shape as
-        ``SyntheticCluster._topic_head``), from the live tiering state."""
-        c, st = self.cluster, self.topic(t)
-        head = json.dumps(
-            {
-                "name": c.topics[t],
-                "topic_id": c.topic_ids[t],
-                "configs": st["configs"],
-                "tiered_state": st["tiered_state"],
-                "tiered_epoch": st["tiered_epoch"],
-                "disable_policy": st["disable_policy"],
-                "tiering_acks": sorted(st["tiering_acks"]),
-                "initial_partition_count": c.initial_sizes[t],
-                "undeleted_partition_count": c.sizes[t],
-            },
-            separators=(",", ":"),
-        )
-        return head[:-1] + ',"partitions":['
-
     def topic_body(self, t: int) -> bytes:
-        c = self.cluster
-        parts = ",".join(c._partition_json(i) for i in self._range(t))
-        return (self.topic_head(t) + parts + "]}").encode()
+        return self.cluster._topic_json(t, self._range(t)).encode()
 
     # -- controller --------------------------------------------------------------------------
 

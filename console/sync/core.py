@@ -140,6 +140,7 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
         self.failed_brokers: dict[int, str] = {}
         self.full_brokers: list[int] = []
         self.behind: dict[int, int] = {}
+        self.staged: dict[int, int] = {}  # replica rows staged per broker id
         with transaction.atomic(), connection.cursor() as cur:
             self.cur = cur
             self.sql(

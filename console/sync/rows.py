@@ -13,6 +13,7 @@ __all__ = [
     "LOGDIR_COLUMNS",
     "MIN_ISR_DEFAULT",
     "PARTITION_COLUMNS",
+    "PARTITION_NOT_NULL",
     "REMOVED_COLUMNS",
     "REPLICA_COLUMNS",
     "REPLICA_DATA",
@@ -20,7 +21,10 @@ __all__ = [
     "STAGE_PARTITIONS_SQL",
     "STAGE_SNAPSHOT_SQL",
     "STAGE_TOPICS_SQL",
+    "STAGE_TOPIC_ROWS_SQL",
     "TOPIC_COLUMNS",
+    "TOPIC_ROW_COLUMNS",
+    "TOPIC_ROW_NOT_NULL",
     "logdir_rows",
     "removed_rows",
 ]
@@ -41,23 +45,36 @@ TOPIC_COLUMNS = [
     ("min_insync_replicas", "int4"),
     ("metadata_digest", "text"),
 ]
+#: ``stage_partition``, in the order of a ``format=tsv`` partition row
+#: (``broker_agent.metadata_rows.METADATA_PARTITION_COLUMNS``); the flags derived from them
+#: (under-replicated, offline ...) are worked out where they are merged.
 PARTITION_COLUMNS = [
     ("topic_name", "text"),
     ("partition", "int4"),
+    ("replicas", "int4[]"),
     ("leader", "int4"),
     ("leader_epoch", "int4"),
     ("partition_epoch", "int4"),
-    ("replicas", "int4[]"),
     ("isr", "int4[]"),
     ("offline_replicas", "int4[]"),
     ("created", "int4[]"),
     ("leader_epoch_after_creation", "jsonb"),
     ("leader_epoch_before_deletion", "jsonb"),
     ("marked_for_deletion", "bool"),
-    ("under_replicated", "bool"),
-    ("under_min_isr", "bool"),
-    ("offline", "bool"),
-    ("has_offline_replicas", "bool"),
+]
+#: Every column of a ``format=tsv`` partition row is required (the controller writes defaults).
+PARTITION_NOT_NULL = [c for c, _ in PARTITION_COLUMNS]
+#: A ``format=tsv`` topic row (``METADATA_TOPIC_COLUMNS``), staged as it comes in
+#: ``raw_topic_row`` and written to ``stage_topic`` by ``STAGE_TOPIC_ROWS_SQL``.
+TOPIC_ROW_COLUMNS = [*TOPIC_COLUMNS[:9], ("digest", "text")]
+#: Required fields of a topic row (the others default as in ``TopicMetadata``).
+TOPIC_ROW_NOT_NULL = [
+    "name",
+    "topic_id",
+    "tiered_state",
+    "tiered_epoch",
+    "initial_partition_count",
+    "undeleted_partition_count",
 ]
 BROKER_COLUMNS = [
     ("broker_id", "int4"),
@@ -111,49 +128,76 @@ REPLICA_NOT_NULL = [c for c, _ in REPLICA_COLUMNS if c != "log_dir"]
 
 # -- filling the stage tables from the JSON answers, in PostgreSQL --------------------------------
 #
-# The controller's JSON goes to PostgreSQL unparsed and is expanded there with
-# ``jsonb_to_recordset``: no Python object per partition or replica. Agents answer their
-# snapshots as COPY rows (``format=tsv``, loaded by ``StageTable.copy_text``);
-# ``STAGE_SNAPSHOT_SQL`` is for an agent that still answers JSON. Defaults are the pydantic
-# models' (broker_agent.models); a missing required field shows as NULL and is refused.
+# The controller answers its metadata and agents their snapshots as COPY rows (``format=tsv``,
+# loaded by ``StageTable.copy_text``): no Python object per partition or replica, no JSON for
+# PostgreSQL to parse. A controller or agent that predates the format answers JSON, which goes
+# to PostgreSQL unparsed and is expanded there with ``jsonb_to_recordset`` (``STAGE_TOPICS_SQL``
+# and ``STAGE_PARTITIONS_SQL``, ``STAGE_SNAPSHOT_SQL``). Defaults are the pydantic models'
+# (broker_agent.models); a missing required field shows as NULL and is refused.
 
 MIN_ISR_DEFAULT = TopicConfig.DEFAULTS.get(TopicConfig.MIN_INSYNC_REPLICAS, "1")
 
-#: raw_topic (name, digest, j) -> stage_topic; ``%(delta)s``: digests blanked (partial topics).
-STAGE_TOPICS_SQL = """
-    INSERT INTO stage_topic (name, topic_id, configs, tiered_state, tiered_epoch,
+#: A topic's min.insync.replicas: its config (``m.v``, from ``t.configs``) when it is a number,
+#: else 1.
+_MIN_ISR_VALUE = """LATERAL (SELECT coalesce(nullif(t.configs ->> %(min_isr_key)s, ''),
+                                 %(min_isr_default)s) AS v) m"""
+#: stage_topic's columns but the name, from a topic's fields ``t``, and its min.insync.replicas.
+_STAGE_TOPIC = (
+    """INSERT INTO stage_topic (name, topic_id, configs, tiered_state, tiered_epoch,
         disable_policy, tiering_acks, initial_partition_count, undeleted_partition_count,
         min_insync_replicas, metadata_digest)
-    SELECT r.name, t.topic_id, coalesce(t.configs, '{}'), t.tiered_state, t.tiered_epoch,
+    SELECT""",
+    """t.topic_id, coalesce(t.configs, '{}'), t.tiered_state, t.tiered_epoch,
         coalesce(t.disable_policy, ''), coalesce(t.tiering_acks, '{}'),
-        t.initial_partition_count, t.undeleted_partition_count,
-        CASE WHEN m.v ~ '^\\s*[+-]?[0-9]{1,9}\\s*$' THEN m.v::int ELSE 1 END,
-        CASE WHEN %(delta)s THEN '' ELSE r.digest END
+        t.initial_partition_count, t.undeleted_partition_count,""",
+)
+_MIN_ISR = "CASE WHEN m.v ~ '^\\s*[+-]?[0-9]{1,9}\\s*$' THEN m.v::int ELSE 1 END"
+
+
+def _topic_sql(template: str) -> str:
+    """``template`` with the shared parts of the two ways into stage_topic filled in."""
+    for key, value in (
+        ("{insert}", _STAGE_TOPIC[0]),
+        ("{topic_values}", _STAGE_TOPIC[1]),
+        ("{min_isr}", _MIN_ISR),
+        ("{min_isr_value}", _MIN_ISR_VALUE),
+    ):
+        template = template.replace(key, value)
+    return template
+
+
+#: raw_topic (name, digest, j) -> stage_topic; ``%(delta)s``: digests blanked (partial topics).
+STAGE_TOPICS_SQL = _topic_sql("""
+    {insert} r.name, {topic_values}
+        {min_isr}, CASE WHEN %(delta)s THEN '' ELSE r.digest END
     FROM raw_topic r,
         jsonb_to_record(r.j) AS t(topic_id text, configs jsonb, tiered_state text,
             tiered_epoch int4, disable_policy text, tiering_acks int4[],
             initial_partition_count int4, undeleted_partition_count int4),
-        LATERAL (SELECT coalesce(nullif(t.configs ->> %(min_isr_key)s, ''),
-                                 %(min_isr_default)s) AS v) m
+        {min_isr_value}
     RETURNING (name IS NULL OR topic_id IS NULL OR tiered_state IS NULL
                OR tiered_epoch IS NULL OR initial_partition_count IS NULL
                OR undeleted_partition_count IS NULL) AS bad
-"""
+""")
+
+#: raw_topic_row (a ``format=tsv`` answer's topic rows) -> stage_topic, as STAGE_TOPICS_SQL.
+STAGE_TOPIC_ROWS_SQL = _topic_sql("""
+    {insert} t.name, {topic_values}
+        {min_isr}, CASE WHEN %(delta)s THEN '' ELSE t.digest END
+    FROM raw_topic_row t,
+        {min_isr_value}
+""")
 
 #: The staged topics' partitions (from raw_topic) -> stage_partition.
 STAGE_PARTITIONS_SQL = """
     INSERT INTO stage_partition (topic_name, partition, leader, leader_epoch, partition_epoch,
         replicas, isr, offline_replicas, created, leader_epoch_after_creation,
-        leader_epoch_before_deletion, marked_for_deletion, under_replicated, under_min_isr,
-        offline, has_offline_replicas)
-    SELECT s.name, p.partition, coalesce(p.leader, -1), coalesce(p.leader_epoch, 0),
+        leader_epoch_before_deletion, marked_for_deletion)
+    SELECT r.name, p.partition, coalesce(p.leader, -1), coalesce(p.leader_epoch, 0),
         coalesce(p.partition_epoch, 0), p.replicas, p.isr, coalesce(p.offline_replicas, '{}'),
         coalesce(p.created, '{}'), coalesce(p.leader_epoch_after_creation, '{}'),
-        coalesce(p.leader_epoch_before_deletion, '{}'), coalesce(p.marked_for_deletion, false),
-        cardinality(p.isr) < cardinality(p.replicas),
-        cardinality(p.isr) < s.min_insync_replicas, coalesce(p.leader, -1) < 0,
-        cardinality(p.offline_replicas) > 0
-    FROM raw_topic r JOIN stage_topic s ON s.name = r.name,
+        coalesce(p.leader_epoch_before_deletion, '{}'), coalesce(p.marked_for_deletion, false)
+    FROM raw_topic r,
         jsonb_to_recordset(r.j -> 'partitions') AS p(partition int4, replicas int4[],
             leader int4, leader_epoch int4, partition_epoch int4, isr int4[],
             offline_replicas int4[], created int4[], leader_epoch_after_creation jsonb,
@@ -162,7 +206,8 @@ STAGE_PARTITIONS_SQL = """
 """
 
 #: One agent's snapshot (``%(body)s``, jsonb) -> stage_replica; answers the snapshot without
-#: its replicas (validated in Python) and how many rows lacked a required field.
+#: its replicas (validated in Python), how many rows lacked a required field and how many
+#: were staged.
 STAGE_SNAPSHOT_SQL = """
     WITH raw AS (SELECT %(body)s::jsonb AS j),
     ins AS (
@@ -198,7 +243,9 @@ STAGE_SNAPSHOT_SQL = """
                    OR high_watermark IS NULL OR size_bytes IS NULL OR tiered_epoch IS NULL
                    OR copier_state IS NULL OR expiration_state IS NULL) AS bad
     )
-    SELECT raw.j - 'replicas', (SELECT count(*) FILTER (WHERE bad) FROM ins) FROM raw
+    SELECT raw.j - 'replicas', (SELECT count(*) FILTER (WHERE bad) FROM ins),
+        (SELECT count(*) FROM ins)
+    FROM raw
 """
 
 

@@ -13,6 +13,7 @@ from typing import Protocol
 import httpx
 
 from broker_agent.client import AgentClient, AgentError, ControllerClient
+from broker_agent.metadata_rows import metadata_tsv
 from broker_agent.models import BrokerSnapshot, ClusterMetadata, GroupView, snapshot_tsv
 
 __all__ = [
@@ -20,7 +21,7 @@ __all__ = [
     "HttpClusterSource",
     "SourceError",
     "StaticClusterSource",
-    "metadata_json",
+    "metadata_rows",
     "snapshot_rows",
 ]
 
@@ -40,11 +41,16 @@ class ClusterSource(Protocol):
     def close(self) -> None: ...
 
 
-def metadata_json(source: ClusterSource, since: int | None) -> bytes:
-    """The controller's answer as JSON bytes: the source's own bytes when it has them (the sync
-    hands them to PostgreSQL unparsed), else its pydantic answer serialised."""
-    raw = getattr(source, "metadata_json", None)
-    return raw(since) if raw else source.metadata(since).model_dump_json().encode()
+def metadata_rows(source: ClusterSource, since: int | None) -> bytes:
+    """The controller's answer as the sync stages it: ``format=tsv``
+    (:mod:`broker_agent.metadata_rows`), the source's own bytes when it has them. A source that
+    only has JSON bytes (``metadata_json``; a controller that predates the format answers JSON
+    too) hands those, which the sync also takes; else the pydantic answer is written as rows."""
+    for own in ("metadata_tsv", "metadata_json"):
+        raw = getattr(source, own, None)
+        if raw:
+            return raw(since)
+    return metadata_tsv(source.metadata(since))
 
 
 def snapshot_rows(source: ClusterSource, broker_id: int, url: str, since: int | None) -> bytes:
@@ -85,10 +91,10 @@ class HttpClusterSource:
         """Asks for a partition-level delta; a controller that cannot answers in full."""
         return self.controller.metadata(since=since, delta=since is not None)
 
-    def metadata_json(self, since: int | None) -> bytes:
-        """:meth:`metadata` as the controller's JSON bytes, unparsed (the sync's path: at
-        200,000 partitions PostgreSQL parses them far faster than pydantic)."""
-        params = {"since": since, "delta": "true" if since is not None else None}
+    def metadata_tsv(self, since: int | None) -> bytes:
+        """:meth:`metadata` in ``format=tsv``, as the controller sent it (the sync's path; a
+        controller that predates the format answers JSON, which the sync also takes)."""
+        params = {"since": since, "delta": "true" if since is not None else None, "format": "tsv"}
         return self.controller.request(
             "GET", "/v1/metadata", params=params, timeout=30.0, raw=True
         ).content

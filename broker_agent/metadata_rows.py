@@ -1,0 +1,138 @@
+"""The controller's metadata as rows: ``GET /v1/metadata?format=tsv``.
+
+A 1,000,000-partition cluster's metadata is ~260 MB of JSON, which the console's sync handed to
+PostgreSQL to parse as ``jsonb`` and explode into partitions: the largest part of its first sync
+after the replicas (#17). The same answer as rows goes in with ``COPY``, like an agent's
+snapshot (``models.snapshot_tsv``). JSON stays the default answer; ``format=tsv`` is an
+addition, and the console still takes JSON from a controller that predates it.
+
+Layout, each line in PostgreSQL's COPY text format (``models.tsv_value``):
+
+- line 1: the answer without ``topics`` as one line of JSON (``ClusterMetadata``), plus
+  ``topic_columns`` (:data:`METADATA_TOPIC_COLUMNS`), ``partition_columns``
+  (:data:`METADATA_PARTITION_COLUMNS`) and ``topic_count``;
+- then ``topic_count`` topic rows (a topic's fields without its partitions, and ``digest``);
+- then one row per partition listed (a delta lists only changed ones), its topic's name first.
+
+``digest`` is the md5 of the topic's row (without the digest) and of its partition rows in
+order: equal digests mean equal metadata, so a console that holds a topic with that digest
+skips it when a full answer comes where it asked for a delta.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+from broker_agent.models import ClusterMetadata, TopicMetadata, tsv_value
+
+__all__ = [
+    "METADATA_PARTITION_COLUMNS",
+    "METADATA_TOPIC_COLUMNS",
+    "METADATA_TSV_HELP",
+    "metadata_topic_row",
+    "metadata_tsv",
+    "split_metadata_tsv",
+]
+
+#: A topic row (``TopicMetadata`` without ``partitions``, then ``digest``).
+METADATA_TOPIC_COLUMNS = (
+    "name",
+    "topic_id",
+    "configs",
+    "tiered_state",
+    "tiered_epoch",
+    "disable_policy",
+    "tiering_acks",
+    "initial_partition_count",
+    "undeleted_partition_count",
+    "digest",
+)
+#: A partition row (``PartitionMetadata`` after its topic's name).
+METADATA_PARTITION_COLUMNS = (
+    "topic",
+    "partition",
+    "replicas",
+    "leader",
+    "leader_epoch",
+    "partition_epoch",
+    "isr",
+    "offline_replicas",
+    "created",
+    "leader_epoch_after_creation",
+    "leader_epoch_before_deletion",
+    "marked_for_deletion",
+)
+
+
+#: The ``format`` parameter's description on the controllers' ``GET /v1/metadata``.
+METADATA_TSV_HELP = (
+    "json (default): a ClusterMetadata. tsv: line 1 the answer without topics as JSON, with "
+    "topic_columns, partition_columns and topic_count; then topic_count topic rows, then one row "
+    "per partition, in PostgreSQL's COPY text format."
+)
+
+
+def metadata_topic_row(topic: dict, partition_rows: Sequence[str]) -> str:
+    """The row of ``topic`` (its fields by :data:`METADATA_TOPIC_COLUMNS`, ``digest`` aside)
+    with the digest of that row and of ``partition_rows``, the topic's rows in answer order."""
+    row = "\t".join(tsv_value(topic[c]) for c in METADATA_TOPIC_COLUMNS[:-1])
+    digest = hashlib.md5(usedforsecurity=False)
+    digest.update(row.encode())
+    for line in partition_rows:
+        digest.update(b"\n")
+        digest.update(line.encode())
+    return f"{row}\t{digest.hexdigest()}"
+
+
+def _partition_rows(topic: TopicMetadata) -> list[str]:
+    name = tsv_value(topic.name)
+    return [
+        "\t".join([name, *(tsv_value(p[c]) for c in METADATA_PARTITION_COLUMNS[1:])])
+        for p in (p.model_dump() for p in topic.partitions)
+    ]
+
+
+def metadata_tsv(md: ClusterMetadata) -> bytes:
+    """``md`` as ``format=tsv`` (see the module docstring)."""
+    head = md.model_dump(mode="json", exclude={"topics"})
+    head["topic_columns"] = list(METADATA_TOPIC_COLUMNS)
+    head["partition_columns"] = list(METADATA_PARTITION_COLUMNS)
+    head["topic_count"] = len(md.topics)
+    topics: list[str] = []
+    partitions: list[str] = []
+    for t in md.topics:
+        rows = _partition_rows(t)
+        topics.append(metadata_topic_row(t.model_dump(exclude={"partitions"}), rows))
+        partitions.extend(rows)
+    return "\n".join([json.dumps(head, separators=(",", ":")), *topics, *partitions, ""]).encode()
+
+
+def split_metadata_tsv(body: bytes) -> tuple[ClusterMetadata, memoryview, memoryview] | None:
+    """A ``format=tsv`` answer as (the metadata without its topics, the topic rows, the
+    partition rows, as they came); ``None`` when ``body`` is a JSON answer instead (a
+    controller that predates the format ignores the parameter). Raises ``ValueError`` for an
+    envelope that is not one, or fewer topic rows than it announces."""
+    end = body.find(b"\n")
+    if end < 0 or not body.startswith(b"{") or body.find(b'"topic_columns"', 0, end) < 0:
+        return None
+    head = json.loads(body[:end])
+    if not isinstance(head, dict):
+        raise ValueError("not a metadata answer")
+    if tuple(head.pop("topic_columns", ())) != METADATA_TOPIC_COLUMNS:
+        raise ValueError("unexpected topic columns")
+    if tuple(head.pop("partition_columns", ())) != METADATA_PARTITION_COLUMNS:
+        raise ValueError("unexpected partition columns")
+    count = head.pop("topic_count", None)
+    if not isinstance(count, int) or count < 0:
+        raise ValueError("no topic_count")
+    start = pos = end + 1
+    for _ in range(count):
+        nl = body.find(b"\n", pos)
+        if nl < 0:
+            raise ValueError(f"fewer than {count} topic rows")
+        pos = nl + 1
+    view = memoryview(body)
+    md = ClusterMetadata.model_validate({**head, "topics": []})
+    return md, view[start:pos], view[pos:]
