@@ -139,8 +139,12 @@ def write_samples(cur, cluster_pk: int, now: datetime) -> None:
     OFFLINE dir has no probe latency (the agent still reports its last probe, from before the
     failure: a chart must not draw it as current).
 
-    Runs on the sync's cursor, in its transaction (the samples are the state it commits). The
-    last sample of a topic is one backward step of the ``(topic, resolution, at)`` index."""
+    Runs on the sync's cursor, in its transaction (the samples are the state it commits). A
+    topic's last sample is looked for among the samples of the last keep-alive only (one range
+    of the ``(resolution, at)`` index, at most keep-alive / sample interval samples a topic): a
+    topic without one there is due anyway. A per-topic ``ORDER BY at DESC LIMIT 1`` lookup let
+    the planner walk that index backwards filtering on the topic, once per topic: 20-35 s for
+    18,818 tiered topics whenever the statistics favoured it (#17)."""
     params = {
         "c": cluster_pk,
         "now": now,
@@ -166,14 +170,14 @@ def write_samples(cur, cluster_pk: int, now: datetime) -> None:
         INSERT INTO console_topicsample (topic_id, resolution, at, {", ".join(TOPIC_FIELDS)})
         SELECT t.id, %(raw)s, %(now)s, {", ".join(f"t.{f}" for f in TOPIC_FIELDS)}
         FROM console_topic t
-        LEFT JOIN LATERAL (
-            SELECT s.at, {", ".join(f"s.{f}" for f in TOPIC_FIELDS)}
+        LEFT JOIN (
+            SELECT DISTINCT ON (s.topic_id) s.topic_id, {", ".join(f"s.{f}" for f in TOPIC_FIELDS)}
             FROM console_topicsample s
-            WHERE s.topic_id = t.id AND s.resolution = %(raw)s
-            ORDER BY s.at DESC LIMIT 1
-        ) last ON true
+            WHERE s.resolution = %(raw)s AND s.at > %(stale)s
+            ORDER BY s.topic_id, s.at DESC
+        ) last ON last.topic_id = t.id
         WHERE t.cluster_id = %(c)s AND (t.tiered_state <> 'NONE' OR t.remote_bytes > 0)
-          AND (last.at IS NULL OR last.at <= %(stale)s
+          AND (last.topic_id IS NULL
                OR ({", ".join(f"last.{f}" for f in TOPIC_FIELDS)})
                   IS DISTINCT FROM ({", ".join(f"t.{f}" for f in TOPIC_FIELDS)}))
         ON CONFLICT DO NOTHING
