@@ -177,9 +177,15 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
                 "CREATE TEMP TABLE touched_topic (id bigint) ON COMMIT DROP; "
                 "CREATE TEMP TABLE touched_partition (id bigint) ON COMMIT DROP"
             )
-            self.logdirs = StageTable(cur, "stage_logdir", LOGDIR_COLUMNS)
+            self.logdirs = StageTable(
+                cur, "stage_logdir", LOGDIR_COLUMNS, keys=("broker_id", "name")
+            )
             self.replicas = StageTable(
-                cur, "stage_replica", REPLICA_COLUMNS, not_null=REPLICA_NOT_NULL
+                cur,
+                "stage_replica",
+                REPLICA_COLUMNS,
+                not_null=REPLICA_NOT_NULL,
+                keys=("broker_id", "topic", "partition", "log_dir"),
             )
             self.removed = StageTable(cur, "stage_removed", REMOVED_COLUMNS)
             md = self.fetch_metadata()

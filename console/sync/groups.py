@@ -101,7 +101,9 @@ class GroupSync:
     def _merge_groups(self, full: bool, heads: list, rows) -> None:
         groups = StageTable(self.cur, "stage_group", _GROUP_HEAD_COLUMNS)
         groups.copy(heads)
-        staged = StageTable(self.cur, "stage_group_offset", GROUP_COLUMNS)
+        staged = StageTable(
+            self.cur, "stage_group_offset", GROUP_COLUMNS, keys=("group_id", "topic", "partition")
+        )
         if isinstance(rows, memoryview):
             staged.copy_text(rows)
         else:

@@ -52,6 +52,10 @@ ANALYZE_TOPICS_AFTER = 100
 #: are joined with it.
 ANALYZE_PARTITIONS_AFTER = 100_000
 
+#: The staged topics' and partitions' columns the merge joins on (the ones analysed).
+TOPIC_KEYS = ("name",)
+PARTITION_KEYS = ("topic_name", "partition", "leader")
+
 #: The controller's answer is handed to PostgreSQL in pieces of whole topics of about this size
 #: (:func:`console.sync.common.split_topics`).
 METADATA_CHUNK_BYTES = 32 << 20
@@ -126,9 +130,13 @@ class MetadataSync:
         if not md.changed:
             return md
         raw = StageTable(self.cur, "raw_topic_row", TOPIC_ROW_COLUMNS, not_null=TOPIC_ROW_NOT_NULL)
-        self.topics = StageTable(self.cur, "stage_topic", TOPIC_COLUMNS)
+        self.topics = StageTable(self.cur, "stage_topic", TOPIC_COLUMNS, keys=TOPIC_KEYS)
         self.parts = StageTable(
-            self.cur, "stage_partition", PARTITION_COLUMNS, not_null=PARTITION_NOT_NULL
+            self.cur,
+            "stage_partition",
+            PARTITION_COLUMNS,
+            not_null=PARTITION_NOT_NULL,
+            keys=PARTITION_KEYS,
         )
         try:
             raw.copy_text(topic_rows)
@@ -183,8 +191,8 @@ class MetadataSync:
         md = ClusterMetadata.model_validate({**loads_json(envelope), "topics": []})
         if not md.changed:
             return md
-        self.topics = StageTable(self.cur, "stage_topic", TOPIC_COLUMNS)
-        self.parts = StageTable(self.cur, "stage_partition", PARTITION_COLUMNS)
+        self.topics = StageTable(self.cur, "stage_topic", TOPIC_COLUMNS, keys=TOPIC_KEYS)
+        self.parts = StageTable(self.cur, "stage_partition", PARTITION_COLUMNS, keys=PARTITION_KEYS)
         # A delta's topic is partial: its digest is blanked so a later full answer rewrites it.
         bad = self.raw(STAGE_TOPICS_SQL, self._topic_params(md)).fetchall()
         self.topics.rows = len(bad)

@@ -66,6 +66,7 @@ class SnapshotSync:
                 ).fetchone()
                 if bad:
                     raise MalformedAnswer(f"agent snapshot: {bad} replicas lack a required field")
+                self.replicas.rows += staged
                 snap = BrokerSnapshot.model_validate({**loads_json(envelope), "replicas": []})
             else:
                 snap, rows = split
@@ -183,7 +184,7 @@ class SnapshotSync:
             )
             self.behind = dict(self.cur.fetchall())
             self.sql("DELETE FROM resolved_replica WHERE partition_id IS NULL")
-            self.sql("ANALYZE resolved_replica")
+            self.sql("ANALYZE resolved_replica (partition_id, broker_pk)")  # the join keys
         cols = ", ".join(REPLICA_DATA)
         excluded = ", ".join(f"EXCLUDED.{c}" for c in REPLICA_DATA)
         current = ", ".join(f"console_replica.{c}" for c in REPLICA_DATA if c != "version")
