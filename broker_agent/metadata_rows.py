@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from broker_agent.models import ClusterMetadata, TopicMetadata, tsv_value
 
@@ -31,6 +31,7 @@ __all__ = [
     "METADATA_PARTITION_COLUMNS",
     "METADATA_TOPIC_COLUMNS",
     "METADATA_TSV_HELP",
+    "metadata_rows_body",
     "metadata_topic_row",
     "metadata_tsv",
     "split_metadata_tsv",
@@ -94,19 +95,31 @@ def _partition_rows(topic: TopicMetadata) -> list[str]:
     ]
 
 
+def metadata_rows_body(envelope: dict, topics: Iterable[tuple[dict, Sequence[str]]]) -> bytes:
+    """A ``format=tsv`` answer: ``envelope`` (the answer's fields but ``topics``, JSON-ready)
+    as line 1 with the column lists and topic count, then a row per topic of ``topics`` (its
+    fields without partitions, and its partitions' rows), then all their partition rows."""
+    topic_rows: list[str] = []
+    partition_rows: list[str] = []
+    for fields, rows in topics:
+        topic_rows.append(metadata_topic_row(fields, rows))
+        partition_rows.extend(rows)
+    head = {
+        **envelope,
+        "topic_columns": list(METADATA_TOPIC_COLUMNS),
+        "partition_columns": list(METADATA_PARTITION_COLUMNS),
+        "topic_count": len(topic_rows),
+    }
+    lines = [json.dumps(head, separators=(",", ":")), *topic_rows, *partition_rows, ""]
+    return "\n".join(lines).encode()
+
+
 def metadata_tsv(md: ClusterMetadata) -> bytes:
     """``md`` as ``format=tsv`` (see the module docstring)."""
-    head = md.model_dump(mode="json", exclude={"topics"})
-    head["topic_columns"] = list(METADATA_TOPIC_COLUMNS)
-    head["partition_columns"] = list(METADATA_PARTITION_COLUMNS)
-    head["topic_count"] = len(md.topics)
-    topics: list[str] = []
-    partitions: list[str] = []
-    for t in md.topics:
-        rows = _partition_rows(t)
-        topics.append(metadata_topic_row(t.model_dump(exclude={"partitions"}), rows))
-        partitions.extend(rows)
-    return "\n".join([json.dumps(head, separators=(",", ":")), *topics, *partitions, ""]).encode()
+    return metadata_rows_body(
+        md.model_dump(mode="json", exclude={"topics"}),
+        ((t.model_dump(exclude={"partitions"}), _partition_rows(t)) for t in md.topics),
+    )
 
 
 def split_metadata_tsv(body: bytes) -> tuple[ClusterMetadata, memoryview, memoryview] | None:

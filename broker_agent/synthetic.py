@@ -64,11 +64,7 @@ from broker_agent.choices import (
     TieredState,
     TopicConfig,
 )
-from broker_agent.metadata_rows import (
-    METADATA_PARTITION_COLUMNS,
-    METADATA_TOPIC_COLUMNS,
-    metadata_topic_row,
-)
+from broker_agent.metadata_rows import metadata_rows_body
 from broker_agent.models import (
     SNAPSHOT_TSV_COLUMNS,
 )
@@ -562,34 +558,28 @@ class SyntheticCluster:
                 if unchanged
                 else ",".join(self._broker_json(b) for b in range(1, self.brokers + 1))
             )
-            head = (
-                f'{{"cluster_id":"{self.cluster_id}","version":{self.metadata_version},'
-                f'"brokers":[{brokers}],"topics":[],"changed":{"false" if unchanged else "true"},'
+            # The answer's fields but its topics, which go first in the JSON answer
+            # (``ClusterMetadata``'s field order) and as rows in the tsv one.
+            fields = (
+                f'"cluster_id":"{self.cluster_id}","version":{self.metadata_version},'
+                f'"brokers":[{brokers}]'
+            )
+            rest = (
+                f'"changed":{"false" if unchanged else "true"},'
                 f'"full":{"false" if is_delta else "true"},'
                 f'"since":{since if is_delta or unchanged else "null"},'
-                f'"removed_topics":[],"removed_partitions":[]}}'
+                f'"removed_topics":[],"removed_partitions":[]'
             )
             if tsv:
-                return self._metadata_rows(head, topic_parts)
+                return metadata_rows_body(
+                    json.loads(f"{{{fields},{rest}}}"),
+                    (
+                        (self._topic_fields(t), [self._partition_row(i) for i in parts])
+                        for t, parts in topic_parts
+                    ),
+                )
             topics = ",".join(self._topic_json(t, parts) for t, parts in topic_parts)
-            return (head.replace('"topics":[]', f'"topics":[{topics}]', 1)).encode()
-
-    def _metadata_rows(self, head: str, topic_parts) -> bytes:
-        """``format=tsv`` of :meth:`metadata_body`: ``head`` with the column lists, a row per
-        topic (with its digest), then its partitions' rows."""
-        envelope = json.loads(head)
-        envelope.update(
-            topic_columns=list(METADATA_TOPIC_COLUMNS),
-            partition_columns=list(METADATA_PARTITION_COLUMNS),
-            topic_count=len(topic_parts),
-        )
-        topics, partitions = [], []
-        for t, parts in topic_parts:
-            rows = [self._partition_row(i) for i in parts]
-            topics.append(metadata_topic_row(self._topic_fields(t), rows))
-            partitions.extend(rows)
-        lines = [json.dumps(envelope, separators=(",", ":")), *topics, *partitions, ""]
-        return "\n".join(lines).encode()
+            return f'{{{fields},"topics":[{topics}],{rest}}}'.encode()
 
     def topic_body(self, name: str | None) -> bytes:
         with self.lock:
