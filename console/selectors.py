@@ -13,8 +13,19 @@ from datetime import datetime
 
 import django_filters
 from django.core.paginator import Page, Paginator
-from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, Subquery, Sum, Value, Window
-from django.db.models.functions import Greatest, Least
+from django.db.models import (
+    Avg,
+    Count,
+    F,
+    Max,
+    Min,
+    Q,
+    QuerySet,
+    RowRange,
+    Subquery,
+    Sum,
+    Window,
+)
 from django.http import Http404
 from django.template.defaultfilters import filesizeformat
 
@@ -713,11 +724,11 @@ def topology_page(
     fast however deep it is: two queries, neither with an OFFSET past one topic.
 
     Without the offline / under-replicated filters, the page's first row is found from the
-    topics' partition counts (maintained by the sync): a running sum over the topics in name
-    order, in PostgreSQL, names the topic page N starts in and how far into it (37,636 topics
-    at 1,000,000 partitions never come to Python); the page is then read from that topic on (a
-    keyset on ``topic_name``) with an offset of at most one topic's partitions. A page past the
-    end shows the last one (the same query clamps it). The problem filters select few
+    topics' partition counts (maintained by the sync): their sum gives the page count, and a
+    running sum over the topics in name order, in PostgreSQL, names the topic page N starts in
+    and how far into it (37,636 topics at 1,000,000 partitions never come to Python); the page
+    is then read from that topic on (a keyset on ``topic_name``) with an offset of at most one
+    topic's partitions. A page past the end shows the last one. The problem filters select few
     partitions (their own partial index) and page with a plain count.
     """
     data = f.form.cleaned_data if f.is_valid() else {}
@@ -730,40 +741,42 @@ def topology_page(
         number = max(int(page or 1), 1)
     except (TypeError, ValueError):
         number = 1
-    total, start = _topology_start(topics, (number - 1) * per_page, per_page)
     paginator = Paginator([], per_page)
-    paginator.count = total  # a cached_property, set instead of COUNT(*)
+    # a cached_property, set instead of COUNT(*) over the partitions
+    paginator.count = topics.aggregate(n=Sum("partition_count"))["n"] or 0
     number = min(number, paginator.num_pages)  # past the end: the last page
     rows = []
+    start = _topology_start(topics, (number - 1) * per_page) if paginator.count else None
     if start is not None:
         name, skip = start
         rows = list(qs.filter(topic_name__gte=name)[skip : skip + per_page])
     return Page(rows, number, paginator)
 
 
-def _topology_start(
-    topics: QuerySet, skip: int, per_page: int
-) -> tuple[int, tuple[str, int] | None]:
-    """``(partitions of topics, (the topic holding row skip, rows of it before))`` in one
-    query; a ``skip`` past the end is taken as the last page's first row. The second is None
-    when there is no partition."""
-    last_page_start = (F("total") - 1) / per_page * per_page  # integer division in PostgreSQL
-    row = (
-        topics.order_by()
-        .annotate(
-            upto=Window(Sum("partition_count"), order_by=F("name").asc()),
-            total=Window(Sum("partition_count")),
-        )
-        .annotate(start=Least(Value(skip), Greatest(last_page_start, Value(0))))
-        .filter(upto__gt=F("start"))  # the first topic whose running sum passes the start
-        .order_by("upto", "name")
-        .values_list("total", "name", "partition_count", "upto", "start")
-        .first()
+def _topology_start(topics: QuerySet, skip: int) -> tuple[str, int] | None:
+    """``(the topic holding row skip of the topics' partitions in name order, rows of it
+    before)``; None when there is no such row (a sync removed partitions since they were
+    counted).
+
+    The running sum is framed by rows (``ROWS UNBOUNDED PRECEDING``: names are unique, so it
+    equals the default frame's) and nothing else is windowed, so PostgreSQL reads the topics in
+    name order from the unique index and stops at the first one past ``skip``: 2 ms for page
+    2,000 of 1,000,000 partitions and 40 ms for the last, where a second window for the total
+    made it sort every topic first (105 ms for any page, #17)."""
+    upto = Window(
+        Sum("partition_count"), order_by=F("name").asc(), frame=RowRange(start=None, end=0)
     )
-    if row is None:
-        return 0, None
-    total, name, n, upto, start = row
-    return int(total), (name, start - (upto - n))
+    # Exactly one topic holds the row, so no ORDER BY is needed (one on the outer query made
+    # PostgreSQL sort every topic before the window, 64 ms).
+    found = (
+        topics.order_by()
+        .annotate(upto=upto)
+        .filter(upto__gt=skip, upto__lte=skip + F("partition_count"))
+        .values_list("name", "partition_count", "upto")[:1]
+    )
+    for name, n, total in found:
+        return name, skip - (total - n)
+    return None
 
 
 def synced_at(cluster: Cluster) -> datetime | None:

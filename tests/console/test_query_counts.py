@@ -83,12 +83,13 @@ PINNED: dict[str, int] = {
     "/brokers/?dir=2:logdir-0&page=2&range=24h": 16,
     "/brokers/?dir=1:logdir-1&range=30d": 15,
     "/brokers/ [htmx brokers-live]": 16,
-    "/topology/": 8,
-    "/topology/?page=3": 8,
-    "/topology/?topic=t1": 8,
+    # the topics' partition sum (page count) and the running sum that finds the page's topic
+    "/topology/": 9,
+    "/topology/?page=3": 9,
+    "/topology/?topic=t1": 9,
     "/topology/?offline_only=true": 8,
     "/topology/?under_replicated_only=true&page=2": 8,
-    "/topology/ [htmx topology-live]": 8,
+    "/topology/ [htmx topology-live]": 9,
     # + the per-cluster KIP-963 totals; per-topic series are capped (#17)
     "/metrics": 8,
     "/metrics [bearer token]": 8,
