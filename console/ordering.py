@@ -76,20 +76,23 @@ def topic_ordering(topic: Topic) -> dict:
 
 def _group_lags(topic: Topic, ids: list[str]) -> dict[str, int]:
     """Each group's lag over every partition of ``topic``: high watermark minus its position,
-    or minus the log start offset where it has none (one query, summed in PostgreSQL)."""
+    or minus the log start offset where it has none (one query, summed in PostgreSQL).
+
+    The topic's partitions are read once (a materialised CTE) and hashed by partition: probing
+    them per position looked one partition up 10,000 times for a 10,000-partition topic (35 ms
+    of the topic page at fleet size, against 17 ms, #17)."""
     with connection.cursor() as cur:
         cur.execute(
             """
-            WITH base AS (
-                SELECT coalesce(sum(greatest(0, high_watermark - log_start_offset)), 0) AS lag
+            WITH p AS MATERIALIZED (
+                SELECT partition, high_watermark AS hw, log_start_offset AS lso
                 FROM console_partition WHERE topic_id = %(topic)s
             )
-            SELECT g.group_id, (SELECT lag FROM base) + coalesce(sum(
-                greatest(0, p.high_watermark - greatest(g.committed_offset, p.log_start_offset))
-                - greatest(0, p.high_watermark - p.log_start_offset)), 0)
+            SELECT g.group_id, (SELECT coalesce(sum(greatest(0, hw - lso)), 0) FROM p)
+                + coalesce(sum(greatest(0, p.hw - greatest(g.committed_offset, p.lso))
+                               - greatest(0, p.hw - p.lso)), 0)
             FROM console_groupoffset g
-            LEFT JOIN console_partition p
-                ON p.topic_id = %(topic)s AND p.partition = g.partition
+            LEFT JOIN p ON p.partition = g.partition
             WHERE g.cluster_id = %(cluster)s AND g.topic_name = %(name)s
               AND g.group_id = ANY(%(ids)s)
             GROUP BY g.group_id

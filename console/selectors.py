@@ -13,16 +13,14 @@ from datetime import datetime
 
 import django_filters
 from django.core.paginator import Page, Paginator
+from django.db import connection
 from django.db.models import (
-    Avg,
     Count,
     F,
-    Max,
     Min,
     Q,
     QuerySet,
     RowRange,
-    Subquery,
     Sum,
     Window,
 )
@@ -455,48 +453,50 @@ class Spread:
         return self.high > HOT_PARTITION_RATIO * self.average > 0
 
 
+#: The measures of :func:`topic_spread`: label, unit, SQL over a partition's row.
+_SPREAD_MEASURES = (
+    ("Records retained", "records", "log_end_offset - log_start_offset"),
+    ("Local bytes", "bytes", "local_bytes"),
+    ("Remote bytes", "bytes", "remote_bytes"),
+)
+_SPREAD_SQL = """
+SELECT {aggregates} FROM (
+    SELECT partition, {values}, {maxima} FROM console_partition WHERE topic_id = %s
+) p
+""".format(  # noqa: S608 - the measures are this module's constants
+    values=", ".join(f"{sql} AS v{i}" for i, (_l, _u, sql) in enumerate(_SPREAD_MEASURES)),
+    maxima=", ".join(
+        f"max({sql}) OVER () AS m{i}" for i, (_l, _u, sql) in enumerate(_SPREAD_MEASURES)
+    ),
+    aggregates=", ".join(
+        f"min(v{i}), avg(v{i}), max(v{i}), min(partition) FILTER (WHERE v{i} = m{i})"
+        for i in range(len(_SPREAD_MEASURES))
+    ),
+)
+
+
 def topic_spread(topic: Topic) -> list[Spread]:
     """How evenly the topic's data is spread over its partitions (records retained, local and
     remote bytes): a hot partition is keyed traffic concentrated on few keys, or a partition
-    whose copier or retention is stuck. Two queries on the topic's index, whatever the partition
-    count: min / average / max of each measure, and the partition holding each max."""
-    parts = Partition.objects.filter(topic=topic)
-    measures = [
-        ("Records retained", "records", F("log_end_offset") - F("log_start_offset")),
-        ("Local bytes", "bytes", F("local_bytes")),
-        ("Remote bytes", "bytes", F("remote_bytes")),
-    ]
-    agg = parts.aggregate(
-        **{
-            f"{fn.__name__.lower()}{i}": fn(expr)
-            for i, (_label, _unit, expr) in enumerate(measures)
-            for fn in (Min, Avg, Max)
-        }
-    )
-    if agg["max0"] is None:
+    whose copier or retention is stuck. One pass over the topic's partitions, whatever their
+    count: min / average / max of each measure, and the lowest partition holding each max
+    (at fleet size one scan instead of an aggregate and a sort per measure, 6 ms against
+    ~20, #17)."""
+    with connection.cursor() as cur:
+        cur.execute(_SPREAD_SQL, [topic.pk])
+        row = cur.fetchone()
+    if row is None or row[2] is None:
         return []
-    tops = (
-        Topic.objects.filter(pk=topic.pk)
-        .values(
-            **{
-                f"top{i}": Subquery(
-                    parts.annotate(v=expr).order_by("-v", "partition").values("partition")[:1]
-                )
-                for i, (_label, _unit, expr) in enumerate(measures)
-            }
-        )
-        .get()
-    )
     return [
         Spread(
             label=label,
             unit=unit,
-            low=agg[f"min{i}"],
-            average=float(agg[f"avg{i}"]),
-            high=agg[f"max{i}"],
-            high_partition=tops[f"top{i}"] if agg[f"max{i}"] > 0 else None,
+            low=int(row[4 * i]),
+            average=float(row[4 * i + 1]),
+            high=int(row[4 * i + 2]),
+            high_partition=row[4 * i + 3] if row[4 * i + 2] > 0 else None,
         )
-        for i, (label, unit, _expr) in enumerate(measures)
+        for i, (label, unit, _sql) in enumerate(_SPREAD_MEASURES)
     ]
 
 

@@ -295,3 +295,33 @@ def _stored(cluster) -> dict[tuple[str, str, int], int]:
             "group_id", "topic_name", "partition", "committed_offset"
         )
     }
+
+
+def test_a_sync_that_writes_many_positions_analyses_them(cluster, builder, monkeypatch):
+    """The planner's statistics of the positions are refreshed by the sync that bulk-wrote
+    them (a server may run without autovacuum, and it waits a minute where it runs); a sync
+    that wrote fewer than ANALYZE_AFTER_ROWS leaves them alone."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from console.sync import core
+
+    builder.add_topic("kv", partitions=3, rf=3, records=100)
+    c = _coordinator()
+    _consume(c, "billing", {0: 10, 1: 20, 2: 30})
+    source = _CoordinatorSource(builder, c)
+
+    def analysed() -> list[str]:
+        with CaptureQueriesContext(connection) as ctx:
+            do_sync_cluster(cluster, source=source)
+        return [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("ANALYZE console_")]
+
+    monkeypatch.setattr(core, "ANALYZE_AFTER_ROWS", 3)
+    # a first sync: 3 positions written (and its topics, partitions and replicas analysed)
+    assert any(s.endswith("console_consumergroup, console_groupoffset") for s in analysed())
+    with connection.cursor() as cur:
+        cur.execute("SELECT reltuples FROM pg_class WHERE relname = 'console_groupoffset'")
+        assert cur.fetchone()[0] == GroupOffset.objects.count() == 3
+    member = c.view("billing")["members"][0]["member_id"]
+    c.commit("billing", member, c.view("billing")["generation"], {"kv": {0: 11, 1: 21}})
+    assert not any("console_groupoffset" in s for s in analysed())  # 2 positions moved
