@@ -19,6 +19,7 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from accounts.roles import Role, has_role
 from console import health, history, ordering, selectors
@@ -104,7 +105,15 @@ class ClustersOut(Schema):
     clusters: list[ClusterOut]
 
 
-class LogDirOut(Schema):
+class Rows(BaseModel):
+    """An output row of which a route lists many (a topic's 1,000 partitions, a fleet's 1,200
+    log dirs): validated by pydantic from the model's attributes, without ninja's
+    ``Schema`` getter per field (~60 ms of a 1,000-partition answer, #17)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class LogDirOut(Rows):
     name: str
     path: str
     state: str
@@ -117,7 +126,7 @@ class LogDirOut(Schema):
     state_changed_at: datetime | None
 
 
-class BrokerOut(Schema):
+class BrokerOut(Rows):
     id: int
     url: str
     state: str
@@ -199,7 +208,7 @@ class Tiering(Schema):
     remote_log_size_bytes: int = Field(description="KIP-963 RemoteLogSizeBytes (summed)")
 
 
-class PartitionOut(Schema):
+class PartitionOut(Rows):
     partition: int
     leader: int
     leader_epoch: int
@@ -225,20 +234,18 @@ class PartitionOut(Schema):
     fenced_remote_bytes: int
     fenced_remote_segments: int
     remote_log_size_bytes: int
-    earliest_local_offset: int = Field(
-        description="KIP-1005 earliest-local: the local log start offset"
-    )
-    latest_tiered_offset: int = Field(
+
+    @computed_field(description="KIP-1005 earliest-local: the local log start offset")
+    @property
+    def earliest_local_offset(self) -> int:
+        return self.local_log_start_offset
+
+    @computed_field(
         description="KIP-1005 latest-tiered: the highest offset in the remote tier, -1 if none"
     )
-
-    @staticmethod
-    def resolve_earliest_local_offset(obj) -> int:
-        return obj.local_log_start_offset
-
-    @staticmethod
-    def resolve_latest_tiered_offset(obj) -> int:
-        return obj.remote_log_end_offset
+    @property
+    def latest_tiered_offset(self) -> int:
+        return self.remote_log_end_offset
 
 
 class OrderingPartitionOut(Schema):
