@@ -295,15 +295,14 @@ class GroupOffset(models.Model):
     """A consumer group's committed position on one partition, as the controller's group
     coordinator holds it (KIP-253's gates read these positions). Merged by every sync
     (:mod:`console.sync.groups`; ``synced_at`` is the sync that last changed the row); a cluster
-    whose controller has no coordinator has none."""
+    whose controller has no coordinator has none. The group's generation and members are its
+    :class:`ConsumerGroup` row's, not repeated per position."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     group_id = models.CharField(max_length=249)
     topic_name = models.CharField(max_length=249)
     partition = models.IntegerField()
     committed_offset = models.BigIntegerField()
-    generation = models.IntegerField(default=0)
-    members = models.IntegerField(default=0)
     synced_at = models.DateTimeField()
 
     class Meta:

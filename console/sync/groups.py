@@ -7,8 +7,8 @@ every sync whose controller answered. The coordinator is asked for the groups ch
 the version last applied (``Cluster.groups_version``; in full on a first or ``--full`` sync, and
 whenever the coordinator cannot answer that ``since``) as rows
 (:func:`broker_agent.models.group_changes_tsv`). The rows are staged with ``COPY`` and merged:
-positions that moved (or whose generation or member count did) are updated, new ones inserted,
-and those no longer there deleted - of the groups in the answer when it is a delta, of the
+positions that moved are updated (a group's generation and member count are its group row's),
+new ones inserted, and those no longer there deleted - of the groups in the answer when it is a delta, of the
 cluster when it is full. Never a Python object per row nor a rewrite of every row: a fleet's
 20,000 groups hold ~500,000 positions, of which a sync sees what moved (#17).
 
@@ -125,9 +125,8 @@ class GroupSync:
         # synced_at: the sync that last wrote the row (a position that did not move keeps it)
         insert = """
             INSERT INTO console_groupoffset (cluster_id, group_id, topic_name, partition,
-                committed_offset, generation, members, synced_at)
-            SELECT %(cluster)s, s.group_id, s.topic, s.partition, s.committed_offset,
-                s.generation, s.members, %(now)s
+                committed_offset, synced_at)
+            SELECT %(cluster)s, s.group_id, s.topic, s.partition, s.committed_offset, %(now)s
             FROM stage_group_offset s
         """
         if full and not GroupOffset.objects.filter(cluster=self.cluster).exists():
@@ -140,12 +139,8 @@ class GroupSync:
                 + """
                 ON CONFLICT (cluster_id, group_id, topic_name, partition) DO UPDATE SET
                     committed_offset = EXCLUDED.committed_offset,
-                    generation = EXCLUDED.generation, members = EXCLUDED.members,
                     synced_at = EXCLUDED.synced_at
-                WHERE (console_groupoffset.committed_offset, console_groupoffset.generation,
-                       console_groupoffset.members)
-                    IS DISTINCT FROM
-                      (EXCLUDED.committed_offset, EXCLUDED.generation, EXCLUDED.members)
+                WHERE console_groupoffset.committed_offset <> EXCLUDED.committed_offset
                 """
             )
         if full:
