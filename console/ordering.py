@@ -8,7 +8,6 @@ from collections import defaultdict
 
 from django.core.paginator import Page
 from django.db import connection
-from django.db.models import OuterRef, Subquery
 from django.shortcuts import get_object_or_404
 
 from broker_agent.ordering import deletion_target, split_parent
@@ -269,8 +268,9 @@ def group_positions(
     lag summed over all its committed positions (high watermark - position, as
     ``kafka-consumer-groups.sh --describe`` shows it; the topic page's ordering panel also
     counts partitions a group has not started), how many positions it holds, and the first
-    :data:`GROUP_POSITIONS_LIMIT` of them (by topic and partition) with their lag. Four
-    queries: the count, the page, the groups' sums, their first positions."""
+    :data:`GROUP_POSITIONS_LIMIT` of them (by topic and partition) with their lag. Five
+    queries: the count, the page, the groups' sums, their first positions and the high
+    watermarks of those."""
     groups = selectors.paginate(
         ConsumerGroup.objects.filter(cluster=cluster).only("group_id", "generation", "members"),
         page,
@@ -293,10 +293,7 @@ def group_positions(
     with connection.cursor() as cur:  # each group's first positions, through its index
         cur.execute(
             """
-            SELECT i.group_id, g.topic_name, g.partition, g.committed_offset,
-                (SELECT p.high_watermark FROM console_partition p
-                 WHERE p.cluster_id = %(cluster)s AND p.topic_name = g.topic_name
-                   AND p.partition = g.partition)
+            SELECT i.group_id, g.topic_name, g.partition, g.committed_offset
             FROM unnest(%(ids)s::text[]) AS i(group_id)
             CROSS JOIN LATERAL (
                 SELECT topic_name, partition, committed_offset FROM console_groupoffset o
@@ -307,8 +304,12 @@ def group_positions(
             """,
             {"cluster": cluster.pk, "ids": ids, "limit": GROUP_POSITIONS_LIMIT},
         )
-        for group_id, topic, partition, offset, hw in cur.fetchall():
-            out[group_id]["positions"].append(position(topic, partition, offset, hw))
+        rows = cur.fetchall()
+    hw = _high_watermarks(cluster, [(topic, p) for _gid, topic, p, _o in rows])
+    for group_id, topic, partition, offset in rows:
+        out[group_id]["positions"].append(
+            position(topic, partition, offset, hw.get((topic, partition)))
+        )
     return groups, list(out.values())
 
 
@@ -317,31 +318,48 @@ def group_detail(
 ) -> tuple[dict, Page]:
     """One consumer group (its lag and position count as in :func:`group_positions`) and a
     page of all its positions (by topic and partition), each a :func:`position` dict. 404 for
-    a group the sync does not know. Four queries."""
+    a group the sync does not know. Four queries (the positions are counted once, with the
+    lag)."""
     group = get_object_or_404(ConsumerGroup, cluster=cluster, group_id=group_id)
     sums = _group_sums(cluster, [group_id])
-    high_watermark = Partition.objects.filter(
-        cluster_id=OuterRef("cluster_id"),
-        topic_name=OuterRef("topic_name"),
-        partition=OuterRef("partition"),
-    ).values("high_watermark")[:1]
+    count, lag = (sums[0][1], sums[0][2]) if sums else (0, 0)
     positions = selectors.paginate(
         GroupOffset.objects.filter(cluster=cluster, group_id=group_id)
         .order_by("topic_name", "partition")
-        .annotate(hw=Subquery(high_watermark))
-        .values_list("topic_name", "partition", "committed_offset", "hw"),
+        .values_list("topic_name", "partition", "committed_offset"),
         page,
         page_size,
+        count=count,
     )
-    positions.object_list = [position(*row) for row in positions.object_list]
+    rows = list(positions.object_list)
+    hw = _high_watermarks(cluster, [(topic, p) for topic, p, _o in rows])
+    positions.object_list = [position(t, p, o, hw.get((t, p))) for t, p, o in rows]
     summary = {
         "group_id": group.group_id,
         "generation": group.generation,
         "members": group.members,
-        "positions_count": sums[0][1] if sums else 0,
-        "lag": sums[0][2] if sums else 0,
+        "positions_count": count,
+        "lag": lag,
     }
     return summary, positions
+
+
+def _high_watermarks(cluster: Cluster, keys: list[tuple[str, int]]) -> dict:
+    """``{(topic, partition): high watermark}`` of the partitions of ``keys`` that exist (one
+    query, through the partitions' (cluster, topic name, partition) index)."""
+    if not keys:
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT p.topic_name, p.partition, p.high_watermark
+            FROM unnest(%s::text[], %s::int[]) AS k(topic, partition)
+            JOIN console_partition p ON p.cluster_id = %s AND p.topic_name = k.topic
+                AND p.partition = k.partition
+            """,
+            [[t for t, _ in keys], [p for _, p in keys], cluster.pk],
+        )
+        return {(t, p): hw for t, p, hw in cur.fetchall()}
 
 
 def position(topic: str, partition: int, offset: int, hw: int | None) -> dict:

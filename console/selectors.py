@@ -97,13 +97,23 @@ def get_topic(cluster: Cluster, name: str) -> Topic:
     return topic
 
 
-def paginate(qs: QuerySet, page: int | str | None, page_size: int | str | None = None) -> Page:
-    """A page of ``qs`` (two queries: count and slice); out-of-range pages give the last."""
+def paginate(
+    qs: QuerySet,
+    page: int | str | None,
+    page_size: int | str | None = None,
+    *,
+    count: int | None = None,
+) -> Page:
+    """A page of ``qs`` (two queries: count and slice; one with ``count``, the rows of ``qs``
+    where the caller has counted them already); out-of-range pages give the last."""
     try:
         size = min(max(int(page_size or DEFAULT_PAGE_SIZE), 1), MAX_PAGE_SIZE)
     except (TypeError, ValueError):
         size = DEFAULT_PAGE_SIZE
-    return Paginator(qs, size).get_page(page)
+    paginator = Paginator(qs, size)
+    if count is not None:
+        paginator.count = count  # a cached_property
+    return paginator.get_page(page)
 
 
 def stale_sources(cluster: Cluster) -> list[dict]:

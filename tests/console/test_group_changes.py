@@ -206,6 +206,28 @@ def test_a_group_s_positions_are_capped_in_the_list_and_paged_on_its_own_route(
     assert client.get("/api/v1/clusters/local/groups/nope").status_code == 404
 
 
+def test_a_position_on_a_partition_that_is_gone_has_no_lag(client, viewer, cluster, builder):
+    """The list and the group's route look the high watermarks up the same way: a position on
+    a partition the cluster no longer has is listed, without a lag."""
+    builder.add_topic("kv", partitions=1, rf=1, records=0)
+    builder.produce("kv", 0, 4)
+    builder.groups = [
+        GroupView(group_id="g", generation=1, members=[], offsets={"gone": {0: 5}, "kv": {0: 1}})
+    ]
+    sync(cluster, builder)
+    client.force_login(viewer)
+    expected = [("gone", 0, 5, None), ("kv", 0, 1, 3)]
+
+    def rows(positions):
+        return [(p["topic"], p["partition"], p["committed_offset"], p["lag"]) for p in positions]
+
+    (g,) = client.get("/api/v1/clusters/local/groups").json()["groups"]
+    assert rows(g["positions"]) == expected and g["lag"] == 3
+    one = client.get("/api/v1/clusters/local/groups/g").json()
+    assert rows(one["positions"]) == expected
+    assert (one["positions_count"], one["lag"]) == (2, 3)
+
+
 def test_the_topic_ordering_is_bounded_in_groups_and_rows(client, viewer, cluster, builder):
     """25 groups on a topic expanded from 2 to 130 partitions: the first 20 groups by id, the
     first 100 of each one's 128 gated partitions (held ones first), and the counts."""

@@ -105,7 +105,9 @@ PINNED: dict[str, int] = {
     "/api/v1/clusters/local/topics?sort=-local_bytes&has_remote_data=true&page_size=5": 7,
     "/api/v1/clusters/local/topics/t1": 10,
     "/api/v1/clusters/local/topics/t1?page=2&page_size=2": 10,
-    "/api/v1/clusters/local/groups": 8,
+    # + the high watermarks of the listed positions (one lookup for the list and the group);
+    # the group's positions are counted once, with its lag
+    "/api/v1/clusters/local/groups": 9,
     "/api/v1/clusters/local/groups/g1": 8,
     "/api/v1/clusters/local/partition-for-key?topic=t1&key=abc": 5,
     "/api/v1/clusters/local/brokers/2/log-dirs/logdir-0/history": 6,
