@@ -108,7 +108,7 @@ class ClustersOut(Schema):
 class Rows(BaseModel):
     """An output row of which a route lists many (a topic's 1,000 partitions, a fleet's 1,200
     log dirs): validated by pydantic from the model's attributes, without ninja's
-    ``Schema`` getter per field (~60 ms of a 1,000-partition answer, #17)."""
+    ``Schema`` getter per field (most of a 1,000-partition answer's Python time, #17)."""
 
     model_config = ConfigDict(from_attributes=True)
 
