@@ -9,8 +9,8 @@ whenever the coordinator cannot answer that ``since``) as rows
 (:func:`broker_agent.models.group_changes_tsv`). The rows are staged with ``COPY`` and merged:
 positions that moved are updated (a group's generation and member count are its group row's),
 new ones inserted, and those no longer there deleted - of the groups in the answer when it is
-a delta, of the cluster when it is full. Never a Python object per row nor a rewrite of every row: a fleet's
-20,000 groups hold ~500,000 positions, of which a sync sees what moved (#17).
+a delta, of the cluster when it is full. Never a Python object per row nor a rewrite of every
+row: a fleet's 20,000 groups hold ~500,000 positions, of which a sync sees what moved (#17).
 
 A controller without a coordinator answers 404 and the cluster simply has no groups. A failure
 here is recorded as the ``groups`` error of the run and leaves the previous rows (and the version)
