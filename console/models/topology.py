@@ -14,6 +14,12 @@ before a log dir goes). Deletions through the ORM (a cluster, a broker, a topic)
 ``on_delete`` is carried out by Django, not by the database. ``test_no_dangling_rows_*`` in
 ``tests/console/test_sync.py`` pin this down. Anything else that deletes topics, partitions,
 brokers or log dirs with raw SQL must delete their replicas (and partitions) itself.
+
+Partitions and replicas are UNLOGGED tables (migration 0019): the sync's copy of the cluster, not
+written to the WAL, emptied by PostgreSQL after a crash and rebuilt by the next sync. Nothing
+the console decides may live in them; the three observations the sync keeps on a partition
+(``previous_leader``, ``leader_changed_at``, ``marked_log_start_offset``, shown by the incident
+panel and a drain's progress) start again from the rebuild.
 """
 
 from __future__ import annotations

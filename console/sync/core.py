@@ -11,9 +11,12 @@ Design (console issue, "Sync"):
    statement (:mod:`console.sync.staging`); unchanged rows are not rewritten. Derived values
    (partition offsets from the leader's replica, topic / broker / cluster aggregates) are then
    recomputed with set-based ``UPDATE ... FROM`` over the partitions this sync touched. Agents
-   answer as COPY rows (``format=tsv``), so their replicas are never parsed as JSON. A
+   answer as COPY rows (``format=tsv``), so their replicas are never parsed as JSON, and the
+   answers are COPY-ed in batches (``STAGE_BATCH_BYTES``), not one COPY per agent. A
    cluster's first sync has nothing to merge with: it inserts plainly and skips the
-   comparisons and deletes (``fresh``).
+   comparisons and deletes (``fresh``). A cluster without partitions is asked for everything
+   whatever versions it applied: partitions and replicas are UNLOGGED tables (migration
+   0019), which PostgreSQL empties after a crash, and the next sync rebuilds them.
 3. **One transaction, one sync at a time.** All writes of a sync commit together, so a page
    never sees half a sync; a transaction-level advisory lock per cluster makes a concurrent
    sync (beat and webhook at once) return :class:`SyncBusy` instead of waiting.
@@ -119,6 +122,7 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
         self.unknown_replicas = 0
         self.positions_written = 0  # consumer group positions inserted, updated or deleted
         self.fresh = False  # set under the lock by run()
+        self.ask_all = full  # ask the controller and agents for everything (full or fresh)
 
     # -- SQL helpers -------------------------------------------------------------------------
 
@@ -142,6 +146,8 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
         self.full_brokers: list[int] = []
         self.behind: dict[int, int] = {}
         self.staged: dict[int, int] = {}  # replica rows staged per broker id
+        self.pending: list[tuple] = []  # agents' answers taken, not staged yet (flush_snapshots)
+        self.pending_bytes = 0
         with transaction.atomic(), connection.cursor() as cur:
             self.cur = cur
             self.sql(
@@ -166,6 +172,10 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
                 [self.cluster.pk],
             )
             self.fresh = cur.fetchone()[0]
+            # A cluster without partitions is asked for everything, whatever versions it last
+            # applied: its partitions and replicas are UNLOGGED tables, which PostgreSQL empties
+            # after a crash (migration 0019), and a delta would rebuild nothing of them.
+            self.ask_all = self.full or self.fresh
             if not self.fresh:
                 # An incremental sync looks up a few thousand rows by key among millions
                 # (replicas resolved to their partitions, offsets of touched partitions): with
@@ -190,6 +200,7 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
             )
             self.removed = StageTable(cur, "stage_removed", REMOVED_COLUMNS)
             md = self.fetch_metadata()
+            self.stage_controller_dirs(md)
             polls = self.brokers_to_poll(md)
             workers = max(1, min(MAX_PARALLEL_AGENTS, len(polls)))
             # Agents are read in parallel and each answer is staged as it arrives; at most
@@ -219,10 +230,9 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
                             # from a full one.
                             self.stage_snapshot(bid, self.fetch_snapshot(bid, url, None), None)
                     except Exception as exc:  # one agent failing never stops the others
-                        log.warning("cluster %s: agent %s failed: %s", self.cluster.name, bid, exc)
-                        self.failed_brokers[bid] = error_text(exc)
-                        self.errors[f"broker {bid}"] = error_text(exc)
+                        self.agent_failed(bid, exc)
                     del future  # the answer's bytes go once staged
+            self.flush_snapshots()
             self.capture_aggregates(md)
             if md is not None:
                 self.apply_metadata(md)

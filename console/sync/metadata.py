@@ -2,7 +2,7 @@
 stage it and merge topics and partitions, and delete what the controller no longer lists.
 
 A mixin of :class:`console.sync.core._Sync`: it uses the sync's ``cluster``, ``source``,
-``full``, ``fresh``, ``result`` / ``errors`` and the ``sql`` / ``raw`` helpers, and leaves the
+``ask_all``, ``fresh``, ``errors`` and the ``sql`` / ``raw`` helpers, and leaves the
 partitions it touched for :mod:`console.sync.aggregates`.
 """
 
@@ -67,7 +67,7 @@ class MetadataSync:
     def fetch_metadata(self) -> ClusterMetadata | None:
         since = (
             None
-            if self.full or self.cluster.metadata_version < 0
+            if self.ask_all or self.cluster.metadata_version < 0
             else (self.cluster.metadata_version)
         )
         try:
@@ -105,7 +105,7 @@ class MetadataSync:
                 [self.cluster.pk],
             )
             self.gone_topics = [row[0] for row in self.cur.fetchall()]
-        if md.full and not self.full:  # only topics whose metadata digest changed are rewritten
+        if md.full and not self.ask_all:  # only topics whose metadata digest changed are rewritten
             skipped = self.sql(
                 """
                 DELETE FROM stage_topic s USING console_topic t
@@ -210,6 +210,15 @@ class MetadataSync:
             raise MalformedAnswer("controller metadata: a partition lacks a required field")
         return md
 
+    def stage_controller_dirs(self, md: ClusterMetadata | None) -> None:
+        """The controller's view of the log dirs (from heartbeats), staged before any agent's:
+        the last staged row of a dir wins (``apply_snapshots``), so an agent's own view, which
+        is fresher than its last heartbeat, wins for the brokers whose agent answered."""
+        if md is not None and md.changed:
+            self.logdirs.copy(
+                row for b in md.brokers for row in logdir_rows(b.broker_id, b.log_dirs)
+            )
+
     def apply_metadata(self, md: ClusterMetadata) -> None:
         self.metadata_version = md.version
         if not md.changed:
@@ -233,9 +242,6 @@ class MetadataSync:
             """,
             {"unknown": BrokerState.UNKNOWN},
         )
-        # The controller's view of log dirs (from heartbeats); an agent's own snapshot, staged
-        # afterwards, wins for the brokers whose agent answered.
-        self.logdirs.copy(row for b in md.brokers for row in logdir_rows(b.broker_id, b.log_dirs))
 
         # A partition-level delta lists every changed topic, with only its changed partitions;
         # deletions come as explicit lists. A full answer was cut to the changed topics when

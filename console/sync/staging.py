@@ -111,16 +111,20 @@ class StageTable:
         self.rows += n
         return n
 
-    def copy_text(self, data: bytes | memoryview, chunk: int = 1 << 20) -> int:
+    def copy_text(self, *parts: bytes | memoryview, chunk: int = 1 << 20) -> int:
         """Append rows that already are COPY text format, one per line, in column order (an
-        agent's ``format=tsv`` snapshot); returns how many were written. A malformed row raises
-        the database's error (``psycopg.DataError`` / ``IntegrityError``) and writes nothing."""
+        agent's ``format=tsv`` snapshot; several ``parts`` go in one COPY, each ended by a
+        newline); returns how many were written. A malformed row raises the database's error
+        (``psycopg.DataError`` / ``IntegrityError``) and writes nothing."""
         names = ", ".join(c for c, _ in self.columns)
         raw = self.cursor.cursor
-        view = memoryview(data)
         with raw.copy(f"COPY {self.name} ({names}) FROM STDIN") as copy:
-            for start in range(0, len(view), chunk):
-                copy.write(view[start : start + chunk])
+            for data in parts:
+                view = memoryview(data)
+                for start in range(0, len(view), chunk):
+                    copy.write(view[start : start + chunk])
+                if view and view[-1] != ord("\n"):
+                    copy.write(b"\n")
         n = max(0, raw.rowcount)
         self.rows += n
         return n

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from broker_agent.models import snapshot_tsv
 from console.choices import BrokerState, LogDirState, TieredState
@@ -351,6 +352,23 @@ def test_a_malformed_row_fails_that_agent_only(synced, builder, change, error):
     assert Partition.objects.get(topic_name="orders", partition=0).log_end_offset == 1010
 
 
+def test_a_line_copy_reads_as_its_end_of_data_fails_that_agent_only(synced, builder):
+    """Agents' answers are COPY-ed together: a line ``\\.`` (COPY's end of data in its text
+    format) in one answer must not cut the others short, nor be taken for a shorter answer."""
+    builder.produce("orders", 0, 10)
+    cut = _Rewritten(
+        builder, lambda b, body: body.replace(b"\n", b"\n\\.\n", 1) if b == 1 else body
+    )
+    run = do_sync_cluster(synced, source=cut).run
+    assert run.brokers_failed == 1 and run.brokers_synced == 2
+    assert "agent snapshot" in Broker.objects.get(cluster=synced, broker_id=1).error
+    assert not Broker.objects.get(cluster=synced, broker_id=3).stale
+    after = Replica.objects.get(
+        partition__topic_name="orders", partition__partition=0, broker__broker_id=3
+    )
+    assert after.log_end_offset == 1010  # staged after the cut one, in the same batch
+
+
 def test_an_answer_for_another_broker_is_refused(synced, builder):
     source = _Rewritten(
         builder,
@@ -387,3 +405,77 @@ def test_a_replica_of_a_partition_the_controller_does_not_list_yet_is_fetched_ag
     b1 = Broker.objects.get(cluster=cluster, broker_id=1)
     assert b1.snapshot_version == before  # asked from where it was next time
     assert Broker.objects.get(cluster=cluster, broker_id=2).snapshot_version >= 0  # applied
+
+
+def test_a_cluster_whose_partitions_were_emptied_is_rebuilt_by_the_next_sync(synced, builder):
+    """Partitions and replicas are UNLOGGED (migration 0019): after a crash PostgreSQL empties
+    them while the cluster, its brokers and topics keep the versions they last applied. The
+    next sync, though not asked to be full, asks the controller and every agent for everything
+    and rebuilds them as they were."""
+    builder.produce("orders", 2, 50)
+    assert sync(synced, builder).ok
+    before = _inventory(synced)
+    partitions = sorted(
+        Partition.objects.filter(cluster=synced).values_list(
+            "topic_name", "partition", "log_end_offset"
+        )
+    )
+    with connection.cursor() as cur:  # what a crash leaves: both tables empty, nothing else
+        cur.execute("TRUNCATE console_partition, console_replica")
+    source = builder.source()
+    run = do_sync_cluster(synced, source=source).run
+    assert run.ok and not run.full
+    assert {s for kind, _, s in source.requests if kind == "snapshot"} == {None}
+    assert _inventory(synced) == before and before
+    assert (
+        sorted(
+            Partition.objects.filter(cluster=synced).values_list(
+                "topic_name", "partition", "log_end_offset"
+            )
+        )
+        == partitions
+    )
+    assert Topic.objects.get(cluster=synced, name="orders").log_end_offset == sum(
+        end for topic, _, end in partitions if topic == "orders"
+    )
+    again = do_sync_cluster(synced, source=(source := builder.source())).run
+    assert again.ok and all(s is not None for kind, _, s in source.requests if kind == "snapshot")
+
+
+def test_partitions_and_replicas_are_unlogged_and_what_the_console_decides_is_not():
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT relname, relpersistence FROM pg_class WHERE relkind = 'r' AND relname IN "
+            "('console_partition', 'console_replica', 'console_topic', 'console_cluster', "
+            "'workflows_workflow', 'workflows_auditevent')"
+        )
+        persistence = dict(cur.fetchall())
+    assert persistence.pop("console_partition") == persistence.pop("console_replica") == "u"
+    assert persistence == dict.fromkeys(persistence, "p") and len(persistence) == 4
+
+
+class _LaggingController(_Rewritten):
+    """A controller whose heartbeat view of the log dirs lags the agents': all ONLINE."""
+
+    def metadata(self, since: int | None):
+        md = super().metadata(since)
+        for b in md.brokers:
+            b.log_dirs = [
+                d.model_copy(update={"state": LogDirState.ONLINE, "error": None})
+                for d in b.log_dirs
+            ]
+        return md
+
+
+@pytest.mark.parametrize("answer", ["tsv", "json"])
+def test_an_agents_own_view_of_its_log_dirs_wins_over_the_controllers(synced, builder, answer):
+    builder.fail_log_dir(2, "logdir-0")
+
+    def rewrite(b: int, body: bytes) -> bytes:
+        return builder.snapshot(b, None).model_dump_json().encode() if answer == "json" else body
+
+    source = _LaggingController(builder, rewrite)
+    run = do_sync_cluster(synced, source=source).run
+    assert run.ok and run.metadata_changed and run.brokers_synced == 3
+    d = LogDir.objects.get(broker__broker_id=2, name="logdir-0")
+    assert d.state == LogDirState.OFFLINE and d.error == "Permission denied"
