@@ -21,6 +21,7 @@ from django.utils import timezone
 from audit import trail
 from audit.choices import AuditContext, AuditOutcome
 from audit.queries import diff
+from console.sync import inventory_missing
 from workflows.actions.workflows import workflow_snapshot
 from workflows.choices import AuditAction, WorkflowState
 from workflows.errors import WorkflowError
@@ -62,6 +63,11 @@ class PlanOutcome:
 def compute_plan(wf: Workflow) -> PlanOutcome:
     """Run the kind's plan for ``wf`` (in a worker). Never raises for the cluster's sake."""
     kind = get_kind(wf.kind)
+    if wf.cluster and inventory_missing(wf.cluster):
+        return PlanOutcome(
+            unavailable=f"the inventory of cluster {wf.cluster} is being rebuilt (its partitions "
+            "are missing after a database restart); the next sync restores it"
+        )
     try:
         plan = kind.plan(wf.parameters)
     except PlanUnavailable as exc:

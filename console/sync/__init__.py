@@ -3,7 +3,13 @@
 See :mod:`console.sync.core` for the design.
 """
 
-from console.sync.core import SyncBusy, SyncResult, do_sync_cluster, source_for
+from console.sync.core import (
+    SyncBusy,
+    SyncResult,
+    do_sync_cluster,
+    inventory_missing,
+    source_for,
+)
 from console.sync.sources import (
     ClusterSource,
     HttpClusterSource,
@@ -19,5 +25,6 @@ __all__ = [
     "SyncBusy",
     "SyncResult",
     "do_sync_cluster",
+    "inventory_missing",
     "source_for",
 ]

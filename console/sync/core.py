@@ -53,7 +53,7 @@ from django.utils import timezone
 
 from console import history
 from console.choices import SyncTrigger
-from console.models import Cluster, SyncRun
+from console.models import Cluster, Partition, SyncRun, Topic
 from console.sync.aggregates import AggregateSync
 from console.sync.common import Backwards, error_text
 from console.sync.groups import GroupSync
@@ -68,7 +68,7 @@ from console.sync.snapshots import SnapshotSync
 from console.sync.sources import ClusterSource, HttpClusterSource
 from console.sync.staging import StageTable
 
-__all__ = ["SyncBusy", "SyncResult", "do_sync_cluster", "source_for"]
+__all__ = ["SyncBusy", "SyncResult", "do_sync_cluster", "inventory_missing", "source_for"]
 
 log = logging.getLogger("console.sync")
 
@@ -343,6 +343,17 @@ def do_sync_cluster(
     finally:
         if own:
             src.close()
+
+
+def inventory_missing(cluster_name: str) -> bool:
+    """Whether ``cluster_name``'s topics hold partitions the console has no row of: after a
+    PostgreSQL crash emptied the UNLOGGED partitions and replicas (migration 0019), until the
+    next sync rebuilt them. Planning waits meanwhile (``workflows.planning.compute_plan``): a
+    plan made from an empty inventory would see no replica to move, grow or delete."""
+    return (
+        Topic.objects.filter(cluster__name=cluster_name, partition_count__gt=0).exists()
+        and not Partition.objects.filter(cluster__name=cluster_name).exists()
+    )
 
 
 def _record_failure(cluster: Cluster, trigger: str, started, full: bool, errors: dict) -> None:

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
+from console.models import Cluster, Partition, Topic
 from tests.testapp import noop
 from workflows import engine, planning
 from workflows.choices import AuditAction, StepState, WorkflowState
@@ -68,6 +69,28 @@ def test_an_unreachable_cluster_keeps_planning_waiting_then_it_plans(operator, m
     assert engine.run(wf.pk) == WorkflowState.PENDING_APPROVAL
     wf.refresh_from_db()
     assert wf.waiting_reason == "" and wf.plan_attempts == 0 and len(wf.plan_hash) == 64
+
+
+def test_planning_waits_while_the_clusters_inventory_is_rebuilt(operator):
+    """Partitions and replicas are UNLOGGED: after a PostgreSQL crash the cluster's topics say
+    they hold partitions and no partition row is there. A plan made then would see nothing to
+    move or grow; planning waits for the sync that rebuilds them."""
+    lab = Cluster.objects.create(name="lab", controller_url="http://127.0.0.1:1", secret_ref="x")
+    topic = Topic.objects.create(
+        cluster=lab,
+        name="orders",
+        initial_partition_count=2,
+        undeleted_partition_count=2,
+        partition_count=2,
+    )
+    wf = request_noop(operator, plan=False, cluster="lab")
+    assert engine.run(wf.pk) == WorkflowState.PLANNING
+    wf.refresh_from_db()
+    assert "inventory of cluster lab is being rebuilt" in wf.waiting_reason
+    for n in range(2):  # the next sync
+        Partition.objects.create(cluster=lab, topic=topic, topic_name="orders", partition=n)
+    _due(wf)
+    assert engine.run(wf.pk) == WorkflowState.PENDING_APPROVAL
 
 
 def test_planning_gives_up_after_the_approval_ttl(operator, monkeypatch):
