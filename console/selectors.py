@@ -239,13 +239,15 @@ def task_states(topic: Topic) -> list[dict]:
         Replica.objects.filter(partition__topic=topic)
         .values("broker__broker_id")
         .annotate(
-            replicas=Count("id"),
-            leaders=Count("id", filter=Q(is_leader=True)),
-            copier_running=Count("id", filter=Q(copier_state=TaskState.RUNNING)),
-            copier_stopped=Count("id", filter=Q(copier_state=TaskState.STOPPED)),
-            expiration_running=Count("id", filter=Q(expiration_state=TaskState.RUNNING)),
-            expiration_stopped=Count("id", filter=Q(expiration_state=TaskState.STOPPED)),
-            expiration_external=Count("id", filter=Q(expiration_state=TaskState.EXTERNAL)),
+            replicas=Count("partition_id"),
+            leaders=Count("partition_id", filter=Q(is_leader=True)),
+            copier_running=Count("partition_id", filter=Q(copier_state=TaskState.RUNNING)),
+            copier_stopped=Count("partition_id", filter=Q(copier_state=TaskState.STOPPED)),
+            expiration_running=Count("partition_id", filter=Q(expiration_state=TaskState.RUNNING)),
+            expiration_stopped=Count("partition_id", filter=Q(expiration_state=TaskState.STOPPED)),
+            expiration_external=Count(
+                "partition_id", filter=Q(expiration_state=TaskState.EXTERNAL)
+            ),
             tiered_epoch_min=Min("tiered_epoch"),
         )
         .order_by("broker__broker_id")

@@ -217,11 +217,12 @@ class Partition(TierMetrics):
 class Replica(TierMetrics):
     """A replica as its broker's agent reports it: where it lives and how far it got."""
 
-    # Sync-owned (see the module docstring): no database constraints. ``partition`` and ``log_dir``
-    # have no index of their own (``replica_unique`` and the (log_dir, partition) index lead
-    # with them); ``cluster`` and ``broker`` none at all: every page reaches replicas through a
-    # partition or a log dir, and a fourth index made a 600,000-replica first sync ~1 s slower
-    # (the sync's scan for replicas an agent stopped reporting reads the cluster's rows anyway).
+    # Sync-owned (see the module docstring): no database constraints. Keyed by (partition,
+    # broker), with no surrogate id (migration 0020): ``partition`` and ``log_dir`` have no index
+    # of their own (the primary key and the (log_dir, partition) index lead with them);
+    # ``cluster`` and ``broker`` none at all: every page reaches replicas through a partition or
+    # a log dir, and each index costs a first sync ~1 s per 1,000,000 replicas (the sync's scan
+    # for replicas an agent stopped reporting reads the cluster's rows anyway).
     cluster = models.ForeignKey(
         Cluster, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
     )
@@ -264,11 +265,9 @@ class Replica(TierMetrics):
     remote_bytes = models.BigIntegerField(default=0)
     remote_segments = models.IntegerField(default=0)
     version = models.BigIntegerField(default=0)
+    pk = models.CompositePrimaryKey("partition", "broker")
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["partition", "broker"], name="replica_unique")
-        ]
         indexes = [models.Index(fields=["log_dir", "partition"])]
 
     def __str__(self) -> str:
