@@ -4,8 +4,9 @@
   ``STRATA_HISTORY_SAMPLE_SECONDS`` (default 30) per cluster, one row per log dir of every broker
   whose agent answered (a broker that did not answer leaves a gap: nothing is known of it) and
   one per topic that has been tiered (``tiered_state`` not ``NONE`` or remote bytes) *whose
-  figures changed* since its last sample, or whose last sample is ``STRATA_HISTORY_KEEPALIVE_SECONDS``
-  old (default 300). Two ``INSERT ... SELECT`` statements: no Python loop over dirs or topics.
+  figures changed* since its last sample, or whose last sample is
+  ``STRATA_HISTORY_KEEPALIVE_SECONDS`` old (default 300). Two ``INSERT ... SELECT`` statements:
+  no Python loop over dirs or topics.
 
   Why topics are sampled on change: a fleet of 1,000,000 partitions has ~19,000 tiered topics,
   every 30 s ~55 M rows a day, most of them repeating the one before (a topic without traffic, a
@@ -13,8 +14,8 @@
   at every sample, so dirs are sampled every time. A topic's sample *holds* until the next one:
   the series fill a bucket without a sample with the last value before it, for at most
   :func:`hold` (twice the keep-alive), so a sync that stopped still shows as a gap, after the
-  hold (ten minutes by default) instead of at once. The keep-alive is under an hour so every hour the roll-up reads has
-  a sample of every followed topic.
+  hold (ten minutes by default) instead of at once. The keep-alive is under an hour so every
+  hour the roll-up reads has a sample of every followed topic.
 - **Roll-up** (:func:`roll_up`, a beat task every ``STRATA_HISTORY_ROLLUP_SECONDS``): raw
   samples become one ``hour`` row per hour — the *peak* of the hour (highest usage, slowest
   probe, largest bytes and lag, worst state), because a trend panel must not average an
@@ -60,7 +61,10 @@ HOURLY_KEPT = timedelta(days=30)
 
 #: States in order of severity: a bucket shows the worst state seen in it.
 _STATES = (LogDirState.ONLINE, LogDirState.DEGRADED, LogDirState.OFFLINE)
-_STATE_RANK = f"CASE state WHEN '{LogDirState.OFFLINE}' THEN 2 WHEN '{LogDirState.DEGRADED}' THEN 1 ELSE 0 END"
+_STATE_RANK = (
+    f"CASE state WHEN '{LogDirState.OFFLINE}' THEN 2 "
+    f"WHEN '{LogDirState.DEGRADED}' THEN 1 ELSE 0 END"
+)
 
 #: The measured columns of each series (every one is rolled up and bucketed by its peak).
 DIR_FIELDS = ("used_bytes", "total_bytes", "probe_latency_ms")

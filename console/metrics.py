@@ -1,8 +1,9 @@
 """Prometheus ``/metrics``: a custom collector that reads PostgreSQL at scrape time.
 
 Nothing is kept in process memory, so every web worker answers the same numbers and a scrape
-is as fresh as the last sync. A fixed number of queries per scrape, whatever the cluster size. Names follow
-KIP-112's broker metrics (OfflineLogDirectoryCount, OfflineReplicaCount) in Prometheus style.
+is as fresh as the last sync. A fixed number of queries per scrape, whatever the cluster size.
+Names follow KIP-112's broker metrics (OfflineLogDirectoryCount, OfflineReplicaCount) in
+Prometheus style.
 """
 
 from __future__ import annotations

@@ -145,7 +145,6 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
         self.failed_brokers: dict[int, str] = {}
         self.full_brokers: list[int] = []
         self.behind: dict[int, int] = {}
-        self.staged: dict[int, int] = {}  # replica rows staged per broker id
         self.pending: list[tuple] = []  # agents' answers taken, not staged yet (flush_snapshots)
         self.pending_bytes = 0
         with transaction.atomic(), connection.cursor() as cur:
@@ -267,9 +266,9 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
             + self.run_stats["replicas_upserted"]
             + self.run_stats["replicas_deleted"]
         )
-        tables = ["console_topic", "console_partition", "console_replica"]
-        if written < ANALYZE_AFTER_ROWS:
-            tables = []
+        tables = []
+        if written >= ANALYZE_AFTER_ROWS:
+            tables += ["console_topic", "console_partition", "console_replica"]
         if self.positions_written >= ANALYZE_AFTER_ROWS:
             tables += ["console_consumergroup", "console_groupoffset"]
         if tables:
