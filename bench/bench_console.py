@@ -259,9 +259,12 @@ def _child_sync(info: dict) -> dict:
         if i:  # a new version: the agents render their answers cold again, as on the first run
             _sim(Path(info["data"]), "churn", "--fraction", "0.001", "--seed", str(100 + i))
         with connection.cursor() as cur:
-            # Partition and Replica have no FK constraints (sync-owned), so CASCADE does not
-            # reach them: they are named.
-            cur.execute("TRUNCATE console_cluster, console_partition, console_replica CASCADE")
+            # Partitions, replicas and group positions have no FK constraints (sync-owned), so
+            # CASCADE does not reach them: they are named.
+            cur.execute(
+                "TRUNCATE console_cluster, console_partition, console_replica, "
+                "console_groupoffset CASCADE"
+            )
         cluster = Cluster.objects.create(
             name="bench", controller_url=info["controller"], secret_ref=info["secret_file"]
         )

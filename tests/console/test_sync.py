@@ -5,9 +5,18 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from broker_agent.models import snapshot_tsv
+from broker_agent.models import GroupView, snapshot_tsv
 from console.choices import BrokerState, LogDirState, TieredState
-from console.models import Broker, Cluster, LogDir, Partition, Replica, SyncRun, Topic
+from console.models import (
+    Broker,
+    Cluster,
+    GroupOffset,
+    LogDir,
+    Partition,
+    Replica,
+    SyncRun,
+    Topic,
+)
 from console.sync import do_sync_cluster
 from tests.console.conftest import sync
 from tests.console.factories import BuilderSource, ClusterBuilder
@@ -230,6 +239,8 @@ DANGLING_SQL = {
     "(SELECT 1 FROM console_topic t WHERE t.id = p.topic_id)",
     "partition -> cluster": "SELECT count(*) FROM console_partition p WHERE NOT EXISTS "
     "(SELECT 1 FROM console_cluster c WHERE c.id = p.cluster_id)",
+    "group position -> cluster": "SELECT count(*) FROM console_groupoffset g WHERE NOT EXISTS "
+    "(SELECT 1 FROM console_cluster c WHERE c.id = g.cluster_id)",
 }
 
 
@@ -266,6 +277,10 @@ def test_no_dangling_rows_after_topic_partition_and_log_dir_removal(synced, buil
 
 def test_no_dangling_rows_after_orm_deletes(synced, builder):
     """Deleting through the ORM still cascades (Django's on_delete, not the database's)."""
+    builder.groups = [
+        GroupView(group_id="billing", generation=1, members=[], offsets={"orders": {0: 5}})
+    ]
+    assert sync(synced, builder).ok and GroupOffset.objects.filter(cluster=synced).exists()
     Broker.objects.get(cluster=synced, broker_id=3).delete()
     assert dangling() == {}
     Topic.objects.get(cluster=synced, name="orders").delete()
@@ -275,6 +290,7 @@ def test_no_dangling_rows_after_orm_deletes(synced, builder):
     synced.delete()
     assert dangling() == {}
     assert not Replica.objects.exists() and not Partition.objects.exists()
+    assert not GroupOffset.objects.exists()
 
 
 # -- agents' answers as rows (format=tsv), and the JSON they may still send ----------------------
