@@ -9,7 +9,9 @@ calls :meth:`SnapshotSync.flush_snapshots` once all answered.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import psycopg
 from django.db import transaction
@@ -81,7 +83,7 @@ class SnapshotSync:
         except ValueError as exc:  # incl. pydantic's ValidationError
             raise MalformedAnswer(f"agent snapshot: {exc}") from exc
         if split is None:  # an agent that predates format=tsv answered JSON
-            with transaction.atomic():
+            with self._savepoint():
                 envelope, bad, staged = self.raw(
                     STAGE_SNAPSHOT_SQL, {"body": raw_json(body)}
                 ).fetchone()
@@ -117,22 +119,33 @@ class SnapshotSync:
         savepoint of its own: only the agent whose answer is malformed fails, as before."""
         batch, self.pending, self.pending_bytes = self.pending, [], 0
         if len(batch) > 1:
-            rows = self.replicas.rows
             try:
-                with transaction.atomic():
+                with self._savepoint():
                     self._copy_answers(batch)
                 return
             except Exception:  # each answer is tried alone below
-                self.replicas.rows = rows  # rolled back with the savepoint
                 log.info("cluster %s: a batch of agent answers was refused", self.cluster.name)
         for answer in batch:
-            rows = self.replicas.rows
             try:
-                with transaction.atomic():
+                with self._savepoint():
                     self._copy_answers([answer])
             except Exception as exc:  # one agent failing never stops the others
-                self.replicas.rows = rows
                 self.agent_failed(answer[0].broker_id, exc)
+
+    @contextlib.contextmanager
+    def _savepoint(self) -> Iterator[None]:
+        """A savepoint for staging agents' answers: rolled back, the stage tables' row counts
+        are put back too (they decide the ANALYZE, the removed-keys DELETE and whether a first
+        sync looks for agents ahead of the controller)."""
+        tables = (self.replicas, self.logdirs, self.removed)
+        counts = [t.rows for t in tables]
+        try:
+            with transaction.atomic():
+                yield
+        except BaseException:
+            for table, n in zip(tables, counts, strict=True):
+                table.rows = n
+            raise
 
     def _copy_answers(self, batch: list[tuple[BrokerSnapshot, memoryview]]) -> None:
         """One COPY of the answers' replica rows, then their log dirs and removed keys; raises
