@@ -15,8 +15,9 @@ before a log dir goes). Deletions through the ORM (a cluster, a broker, a topic)
 ``tests/console/test_sync.py`` pin this down. Anything else that deletes topics, partitions,
 brokers or log dirs with raw SQL must delete their replicas (and partitions) itself.
 
-Partitions and replicas are UNLOGGED tables (migration 0019): the sync's copy of the cluster, not
-written to the WAL, emptied by PostgreSQL after a crash and rebuilt by the next sync. Nothing
+Partitions and replicas are UNLOGGED tables (migration 0019), and so are group positions
+(migration 0022): the sync's copy of the cluster, not written to the WAL, emptied by PostgreSQL
+after a crash and rebuilt by the next sync. Nothing
 the console decides may live in them; the three observations the sync keeps on a partition
 (``previous_leader``, ``leader_changed_at``, ``marked_log_start_offset``, shown by the incident
 panel and a drain's progress) start again from the rebuild.
@@ -306,7 +307,10 @@ class GroupOffset(models.Model):
     Sync-owned like partitions and replicas (see the module docstring): the cluster's foreign
     key has no database constraint - a first sync writes 539,020 positions, and the deferred
     check of each at COMMIT was 1.8 s of it (#17) - and no index of its own (both indexes lead
-    with it). Deleting a cluster through the ORM still deletes its positions."""
+    with it). Keyed by (cluster, group, topic, partition), with no surrogate id, and UNLOGGED
+    like partitions and replicas (migration 0022): a crash empties the three together and the
+    next sync asks for everything again. Deleting a cluster through the ORM still deletes its
+    positions."""
 
     cluster = models.ForeignKey(
         Cluster, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
@@ -316,15 +320,10 @@ class GroupOffset(models.Model):
     partition = models.IntegerField()
     committed_offset = models.BigIntegerField()
     synced_at = models.DateTimeField()
+    pk = models.CompositePrimaryKey("cluster", "group_id", "topic_name", "partition")
 
     class Meta:
         ordering = ["group_id", "topic_name", "partition"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["cluster", "group_id", "topic_name", "partition"],
-                name="group_offset_unique",
-            )
-        ]
         indexes = [models.Index(fields=["cluster", "topic_name", "group_id"])]
 
     def __str__(self) -> str:

@@ -4,8 +4,9 @@ and :class:`console.models.GroupOffset`.
 
 Groups change without the metadata version moving (a commit is not metadata), so this runs on
 every sync whose controller answered. The coordinator is asked for the groups changed ``since``
-the version last applied (``Cluster.groups_version``; in full on a first or ``--full`` sync, and
-whenever the coordinator cannot answer that ``since``) as rows
+the version last applied (``Cluster.groups_version``; in full on a first or ``--full`` sync, when
+the cluster has no partition rows - after a crash emptied the unlogged tables - and whenever the
+coordinator cannot answer that ``since``) as rows
 (:func:`broker_agent.models.group_changes_tsv`). The rows are staged with ``COPY`` and merged:
 positions that moved are updated (a group's generation and member count are its group row's),
 new ones inserted, and those no longer there deleted - of the groups in the answer when it is
@@ -75,7 +76,9 @@ class GroupSync:
         changes = getattr(self.source, "group_changes", None)
         if changes is not None:
             version = self.cluster.groups_version
-            body = changes(None if self.full or version < 0 else version)
+            # ask_all: a full sync, or a cluster without partition rows - its positions are
+            # UNLOGGED like them (migration 0022) and a crash empties both at once
+            body = changes(None if self.ask_all or version < 0 else version)
             if body is None:
                 return None
             split = split_group_tsv(body)

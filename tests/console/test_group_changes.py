@@ -7,6 +7,7 @@ import json
 import sqlite3
 
 import pytest
+from django.db import connection
 
 from broker_agent.client import ControllerClient
 from broker_agent.groups import GroupCoordinator
@@ -85,6 +86,29 @@ def _positions(cluster) -> dict[tuple[str, int], tuple[int, object]]:
         (r.group_id, r.partition): (r.committed_offset, r.synced_at)
         for r in GroupOffset.objects.filter(cluster=cluster)
     }
+
+
+def test_positions_emptied_by_a_crash_are_asked_for_in_full_again(cluster, builder):
+    """Positions are UNLOGGED like partitions and replicas (migration 0022): a crash empties
+    the three together while the cluster keeps its ``groups_version``. The next sync, though
+    not full, asks the coordinator for every group (a delta would restore none of them)."""
+    builder.add_topic("kv", partitions=3, rf=3, records=100)
+    c = _coordinator()
+    _consume(c, "billing", {0: 10, 1: 20})
+    _consume(c, "audit", {0: 5})
+    source = _CoordinatorSource(builder, c)
+    do_sync_cluster(cluster, source=source)
+    before = {k: offset for k, (offset, _) in _positions(cluster).items()}
+    version = Cluster.objects.get(pk=cluster.pk).groups_version
+    with connection.cursor() as cur:  # what a crash leaves
+        cur.execute("TRUNCATE console_partition, console_replica, console_groupoffset")
+    run = do_sync_cluster(cluster, source=source).run
+    assert run.ok and not run.full
+    assert source.asked == [None, None]
+    assert {k: offset for k, (offset, _) in _positions(cluster).items()} == before
+    assert ConsumerGroup.objects.get(cluster=cluster, group_id="billing").positions == 2
+    do_sync_cluster(cluster, source=source)  # rebuilt: incremental again
+    assert source.asked[-1] == Cluster.objects.get(pk=cluster.pk).groups_version >= version
 
 
 def test_the_sync_merges_only_the_groups_changed_since_it_last_asked(cluster, builder):

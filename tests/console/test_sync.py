@@ -458,15 +458,16 @@ def test_a_cluster_whose_partitions_were_emptied_is_rebuilt_by_the_next_sync(syn
     assert again.ok and all(s is not None for kind, _, s in source.requests if kind == "snapshot")
 
 
-def test_partitions_and_replicas_are_unlogged_and_what_the_console_decides_is_not():
+def test_the_sync_copy_is_unlogged_and_what_the_console_decides_is_not():
     with connection.cursor() as cur:
         cur.execute(
             "SELECT relname, relpersistence FROM pg_class WHERE relkind = 'r' AND relname IN "
-            "('console_partition', 'console_replica', 'console_topic', 'console_cluster', "
-            "'workflows_workflow', 'workflows_auditevent')"
+            "('console_partition', 'console_replica', 'console_groupoffset', 'console_topic', "
+            "'console_cluster', 'workflows_workflow', 'workflows_auditevent')"
         )
         persistence = dict(cur.fetchall())
-    assert persistence.pop("console_partition") == persistence.pop("console_replica") == "u"
+    unlogged = ("console_partition", "console_replica", "console_groupoffset")
+    assert [persistence.pop(table) for table in unlogged] == ["u"] * 3
     assert persistence == dict.fromkeys(persistence, "p") and len(persistence) == 4
 
 
