@@ -114,9 +114,11 @@ class MetadataSync:
                 """
             )
             self.topics.rows -= skipped
-        if skipped or split is not None:
+        if skipped or (split is not None and not self.ask_all):
             # The skipped topics' partitions, and rows of a topic the answer does not list
-            # (a malformed answer: merged, they would land in a topic of the same name).
+            # (a malformed answer: merged, they would land in a topic of the same name). When
+            # everything was asked for, no topic was skipped and every topic the answer does
+            # not list is deleted before partitions are merged: such rows find no topic.
             self.parts.rows -= self.sql(
                 "DELETE FROM stage_partition s WHERE NOT EXISTS "
                 "(SELECT 1 FROM stage_topic t WHERE t.name = s.topic_name)"

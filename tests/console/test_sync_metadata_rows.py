@@ -4,6 +4,7 @@ them as they come, builds the same inventory as from JSON, and refuses a malform
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from broker_agent.metadata_rows import metadata_tsv
 from console.models import Cluster, Partition, Topic
@@ -157,3 +158,28 @@ def test_a_partition_row_of_a_topic_the_answer_does_not_list_is_not_merged(synce
     assert run.ok and run.partitions_upserted == 1
     assert Partition.objects.get(topic_name="orders", partition=0).leader_epoch == 7
     assert Partition.objects.get(topic_name="payments", partition=1).leader != -1
+
+
+def test_a_partition_row_of_an_unlisted_topic_finds_no_topic_when_everything_is_asked(
+    synced, builder
+):
+    """A sync that asks for everything (here: after a crash emptied the partitions) does not
+    look for such rows apart: the topics a full answer does not list are deleted before the
+    partitions are merged, so a stray row of one finds no topic to land in."""
+    full = builder.metadata()
+    payments = next(t for t in full.topics if t.name == "payments")
+    listed = full.model_copy(update={"topics": [t for t in full.topics if t.name != "payments"]})
+    body = metadata_tsv(listed)
+    stray = metadata_tsv(full.model_copy(update={"topics": [payments]}))
+    row = stray.rstrip(b"\n").rsplit(b"\n", 1)[1]
+    with connection.cursor() as cur:  # what a crash leaves
+        cur.execute("TRUNCATE console_partition, console_replica")
+    source = StaticClusterSource(listed, {b: builder.snapshot(b) for b in builder.broker_ids})
+    source.metadata_tsv = lambda since: body + row + b"\n"
+    run = do_sync_cluster(synced, source=source).run
+    assert run.ok
+    assert not Topic.objects.filter(cluster=synced, name="payments").exists()
+    assert not Partition.objects.filter(cluster=synced, topic_name="payments").exists()
+    assert Partition.objects.filter(cluster=synced, topic_name="orders").count() == len(
+        next(t for t in full.topics if t.name == "orders").partitions
+    )
