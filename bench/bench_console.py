@@ -384,7 +384,7 @@ def _child_pages(info: dict) -> dict:
     busiest = (  # the topic whose consumer groups hold the most positions (#17's fleet)
         GroupOffset.objects.filter(cluster__name="bench")
         .values("topic_name")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("partition"))
         .order_by("-n")
         .values_list("topic_name", flat=True)
         .first()
