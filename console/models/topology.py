@@ -17,10 +17,10 @@ brokers or log dirs with raw SQL must delete their replicas (and partitions) its
 
 Partitions and replicas are UNLOGGED tables (migration 0019), and so are group positions
 (migration 0022): the sync's copy of the cluster, not written to the WAL, emptied by PostgreSQL
-after a crash and rebuilt by the next sync. Nothing
-the console decides may live in them; the three observations the sync keeps on a partition
-(``previous_leader``, ``leader_changed_at``, ``marked_log_start_offset``, shown by the incident
-panel and a drain's progress) start again from the rebuild.
+after a crash and rebuilt by the next sync. Nothing the console decides may live in them; the
+three observations the sync keeps on a partition (``previous_leader``, ``leader_changed_at``,
+``marked_log_start_offset``, shown by the incident panel and a drain's progress) start again
+from the rebuild.
 """
 
 from __future__ import annotations
