@@ -496,3 +496,45 @@ def test_an_agents_own_view_of_its_log_dirs_wins_over_the_controllers(synced, bu
     assert run.ok and run.metadata_changed and run.brokers_synced == 3
     d = LogDir.objects.get(broker__broker_id=2, name="logdir-0")
     assert d.state == LogDirState.OFFLINE and d.error == "Permission denied"
+
+
+class _MovedAgent(BuilderSource):
+    """The builder's cluster with broker 2's agent moved to another address: the controller
+    lists the new URL (a new metadata version) and the old address refuses connections."""
+
+    old, new = "http://127.0.0.1:1/broker-2", "http://127.0.0.1:1/moved-2"
+
+    def __init__(self, builder: ClusterBuilder):
+        super().__init__(builder, set())
+        self.asked: list[tuple[int, str]] = []
+
+    def metadata(self, since: int | None):
+        md = self.builder.metadata()
+        brokers = [
+            b.model_copy(update={"url": self.new}) if b.broker_id == 2 else b for b in md.brokers
+        ]
+        self.set_metadata(md.model_copy(update={"brokers": brokers, "version": md.version + 1}))
+        return super(BuilderSource, self).metadata(since)
+
+    def snapshot(self, broker_id: int, url: str, since: int | None):
+        self.asked.append((broker_id, url))
+        if url == self.old:
+            raise ConnectionError(f"broker {broker_id}: connection refused")
+        return super().snapshot(broker_id, url, since)
+
+
+def test_agents_are_asked_while_the_controller_answers_and_a_moved_one_at_its_new_url(
+    synced, builder
+):
+    """The agents the console knows are asked before the controller's answer is in (#17); an
+    agent the controller now lists at another URL is asked there, and its early answer from
+    the old address (refused) is dropped rather than failing it."""
+    assert Broker.objects.get(cluster=synced, broker_id=2).url == _MovedAgent.old
+    source = _MovedAgent(builder)
+    run = do_sync_cluster(synced, source=source).run
+    assert run.ok and run.brokers_synced == 3 and run.brokers_failed == 0
+    assert "broker 2" not in run.errors
+    # asked early at the address it had, then where the controller says it is
+    assert {url for b, url in source.asked if b == 2} == {_MovedAgent.old, _MovedAgent.new}
+    b2 = Broker.objects.get(cluster=synced, broker_id=2)
+    assert b2.url == _MovedAgent.new and b2.error == ""
