@@ -213,11 +213,12 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
                         (bid, url, since, pool.submit(self.fetch_snapshot, bid, url, since))
                     )
 
-                for poll in self.brokers_to_poll(None)[:window_size]:
+                known = self.known_brokers()
+                for poll in self.brokers_to_poll(None, known)[:window_size]:
                     submit(*poll)
                 md = self.fetch_metadata()
                 self.stage_controller_dirs(md)
-                polls = self.brokers_to_poll(md)
+                polls = self.brokers_to_poll(md, known)
                 wanted = set(polls)
                 window = [w for w in window if w[:3] in wanted]
                 asked = {w[:3] for w in window}

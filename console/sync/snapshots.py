@@ -49,14 +49,20 @@ def _row_count(rows: memoryview) -> int:
 class SnapshotSync:
     """Part of :class:`console.sync.core._Sync` (see the module docstring)."""
 
-    def brokers_to_poll(self, md: ClusterMetadata | None) -> list[tuple[int, str, int | None]]:
-        """(broker id, agent URL, since) for every broker the controller or the DB knows."""
-        known = {
+    def known_brokers(self) -> dict[int, dict]:
+        """The cluster's broker rows (id, agent URL, snapshot version), read once per sync."""
+        return {
             b["broker_id"]: b
             for b in Broker.objects.filter(cluster=self.cluster).values(
                 "broker_id", "url", "snapshot_version"
             )
         }
+
+    def brokers_to_poll(
+        self, md: ClusterMetadata | None, known: dict[int, dict]
+    ) -> list[tuple[int, str, int | None]]:
+        """(broker id, agent URL, since) for every broker the controller or ``known`` (the
+        rows :meth:`known_brokers` read) knows."""
         urls = {bid: b["url"] for bid, b in known.items()}
         if md is not None and md.changed:
             urls.update({b.broker_id: b.url for b in md.brokers})
