@@ -9,7 +9,18 @@ from django.utils import timezone
 from broker_agent.signing import read_secret, read_secret_file
 from console.choices import SyncTrigger, choices
 
-__all__ = ["AgentEvent", "Cluster", "SyncRun", "read_secret_ref"]
+__all__ = ["TOPIC_STATE_SUMS", "AgentEvent", "Cluster", "SyncRun", "read_secret_ref"]
+
+#: The topic figures :attr:`Cluster.topic_states` sums per KIP-950 tiered state (KIP-963's
+#: tiered metrics and the fenced bytes pending purge), besides the count of topics.
+TOPIC_STATE_SUMS = (
+    "remote_copy_lag_bytes",
+    "remote_copy_lag_segments",
+    "remote_delete_lag_bytes",
+    "remote_delete_lag_segments",
+    "remote_log_size_bytes",
+    "fenced_remote_bytes",
+)
 
 
 class ClusterQuerySet(models.QuerySet):
@@ -75,6 +86,11 @@ class Cluster(models.Model):
     under_min_isr_partition_count = models.IntegerField(default=0)
     offline_replica_count = models.IntegerField(default=0)
     marked_for_deletion_count = models.IntegerField(default=0)
+    topic_states = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Per KIP-950 tiered state: its topics ('topics') and their TOPIC_STATE_SUMS.",
+    )
 
     objects = ClusterQuerySet.as_manager()
 

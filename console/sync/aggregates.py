@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from broker_agent.models import split_partition_key
 from console.choices import BrokerState, LogDirState
+from console.models.clusters import TOPIC_STATE_SUMS
 from console.sync.rows import TIER_METRICS
 
 if TYPE_CHECKING:
@@ -69,6 +70,9 @@ _SET_PLUS_DELTA = ", ".join(
     else f"{c} = t.{c} + d.{c}"
     for c in _CONTRIBUTION
 )
+#: Per tiered state, the sums of Cluster.topic_states (as columns of ``g``, then as JSON).
+_STATE_SUMS = ", ".join(f"sum({f})::bigint AS {f}" for f in TOPIC_STATE_SUMS)
+_STATE_JSON = ", ".join(f"'{f}', g.{f}" for f in TOPIC_STATE_SUMS)
 #: The partitions of a key table ``k (topic, partition)`` in this cluster.
 _KEYED_PARTITIONS = """
     FROM agg_key k JOIN console_partition p ON p.cluster_id = %(cluster)s
@@ -208,26 +212,36 @@ class AggregateSync:
                 "dir_degraded": LogDirState.DEGRADED,
             },
         )
+        # The cluster's figures, and per tiered state its topics and their sums (read by
+        # /metrics instead of grouping 37,636 topics per scrape, #17).
         self.sql(
-            """
+            f"""
             UPDATE console_cluster c SET
                 topic_count = a.topics, partition_count = a.n,
                 offline_partition_count = a.offline, under_replicated_partition_count = a.urp,
                 under_min_isr_partition_count = a.umi, offline_replica_count = a.orc,
-                marked_for_deletion_count = a.marked,
+                marked_for_deletion_count = a.marked, topic_states = a.states,
                 broker_count = (SELECT count(*) FROM console_broker
                                 WHERE cluster_id = %(cluster)s)
             FROM (
-                SELECT count(*) AS topics, coalesce(sum(partition_count), 0) AS n,
-                    coalesce(sum(offline_partition_count), 0) AS offline,
-                    coalesce(sum(under_replicated_partition_count), 0) AS urp,
-                    coalesce(sum(under_min_isr_partition_count), 0) AS umi,
-                    coalesce(sum(offline_replica_count), 0) AS orc,
-                    coalesce(sum(marked_for_deletion_count), 0) AS marked
-                FROM console_topic WHERE cluster_id = %(cluster)s
+                SELECT coalesce(sum(g.topics), 0) AS topics, coalesce(sum(g.n), 0) AS n,
+                    coalesce(sum(g.offline), 0) AS offline, coalesce(sum(g.urp), 0) AS urp,
+                    coalesce(sum(g.umi), 0) AS umi, coalesce(sum(g.orc), 0) AS orc,
+                    coalesce(sum(g.marked), 0) AS marked,
+                    coalesce(jsonb_object_agg(g.tiered_state, jsonb_build_object(
+                        'topics', g.topics, {_STATE_JSON})), '{{}}') AS states
+                FROM (
+                    SELECT tiered_state, count(*) AS topics, sum(partition_count) AS n,
+                        sum(offline_partition_count) AS offline,
+                        sum(under_replicated_partition_count) AS urp,
+                        sum(under_min_isr_partition_count) AS umi,
+                        sum(offline_replica_count) AS orc,
+                        sum(marked_for_deletion_count) AS marked, {_STATE_SUMS}
+                    FROM console_topic WHERE cluster_id = %(cluster)s GROUP BY tiered_state
+                ) g
             ) a
             WHERE c.id = %(cluster)s
-            """
+            """  # noqa: S608 - column names from TOPIC_STATE_SUMS
         )
 
     # -- the run -----------------------------------------------------------------------------

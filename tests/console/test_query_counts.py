@@ -91,10 +91,11 @@ PINNED: dict[str, int] = {
     "/topology/?offline_only=true": 8,
     "/topology/?under_replicated_only=true&page=2": 8,
     "/topology/ [htmx topology-live]": 9,
-    # + the per-cluster KIP-963 totals; per-topic series are capped (#17)
-    "/metrics": 8,
-    "/metrics [bearer token]": 8,
-    "/metrics?topics=all": 8,
+    # clusters (with their topics per tiered state, kept by the sync), brokers, dirs and the
+    # capped per-topic series (#17)
+    "/metrics": 7,
+    "/metrics [bearer token]": 7,
+    "/metrics?topics=all": 7,
     "/api/v1/docs": 3,
     "/api/v1/openapi.json": 3,
     "/api/v1/me": 3,

@@ -5,7 +5,8 @@ subtracts what they contributed before (``console.sync.aggregates``). These test
 cluster through the changes a sync sees — traffic, tiering, KIP-963 lags, a failed log dir, a
 dead broker, KIP-253 expansion, a shrink, drained and deleted partitions, deleted and new topics
 — with the controller answering deltas, as the real one at scale does, and after every sync
-compare each topic's aggregates with sums computed here from its partition rows.
+compare each topic's aggregates with sums computed here from its partition rows, and the
+cluster's topics per tiered state (``Cluster.topic_states``) with counts over its topics.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import pytest
 
 from broker_agent.models import ClusterMetadata, partition_key
-from console.models import Partition, Topic
+from console.models import Cluster, Partition, Topic
+from console.models.clusters import TOPIC_STATE_SUMS
 from console.sync import aggregates
 from console.sync.rows import TIER_METRICS
 from tests.console.conftest import sync
@@ -121,6 +123,18 @@ def _actual(cluster) -> dict[str, dict[str, int]]:
     }
 
 
+def _states(cluster) -> tuple[dict, dict]:
+    """The cluster's topics per tiered state as the sync kept them (``topic_states``, read by
+    /metrics), and as counted and summed here from the topic rows."""
+    expected: dict[str, dict[str, int]] = {}
+    for t in Topic.objects.filter(cluster=cluster):
+        row = expected.setdefault(t.tiered_state, dict.fromkeys(["topics", *TOPIC_STATE_SUMS], 0))
+        row["topics"] += 1
+        for f in TOPIC_STATE_SUMS:
+            row[f] += getattr(t, f)
+    return Cluster.objects.get(pk=cluster.pk).topic_states, expected
+
+
 @pytest.fixture
 def paths(monkeypatch) -> list[bool]:
     """Which way each sync took: True for adding and subtracting."""
@@ -144,12 +158,14 @@ def test_incremental_aggregates_equal_the_sums_over_partitions(cluster, paths):
     b.add_topic("audit.log", partitions=1, rf=1)
     _sync(cluster, b)
     assert _actual(cluster) == _expected(cluster)
+    assert _states(cluster)[0] == _states(cluster)[1]
 
     steps = [
         ("traffic", lambda: [b.produce("orders", p, 50 + p) for p in range(0, 8, 2)]),
         ("first remote data of a topic", lambda: b.tier("clicks", 1, 200)),
         ("more tiering", lambda: [b.tier("orders", p, 600) for p in (0, 3)]),
         ("KIP-963 lags", lambda: b.set_tier_metrics("orders", 2, remote_copy_lag_bytes=4096)),
+        ("tiering disabled", lambda: b.disable_tiering("clicks", policy="retain")),
         ("a failed log dir", lambda: b.fail_log_dir(2, "logdir-0")),
         ("a dead broker", lambda: b.kill_broker(3)),
         ("expansion", lambda: b.alter_partition_count("payments", 7)),
@@ -164,6 +180,11 @@ def test_incremental_aggregates_equal_the_sums_over_partitions(cluster, paths):
         change()
         _sync(cluster, b)
         assert _actual(cluster) == _expected(cluster), label
+        kept, counted = _states(cluster)
+        assert kept == counted, label
+        if label == "KIP-963 lags":
+            assert kept["ENABLED"]["remote_copy_lag_bytes"] == 4096
+    assert {"ENABLED", "DISABLING", "NONE"} <= set(kept)
     assert all(paths[1:]), "every sync after the first added and subtracted"
     assert paths[0] is False  # the first sync sums
 

@@ -95,3 +95,32 @@ def test_metrics_cap_the_per_topic_series_and_always_give_cluster_totals(
     every = [line for line in body.splitlines() if line.startswith("strata_topic_remote_log_size")]
     assert len(every) == tiered.count()
     assert 'strata_topic_series_omitted{cluster="local"} 0.0' in body
+
+
+def test_metrics_read_the_topics_per_tiered_state_the_sync_kept(client, viewer, synced, builder):
+    """#17: /metrics takes its topic counts and KIP-963 totals per tiered state from the
+    cluster's row (``topic_states``, kept by every sync), not from the topics at each scrape:
+    they follow a sync, and a topic written without one does not move them."""
+    client.force_login(viewer)
+    tiered = Topic.objects.filter(cluster=synced).exclude(tiered_state="NONE")
+    body = client.get("/metrics").content.decode()
+    assert (
+        f'strata_topics{{cluster="local",tiered_state="ENABLED"}} {float(tiered.count())}' in body
+    )
+    builder.disable_tiering("orders", policy="retain")
+    sync(synced, builder)
+    body = client.get("/metrics").content.decode()
+    assert 'strata_topics{cluster="local",tiered_state="DISABLING"} 1.0' in body
+    assert (
+        f'strata_topics{{cluster="local",tiered_state="ENABLED"}} {float(tiered.count() - 1)}'
+        in body
+    )
+    Topic.objects.filter(cluster=synced, name="orders").update(tiered_state="NONE")
+    assert 'tiered_state="DISABLING"} 1.0' in client.get("/metrics").content.decode()
+
+
+def test_the_kip963_families_are_the_fields_the_sync_sums_per_state():
+    from console.metrics import TIER_METRICS_HELP
+    from console.models.clusters import TOPIC_STATE_SUMS
+
+    assert tuple(TIER_METRICS_HELP) == TOPIC_STATE_SUMS
