@@ -313,7 +313,13 @@ class SnapshotSync:
                 IS DISTINCT FROM (EXCLUDED.log_dir_id, {excluded_cmp})
             """
         if self.fresh:
-            written = self.sql(insert)
+            # In partition order: a partition's replicas land side by side, as they would
+            # after CLUSTER on the primary key, instead of one broker's answer after another.
+            # Every later sync reads and rewrites replicas partition by partition (those of the
+            # partitions it touched): a 1% sync at 1,000,000 partitions rewrote its 30,000
+            # replicas on ~10,000 pages instead of ~30,000 (0.3 s of 3.6 s, #17), for a sort
+            # that costs the first sync ~1.5 s of ~58 s.
+            written = self.sql(insert + " ORDER BY partition_id, broker_pk")
             self.run_stats["replicas_upserted"] = written
             if written < self.replicas.rows:  # an agent ahead of the controller
                 self.sql(

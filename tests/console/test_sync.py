@@ -37,6 +37,21 @@ def test_full_sync_builds_the_inventory(cluster, builder):
     assert cluster.synced_at is not None and cluster.controller_error == ""
 
 
+def test_a_first_sync_writes_each_partitions_replicas_side_by_side(cluster, builder):
+    """#17: replicas are stored in partition order (as after CLUSTER on the primary key), not
+    one agent's answer after another, so a later sync rewrites a partition's replicas on one
+    page, not one page per broker."""
+    sync(cluster, builder)
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT partition_id, broker_id FROM console_replica WHERE cluster_id = %s "
+            "ORDER BY ctid",
+            [cluster.pk],
+        )
+        stored = cur.fetchall()
+    assert len(stored) == 28 and stored == sorted(stored)
+
+
 def test_partition_offsets_are_the_leaders_remote_and_local_ranges(synced, builder):
     """KIP-950: remote Rx..Ry and local Lx..log end, from the partition leader's replica."""
     p = Partition.objects.get(cluster=synced, topic_name="orders", partition=0)
