@@ -384,7 +384,14 @@ class MetadataSync:
             [nestloop],
         )
         if self.fresh:
-            self.run_stats["partitions_upserted"] = self.sql(insert)
+            # In (topic, partition) order, not in the order the hash join meets them (by the
+            # staged replicas: broker by broker): each index is then filled at its right end,
+            # and a topic's partitions (and, written in partition order, their replicas) sit
+            # side by side for the pages that read them. 13.6 s -> 9.7-10.5 s at 1,000,000
+            # partitions on fc-v657, the sort included (#17).
+            self.run_stats["partitions_upserted"] = self.sql(
+                insert + " ORDER BY s.topic_name, s.partition"
+            )
         else:
             # The partitions written are those whose offsets derive() looks at again (with
             # those whose replicas moved): a listed partition whose row did not change kept its

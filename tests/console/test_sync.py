@@ -37,10 +37,11 @@ def test_full_sync_builds_the_inventory(cluster, builder):
     assert cluster.synced_at is not None and cluster.controller_error == ""
 
 
-def test_a_first_sync_writes_each_partitions_replicas_side_by_side(cluster, builder):
-    """#17: replicas are stored in partition order (as after CLUSTER on the primary key), not
-    one agent's answer after another, so a later sync rewrites a partition's replicas on one
-    page, not one page per broker."""
+def test_a_first_sync_stores_a_topics_partitions_and_replicas_side_by_side(cluster, builder):
+    """#17: partitions are stored in (topic, partition) order and replicas in partition order
+    (as after CLUSTER on their keys), not in the order the agents answered: a later sync
+    rewrites a partition's replicas on one page, not one per broker, and a topic page reads
+    its partitions from neighbouring pages."""
     sync(cluster, builder)
     with connection.cursor() as cur:
         cur.execute(
@@ -50,6 +51,14 @@ def test_a_first_sync_writes_each_partitions_replicas_side_by_side(cluster, buil
         )
         stored = cur.fetchall()
     assert len(stored) == 28 and stored == sorted(stored)
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT topic_name, partition FROM console_partition WHERE cluster_id = %s "
+            "ORDER BY ctid",
+            [cluster.pk],
+        )
+        stored = cur.fetchall()
+    assert len(stored) == 10 and stored == sorted(stored)
 
 
 def test_partition_offsets_are_the_leaders_remote_and_local_ranges(synced, builder):
