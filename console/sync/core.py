@@ -175,13 +175,15 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
             # applied: its partitions and replicas are UNLOGGED tables, which PostgreSQL empties
             # after a crash (migration 0019), and a delta would rebuild nothing of them.
             self.ask_all = self.full or self.fresh
-            if not self.fresh:
-                # An incremental sync looks up a few thousand rows by key among millions
-                # (replicas resolved to their partitions, offsets of touched partitions): with
-                # the default random_page_cost (4, for spinning disks) the planner reads all
-                # 1,000,000 partitions instead (0.5 s of a 1% sync at that size, #17). The
-                # tables are hot in memory or on SSD; a first sync's bulk joins keep the default.
-                cur.execute("SELECT set_config('random_page_cost', %s, true)", ["1.1"])
+            # An incremental sync looks up a few thousand rows by key among millions (replicas
+            # resolved to their partitions, offsets of touched partitions): with a random page
+            # cost of 4 (for spinning disks) the planner read all 1,000,000 partitions instead
+            # (0.5 s of a 1% sync at that size, #17). The tables are hot in memory or on SSD:
+            # every console connection prices a random page at 1.1 (config.settings). A first
+            # sync's bulk joins were measured and tuned at 4, and keep it.
+            cur.execute(
+                "SELECT set_config('random_page_cost', %s, true)", ["4" if self.fresh else "1.1"]
+            )
             cur.execute(
                 "DROP TABLE IF EXISTS pg_temp.touched_topic, pg_temp.touched_partition; "
                 "CREATE TEMP TABLE touched_topic (id bigint) ON COMMIT DROP; "

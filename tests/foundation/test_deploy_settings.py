@@ -45,12 +45,14 @@ def test_production_without_secret_key_refuses_to_start():
 
 def test_console_connections_run_without_jit_and_keep_options_the_url_gives(db, settings):
     """#17: no JIT compiling on the console's queries (90 ms for a 30 ms page query at fleet
-    size); ``?options=`` in DATABASE_URL is kept beside it."""
+    size), random pages priced for memory and SSD; ``?options=`` in DATABASE_URL is kept."""
     from django.db import connection
 
     with connection.cursor() as cur:
         cur.execute("SHOW jit")
         assert cur.fetchone()[0] == "off"
+        cur.execute("SHOW random_page_cost")
+        assert cur.fetchone()[0] == "1.1"
     script = (
         "from django.conf import settings; "
         "print(settings.DATABASES['default']['OPTIONS']['options'])"
@@ -59,4 +61,6 @@ def test_console_connections_run_without_jit_and_keep_options_the_url_gives(db, 
     sep = "&" if "?" in url else "?"
     result = _manage("shell", "-c", script, DATABASE_URL=f"{url}{sep}options=-c%20work_mem%3D8MB")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "-c work_mem=8MB -c jit=off"
+    assert result.stdout.strip().splitlines()[-1] == (
+        "-c work_mem=8MB -c jit=off -c random_page_cost=1.1"
+    )
