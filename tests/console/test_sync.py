@@ -43,22 +43,19 @@ def test_a_first_sync_stores_a_topics_partitions_and_replicas_side_by_side(clust
     rewrites a partition's replicas on one page, not one per broker, and a topic page reads
     its partitions from neighbouring pages."""
     sync(cluster, builder)
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT partition_id, broker_id FROM console_replica WHERE cluster_id = %s "
-            "ORDER BY ctid",
-            [cluster.pk],
-        )
-        stored = cur.fetchall()
-    assert len(stored) == 28 and stored == sorted(stored)
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT topic_name, partition FROM console_partition WHERE cluster_id = %s "
-            "ORDER BY ctid",
-            [cluster.pk],
-        )
-        stored = cur.fetchall()
-    assert len(stored) == 10 and stored == sorted(stored)
+
+    def stored(columns: str, table: str) -> list[tuple]:
+        with connection.cursor() as cur:
+            cur.execute(
+                f"SELECT {columns} FROM {table} WHERE cluster_id = %s ORDER BY ctid",  # noqa: S608
+                [cluster.pk],
+            )
+            return cur.fetchall()
+
+    replicas = stored("partition_id, broker_id", "console_replica")
+    partitions = stored("topic_name, partition", "console_partition")
+    assert len(replicas) == 28 and replicas == sorted(replicas)
+    assert len(partitions) == 10 and partitions == sorted(partitions)
 
 
 def test_partition_offsets_are_the_leaders_remote_and_local_ranges(synced, builder):
