@@ -8,7 +8,7 @@ from datetime import datetime
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 register = template.Library()
@@ -160,10 +160,44 @@ def sort_link(context, field: str, current: str) -> str:
 
 
 @register.inclusion_tag("console/partials/chart.html")
-def chart(c, label: str, name: str = "", spark: str = "") -> dict:
-    """A history chart (:class:`console.charts.Chart`) as inline SVG with its caption; with
-    ``spark`` (its short name) a one-row sparkline."""
-    return {"c": c, "label": label, "name": name, "spark": spark}
+def chart(c, label: str, name: str = "") -> dict:
+    """A history chart (:class:`console.charts.Chart`) as inline SVG with its caption (a
+    sparkline: :func:`spark`)."""
+    return {"c": c, "label": label, "name": name}
+
+
+@register.simple_tag
+def spark(c, label: str, name: str, short: str) -> SafeString:
+    """A history chart (:class:`console.charts.Chart`) as a one-row sparkline: ``short`` (its
+    short name), then the line; ``label`` names it for screen readers with the chart's summary.
+
+    Drawn here rather than by ``chart.html``: the disk grid shows two per log dir, 200 on a page
+    of 25 brokers, and a template rendered for each was a quarter of the page's time (#17)."""
+    bands = format_html_join(
+        "",
+        '<rect class="band {}" x="{}" y="0" width="{}" height="{}"><title>{}</title></rect>',
+        ((b["css"], b["x"], b["w"], c.height, b["title"]) for b in c.bands),
+    )
+    paths = format_html_join(
+        "",
+        '<path class="line {}" d="{}" vector-effect="non-scaling-stroke"></path>',
+        ((p["css"], p["d"]) for p in c.paths if p["d"]),
+    )
+    return format_html(
+        '<figure class="chart spark" data-chart="{name}">\n'
+        '<figcaption class="spark-label">{short}</figcaption>\n'
+        '<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" preserveAspectRatio="none" '
+        'role="img" aria-label="{label}: {summary}">\n<title>{label}: {summary}</title>\n'
+        "{bands}\n{paths}\n</svg>\n</figure>",
+        name=name,
+        short=short,
+        w=c.width,
+        h=c.height,
+        label=label,
+        summary=c.summary,
+        bands=bands,
+        paths=paths,
+    )
 
 
 @register.filter
