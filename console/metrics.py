@@ -168,9 +168,9 @@ class InventoryCollector(Collector):
             for s in TieredState.ALL:
                 topics.add_metric([c.name, s], c.topic_states.get(s, {}).get("topics", 0))
         yield topics
-        yield from self._tier_metrics(clusters)
+        yield from self._tier_metrics(clusters, names)
 
-    def _tier_metrics(self, clusters: list[Cluster]) -> Iterator[Metric]:
+    def _tier_metrics(self, clusters: list[Cluster], names: dict[int, str]) -> Iterator[Metric]:
         """KIP-963's tiered metrics (summed over the partitions' leaders): per cluster over all
         its tiered topics, and per topic for at most ``topic_limit`` tiered topics of each
         cluster, those storing the most remote bytes (then by name) - never one per partition.
@@ -191,7 +191,6 @@ class InventoryCollector(Collector):
             "Tiered topics without strata_topic_* series (beyond STRATA_METRICS_TOPIC_LIMIT).",
             labels=["cluster"],
         )
-        names = {c.pk: c.name for c in clusters}
         sums: dict[int, dict] = {}
         for c in clusters:
             total = sums[c.pk] = dict.fromkeys(["topics", *fields], 0)

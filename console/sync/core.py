@@ -154,13 +154,9 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
             )
             if not cur.fetchone()[0]:
                 raise SyncBusy(f"a sync of {self.cluster.name} is running")
-            # Bulk joins of staged rows: sorted and hashed in memory, and no JIT - its
-            # compilation, triggered by the row estimates of a 1,000,000-partition sync, costs
-            # more than it saves on statements that each run once (#17).
-            cur.execute(
-                "SELECT set_config('work_mem', %s, true), set_config('jit', 'off', true)",
-                [settings.STRATA_SYNC_WORK_MEM],
-            )
+            # Bulk joins of staged rows: sorted and hashed in memory (#17). JIT is off on every
+            # console connection (config/settings.py).
+            cur.execute("SELECT set_config('work_mem', %s, true)", [settings.STRATA_SYNC_WORK_MEM])
             # Read under the lock: a sync that ran meanwhile moved the versions on.
             self.cluster.refresh_from_db()
             # A cluster with no partition yet (its first sync) has no row to merge with: its
