@@ -32,13 +32,11 @@ from console.choices import (
     DisablePolicy,
     LogDirState,
     ReplicaCell,
-    ReplicaState,
     TaskState,
     TieredState,
     choices,
 )
 from console.models import (
-    AgentEvent,
     Broker,
     Cluster,
     LogDir,
@@ -55,7 +53,6 @@ __all__ = [
     "cluster_overview",
     "get_cluster",
     "get_topic",
-    "incident",
     "leader_balance",
     "lookup_key",
     "paginate",
@@ -626,44 +623,6 @@ def broker_grid(
         "page": pg,
         "problems": problems,
     }
-
-
-def incident(log_dir: LogDir, page: int | str | None = None) -> dict:
-    """KIP-112 incident panel for an offline dir: its replicas, the partitions that lost their
-    leader or fell under min ISR, and where leadership went (a fixed number of queries)."""
-    broker_id = log_dir.broker.broker_id
-    on_dir = Q(log_dir=log_dir)
-    if log_dir.state == LogDirState.OFFLINE:
-        # KIP-112: a broker that started with this dir already failed cannot say where its
-        # missing replicas were; they are offline with no dir. Listed here, marked "dir
-        # unknown" (with several offline dirs, one of them holds each).
-        on_dir |= Q(broker_id=log_dir.broker_id, log_dir__isnull=True, state=ReplicaState.OFFLINE)
-    replicas = (
-        Replica.objects.filter(on_dir)
-        .select_related("partition")
-        .order_by("partition__topic_name", "partition__partition")
-    )
-    pg = paginate(replicas, page, 25)
-    parts = Partition.objects.filter(id__in=Replica.objects.filter(on_dir).values("partition_id"))
-    counts = parts.aggregate(
-        replicas=Count("id"),
-        lost_leader=Count("id", filter=Q(previous_leader=broker_id) & ~Q(leader=broker_id)),
-        offline=Count("id", filter=Q(offline=True)),
-        under_min_isr=Count("id", filter=Q(under_min_isr=True)),
-    )
-    counts["unknown_dir"] = (
-        Replica.objects.filter(on_dir, log_dir__isnull=True).count()
-        if log_dir.state == LogDirState.OFFLINE
-        else 0
-    )
-    event = (
-        AgentEvent.objects.filter(
-            cluster_id=log_dir.cluster_id, broker_id=broker_id, log_dir=log_dir.name
-        )
-        .order_by("-occurred_at")
-        .first()
-    )
-    return {"log_dir": log_dir, "page": pg, "counts": counts, "event": event}
 
 
 # -- topology ----------------------------------------------------------------------------------

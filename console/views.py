@@ -18,7 +18,7 @@ from django.utils import timezone
 from accounts.roles import Role, has_role, require_role
 from audit import targets
 from audit.models import AuditEvent
-from console import charts, health, ordering, selectors
+from console import charts, health, incidents, ordering, selectors
 from console.choices import LogDirState, TieredState
 from console.models import Broker, Cluster, Heartbeat, LogDir, Partition, Topic
 
@@ -248,7 +248,7 @@ def brokers(request: HttpRequest) -> HttpResponse:
         context.update(grid=grid, stale=selectors.stale_sources(cluster))
         selected = _selected_dir(request, cluster, grid)
         context["incident"] = (
-            selectors.incident(selected, request.GET.get("page"))
+            incidents.incident(selected, request.GET.get("page"))
             if (selected is not None)
             else None
         )

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from console.models import Broker, LogDir
+from broker_agent.choices import TopicConfig
+from console.models import Broker, LogDir, Partition, Replica
 from tests.console.conftest import sync
 from tests.console.factories import ClusterBuilder
 
@@ -69,6 +70,51 @@ def test_replicas_of_a_dir_that_failed_before_the_broker_started_are_listed_unde
     assert html.count("dir unknown</small>") == min(on_dir, 25)
     healthy = browser_client.get("/brokers/?dir=2:logdir-0").content.decode()
     assert "dir unknown</small>" not in healthy  # only an offline dir takes them
+
+
+def test_the_incident_panel_counts_the_dirs_partitions_and_pages_its_replicas(
+    browser_client, cluster
+):
+    """The panel's figures and its pages of 25 replicas come from one query (#17): the counts
+    equal those of the dir's partitions counted apart, pages follow (topic, partition) order,
+    a page past the end (or not a number) shows the last (the first)."""
+    b = ClusterBuilder(brokers=3, log_dirs=2)
+    b.add_topic("orders", partitions=120, rf=3, configs={TopicConfig.MIN_INSYNC_REPLICAS: "3"})
+    b.add_topic("solo", partitions=6, rf=1)  # solo-1 is broker 2's alone, on logdir-1
+    sync(cluster, b)
+    b.fail_log_dir(2, "logdir-1")  # the next sync sees the leaders move
+    sync(cluster, b)
+    d = LogDir.objects.get(broker__broker_id=2, name="logdir-1")
+    parts = Partition.objects.filter(
+        id__in=Replica.objects.filter(log_dir=d).values("partition_id")
+    )
+    expected = [f"{t}-{p}" for t, p in parts.order_by("topic_name", "partition").values_list(
+        "topic_name", "partition"
+    )]  # fmt: skip
+    assert len(expected) == 61 and expected[-1] == "solo-1"  # orders' odd partitions, solo-1
+    counts = {
+        "Replicas on this dir": parts.count(),
+        "Partitions that lost their leader here": parts.filter(previous_leader=2)
+        .exclude(leader=2)
+        .count(),
+        "Now without a leader": parts.filter(offline=True).count(),
+        "Under min ISR": parts.filter(under_min_isr=True).count(),
+    }
+    assert counts["Now without a leader"] == 1 and counts["Under min ISR"] >= 60
+    assert counts["Partitions that lost their leader here"] >= 20
+
+    def panel(page: str) -> tuple[list[str], dict[str, int], str]:
+        html = browser_client.get(f"/brokers/?dir=2:logdir-1&page={page}").content.decode()
+        section = html.split('id="incident"', 1)[1].split("</section>", 1)[0]
+        rows = re.findall(r'<tr><td><a href="[^"]*">([^<]+)</a></td>', section)
+        figures = {k: int(v) for k, v in re.findall(r"<dt>([^<]+)</dt><dd>(\d+)", section)}
+        return rows, figures, re.search(r"Page \d+ of \d+", section).group(0)
+
+    assert panel("1") == (expected[:25], counts, "Page 1 of 3")
+    assert panel("2") == (expected[25:50], counts, "Page 2 of 3")
+    assert panel("3") == (expected[50:], counts, "Page 3 of 3")
+    assert panel("99") == panel("3")  # past the end: the last page
+    assert panel("x") == panel("0") == panel("1")
 
 
 def test_stale_agent_is_named_with_its_last_good_time(browser_client, synced, builder):

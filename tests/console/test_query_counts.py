@@ -79,11 +79,11 @@ PINNED: dict[str, int] = {
     "/topics/local/t1/?key=abc [htmx key-lookup]": 16,
     # 50 brokers a page (#17): count + page, their dirs, the first offline dirs of the
     # cluster, and the stale brokers of the whole cluster (not only of the page)
-    "/brokers/": 16,
-    "/brokers/?dir=2:logdir-0": 16,
-    "/brokers/?dir=2:logdir-0&page=2&range=24h": 16,
-    "/brokers/?dir=1:logdir-1&range=30d": 15,
-    "/brokers/ [htmx brokers-live]": 16,
+    "/brokers/": 13,
+    "/brokers/?dir=2:logdir-0": 13,
+    "/brokers/?dir=2:logdir-0&page=2&range=24h": 13,
+    "/brokers/?dir=1:logdir-1&range=30d": 13,
+    "/brokers/ [htmx brokers-live]": 13,
     # the topics' partition sum (page count) and the running sum that finds the page's topic
     "/topology/": 9,
     "/topology/?page=3": 9,
