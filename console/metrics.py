@@ -155,8 +155,8 @@ class InventoryCollector(Collector):
             for s in DIR_STATES:
                 dir_state.add_metric([*base, s], 1 if state == s else 0)
             dir_offline_replicas.add_metric(base, offline)
-            if total:  # LogDir.used_bytes over total_bytes
-                dir_used.add_metric(base, max(total - usable, 0) / total)
+            if total:
+                dir_used.add_metric(base, LogDir.used_of(total, usable) / total)
         yield from (dir_state, dir_offline_replicas, dir_used)
 
         topics = GaugeMetricFamily(

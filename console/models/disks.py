@@ -102,7 +102,12 @@ class LogDir(models.Model):
 
     @property
     def used_bytes(self) -> int:
-        return max(self.total_bytes - self.usable_bytes, 0)
+        return self.used_of(self.total_bytes, self.usable_bytes)
+
+    @staticmethod
+    def used_of(total_bytes: int, usable_bytes: int) -> int:
+        """Bytes used of a dir with these total and usable bytes (its rows read as tuples)."""
+        return max(total_bytes - usable_bytes, 0)
 
     @property
     def used_percent(self) -> float:

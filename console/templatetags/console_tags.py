@@ -166,13 +166,9 @@ def chart(c, label: str, name: str = "") -> dict:
     return {"c": c, "label": label, "name": name}
 
 
-@register.simple_tag
-def spark(c, label: str, name: str, short: str) -> SafeString:
-    """A history chart (:class:`console.charts.Chart`) as a one-row sparkline: ``short`` (its
-    short name), then the line; ``label`` names it for screen readers with the chart's summary.
-
-    Drawn here rather than by ``chart.html``: the disk grid shows two per log dir, 200 on a page
-    of 25 brokers, and a template rendered for each was a quarter of the page's time (#17)."""
+def _svg(c, label: str) -> SafeString:
+    """The chart's inline SVG: its bands (OFFLINE / DEGRADED spans) and lines, named for screen
+    readers by ``label`` and the chart's summary (the latest and peak values)."""
     bands = format_html_join(
         "",
         '<rect class="band {}" x="{}" y="0" width="{}" height="{}"><title>{}</title></rect>',
@@ -184,19 +180,37 @@ def spark(c, label: str, name: str, short: str) -> SafeString:
         ((p["css"], p["d"]) for p in c.paths if p["d"]),
     )
     return format_html(
-        '<figure class="chart spark" data-chart="{name}">\n'
-        '<figcaption class="spark-label">{short}</figcaption>\n'
         '<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" preserveAspectRatio="none" '
         'role="img" aria-label="{label}: {summary}">\n<title>{label}: {summary}</title>\n'
-        "{bands}\n{paths}\n</svg>\n</figure>",
-        name=name,
-        short=short,
+        "{bands}\n{paths}\n</svg>",
         w=c.width,
         h=c.height,
         label=label,
         summary=c.summary,
         bands=bands,
         paths=paths,
+    )
+
+
+@register.simple_tag
+def chart_svg(c, label: str) -> SafeString:
+    """The SVG of a history chart (``chart.html``), drawn as a sparkline's is."""
+    return _svg(c, label)
+
+
+@register.simple_tag
+def spark(c, label: str, name: str, short: str) -> SafeString:
+    """A history chart (:class:`console.charts.Chart`) as a one-row sparkline: ``short`` (its
+    short name), then the line; ``label`` names it for screen readers with the chart's summary.
+
+    Drawn here rather than by ``chart.html``: the disk grid shows two per log dir, 200 on a page
+    of 25 brokers, and a template rendered for each was a quarter of the page's time (#17)."""
+    return format_html(
+        '<figure class="chart spark" data-chart="{}">\n<figcaption class="spark-label">{}'
+        "</figcaption>\n{}\n</figure>",
+        name,
+        short,
+        _svg(c, label),
     )
 
 
