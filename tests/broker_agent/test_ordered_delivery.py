@@ -150,3 +150,88 @@ def test_sim_cli_partition_commands_say_what_is_wrong(sim_factory):
     )
     bad = sim.cli("consume", "--topic", "t", "--max-records", "3", check=False)
     assert bad.returncode == 1 and "needs --group" in bad.stderr
+
+
+# -- expansions of any size, and shrink then re-expansion (issue #37 point 3) ------------------
+
+
+def _ledger(sim, group: str, topic: str):
+    """The group's delivery ledger, as ``sim consume --group`` writes it (``--verify`` reads)."""
+    path = sim.data / "ledger" / "groups" / group / f"{topic}.delivered"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a")
+
+
+def _consume_adversarially(sim, topic: str, group: str, members: int, load: KeyedLoad) -> None:
+    """``members`` members of ``group`` poll in rounds, each round the member holding the
+    highest partition first: a member reading partitions made by the expansion always polls
+    before the members holding the partitions those keys were in - the order that shows a
+    creation gate opened too early. Runs one more produce run under load, then drains."""
+    from broker_agent.group_consumer import GroupConsumer
+
+    ledger = _ledger(sim, group, topic)
+
+    def sink(batch) -> None:
+        ledger.write(
+            "".join(f"{r.value.split('|')[0]}\t{r.partition}\t{r.offset}\n" for r in batch)
+        )
+        ledger.flush()
+
+    group_members = [
+        GroupConsumer(sim.controller, sim.secret, group, [topic], sink=sink) for _ in range(members)
+    ]
+    try:
+        for m in group_members:
+            m.join()
+        for m in group_members:  # everyone's assignment in the final generation
+            m.join()
+        until = load.runs + 1
+        idle = 0
+        for _ in range(2000):
+            delivered = transient = False
+            for m in sorted(group_members, key=lambda m: -max(m.assignment.get(topic) or [-1])):
+                batch, held = m.poll()
+                delivered |= bool(batch)
+                transient |= held
+            if load.runs >= until and not load.stop.is_set():
+                load.stop.set()
+                load.thread.join(120)
+            idle = 0 if delivered or transient or not load.stop.is_set() else idle + 1
+            if idle >= 2:  # two quiet rounds after the load stopped: all delivered
+                return
+        raise AssertionError("the group never caught up")
+    finally:
+        for m in group_members:
+            m.leave()
+        ledger.close()
+
+
+def _verify(sim, topic: str, group: str, load: KeyedLoad) -> dict[str, int]:
+    assert not load.failures, load.failures
+    proc = sim.cli("consume", "--topic", topic, "--group", group, "--verify", check=False)
+    res = _summary(proc.stdout)
+    res["acked"] = load.runs * 400
+    return res
+
+
+@pytest.mark.parametrize(
+    ("n", "u"),
+    [(2, 3), (2, 8), (3, 13), (1, 16)],
+    ids=["2-3", "2-8", "3-13", "1-16"],
+)
+def test_every_key_stays_in_order_through_an_expansion_of_any_size(sim_factory, n, u):
+    """KIP-253 consumer step 4.2: a partition made by an expansion waits on the first of its
+    ancestors that existed before it - not its split parent, which an expansion by more than
+    one doubling made too (2 -> 8: partition 6 splits 2, but its keys were in 0). Keyed load
+    before, across and after the expansion; members that own the new partitions read first."""
+    sim = sim_factory(2, 1)
+    topic = f"grow.{n}.{u}"
+    sim.cli("create-topic", topic, "--partitions", str(n), "--replication-factor", "1")
+    with KeyedLoad(sim, topic) as load:
+        _wait_runs(load, 1)  # records under the old count that no member has read
+        sim.cli("expand-partitions", topic, "--to", str(u))
+        _wait_runs(load, 1)
+        _consume_adversarially(sim, topic, "g", min(u, 4), load)
+    res = _verify(sim, topic, "g", load)
+    assert res["consumed"] >= res["acked"] > 0
+    assert (res["lost"], res["order violations"]) == (0, 0), res
