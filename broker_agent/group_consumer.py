@@ -120,6 +120,10 @@ class GroupConsumer:
         try:
             self.controller.commit_offsets(self.group, self.member_id, self.generation, offsets)
         except AgentError as exc:
+            if exc.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                # removed after it was drained: its offsets are gone with it (groups.py)
+                log.info("%s-%s removed; its position is not kept", topic, partition)
+                return
             if exc.error not in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
                 raise
             self._heartbeat()  # the new generation; commit again if the partition is still ours

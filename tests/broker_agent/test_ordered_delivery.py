@@ -235,3 +235,54 @@ def test_every_key_stays_in_order_through_an_expansion_of_any_size(sim_factory, 
     res = _verify(sim, topic, "g", load)
     assert res["consumed"] >= res["acked"] > 0
     assert (res["lost"], res["order violations"]) == (0, 0), res
+
+
+def test_a_group_keeps_key_order_and_fetches_after_a_shrink_and_a_re_expansion(sim_factory):
+    """Shrink then re-expand (KIP-253): the group drained partitions 2 and 3 and committed
+    offsets there; once the controller removed them, the coordinator dropped those commits, so
+    when an expansion (2 -> 8) makes 2 and 3 again - empty, from offset 0 - the group starts
+    them fresh behind the creation gate instead of fetching past their end from a stale
+    position. Every key stays in order throughout."""
+    sim = sim_factory(2, 1)
+    topic = "again"
+    sim.cli("create-topic", topic, "--partitions", "2", "--replication-factor", "1")
+    with KeyedLoad(sim, topic) as load:
+        _wait_runs(load, 1)
+        sim.cli("expand-partitions", topic, "--to", "4")
+        _wait_runs(load, 1)
+        sim.cli("shrink-partitions", topic, "--to", "2")
+        _wait_runs(load, 1)
+        _consume_adversarially(sim, topic, "g", 4, load)
+    committed = sim.controller.group("g").offsets[topic]
+    assert committed[2] > 0 and committed[3] > 0  # drained by the group
+
+    from .conftest import wait_until
+
+    for p in (2, 3):  # DeleteRecords up to the end: empty, so the controller removes them
+        part = sim.partition(topic, p)
+        end = sim.agent(part.leader).fetch(topic, p, 0, 1, undeleted_partition_count=2)
+        sim.agent(part.leader).publish_log_start_offset(topic, p, end.log_end_offset)
+    wait_until(
+        lambda: {x.partition for x in sim.controller.topic(topic).partitions} == {0, 1},
+        30,
+        what="partitions 2 and 3 removed",
+    )
+    assert set(sim.controller.group("g").offsets[topic]) == {0, 1}  # their commits went too
+
+    with KeyedLoad(sim, topic) as load2:
+        sim.cli("expand-partitions", topic, "--to", "8")
+        _wait_runs(load2, 1)
+        _consume_adversarially(sim, topic, "g", 4, load2)
+    res = _verify(sim, topic, "g", load2)
+    res["acked"] += load.runs * 400
+    assert res["consumed"] >= res["acked"] > 0
+    assert (res["lost"], res["order violations"]) == (0, 0), res
+    # the re-created partitions were read from their new offset 0, after their first life's
+    lives: dict[int, list[int]] = {}
+    path = sim.data / "ledger" / "groups" / "g" / f"{topic}.delivered"
+    for line in path.read_text().splitlines():
+        _ident, p, offset = line.split("\t")
+        lives.setdefault(int(p), []).append(int(offset))
+    for p in (2, 3):
+        restarts = [i for i, o in enumerate(lives[p]) if i and o < lives[p][i - 1]]
+        assert len(restarts) == 1 and lives[p][restarts[0]] == 0, (p, restarts)

@@ -121,3 +121,30 @@ def test_a_commit_from_an_older_generation_or_an_unknown_member_is_fenced():
     with pytest.raises(ApiError) as exc:
         again.view("no such group")
     assert exc.value.error == ErrorCode.INVALID_GROUP_ID
+
+
+def test_a_removed_partition_takes_the_groups_commits_so_a_re_created_one_starts_fresh():
+    """KIP-253 shrink then re-expansion: once the controller removes a drained partition no
+    group keeps a committed offset on it (Kafka drops the offsets of deleted partitions), and a
+    commit on a partition the topic does not have is refused - so the partition an expansion
+    makes again starts from offset 0, behind the creation gate, not at a stale position past
+    its end."""
+    layout = {"t": ([0, 1, 2, 3], [])}
+    _db, c = _coordinator(layout)
+    m = c.join("g", None, ["t"])
+    c.commit("g", m["member_id"], m["generation"], {"t": {0: 50, 1: 60, 2: 812, 3: 9}})
+    other = c.join("h", None, ["t"])
+    c.commit("h", other["member_id"], other["generation"], {"t": {0: 1}})
+    layout["t"] = ([0, 1], [])  # shrunk to 2; 2 and 3 drained and removed
+    assert c.forget_partitions("t", [2, 3]) == ["g"]  # h held nothing there
+    assert c.view("g")["offsets"] == {"t": {0: 50, 1: 60}}
+    fresh = c.heartbeat("g", m["member_id"])
+    with pytest.raises(ApiError) as exc:  # a member that delivered from 2 before it went
+        c.commit("g", m["member_id"], fresh["generation"], {"t": {0: 55, 2: 813}})
+    assert exc.value.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert c.view("g")["offsets"] == {"t": {0: 50, 1: 60}}  # nothing of it written
+    layout["t"] = ([0, 1, 2, 3], [])  # re-expanded: 2 and 3 exist again, empty
+    assert 2 not in c.view("g")["offsets"]["t"]
+    fresh = c.heartbeat("g", m["member_id"])
+    c.commit("g", m["member_id"], fresh["generation"], {"t": {2: 4}})
+    assert c.view("g")["offsets"] == {"t": {0: 50, 1: 60, 2: 4}}
