@@ -217,11 +217,9 @@ class GroupConsumer:
                 if reached is None:
                     reached = self._fetch(md, t, parts[barrier], 0, 1).log_start_offset
                 if reached < split:
-                    what = (
-                        "split parent"
-                        if barrier == split_parent(partition, n)
-                        else ("first ancestor that existed before the expansion")
-                    )
+                    what = "first ancestor that existed before the expansion"
+                    if barrier == split_parent(partition, n):
+                        what = "split parent"
                     return Gate(
                         open=False,
                         waits_on=(barrier,),
