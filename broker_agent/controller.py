@@ -597,6 +597,7 @@ class Controller:
             if part and part["marked_for_deletion"] and part["leader"] == hb.broker_id:
                 log.info("removing drained partition %s (KIP-253)", key)
                 del t["partitions"][p]
+                self.groups.forget_partitions(topic, [p])  # a re-created p starts fresh
                 changed[topic] = t
         state_changed = (
             first

@@ -29,6 +29,7 @@ from broker_agent.client import AgentClient, AgentError, ControllerClient
 from broker_agent.models import ClusterMetadata, PartitionMetadata, TopicMetadata
 from broker_agent.ordering import (
     Gate,
+    creation_barrier,
     creation_gate_applies,
     deletion_blockers,
     split_parent,
@@ -119,6 +120,10 @@ class GroupConsumer:
         try:
             self.controller.commit_offsets(self.group, self.member_id, self.generation, offsets)
         except AgentError as exc:
+            if exc.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                # removed after it was drained: its offsets are gone with it (groups.py)
+                log.info("%s-%s removed; its position is not kept", topic, partition)
+                return
             if exc.error not in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
                 raise
             self._heartbeat()  # the new generation; commit again if the partition is still ours
@@ -203,19 +208,23 @@ class GroupConsumer:
         n, u = t.initial_partition_count, t.undeleted_partition_count
         parts = {x.partition: x for x in t.partitions}
         if creation_gate_applies(partition, n, position, log_start):
-            parent = split_parent(partition, n)
-            epoch = parts[partition].leader_epoch_after_creation.get(str(parent))
-            if parent in parts and epoch is not None:
-                split = self._split_offset(md, t, parts[parent], epoch)
-                reached = positions.get(parent)
+            after_creation = parts[partition].leader_epoch_after_creation
+            barrier = creation_barrier(partition, n, after_creation)
+            if barrier in parts:
+                epoch = after_creation[str(barrier)]
+                split = self._split_offset(md, t, parts[barrier], epoch)
+                reached = positions.get(barrier)
                 if reached is None:
-                    reached = self._fetch(md, t, parts[parent], 0, 1).log_start_offset
+                    reached = self._fetch(md, t, parts[barrier], 0, 1).log_start_offset
                 if reached < split:
+                    what = "first ancestor that existed before the expansion"
+                    if barrier == split_parent(partition, n):
+                        what = "split parent"
                     return Gate(
                         open=False,
-                        waits_on=(parent,),
+                        waits_on=(barrier,),
                         reason=f"waits until the group reaches offset {split} of partition "
-                        f"{parent}, its split parent (at {reached})",
+                        f"{barrier}, its {what} (at {reached})",
                     )
         marked = [x.partition for x in t.partitions if x.marked_for_deletion]
         waits, limit = [], None

@@ -12,7 +12,15 @@ Kafka's coordinator, reduced to what KIP-253's consumer half needs:
   which get no new data, do not leave a member with too few live partitions.
 - **Commits**: a member commits offsets under its generation; a commit from an unknown member
   or an older generation is refused (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID, Kafka's fencing),
-  so a member that missed a rebalance cannot move a position it no longer owns.
+  so a member that missed a rebalance cannot move a position it no longer owns. A commit on a
+  partition the topic does not have (removed after a shrink) is refused with
+  UNKNOWN_TOPIC_OR_PARTITION, and nothing of it is written.
+- **Removed partitions**: when the controller removes a drained partition, every group's
+  committed offset on it is dropped (:meth:`GroupCoordinator.forget_partitions`; Kafka's
+  coordinator drops the offsets of deleted partitions). A later expansion re-creates the
+  partition empty, from offset 0: a stale commit from its earlier life would point past its end
+  (a fetch out of range) or, once it grew, skip records and KIP-253's creation gate (a position
+  past the log start counts as started). Without one the group starts it fresh, gated.
 - **Positions**: the committed offsets are the group's positions, which the ordering gates read
   (KIP-253's ConsumerGroupPosition; see :mod:`broker_agent.ordering` for that decision).
 
@@ -193,6 +201,17 @@ class GroupCoordinator:
                 ErrorCode.ILLEGAL_GENERATION,
                 f"generation {generation} is not the group's {g['generation']}: rejoin",
             )
+        for topic, parts in offsets.items():
+            live = self.layout(topic)
+            gone = sorted(
+                int(p) for p in parts if live is None or int(p) not in {*live[0], *live[1]}
+            )
+            if gone:
+                raise ApiError(
+                    404,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{topic} has no partition(s) {gone} (removed after a shrink?)",
+                )
         m["last_seen"] = time.monotonic()
         for topic, parts in offsets.items():
             committed = g["offsets"].setdefault(topic, {})
@@ -200,6 +219,24 @@ class GroupCoordinator:
                 committed[str(p)] = int(off)
         self._save(g)
         return {"group_id": group_id, "generation": g["generation"]}
+
+    def forget_partitions(self, topic: str, partitions: list[int]) -> list[str]:
+        """Drop every group's committed offset on ``partitions`` of ``topic``, which the
+        controller removed (see "Removed partitions" in the module docstring). Returns the
+        groups that held one; each is saved, so the console's next sync drops its rows."""
+        drop = {str(p) for p in partitions}
+        changed = []
+        for gid, g in sorted(self.groups.items()):
+            committed = g["offsets"].get(topic)
+            if not committed or not drop & committed.keys():
+                continue
+            for p in drop:
+                committed.pop(p, None)
+            if not committed:
+                del g["offsets"][topic]
+            self._save(g)
+            changed.append(gid)
+        return changed
 
     # -- views -------------------------------------------------------------------------------
 

@@ -68,6 +68,7 @@ from broker_agent.metadata_rows import metadata_rows_body
 from broker_agent.models import (
     SNAPSHOT_TSV_COLUMNS,
 )
+from broker_agent.ordering import first_ancestor_within
 from broker_agent.web import ApiError
 
 __all__ = ["FLEET_MIX", "SyntheticCluster", "fleet_topic_sizes", "gzip_bytes"]
@@ -197,6 +198,9 @@ class SyntheticCluster:
         # (index - _layout_n), and per topic in _extra so topic_range lists them.
         self._layout_n = n
         self._extra_part = array("i")
+        # Per added partition, its one leaderEpochAfterCreation entry (see _expand)
+        self._barrier = array("i")
+        self._barrier_epoch = array("i")
         self._extra: dict[int, list[int]] = {}
         self.lock = threading.RLock()
         rnd = random.Random(seed)  # noqa: S311 (synthetic offsets, not crypto)
@@ -271,8 +275,12 @@ class SyntheticCluster:
         """KIP-253 expansion (``POST /v1/topics/{t}/partition-count``): the topic grows to
         ``target`` partitions in one new version, placed round robin like the rest; every
         existing partition of the topic gets a new leader epoch and partition epoch (the real
-        controller's bump after it records leaderEpochAfterCreation, which this metadata-only
-        cluster leaves empty). Answers the topic (``TopicMetadata``). A shrink is the real
+        controller's bump). Each new partition's leaderEpochAfterCreation holds the one entry
+        consumers and the console read: the leader epoch, before the bump, of the partition its
+        keys come from (:func:`~broker_agent.ordering.first_ancestor_within` below the old
+        count, KIP-253 step 4.2) - the controller's map of every lower partition would be
+        10^8 entries for a 10,000-partition topic doubled. Answers the topic
+        (``TopicMetadata``). A shrink is the real
         simulated cluster's (it needs partitions that drain): 400 ``INVALID_PARTITIONS`` here."""
         with self.lock:
             t = self.topic_index(name)
@@ -291,6 +299,14 @@ class SyntheticCluster:
         self.version += 1
         v = self.version
         existing = list(self.topic_range(t))
+        # leaderEpochAfterCreation, recorded before the bump as the controller does - only the
+        # entry a consumer reads (KIP-253 step 4.2: the first ancestor that existed before),
+        # not one per lower partition: a 10,000-partition topic doubled would hold 10^8
+        epoch_of = {self.locate(i)[1]: self.leader_epoch[i] for i in existing}
+        for q in range(u, target):
+            barrier = first_ancestor_within(q, self.initial_sizes[t], u)
+            self._barrier.append(barrier)
+            self._barrier_epoch.append(epoch_of[barrier])
         for i in existing:
             self.leader_epoch[i] += 1
             self.partition_epoch[i] += 1
@@ -479,11 +495,19 @@ class SyntheticCluster:
                 f'{{"partition":{self.locate(i)[1]},"replicas":{reps},"leader":{self.leader(i)},'
                 f'"leader_epoch":{self.leader_epoch[i]},'
                 f'"partition_epoch":{self.partition_epoch[i]},"isr":{_ints(self.isr(i))},'
-                f'"offline_replicas":[],"created":{reps},"leader_epoch_after_creation":{{}},'
+                f'"offline_replicas":[],"created":{reps},'
+                f'"leader_epoch_after_creation":{self._after_creation(i)},'
                 f'"leader_epoch_before_deletion":{{}},"marked_for_deletion":false}}'
             )
             self._meta_entry[i] = s
         return s
+
+    def _after_creation(self, i: int) -> str:
+        """Partition ``i``'s leaderEpochAfterCreation as JSON (``{}`` for the layout's own)."""
+        if i < self._layout_n:
+            return "{}"
+        j = i - self._layout_n
+        return f'{{"{self._barrier[j]}":{self._barrier_epoch[j]}}}'
 
     def _partition_row(self, i: int) -> str:
         """:meth:`_partition_json` as a ``format=tsv`` row (``METADATA_PARTITION_COLUMNS``)."""
@@ -494,7 +518,7 @@ class SyntheticCluster:
             s = (
                 f"{self.topics[self._topic_of[i]]}\t{self.locate(i)[1]}\t{reps}\t"
                 f"{self.leader(i)}\t{self.leader_epoch[i]}\t{self.partition_epoch[i]}\t{isr}\t"
-                f"{{}}\t{reps}\t{{}}\t{{}}\tf"
+                f"{{}}\t{reps}\t{self._after_creation(i)}\t{{}}\tf"
             )
             self._meta_row[i] = s
         return s

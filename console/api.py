@@ -255,14 +255,25 @@ class OrderingPartitionOut(Schema):
         "keys of a marked partition)"
     )
     status: str = Field(
-        description="released / waits on parent (new); draining / drained (marked); "
-        "holds after the shrink (a marked partition that sends it keys is not drained)"
+        description="released / waits on B (new: B is its barrier); draining / drained "
+        "(marked); holds after the shrink (a marked partition that sends it keys is not drained)"
     )
+    held: bool = Field(description="the group may not deliver all of it yet")
     position: int | None = Field(description="the group's committed offset; null: not started")
     lag: int
-    parent: int | None = None
-    split_epoch: int | None = Field(None, description="leaderEpochAfterCreation of the parent")
-    parent_position: int | None = None
+    parent: int | None = Field(None, description="the partition it split (new)")
+    barrier: int | None = Field(
+        None,
+        description="KIP-253 step 4.2 (new): the partition the group must consume first, up to "
+        "split_epoch - the first of its ancestors that existed before the expansion (its parent "
+        "unless the parent is new too)",
+    )
+    split_epoch: int | None = Field(
+        None, description="leaderEpochAfterCreation of the barrier partition"
+    )
+    barrier_position: int | None = Field(
+        None, description="the group's committed offset on the barrier partition"
+    )
     waits_on: list[int] = []
     deletion_epoch: int | None = Field(None, description="leaderEpochBeforeDeletion")
 

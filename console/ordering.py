@@ -10,7 +10,7 @@ from django.core.paginator import Page
 from django.db import connection
 from django.shortcuts import get_object_or_404
 
-from broker_agent.ordering import deletion_target, split_parent
+from broker_agent.ordering import creation_barrier, deletion_target, split_parent
 from console import selectors
 from console.models import Cluster, ConsumerGroup, GroupOffset, Partition, Topic
 
@@ -33,10 +33,13 @@ def topic_ordering(topic: Topic) -> dict:
     partition at once, and keys may be delivered out of order across an expand or shrink).
     ``groups``: per consumer group with positions on the topic (the controller's coordinator,
     synced; the first :data:`ORDERING_GROUP_LIMIT` by id), its lag over every partition and each
-    partition that a gate concerns: made by an expansion (waits on its split parent until the
-    group has started it), marked for deletion (draining), or holding back because a marked
+    partition that a gate concerns: made by an expansion (status ``waits on B`` until the group
+    has started it, B = ``barrier``, the first of its ancestors that existed before the
+    expansion, :func:`~broker_agent.ordering.creation_barrier`: its split ``parent`` unless that
+    parent is new too), marked for deletion (draining), or holding back because a marked
     partition is not drained yet - with the group's position and lag (the first
-    :data:`ORDERING_ROW_LIMIT`, held ones first). The split and deletion *offsets* are what
+    :data:`ORDERING_ROW_LIMIT`, held ones first; ``held`` says which). The split and deletion
+    *offsets* are what
     consumers ask the leaders for; the console shows the leader epochs they come from (a web
     request never asks a broker).
 
@@ -188,8 +191,7 @@ def _gate_rows(
         found = cur.fetchall()
     if not found:
         return {}, {}
-    # The epochs the consumers ask the leaders for, and the parents' positions: of shown rows.
-    parents = {r[1]: split_parent(r[1], n) for r in found if r[5]}
+    # The epochs the consumers ask the leaders for, and the barriers' positions: of shown rows.
     wanted = {r[1] for r in found} | {m for r in found for m in (r[8] or ())}
     epochs = {
         p: (after, before)
@@ -197,15 +199,18 @@ def _gate_rows(
             "partition", "leader_epoch_after_creation", "leader_epoch_before_deletion"
         )
     }
-    at_parent: dict[tuple[str, int], int] = {}
-    if parents:
-        at_parent = {
+    # KIP-253 step 4.2: the partition a new one waits on is the first of its ancestors that
+    # existed before the expansion - its split parent only if that parent is not new too
+    barriers = {r[1]: creation_barrier(r[1], n, epochs[r[1]][0]) for r in found if r[5]}
+    at_barrier: dict[tuple[str, int], int] = {}
+    if barriers:
+        at_barrier = {
             (gid, p): offset
             for gid, p, offset in GroupOffset.objects.filter(
                 cluster_id=topic.cluster_id,
                 topic_name=topic.name,
                 group_id__in=ids,
-                partition__in=set(parents.values()),
+                partition__in={b for b in barriers.values() if b is not None},
             ).values_list("group_id", "partition", "committed_offset")
         }
     rows: dict[str, list[dict]] = defaultdict(list)
@@ -216,13 +221,16 @@ def _gate_rows(
         if marked_:
             entry.update(kind="marked", status="drained" if drained else "draining")
         elif is_new:
-            parent = parents[p]
+            waited = barriers[p]
             entry.update(
                 kind="new",
-                parent=parent,
-                split_epoch=epochs[p][0].get(str(parent)),
-                parent_position=at_parent.get((gid, parent)),
-                status="released" if started or not barrier else "waits on parent",
+                parent=split_parent(p, n),
+                barrier=waited,
+                split_epoch=epochs[p][0].get(str(waited)),
+                barrier_position=at_barrier.get((gid, waited)),
+                status=f"waits on {waited}"
+                if barrier and not started and waited is not None
+                else "released",
             )
         if blockers:
             before = {epochs[m][1].get(str(p)) for m in blockers}
@@ -232,6 +240,10 @@ def _gate_rows(
                 deletion_epoch=min((e for e in before if e is not None), default=None),
                 status="holds after the shrink" if barrier else entry["status"],
             )
+        status = entry["status"]
+        entry["held"] = status in ("draining", "holds after the shrink") or status.startswith(
+            "waits on "
+        )
         rows[gid].append(entry)
     return rows, count_of
 
@@ -242,10 +254,9 @@ def annotate_tree(tree: list[dict], ordering: dict) -> None:
     by_partition: dict[int, list[dict]] = defaultdict(list)
     for g in ordering["groups"]:
         for r in g["partitions"]:
-            held = r["status"] in ("waits on parent", "draining", "holds after the shrink")
             status = "holds" if r["status"] == "holds after the shrink" else r["status"]
             by_partition[r["partition"]].append(
-                {"group_id": g["group_id"], "status": status, "held": held}
+                {"group_id": g["group_id"], "status": status, "held": r["held"]}
             )
 
     def walk(nodes: list[dict]) -> None:

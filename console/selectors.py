@@ -26,6 +26,7 @@ from broker_agent.hashing import (
     partitions_split_from,
     to_positive,
 )
+from broker_agent.ordering import creation_barrier, deletion_target
 from broker_agent.probes import slow_probe
 from console.choices import (
     BrokerState,
@@ -551,6 +552,10 @@ def split_tree(topic: Topic, partitions: dict[int, Partition]) -> list[dict] | N
         parent = parent_partition(p, n) if p >= n else None
         marked = bool(row and row.marked_for_deletion)
         after_creation = (row.leader_epoch_after_creation or {}) if row else {}
+        # KIP-253 step 4.2: a consumer reads p only after the first of its ancestors that
+        # existed before p's expansion (its parent, unless that is new too) up to the end of
+        # the leader epoch leaderEpochAfterCreation records for it
+        barrier = creation_barrier(p, n, after_creation)
         return {
             "partition": p,
             "row": row,
@@ -559,9 +564,10 @@ def split_tree(topic: Topic, partitions: dict[int, Partition]) -> list[dict] | N
             "marked": marked,
             "new": p in expanded and not marked,
             "parent": parent,
-            # KIP-253 leaderEpochAfterCreation: the parent's leader epoch when p was created;
-            # a consumer reads p only after the parent up to that epoch's end (the barrier)
-            "split_epoch": after_creation.get(str(parent)) if parent is not None else None,
+            "barrier": barrier,
+            "split_epoch": after_creation.get(str(barrier)) if barrier is not None else None,
+            # a marked partition's keys go to its first ancestor below U (step 5.1)
+            "keys_to": deletion_target(p, n, u) if marked else None,
         }
 
     return [node(p) for p in range(n)]

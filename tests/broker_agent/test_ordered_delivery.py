@@ -150,3 +150,139 @@ def test_sim_cli_partition_commands_say_what_is_wrong(sim_factory):
     )
     bad = sim.cli("consume", "--topic", "t", "--max-records", "3", check=False)
     assert bad.returncode == 1 and "needs --group" in bad.stderr
+
+
+# -- expansions of any size, and shrink then re-expansion (issue #37 point 3) ------------------
+
+
+def _ledger(sim, group: str, topic: str):
+    """The group's delivery ledger, as ``sim consume --group`` writes it (``--verify`` reads)."""
+    path = sim.data / "ledger" / "groups" / group / f"{topic}.delivered"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a")
+
+
+def _consume_adversarially(sim, topic: str, group: str, members: int, load: KeyedLoad) -> None:
+    """``members`` members of ``group`` poll in rounds, each round the member holding the
+    highest partition first: a member reading partitions made by the expansion always polls
+    before the members holding the partitions those keys were in - the order that shows a
+    creation gate opened too early. Runs one more produce run under load, then drains."""
+    from broker_agent.group_consumer import GroupConsumer
+
+    ledger = _ledger(sim, group, topic)
+
+    def sink(batch) -> None:
+        ledger.write(
+            "".join(f"{r.value.split('|')[0]}\t{r.partition}\t{r.offset}\n" for r in batch)
+        )
+        ledger.flush()
+
+    group_members = [
+        GroupConsumer(sim.controller, sim.secret, group, [topic], sink=sink) for _ in range(members)
+    ]
+    try:
+        for m in group_members:
+            m.join()
+        for m in group_members:  # everyone's assignment in the final generation
+            m.join()
+        until = load.runs + 1
+        idle = 0
+        for _ in range(2000):
+            delivered = transient = False
+            for m in sorted(group_members, key=lambda m: -max(m.assignment.get(topic) or [-1])):
+                batch, held = m.poll()
+                delivered |= bool(batch)
+                transient |= held
+            if load.runs >= until and not load.stop.is_set():
+                load.stop.set()
+                load.thread.join(120)
+            idle = 0 if delivered or transient or not load.stop.is_set() else idle + 1
+            if idle >= 2:  # two quiet rounds after the load stopped: all delivered
+                return
+        raise AssertionError("the group never caught up")
+    finally:
+        for m in group_members:
+            m.leave()
+        ledger.close()
+
+
+def _verify(sim, topic: str, group: str, load: KeyedLoad) -> dict[str, int]:
+    assert not load.failures, load.failures
+    proc = sim.cli("consume", "--topic", topic, "--group", group, "--verify", check=False)
+    res = _summary(proc.stdout)
+    res["acked"] = load.runs * 400
+    return res
+
+
+@pytest.mark.parametrize(
+    ("n", "u"),
+    [(2, 3), (2, 8), (3, 13), (1, 16)],
+    ids=["2-3", "2-8", "3-13", "1-16"],
+)
+def test_every_key_stays_in_order_through_an_expansion_of_any_size(sim_factory, n, u):
+    """KIP-253 consumer step 4.2: a partition made by an expansion waits on the first of its
+    ancestors that existed before it - not its split parent, which an expansion by more than
+    one doubling made too (2 -> 8: partition 6 splits 2, but its keys were in 0). Keyed load
+    before, across and after the expansion; members that own the new partitions read first."""
+    sim = sim_factory(2, 1)
+    topic = f"grow.{n}.{u}"
+    sim.cli("create-topic", topic, "--partitions", str(n), "--replication-factor", "1")
+    with KeyedLoad(sim, topic) as load:
+        _wait_runs(load, 1)  # records under the old count that no member has read
+        sim.cli("expand-partitions", topic, "--to", str(u))
+        _wait_runs(load, 1)
+        _consume_adversarially(sim, topic, "g", min(u, 4), load)
+    res = _verify(sim, topic, "g", load)
+    assert res["consumed"] >= res["acked"] > 0
+    assert (res["lost"], res["order violations"]) == (0, 0), res
+
+
+def test_a_group_keeps_key_order_and_fetches_after_a_shrink_and_a_re_expansion(sim_factory):
+    """Shrink then re-expand (KIP-253): the group drained partitions 2 and 3 and committed
+    offsets there; once the controller removed them, the coordinator dropped those commits, so
+    when an expansion (2 -> 8) makes 2 and 3 again - empty, from offset 0 - the group starts
+    them fresh behind the creation gate instead of fetching past their end from a stale
+    position. Every key stays in order throughout."""
+    sim = sim_factory(2, 1)
+    topic = "again"
+    sim.cli("create-topic", topic, "--partitions", "2", "--replication-factor", "1")
+    with KeyedLoad(sim, topic) as load:
+        _wait_runs(load, 1)
+        sim.cli("expand-partitions", topic, "--to", "4")
+        _wait_runs(load, 1)
+        sim.cli("shrink-partitions", topic, "--to", "2")
+        _wait_runs(load, 1)
+        _consume_adversarially(sim, topic, "g", 4, load)
+    committed = sim.controller.group("g").offsets[topic]
+    assert committed[2] > 0 and committed[3] > 0  # drained by the group
+
+    from .conftest import wait_until
+
+    for p in (2, 3):  # DeleteRecords up to the end: empty, so the controller removes them
+        part = sim.partition(topic, p)
+        end = sim.agent(part.leader).fetch(topic, p, 0, 1, undeleted_partition_count=2)
+        sim.agent(part.leader).publish_log_start_offset(topic, p, end.log_end_offset)
+    wait_until(
+        lambda: {x.partition for x in sim.controller.topic(topic).partitions} == {0, 1},
+        30,
+        what="partitions 2 and 3 removed",
+    )
+    assert set(sim.controller.group("g").offsets[topic]) == {0, 1}  # their commits went too
+
+    with KeyedLoad(sim, topic) as load2:
+        sim.cli("expand-partitions", topic, "--to", "8")
+        _wait_runs(load2, 1)
+        _consume_adversarially(sim, topic, "g", 4, load2)
+    res = _verify(sim, topic, "g", load2)
+    res["acked"] += load.runs * 400
+    assert res["consumed"] >= res["acked"] > 0
+    assert (res["lost"], res["order violations"]) == (0, 0), res
+    # the re-created partitions were read from their new offset 0, after their first life's
+    lives: dict[int, list[int]] = {}
+    path = sim.data / "ledger" / "groups" / "g" / f"{topic}.delivered"
+    for line in path.read_text().splitlines():
+        _ident, p, offset = line.split("\t")
+        lives.setdefault(int(p), []).append(int(offset))
+    for p in (2, 3):
+        restarts = [i for i, o in enumerate(lives[p]) if i and o < lives[p][i - 1]]
+        assert len(restarts) == 1 and lives[p][restarts[0]] == 0, (p, restarts)

@@ -11,6 +11,7 @@ from broker_agent.groups import GroupCoordinator
 from broker_agent.hashing import partition_for_key
 from broker_agent.ordering import (
     Gate,
+    creation_barrier,
     creation_gate_applies,
     deletion_blockers,
     deletion_target,
@@ -28,6 +29,34 @@ def test_each_new_partition_waits_on_exactly_the_partition_its_keys_came_from():
             if after != before:  # only keys of the new partition's split parent move
                 assert after == u - 1 and split_parent(after, n) == before
     assert split_parent(1, 3) is None
+
+
+@pytest.mark.parametrize(
+    ("n", "u_before", "u_after"),
+    [(2, 2, 3), (2, 2, 8), (3, 3, 13), (1, 1, 16), (2, 3, 8), (3, 5, 7), (2, 5, 21)],
+)
+def test_a_new_partition_waits_on_the_first_ancestor_that_existed_before_the_expansion(
+    n, u_before, u_after
+):
+    """KIP-253 consumer step 4.2: every key now in a partition made by the expansion was, under
+    the old count, in exactly the partition :func:`creation_barrier` names from the keys of the
+    new partition's leaderEpochAfterCreation - the split parent only when that parent existed."""
+    after_creation = {str(p): 7 for p in range(u_before)}  # as the controller records it
+    moved_through_new_parent = 0
+    for i in range(3000):
+        key = f"key-{i}".encode()
+        before, after = partition_for_key(key, n, u_before), partition_for_key(key, n, u_after)
+        if after < u_before:
+            assert after == before  # linear hashing moves only keys of split partitions
+            continue
+        assert creation_barrier(after, n, after_creation) == before
+        if split_parent(after, n) >= u_before:
+            moved_through_new_parent += 1  # the parent is new: it held none of them before
+    if u_after > 2 * u_before:
+        assert moved_through_new_parent
+    assert creation_barrier(6, 2, {"0": 3, "1": 4}) == 0  # 2 -> 8: 6 splits 2, itself new
+    assert creation_barrier(1, 2, {"0": 3}) is None  # below N: not made by an expansion
+    assert creation_barrier(5, 2, {}) is None  # no map: no barrier to name
 
 
 def test_a_marked_partition_sends_its_keys_to_its_first_ancestor_below_the_count():
@@ -92,3 +121,30 @@ def test_a_commit_from_an_older_generation_or_an_unknown_member_is_fenced():
     with pytest.raises(ApiError) as exc:
         again.view("no such group")
     assert exc.value.error == ErrorCode.INVALID_GROUP_ID
+
+
+def test_a_removed_partition_takes_the_groups_commits_so_a_re_created_one_starts_fresh():
+    """KIP-253 shrink then re-expansion: once the controller removes a drained partition no
+    group keeps a committed offset on it (Kafka drops the offsets of deleted partitions), and a
+    commit on a partition the topic does not have is refused - so the partition an expansion
+    makes again starts from offset 0, behind the creation gate, not at a stale position past
+    its end."""
+    layout = {"t": ([0, 1, 2, 3], [])}
+    _db, c = _coordinator(layout)
+    m = c.join("g", None, ["t"])
+    c.commit("g", m["member_id"], m["generation"], {"t": {0: 50, 1: 60, 2: 812, 3: 9}})
+    other = c.join("h", None, ["t"])
+    c.commit("h", other["member_id"], other["generation"], {"t": {0: 1}})
+    layout["t"] = ([0, 1], [])  # shrunk to 2; 2 and 3 drained and removed
+    assert c.forget_partitions("t", [2, 3]) == ["g"]  # h held nothing there
+    assert c.view("g")["offsets"] == {"t": {0: 50, 1: 60}}
+    fresh = c.heartbeat("g", m["member_id"])
+    with pytest.raises(ApiError) as exc:  # a member that delivered from 2 before it went
+        c.commit("g", m["member_id"], fresh["generation"], {"t": {0: 55, 2: 813}})
+    assert exc.value.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert c.view("g")["offsets"] == {"t": {0: 50, 1: 60}}  # nothing of it written
+    layout["t"] = ([0, 1, 2, 3], [])  # re-expanded: 2 and 3 exist again, empty
+    assert 2 not in c.view("g")["offsets"]["t"]
+    fresh = c.heartbeat("g", m["member_id"])
+    c.commit("g", m["member_id"], fresh["generation"], {"t": {2: 4}})
+    assert c.view("g")["offsets"] == {"t": {0: 50, 1: 60, 2: 4}}

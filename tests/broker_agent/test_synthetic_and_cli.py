@@ -288,6 +288,44 @@ def test_fleet_layout_mixes_topic_sizes_and_an_expansion_keeps_partition_order()
     assert refused.value.status == 400
 
 
+def test_a_synthetic_expansion_records_the_epoch_of_the_ancestor_its_keys_come_from():
+    """KIP-253 step 4.2 in the synthetic scale mode: a partition added by an expansion records,
+    in leaderEpochAfterCreation, the pre-bump leader epoch of the first of its ancestors that
+    existed before (2 -> 8: 6 splits 2, itself new, so 6 waits on 0) - in the JSON and the
+    format=tsv answers alike, the partition consumers and the console name as its barrier."""
+    from broker_agent.metadata_rows import split_metadata_tsv
+    from broker_agent.ordering import creation_barrier
+    from broker_agent.synthetic import SyntheticCluster
+
+    c = SyntheticCluster("c", 3, 2, 0, 0, topic_sizes=[2, 2])
+    name, other = c.topics
+    after = json.loads(c.alter_partition_count(name, 8))  # 2 -> 8 at once
+    maps = {p["partition"]: p["leader_epoch_after_creation"] for p in after["partitions"]}
+    assert maps == {
+        0: {},
+        1: {},
+        2: {"0": 0},
+        3: {"1": 0},
+        4: {"0": 0},
+        5: {"1": 0},
+        6: {"0": 0},
+        7: {"1": 0},
+    }
+    c.alter_partition_count(other, 3)  # 2 exists now; 0 and 1 at leader epoch 1
+    after = json.loads(c.alter_partition_count(other, 8))
+    maps = {p["partition"]: p["leader_epoch_after_creation"] for p in after["partitions"]}
+    assert maps[2] == {"0": 0} and maps[4] == {"0": 1} and maps[7] == {"1": 1}
+    assert maps[6] == {"2": 0}  # split from 2, which existed before this expansion
+    assert [creation_barrier(p, 2, maps[p]) for p in range(2, 8)] == [0, 1, 0, 1, 2, 1]
+    _md, _topics, rows = split_metadata_tsv(c.metadata_body(None, False, tsv=True))
+    tsv = {
+        (r.split("\t")[0], int(r.split("\t")[1])): r.split("\t")[9]
+        for r in bytes(rows).decode().splitlines()
+    }
+    assert tsv[(name, 6)] == '{"0":0}' and tsv[(other, 6)] == '{"2":0}'
+    assert tsv[(name, 1)] == "{}"
+
+
 def test_sim_consume_reads_from_the_log_start_once_it_is_above_zero(sim_factory):
     """#14 (CLI): ``sim consume`` without a group reads from each partition's log start offset;
     it used to crash with OFFSET_OUT_OF_RANGE once retention had moved that above 0."""

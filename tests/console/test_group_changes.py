@@ -277,7 +277,9 @@ def test_the_topic_ordering_is_bounded_in_groups_and_rows(client, viewer, cluste
     g = ordering["groups"][0]
     assert g["partitions_count"] == 128 and len(g["partitions"]) == 100
     statuses = [r["status"] for r in g["partitions"]]
-    assert statuses == ["waits on parent"] * 98 + ["released"] * 2  # held first
+    # held first; one expansion by 6+ doublings: each new partition waits on the one of 0 and 1
+    # it descends from, the partitions that existed before it (KIP-253 step 4.2)
+    assert statuses == [f"waits on {p % 2}" for p in range(2, 100)] + ["released"] * 2
     assert [r["partition"] for r in g["partitions"][:3]] == [2, 3, 4]
     # lag over every partition: 50 on partition 0, none on 1, 4 on each started new one, none
     # on the empty new ones it has not started

@@ -28,7 +28,7 @@ def _ordering(client, topic: str) -> dict:
     return client.get(f"/api/v1/clusters/local/topics/{topic}").json()["ordering"]
 
 
-def test_a_new_partition_waits_on_its_parent_until_the_group_starts_it(
+def test_a_new_partition_waits_on_its_split_parent_until_the_group_starts_it(
     viewer_client, cluster, builder
 ):
     builder.add_topic("kv", partitions=2, rf=3, records=100)
@@ -43,22 +43,49 @@ def test_a_new_partition_waits_on_its_parent_until_the_group_starts_it(
     assert ordering["barrier"] is True
     (g,) = ordering["groups"]
     rows = {r["partition"]: r for r in g["partitions"]}
-    assert rows[2]["kind"] == "new" and rows[2]["parent"] == 0
-    assert rows[2]["status"] == "waits on parent" and rows[2]["position"] is None
-    assert rows[2]["parent_position"] == 40 and rows[2]["split_epoch"] == 0
+    assert rows[2]["kind"] == "new" and rows[2]["parent"] == rows[2]["barrier"] == 0
+    assert rows[2]["status"] == "waits on 0" and rows[2]["position"] is None
+    assert rows[2]["barrier_position"] == 40 and rows[2]["split_epoch"] == 0
     assert rows[3]["status"] == "released"  # the group has started it
     assert g["lag"] == (100 - 40) + 0 + 30 + (30 - 10)
 
     html = viewer_client.get("/topics/local/kv/").content.decode()
     assert "Barrier on" in html and "Group <code>billing</code>" in html
-    assert "split from 0 at its leader epoch 0" in html and "waits on parent" in html
+    assert "split from 0; waits on 0 up to its leader epoch 0 (group at 40 on 0)" in html
     # the same on the split tree: the group's badge on partition 2 (held) and 3 (released)
-    assert 'title="consumer group billing">billing: waits on parent</span>' in html
+    assert 'title="consumer group billing">billing: waits on 0</span>' in html
     assert "billing: released" in html
 
     groups = viewer_client.get("/api/v1/clusters/local/groups").json()["groups"]
     # as kafka-consumer-groups.sh shows it: lag over the partitions with a committed offset
     assert [(x["group_id"], x["generation"], x["lag"]) for x in groups] == [("billing", 4, 80)]
+
+
+def test_a_partition_split_from_a_new_one_waits_on_the_first_ancestor_that_existed_before(
+    viewer_client, cluster, builder
+):
+    """KIP-253 consumer step 4.2: an expansion by more than one doubling (2 -> 8) makes
+    partition 6 split partition 2, itself new - 6's keys were in 0 before, so the page names 0
+    (and its leader epoch in 6's leaderEpochAfterCreation), never "its parent" 2."""
+    builder.add_topic("kv", partitions=2, rf=3, records=100)
+    builder.alter_partition_count("kv", 8)
+    builder.produce("kv", 6, 30)
+    builder.groups = [_group({"kv": {0: 40, 1: 100}})]
+    sync(cluster, builder)
+
+    rows = {r["partition"]: r for r in _ordering(viewer_client, "kv")["groups"][0]["partitions"]}
+    assert (rows[6]["parent"], rows[6]["barrier"], rows[6]["status"]) == (2, 0, "waits on 0")
+    assert rows[6]["split_epoch"] == 0 and rows[6]["barrier_position"] == 40
+    assert (rows[7]["parent"], rows[7]["barrier"], rows[7]["status"]) == (3, 1, "waits on 1")
+    assert rows[7]["barrier_position"] == 100
+    assert (rows[4]["parent"], rows[4]["barrier"]) == (0, 0)
+
+    html = viewer_client.get("/topics/local/kv/").content.decode()
+    assert (
+        "split from 2; waits on 0 (the first ancestor that existed before the expansion) "
+        "up to its leader epoch 0 (group at 40 on 0)"
+    ) in html
+    assert "waits on parent" not in html and "waits on 2" not in html
 
 
 def test_after_a_shrink_the_surviving_partition_holds_until_the_marked_one_drains(

@@ -1,6 +1,7 @@
 """The topic page's KIP-253 gates, classified in PostgreSQL (#17), against the rules written out
 in Python (``broker_agent.ordering``, partition by partition, group by group) on random topics:
-expanded, shrunk, both, with the barrier on or off and positions anywhere."""
+expanded by one partition or by several doublings at once, shrunk, both, with the barrier on or
+off and positions anywhere."""
 
 from __future__ import annotations
 
@@ -15,7 +16,18 @@ from console.models import GroupOffset, Partition, Topic
 
 pytestmark = pytest.mark.django_db
 
-HELD = ("waits on parent", "draining", "holds after the shrink")
+HELD = ("draining", "holds after the shrink")
+
+
+def _held(status: str) -> bool:
+    return status in HELD or status.startswith("waits on ")
+
+
+def _first_existing_ancestor(p: int, n: int, after: dict) -> int:
+    """Seed step 4.2 written out: up the split tree to a key of leaderEpochAfterCreation."""
+    while str(p) not in after:
+        p = split_parent(p, n)
+    return p
 
 
 def _expected(topic: Topic, limit: int) -> list[tuple[str, int, list[dict]]]:
@@ -55,12 +67,14 @@ def _expected(topic: Topic, limit: int) -> list[tuple[str, int, list[dict]]]:
                 entry.update(kind="marked", status=status)
             elif new:
                 started = pos.get(p) is not None and pos[p] > row.log_start_offset
+                waited = _first_existing_ancestor(p, n, row.leader_epoch_after_creation)
                 entry.update(
                     kind="new",
                     parent=parent,
-                    split_epoch=row.leader_epoch_after_creation.get(str(parent)),
-                    parent_position=pos.get(parent),
-                    status="released" if started or not barrier else "waits on parent",
+                    barrier=waited,
+                    split_epoch=row.leader_epoch_after_creation[str(waited)],
+                    barrier_position=pos.get(waited),
+                    status="released" if started or not barrier else f"waits on {waited}",
                 )
             blockers = deletion_blockers(p, undrained, n, u)
             if blockers and not row.marked_for_deletion:
@@ -72,8 +86,9 @@ def _expected(topic: Topic, limit: int) -> list[tuple[str, int, list[dict]]]:
                     status="holds after the shrink" if barrier else entry["status"],
                 )
             if entry["kind"]:
+                entry["held"] = _held(entry["status"])
                 rows.append(entry)
-        rows.sort(key=lambda r: r["status"] not in HELD)
+        rows.sort(key=lambda r: not r["held"])
         out.append((gid, len(rows), rows[:limit]))
     return out
 
@@ -100,7 +115,10 @@ def _random_topic(cluster, rng: random.Random, name: str) -> Topic:
         leo = lso + rng.randint(0, 10)
         after = {}
         if p >= n and rng.random() < 0.8:
-            after = {str(split_parent(p, n)): rng.randint(0, 5)}
+            # as the controller writes it: every partition that existed before the expansion
+            # that made p (U_before from N to p: several doublings at once when far below p)
+            existed = n if rng.random() < 0.5 else rng.randint(n, p)
+            after = {str(q): rng.randint(0, 5) for q in range(existed)}
         before = {}
         if p in targets and rng.random() < 0.8:
             before = {str(targets[p]): rng.randint(0, 5)}
@@ -142,12 +160,19 @@ def test_the_gates_classified_in_sql_are_the_rules_partition_by_partition(
 ):
     monkeypatch.setattr(ordering, "ORDERING_ROW_LIMIT", limit)
     rng = random.Random(253 + limit)
-    seen = set()
+    seen, waiting = set(), []
     for i in range(40):
         topic = _random_topic(cluster, rng, f"t{i}")
         got = ordering.topic_ordering(topic)
         shown = [(g["group_id"], g["partitions_count"], g["partitions"]) for g in got["groups"]]
         assert shown == _expected(topic, limit), topic.name
         seen |= {r["status"] for g in got["groups"] for r in g["partitions"]}
+        waiting += [
+            r for g in got["groups"] for r in g["partitions"] if r["status"].startswith("waits")
+        ]
     # every kind of gate came up at least once among the random topics
-    assert seen >= {"waits on parent", "released", "draining", "drained", "holds after the shrink"}
+    assert seen >= {"released", "draining", "drained", "holds after the shrink"}
+    # and new partitions held by their split parent and by an older ancestor (step 4.2); with
+    # 3 rows a group, the lowest held partitions shown are mostly split from a first partition
+    assert any(r["parent"] == r["barrier"] for r in waiting)
+    assert limit == 3 or any(r["parent"] != r["barrier"] for r in waiting)

@@ -108,6 +108,28 @@ def test_split_tree_marks_new_partitions_with_their_parent_and_split_epoch(page,
     assert "its keys go back to 1" in page("grow")
 
 
+def test_split_tree_names_the_ancestor_a_partition_split_from_a_new_one_waits_on(
+    page, cluster, builder
+):
+    """KIP-253 step 4.2 on the split tree: after 2 -> 8 in one expansion partition 6 splits 2,
+    itself new, so its split epoch is partition 0's (the first ancestor that existed before);
+    after a shrink back to 2, marked partition 6's keys go to 0, not to its parent 2."""
+    builder.add_topic("wide", partitions=2, rf=3)
+    sync(cluster, builder)
+    builder.alter_partition_count("wide", 8)
+    sync(cluster, builder)
+    tree = {n["partition"]: n for n in _walk(selectors.split_tree(_topic("wide"), _rows("wide")))}
+    assert (tree[6]["parent"], tree[6]["barrier"], tree[6]["split_epoch"]) == (2, 0, 0)
+    assert (tree[2]["parent"], tree[2]["barrier"]) == (0, 0)
+    assert "split from 2, its keys from 0 at its leader epoch 0" in page("wide")
+    builder.alter_partition_count("wide", 2)
+    sync(cluster, builder)
+    tree = {n["partition"]: n for n in _walk(selectors.split_tree(_topic("wide"), _rows("wide")))}
+    assert [tree[p]["keys_to"] for p in range(2, 8)] == [0, 1, 0, 1, 0, 1]
+    html = page("wide")
+    assert "its keys go back to 2" not in html and "its keys go back to 3" not in html
+
+
 def _rows(topic: str) -> dict:
     return {p.partition: p for p in _topic(topic).partitions.all()}
 

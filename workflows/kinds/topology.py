@@ -55,6 +55,7 @@ from broker_agent.choices import TopicConfig
 from broker_agent.client import AgentError
 from broker_agent.hashing import parent_partition
 from broker_agent.models import BrokerInfo, TopicMetadata
+from broker_agent.ordering import deletion_target
 from workflows.kinds import (
     Field,
     Plan,
@@ -96,7 +97,8 @@ def ordering_promise(topic: str, ordered: bool) -> str:
         )
     return (
         "Keys keep their order for consumer groups (enable.ordered.delivery=true): a group "
-        "starts a new partition only after consuming its parent up to the split point, drains "
+        "starts a new partition only after consuming, up to the split point, the first of its "
+        "ancestors that existed before the expansion (its parent, unless that is new too), drains "
         "a partition marked for deletion before the moved keys' newer records, and producers "
         "must send the new partition count (a stale one is refused and re-hashed)."
     )
@@ -110,11 +112,9 @@ def _ordering_rows(actions: dict[str, Any], topic: str) -> list[ReviewRow]:
 
 def keys_move_to(q: int, initial_partition_count: int, undeleted_partition_count: int) -> int:
     """Where the keys of a partition marked for deletion go under the new count: its parent,
-    or the parent's parent while that is marked too (linear hashing run backwards)."""
-    p = q
-    while p >= undeleted_partition_count:
-        p = parent_partition(p, initial_partition_count)
-    return p
+    or the parent's parent while that is marked too (linear hashing run backwards) - the
+    consumers' rule, :func:`broker_agent.ordering.deletion_target`."""
+    return deletion_target(q, initial_partition_count, undeleted_partition_count)
 
 
 def _topic(cluster: str, name: str) -> tuple[TopicMetadata, list[BrokerInfo]]:
