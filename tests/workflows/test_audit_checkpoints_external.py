@@ -94,7 +94,9 @@ def _verify_on_the_page(client, viewer) -> str:
     return html[html.index('data-testid="chain-verification"') :].split("</section>")[0]
 
 
-def test_each_checkpoint_is_written_to_the_store_numbered_without_gaps(store, s3, settings):
+def test_each_checkpoint_is_written_to_the_store_numbered_without_gaps(
+    store, s3, settings, client, viewer
+):
     events = _record(3)
     assert checkpoint_head() == ("written", events[-1].seq)
     assert checkpoint_head() == ("unchanged", events[-1].seq)  # the head did not move
@@ -114,6 +116,10 @@ def test_each_checkpoint_is_written_to_the_store_numbered_without_gaps(store, s3
     assert "Audit chain intact: 5 events" in out.getvalue()
     assert f"external series {store.uri}: 2 checkpoints, the newest #2" in out.getvalue()
     assert "no Object Lock: retention is not enforced" in out.getvalue()
+    card = _verify_on_the_page(client, viewer)
+    assert 'data-testid="chain-intact"' in card
+    assert f"External series <code>{store.uri}</code>: 2 checkpoints, the newest #2" in card
+    assert "the bucket has no Object Lock: retention is not enforced" in card
 
 
 def test_a_tail_removed_with_the_local_checkpoints_is_reported_from_the_external_series(
@@ -202,7 +208,9 @@ def test_events_without_any_checkpoint_are_reported_after_two_intervals(
     assert "2 events but no signed checkpoint" in _verify_fails()
 
 
-def test_an_unreachable_store_is_not_intact_and_gets_no_checkpoint(store, settings, monkeypatch):
+def test_an_unreachable_store_is_not_intact_and_gets_no_checkpoint(
+    store, settings, monkeypatch, client, viewer
+):
     events = _record(2)
     checkpoint_head()
     _record(1)
@@ -214,6 +222,8 @@ def test_an_unreachable_store_is_not_intact_and_gets_no_checkpoint(store, settin
     result = trail.verify_chain()
     assert not result.ok and result.external["checked"] is False
     assert result.checkpoint_seq == events[-1].seq  # the local series was still checked
+    card = _verify_on_the_page(client, viewer)
+    assert ">not checked</span>" in card and "chain-intact" not in card
 
 
 def test_a_missing_bucket_is_reported_not_checked_and_nothing_is_signed(store, settings):
