@@ -127,7 +127,9 @@ def make(n: int, seq: int, head_hash: str, count: int, key: AuditKey) -> dict[st
     return doc
 
 
-def parse(raw: bytes | str, name: str, number: int | None, keys: dict[str, AuditKey]):
+def parse(
+    raw: bytes | str, name: str, number: int | None, keys: dict[str, AuditKey]
+) -> tuple[Checkpoint | None, str | None]:
     """``(Checkpoint, None)`` for a valid signed document, else ``(None, problem)``.
 
     ``number`` is the ``n`` its file or object name says (None for a legacy file): a document
