@@ -1,27 +1,40 @@
-"""Signed checkpoints of the audit chain's head, kept outside PostgreSQL.
+"""Signed checkpoints of the audit chain's head, kept outside PostgreSQL, in two series.
 
-A checkpoint is a small JSON file ``audit-checkpoint-<seq>.json`` in
-``STRATA_AUDIT_CHECKPOINT_DIR``: ``{"seq", "hash", "at", "key_id", "signature"}``, the signature an
-HMAC under the audit key (:mod:`audit.keys`) of the other four fields. ``verify_chain`` reads every
-valid checkpoint and reports a chain whose event at a checkpoint's seq has another hash
-(re-written) or that ends before the latest checkpoint (its tail removed).
+A checkpoint is a small JSON document ``{"n", "seq", "hash", "count", "at", "key_id",
+"signature"}``: the ``n``-th checkpoint (numbered 1, 2, 3, ... without gaps) says the chain's
+event ``seq`` has hash ``hash`` and the chain then held ``count`` events; the signature is an HMAC
+under the audit key (:mod:`audit.keys`) of the other fields. The same document is written twice:
+
+- to the **external series** in the object store (:mod:`audit.checkpoint_store`), the authority:
+  ``STRATA_AUDIT_CHECKPOINT_STORE`` (default ``$STRATA_REMOTE_STORE/audit-checkpoints``), with
+  S3 Object Lock retention where the bucket has it;
+- to the **local series**, ``<n:012d>.json`` in ``STRATA_AUDIT_CHECKPOINT_DIR`` (the external
+  object's name: ``aws s3 sync`` restores a lost directory), beside the database (the newest
+  ``STRATA_AUDIT_CHECKPOINT_KEEP`` are kept).
+
+:func:`load_series` reads both and names every way they fail (a file or object unreadable,
+forged or signed with a key not configured here; a gap in the numbering; the two series
+disagreeing or one holding a checkpoint the other lacks; the store unreachable). Each such
+*problem* makes verification fail. Files ``audit-checkpoint-<seq>.json`` written before the
+checkpoints were numbered are still read as signed marks of the chain, outside the numbering.
 
 Decisions:
-- A file, not a row: whoever can rewrite the audit table must not be able to rewrite its witness.
-  The directory should live where the database's writers cannot write (another host's mount, a
-  bucket with object lock); ``make run`` keeps it in ``.run/audit-checkpoints``. Writing to the
-  remote object store is the object-storage issue's part.
-- Only signed checkpoints are written (no audit key → none): an unsigned file is forged as easily
-  as the table it guards. A file with a bad signature or an unknown key id is a *problem* that
-  fails verification, never silently skipped.
+- Not a row: whoever can rewrite the audit table must not be able to rewrite its witness. The
+  local files alone prove nothing to someone who holds the machine (#39): they can delete them
+  with the tail. The external series is written first; a checkpoint the store refused is not
+  written locally either.
+- Only signed checkpoints are written (no audit key → none): an unsigned file is forged as
+  easily as the table it guards. A bad signature or an unknown key id is a problem, never
+  silently skipped.
 - Written by the beat task ``audit.write_checkpoint`` (every ``STRATA_AUDIT_CHECKPOINT_SECONDS``)
-  and ``manage.py audit_checkpoint``, only when the head moved and the events since the previous
-  checkpoint verify; the newest ``STRATA_AUDIT_CHECKPOINT_KEEP`` files are kept.
+  and ``manage.py audit_checkpoint``, only when the head moved, the events since the newest
+  checkpoint verify and the series have no problem.
 - Writing a checkpoint records no audit event: that event would move the head it just signed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hmac
 import json
@@ -33,40 +46,123 @@ from typing import Any
 
 from django.conf import settings
 
-from audit.keys import AuditKey, keyring
+from audit.keys import AuditKey, keyring, signing_key
 
-__all__ = ["checkpoint_dir", "load_valid", "signed_fields", "write"]
+__all__ = [
+    "Checkpoint",
+    "Series",
+    "checkpoint_dir",
+    "enabled",
+    "external_enabled",
+    "load_series",
+    "make",
+    "parse",
+    "signed_fields",
+    "spans",
+    "write_local",
+]
 
-_NAME = re.compile(r"^audit-checkpoint-(\d{12})\.json$")
-_FIELDS = ("seq", "hash", "at", "key_id")
+_NAME = re.compile(r"^(\d{12})\.json$")
+#: Checkpoints written before they were numbered: ``audit-checkpoint-<seq>.json``, no ``n``.
+_LEGACY_NAME = re.compile(r"^audit-checkpoint-(\d{12})\.json$")
+_FIELDS = ("n", "seq", "hash", "count", "at", "key_id")
+_LEGACY_FIELDS = ("seq", "hash", "at", "key_id")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """One valid signed checkpoint; ``n`` is None for a legacy (unnumbered) one."""
+
+    n: int | None
+    seq: int
+    hash: str
+    count: int | None
+    at: str
+
+    def same_mark(self, other: Checkpoint) -> bool:
+        return (self.seq, self.hash, self.count) == (other.seq, other.hash, other.count)
+
+    @property
+    def at_time(self) -> dt.datetime | None:
+        try:
+            return dt.datetime.fromisoformat(self.at)
+        except ValueError:
+            return None
 
 
 def checkpoint_dir() -> Path | None:
-    """The configured directory, or None when checkpoints are off."""
+    """The configured local directory, or None when the local series is off."""
     configured = settings.STRATA_AUDIT_CHECKPOINT_DIR
     return Path(configured) if configured else None
 
 
+def external_enabled() -> bool:
+    """Whether the external series is configured (``STRATA_AUDIT_CHECKPOINT_STORE`` not off)."""
+    return settings.STRATA_AUDIT_CHECKPOINT_STORE.strip().lower() != "off"
+
+
+def enabled() -> bool:
+    """Whether checkpoints are written: an audit key and at least one series configured."""
+    return signing_key() is not None and (checkpoint_dir() is not None or external_enabled())
+
+
 def signed_fields(doc: dict[str, Any]) -> str:
     """The text a checkpoint's signature covers (domain-separated from event hashes)."""
-    body = {name: doc[name] for name in _FIELDS}
+    names = _FIELDS if "n" in doc else _LEGACY_FIELDS
+    body = {name: doc[name] for name in names}
     return "strata-audit-checkpoint:" + json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
-def write(seq: int, head_hash: str, key: AuditKey) -> Path:
-    """Write the signed checkpoint of ``seq`` / ``head_hash`` atomically; prune old ones."""
-    directory = checkpoint_dir()
-    if directory is None:
-        raise RuntimeError("STRATA_AUDIT_CHECKPOINT_DIR is not set")
-    directory.mkdir(parents=True, exist_ok=True)
+def make(n: int, seq: int, head_hash: str, count: int, key: AuditKey) -> dict[str, Any]:
+    """The signed document of the ``n``-th checkpoint."""
     doc: dict[str, Any] = {
+        "n": n,
         "seq": seq,
         "hash": head_hash,
+        "count": count,
         "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "key_id": key.key_id,
     }
     doc["signature"] = key.sign(signed_fields(doc))
-    path = directory / f"audit-checkpoint-{seq:012d}.json"
+    return doc
+
+
+def parse(
+    raw: bytes | str, name: str, number: int | None, keys: dict[str, AuditKey]
+) -> tuple[Checkpoint | None, str | None]:
+    """``(Checkpoint, None)`` for a valid signed document, else ``(None, problem)``.
+
+    ``number`` is the ``n`` its file or object name says (None for a legacy file): a document
+    moved to another number is a problem, like an edited one."""
+    try:
+        doc = json.loads(raw)
+        legacy = "n" not in doc
+        cp = Checkpoint(
+            n=None if legacy else int(doc["n"]),
+            seq=int(doc["seq"]),
+            hash=str(doc["hash"]),
+            count=None if legacy else int(doc["count"]),
+            at=str(doc["at"]),
+        )
+        key = keys.get(doc["key_id"])
+        signature = str(doc["signature"])
+        text = signed_fields(doc)
+    except (ValueError, KeyError, TypeError) as exc:
+        return None, f"{name}: unreadable checkpoint ({type(exc).__name__})"
+    if key is None:
+        return None, f"{name}: signed with audit key {doc['key_id']}, not configured"
+    if not hmac.compare_digest(key.sign(text), signature) or cp.n != number:
+        return None, f"{name}: signature does not match (forged or edited)"
+    return cp, None
+
+
+def write_local(doc: dict[str, Any]) -> Path:
+    """Write a checkpoint document into the local directory atomically; prune old ones."""
+    directory = checkpoint_dir()
+    if directory is None:
+        raise RuntimeError("STRATA_AUDIT_CHECKPOINT_DIR is not set")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{doc['n']:012d}.json"
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-checkpoint-")
     try:
         with os.fdopen(fd, "w") as fh:
@@ -77,47 +173,159 @@ def write(seq: int, head_hash: str, key: AuditKey) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _prune(directory)
-    return path
-
-
-def _prune(directory: Path) -> None:
     files = sorted(p for p in directory.iterdir() if _NAME.match(p.name))
     for old in files[: max(0, len(files) - settings.STRATA_AUDIT_CHECKPOINT_KEEP)]:
         old.unlink(missing_ok=True)
+    return path
 
 
-def load_valid() -> tuple[dict[int, str], list[str]]:
-    """``({seq: hash}, problems)`` over every checkpoint file in the directory.
-
-    A problem names a file that is unreadable, malformed, signed with a key not configured here,
-    or whose signature does not match: each makes verification fail."""
+def _read_local(
+    keys: dict[str, AuditKey],
+) -> tuple[dict[int, Checkpoint], list[Checkpoint], list[str]]:
+    """``(numbered by n, legacy, problems)`` of the local directory."""
     directory = checkpoint_dir()
-    if directory is None or not directory.is_dir():
-        return {}, []
-    marks: dict[int, str] = {}
+    numbered: dict[int, Checkpoint] = {}
+    legacy: list[Checkpoint] = []
     problems: list[str] = []
-    keys = keyring()
-    files = sorted((p, m) for p in directory.iterdir() if (m := _NAME.match(p.name)))
-    if files and not keys:
-        return {}, [
-            f"{len(files)} signed checkpoints but no audit key is configured here "
-            "(set STRATA_AUDIT_KEY or STRATA_AUDIT_KEY_FILE)"
-        ]
-    for path, match in files:
+    if directory is None or not directory.is_dir():
+        return numbered, legacy, problems
+    for path in sorted(directory.iterdir()):
+        match, old = _NAME.match(path.name), _LEGACY_NAME.match(path.name)
+        if not (match or old):
+            continue
         try:
-            doc = json.loads(path.read_text())
-            seq, head_hash = int(doc["seq"]), str(doc["hash"])
-            key = keys.get(doc["key_id"])
-            signature = doc["signature"]
-            text = signed_fields(doc)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raw = path.read_bytes()
+        except OSError as exc:
             problems.append(f"{path.name}: unreadable checkpoint ({type(exc).__name__})")
             continue
-        if key is None:
-            problems.append(f"{path.name}: signed with audit key {doc['key_id']}, not configured")
-        elif not hmac.compare_digest(key.sign(text), str(signature)) or seq != int(match.group(1)):
-            problems.append(f"{path.name}: signature does not match (forged or edited)")
+        number = int(match.group(1)) if match else None
+        cp, problem = parse(raw, path.name, number, keys)
+        if problem:
+            problems.append(problem)
+        elif cp is not None and cp.n is None:
+            if cp.seq != int(old.group(1)):
+                problems.append(f"{path.name}: signature does not match (forged or edited)")
+            else:
+                legacy.append(cp)
+        elif cp is not None:
+            numbered[cp.n] = cp
+    return numbered, legacy, problems
+
+
+def spans(numbers: list[int]) -> str:
+    """``#3``, ``#3..#5`` or ``#3, #7..#9``: a set of checkpoint numbers, readably."""
+    out: list[str] = []
+    for n in sorted(numbers):
+        if out and out[-1][1] == n - 1:
+            out[-1] = (out[-1][0], n)
         else:
-            marks[seq] = head_hash
-    return marks, problems
+            out.append((n, n))
+    return ", ".join(f"#{a}" if a == b else f"#{a}..#{b}" for a, b in out)
+
+
+def _gap_problem(label: str, numbers: set[int]) -> str | None:
+    if not numbers:
+        return None
+    missing = sorted(set(range(min(numbers), max(numbers) + 1)) - numbers)
+    if not missing:
+        return None
+    return (
+        f"{label} has a gap: checkpoints {spans(missing)} are missing between #{min(numbers)} "
+        f"and #{max(numbers)} (deleted?)"
+    )
+
+
+@dataclasses.dataclass
+class Series:
+    """Both series as read, with every problem found in or between them."""
+
+    local: dict[int, Checkpoint] = dataclasses.field(default_factory=dict)
+    legacy: list[Checkpoint] = dataclasses.field(default_factory=list)
+    #: ``None`` when the external series is off; else what the store held (see ``external``).
+    external: dict[str, Any] | None = None
+    external_numbers: set[int] = dataclasses.field(default_factory=set)
+    external_read: dict[int, Checkpoint] = dataclasses.field(default_factory=dict)
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    def all(self) -> list[Checkpoint]:
+        """Every valid checkpoint read (the external one where both series hold an ``n``)."""
+        merged = {**self.local, **self.external_read}
+        return [*merged.values(), *self.legacy]
+
+    def marks(self) -> dict[int, tuple[str, int | None]]:
+        """``{seq: (hash, count)}`` of every valid checkpoint: what the chain must match."""
+        return {cp.seq: (cp.hash, cp.count) for cp in sorted(self.all(), key=lambda c: c.n or 0)}
+
+    def newest(self) -> Checkpoint | None:
+        """The checkpoint of the highest ``n`` (a legacy one only when none is numbered)."""
+        numbered = {**self.local, **self.external_read}
+        if numbered:
+            return numbered[max(numbered)]
+        return max(self.legacy, key=lambda c: c.seq) if self.legacy else None
+
+    def next_number(self) -> int:
+        return max([0, *self.local, *self.external_numbers]) + 1
+
+
+def load_series(read_external: int | None = None) -> Series:
+    """Both series and their problems.
+
+    ``read_external`` bounds how many of the newest external checkpoints are read (all are
+    listed); default ``STRATA_AUDIT_CHECKPOINT_KEEP``, the writer reads only the newest."""
+    from audit import checkpoint_store
+
+    keys = keyring()
+    series = Series()
+    series.local, series.legacy, series.problems = _read_local(keys)
+    local_count = len(series.local) + len(series.legacy)
+    if local_count and not keys:
+        series.problems = [
+            f"{local_count} signed checkpoints but no audit key is configured here "
+            "(set STRATA_AUDIT_KEY or STRATA_AUDIT_KEY_FILE)"
+        ]
+        return series
+    if problem := _gap_problem("the local checkpoint directory", set(series.local)):
+        series.problems.append(problem)
+    if not external_enabled():
+        return series
+    limit = settings.STRATA_AUDIT_CHECKPOINT_KEEP if read_external is None else read_external
+    listing = checkpoint_store.read_series(keys, limit)
+    series.external = listing.summary()
+    series.problems.extend(listing.problems)
+    if not listing.checked:
+        return series
+    series.external_numbers, series.external_read = set(listing.numbers), listing.read
+    if problem := _gap_problem(f"the external series at {listing.uri}", series.external_numbers):
+        series.problems.append(problem)
+    series.problems.extend(_disagreements(series, listing.uri))
+    return series
+
+
+def _disagreements(series: Series, uri: str) -> list[str]:
+    """Where the local and the external series differ (only when the local one is on)."""
+    if checkpoint_dir() is None:
+        return []
+    local, external = set(series.local), series.external_numbers
+    problems = []
+    if only_local := sorted(local - external):
+        problems.append(
+            f"checkpoints {spans(only_local)} are in the local directory but not in the "
+            f"external series at {uri} (deleted from the store?)"
+        )
+    floor = min(local) if local else 0
+    if only_external := sorted(n for n in external - local if n >= floor):
+        problems.append(
+            f"checkpoints {spans(only_external)} are in the external series but not in the "
+            "local directory (deleted locally?)"
+            if local
+            else f"the local checkpoint directory holds none of the external series' "
+            f"checkpoints ({spans(only_external)}): emptied?"
+        )
+    for n in sorted(local & set(series.external_read)):
+        if not series.local[n].same_mark(series.external_read[n]):
+            problems.append(
+                f"checkpoint #{n} differs between the local directory "
+                f"(#{series.local[n].seq}) and the external series "
+                f"(#{series.external_read[n].seq})"
+            )
+    return problems

@@ -1,4 +1,5 @@
-"""Audit Celery tasks (beat): counted repeats of identical denials, signed head checkpoints."""
+"""Audit Celery tasks (beat): counted repeats of identical denials, signed head checkpoints
+(numbered, to the object store and the local directory), the Verify button's walk."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import datetime as dt
 import logging
 
 from celery import shared_task
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from audit import checkpoints
+from audit import checkpoint_store, checkpoints
 from audit.denials import flush_repeated_denials
-from audit.keys import signing_key
+from audit.keys import AuditKey, signing_key
 from audit.models import ChainVerification
 from audit.trail import verify_chain
 
@@ -25,6 +26,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Session advisory lock held while a checkpoint is written ("AUDITCP" in ASCII).
+CHECKPOINT_LOCK_KEY = 0x41554449_544350
 #: A verification queued or running longer than this is taken as lost (its worker died).
 STALE_AFTER = dt.timedelta(minutes=30)
 
@@ -36,26 +39,55 @@ def flush_denials() -> int:
 
 
 def checkpoint_head() -> tuple[str, int | None]:
-    """Sign the chain's head into the checkpoint directory when it moved and verifies.
+    """Sign the chain's head as the next numbered checkpoint when it moved and verifies.
 
-    Verifies only the events after the latest valid checkpoint (the events before it were
-    verified when it was written). Returns ``(outcome, seq)``: ``written``, ``unchanged``,
-    ``off`` (no directory or no key), ``empty`` or ``broken`` (nothing written; the reason is
-    logged at ERROR and ``verify_audit`` reports it)."""
+    Reads both series (:func:`audit.checkpoints.load_series`, only the newest external
+    checkpoint's contents) and verifies only the events after the newest checkpoint (those
+    before it were verified when it was written). Checkpoint ``n + 1`` (head seq, hash, event
+    count) goes to the external series first, then to the local directory. Returns
+    ``(outcome, seq)``: ``written``, ``unchanged``, ``off`` (no key, or neither series
+    configured), ``empty``, ``broken`` (the chain or the series have a problem: nothing is
+    signed over it; logged at ERROR, ``verify_audit`` reports it) or ``failed`` (the object store
+    refused the write or did not answer: nothing written locally either; the next run retries)
+    or ``busy`` (another writer holds the lock: two writers would both sign checkpoint ``n + 1``)."""
     key = signing_key()
-    if checkpoints.checkpoint_dir() is None or key is None:
+    if key is None or not checkpoints.enabled():
         return "off", None
-    marks, problems = checkpoints.load_valid()
-    after = (max(marks), marks[max(marks)]) if marks else None
-    result = verify_chain(after=after)
-    if not result.ok or problems:
-        log.error("audit checkpoint not written: %s %s", result.first_broken, problems)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [CHECKPOINT_LOCK_KEY])
+        if not cursor.fetchone()[0]:
+            return "busy", None
+        try:
+            return _write_next_checkpoint(key)
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [CHECKPOINT_LOCK_KEY])
+
+
+def _write_next_checkpoint(key: AuditKey) -> tuple[str, int | None]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    series = checkpoints.load_series(read_external=1)
+    newest = series.newest()
+    after = (newest.seq, newest.hash) if newest else None
+    result = verify_chain(after=after, series=series)
+    if not result.ok:
+        log.error("audit checkpoint not written: %s %s", result.first_broken, result.problems)
         return "broken", None
     if result.head_seq is None:
         return "empty", None
-    if after and result.head_seq == after[0]:
+    if newest and result.head_seq == newest.seq:
         return "unchanged", result.head_seq
-    checkpoints.write(result.head_seq, result.head_hash or "", key)
+    doc = checkpoints.make(
+        series.next_number(), result.head_seq, result.head_hash or "", result.head_seq, key
+    )
+    if checkpoints.external_enabled():
+        try:
+            checkpoint_store.put(doc)
+        except (BotoCoreError, ClientError, ValueError) as exc:
+            log.error("audit checkpoint #%s not written to the object store: %s", doc["n"], exc)
+            return "failed", None
+    if checkpoints.checkpoint_dir() is not None:
+        checkpoints.write_local(doc)
     return "written", result.head_seq
 
 

@@ -17,10 +17,14 @@ and hashed (integral floats become ints, datetimes ISO strings) so that what Pos
 What ``verify_chain`` detects: an edit, deletion, insertion or re-ordering anywhere in the chain;
 a chain re-computed without the key (an unkeyed event after a keyed one, an unknown key id, or a
 hash that is not the HMAC under the named key); and, against the signed checkpoints of
-:mod:`audit.checkpoints`, a removed tail (newest events deleted) and an unkeyed prefix re-written
-before the first checkpoint it covers. What it cannot detect: events removed from the tail after
-the latest checkpoint (at most ``STRATA_AUDIT_CHECKPOINT_SECONDS`` of history), and anything done
-by someone who holds the audit key *and* can write the checkpoint directory.
+:mod:`audit.checkpoints` (the local series and the external one in the object store), a removed
+tail (newest events deleted) and an unkeyed prefix re-written before the first checkpoint it
+covers; a checkpoint series with a gap, the two series disagreeing, and events that no checkpoint
+has covered for more than two ``STRATA_AUDIT_CHECKPOINT_SECONDS`` (a deleted newest checkpoint,
+or a writer that stopped). What it cannot detect: events removed from the tail after the newest
+checkpoint (at most two intervals of history), and anything done by someone who holds the audit
+key *and* can delete from the external series (a bucket without Object Lock, or a store on the
+same machine).
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.utils import timezone
 
-from audit import checkpoints as checkpoint_store
+from audit import checkpoints as audit_checkpoints
 from audit.choices import AuditContext, AuditOutcome
 from audit.keys import AuditKey, keyring, signing_key
 from audit.models import AuditEvent
@@ -298,10 +303,13 @@ class VerifyResult:
     """What ``verify_chain`` found. Stable fields (``/api/v1/audit/verify``, ``verify_audit
     --json``): ``ok``, ``events``, ``first_broken`` (``seq``, ``id``, ``reason``), ``head_seq``,
     ``head_hash``; added: ``first_broken.unverifiable`` (the event names a key not configured
-    here: unverifiable, not evidence of tampering), ``keyed_events`` / ``unkeyed_events`` (how many are HMACs under a
-    configured key / plain SHA-256), ``checkpoints`` (valid signed checkpoints read),
-    ``checkpoint_seq`` (the latest one's seq) and ``problems`` (checkpoint files that are not
-    valid, each a reason; any makes ``ok`` false)."""
+    here: unverifiable, not evidence of tampering), ``keyed_events`` / ``unkeyed_events`` (how
+    many are HMACs under a configured key / plain SHA-256), ``checkpoints`` (valid signed
+    checkpoints read), ``checkpoint_seq`` (the latest one's seq), ``problems`` (each a reason: a
+    checkpoint not valid, a gap, the series disagreeing, the external series not checked, events
+    left uncovered too long; any makes ``ok`` false) and ``external`` (the external series:
+    ``location``, ``checked``, ``error``, ``object_lock``, ``checkpoints``, ``newest``; None when
+    it is off)."""
 
     ok: bool
     events: int
@@ -313,6 +321,7 @@ class VerifyResult:
     checkpoints: int = 0
     checkpoint_seq: int | None = None
     problems: list[str] = dataclasses.field(default_factory=list)
+    external: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -365,6 +374,7 @@ def verify_chain(
     chunk_size: int = 5000,
     progress: Callable[[int], None] | None = None,
     after: tuple[int, str] | None = None,
+    series: audit_checkpoints.Series | None = None,
 ) -> VerifyResult:
     """Walk the chain in ``seq`` order over a server-side cursor; stop at the first break.
 
@@ -372,18 +382,23 @@ def verify_chain(
     not the previous event's hash (re-ordered or deleted), a ``hash`` that is not the event's
     HMAC under the key its ``key_id`` names (edited, or re-computed without the key), an unkeyed
     event after a keyed one, an event whose hash differs from a signed checkpoint's, or a chain
-    that ends before the latest signed checkpoint (its tail removed).
+    that ends before the latest signed checkpoint (its tail removed). The checkpoint series'
+    own problems (:func:`audit.checkpoints.load_series`) and :func:`_coverage_problem` fail it too.
 
     ``after=(seq, hash)`` verifies only the events after a trusted ``seq`` whose hash is ``hash``
-    (the checkpoint writer's incremental check); ``events`` then counts those events only."""
-    marks, problems = checkpoint_store.load_valid()
+    (the checkpoint writer's incremental check, which passes the ``series`` it read); ``events``
+    then counts those events only, and the coverage rule is not applied."""
+    if series is None:
+        series = audit_checkpoints.load_series()
+    marks = series.marks()
     keys = keyring()
     result = VerifyResult(
-        ok=not problems,
+        ok=not series.problems,
         events=0,
-        checkpoints=len(marks),
+        checkpoints=len(series.all()),
         checkpoint_seq=max(marks) if marks else None,
-        problems=problems,
+        problems=list(series.problems),
+        external=series.external,
     )
     expected_seq, prev = (after[0] + 1, after[1]) if after else (1, GENESIS_HASH)
     rows = AuditEvent.objects.order_by("seq")
@@ -400,8 +415,11 @@ def verify_chain(
             return result
     for row in rows.values(*_VERIFY_FIELDS).iterator(chunk_size):
         reason = _row_problem(row, expected_seq, prev, result.keyed_events > 0, keys)
-        if reason is None and row["seq"] in marks and marks[row["seq"]] != row["hash"]:
+        mark_hash, mark_count = marks.get(row["seq"], (row["hash"], None))
+        if reason is None and mark_hash != row["hash"]:
             reason = "hash differs from the signed checkpoint at this seq (re-written)"
+        elif reason is None and mark_count not in (None, row["seq"]):
+            reason = f"a signed checkpoint counts {mark_count} events up to this seq"
         if reason:
             result.ok = False
             result.first_broken = {
@@ -430,4 +448,56 @@ def verify_chain(
             "reason": f"the log ends at #{expected_seq - 1} but a signed checkpoint names "
             f"#{max(marks)}: events were removed from its end",
         }
+    problem = (
+        None
+        if after or result.first_broken
+        else _coverage_problem(series.newest(), result.head_seq)
+    )
+    if problem:
+        result.ok = False
+        result.problems.append(problem)
     return result
+
+
+def _coverage_problem(
+    newest: audit_checkpoints.Checkpoint | None, head_seq: int | None
+) -> str | None:
+    """Events no checkpoint has covered for more than two intervals, when checkpoints are on.
+
+    The writer signs a moved head every ``STRATA_AUDIT_CHECKPOINT_SECONDS``, so an event older
+    than two intervals with no checkpoint at or after it means the newest checkpoint was deleted
+    (with or without the events it covered) or the writer stopped. Both clocks are checked — the
+    newest checkpoint's time and the first uncovered event's — so a quiet chain (nothing after the
+    newest checkpoint) and a restart after downtime (the events after it are new) do not fire."""
+    if head_seq is None or not audit_checkpoints.enabled():
+        return None
+    interval = settings.STRATA_AUDIT_CHECKPOINT_SECONDS
+    cutoff = timezone.now() - dt.timedelta(seconds=2 * interval)
+    covered = newest.seq if newest else 0
+    if head_seq <= covered:
+        return None
+    first = (
+        AuditEvent.objects.filter(seq__gt=covered)
+        .order_by("seq")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    if first is None or first >= cutoff:
+        return None
+    since = f"{first.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    if newest is None:
+        return (
+            f"{head_seq} events but no signed checkpoint, the first event from {since}, more "
+            f"than two checkpoint intervals ({2 * interval:g} s) ago: the checkpoints were "
+            "deleted, or the checkpoint writer (beat) is not running"
+        )
+    written = newest.at_time
+    if written is not None and written >= cutoff:
+        return None
+    label = f"#{newest.n}" if newest.n else "(unnumbered)"
+    return (
+        f"the newest checkpoint {label} (head #{newest.seq}, written {newest.at}) is older than "
+        f"two checkpoint intervals ({2 * interval:g} s) while events #{newest.seq + 1}..#{head_seq}"
+        f" follow it (the first from {since}): a newer checkpoint is missing (deleted?), or the "
+        "checkpoint writer (beat) is not running"
+    )

@@ -214,14 +214,20 @@ CELERY_BEAT_SCHEDULE["audit-flush-denials"] = {
 STRATA_AUDIT_KEYS = env_secret("STRATA_AUDIT_KEY", "") or (
     (RUN_DIR / "audit-key").read_text().strip() if (RUN_DIR / "audit-key").is_file() else ""
 )
-# Signed checkpoints (head seq + hash) are written here, outside PostgreSQL, every
-# STRATA_AUDIT_CHECKPOINT_SECONDS; verify_audit checks the chain against them (a truncated tail
-# is caught). Empty: no checkpoints (and verify_audit says so).
+# Signed checkpoints (n, head seq + hash, event count), numbered without gaps, are written every
+# STRATA_AUDIT_CHECKPOINT_SECONDS when the head moved: to the object store (the external series,
+# STRATA_AUDIT_CHECKPOINT_STORE=s3://BUCKET/PREFIX; empty: $STRATA_REMOTE_STORE/audit-checkpoints;
+# "off": none), with COMPLIANCE retention of STRATA_AUDIT_CHECKPOINT_RETAIN_DAYS when the bucket
+# has Object Lock, and to the local directory (empty: none). verify_audit checks the chain
+# against both series and the series against each other (audit/checkpoints.py).
+STRATA_AUDIT_CHECKPOINT_STORE = env_str("STRATA_AUDIT_CHECKPOINT_STORE", "")
+STRATA_AUDIT_CHECKPOINT_RETAIN_DAYS = env_int("STRATA_AUDIT_CHECKPOINT_RETAIN_DAYS", 400)
 STRATA_AUDIT_CHECKPOINT_DIR = env_str(
     "STRATA_AUDIT_CHECKPOINT_DIR", str(RUN_DIR / "audit-checkpoints")
 )
 STRATA_AUDIT_CHECKPOINT_SECONDS = env_float("STRATA_AUDIT_CHECKPOINT_SECONDS", 300.0)
-#: How many checkpoint files are kept (the newest; older ones are removed).
+#: How many local checkpoint files are kept (the newest; older ones are removed), and how many of
+#: the newest external ones verify_audit reads (all are listed).
 STRATA_AUDIT_CHECKPOINT_KEEP = env_int("STRATA_AUDIT_CHECKPOINT_KEEP", 1000)
 CELERY_BEAT_SCHEDULE["audit-checkpoint"] = {
     "task": "audit.write_checkpoint",

@@ -19,7 +19,9 @@ STRATA_FAULT_PAUSE_AT = env_str("STRATA_FAULT_PAUSE_AT", "")
 STRATA_FAULT_DIR = Path(env_str("STRATA_FAULT_DIR", str(RUN_DIR / "faults")))
 
 # The suite runs with a keyed chain (the workers it starts read the same default). Checkpoints
-# are off unless a test turns them on: the database is flushed between tests, so a checkpoint
-# kept from an earlier test would read as a truncated log.
+# are off unless a test turns them on (a directory, an object-store prefix of its own): the
+# database is flushed between tests, so a checkpoint kept from an earlier test would read as a
+# truncated log.
 STRATA_AUDIT_KEYS = env_str("STRATA_AUDIT_KEY", "strata-test-suite-audit-key-0123456789abcdef")
 STRATA_AUDIT_CHECKPOINT_DIR = env_str("STRATA_AUDIT_CHECKPOINT_DIR", "")
+STRATA_AUDIT_CHECKPOINT_STORE = env_str("STRATA_AUDIT_CHECKPOINT_STORE", "off")
