@@ -3,13 +3,14 @@
 Stable names (other tools rely on them): ``GET /audit`` (filters as on the page, ``before`` /
 ``limit``; answers ``items`` and ``next_before``) and ``GET /audit/verify``; added later, the
 filters ``cluster``, ``topic``, ``broker`` and ``log_dir`` (:class:`audit.queries.AuditFilter`).
-A bad filter answers 400 ``{"error": "INVALID_REQUEST", "message": ...}``.
+A bad filter answers 400 ``{"error": "INVALID_REQUEST", "message": ...}``; ``workflow`` and
+``before`` are integers in the OpenAPI document as in the filter (#39: typed as strings there).
 """
 
 from __future__ import annotations
 
 from django.http import HttpRequest
-from ninja import Query, Router, Schema
+from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 
 from audit.queries import InvalidFilter, audit_event_out, filter_audit, page_by_seq
@@ -25,7 +26,7 @@ class AuditParams(Schema):
     action: str | None = None
     kind: str | None = None
     target: str | None = None
-    workflow: str | None = None
+    workflow: int | None = Field(None, ge=0, le=2**63 - 1, description="A workflow's id.")
     cluster: str | None = None
     topic: str | None = None
     broker: str | None = None
@@ -34,8 +35,10 @@ class AuditParams(Schema):
     context: str | None = None
     since: str | None = None
     until: str | None = None
-    before: str | None = None
-    limit: int = 100
+    before: int | None = Field(
+        None, ge=0, le=2**63 - 1, description="Events with seq below this (a next_before)."
+    )
+    limit: int = Field(100, description=f"Events a page (1..{MAX_LIMIT}; clamped).")
 
 
 @router.get("/audit", summary="Audit events, newest first; page with before=<next_before>")

@@ -2,10 +2,17 @@
 
 Headers:
 
-``X-Strata-Timestamp``  unix seconds (integer, decimal)
+``X-Strata-Timestamp``  unix seconds (1 to 12 ASCII digits)
 ``X-Strata-Nonce``      random, unique per request (hex, 16..64 chars)
 ``X-Strata-Audience``   the target the request is meant for: ``host:port`` (see below)
 ``X-Strata-Signature``  ``v2=<hex HMAC-SHA256>`` (``v1=`` for webhook events, no audience)
+
+The headers are matched against those shapes before anything is computed from them, whatever
+their length or characters: a timestamp that is not 1 to 12 ASCII digits, a nonce that is not
+16..64 hex digits, or a signature that is not ``v1=`` / ``v2=`` and 64 lower-case hex digits is
+refused as ``BAD_SIGNATURE`` (401), never a 500. (``int()`` alone is no bound: it takes ``+1``,
+``1_7``, `` 1 `` and Arabic-Indic digits, and 400 digits overflow the skew arithmetic;
+``hmac.compare_digest`` raises on a non-ASCII string.)
 
 Requests to an agent or a controller are signed over, joined by ``\\n``: method (upper case),
 audience, the request target (path and query exactly as sent, percent-encoding kept),
@@ -56,6 +63,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import threading
 import time
@@ -87,6 +95,12 @@ HEADER_SIGNATURE = "X-Strata-Signature"
 UNBOUND_VERSION = "v1"  # no audience: webhook events to the console
 BOUND_VERSION = "v2"  # names its audience: every request to an agent or a controller
 MAX_SKEW_SECONDS = 60
+# The shapes the headers must have (matched whole, ASCII only) before they are used.
+_TIMESTAMP = re.compile(r"[0-9]{1,12}", re.ASCII)
+_NONCE = re.compile(r"[0-9a-fA-F]{16,64}", re.ASCII)
+_SIGNATURE = re.compile(rf"(?:{UNBOUND_VERSION}|{BOUND_VERSION})=[0-9a-f]{{64}}", re.ASCII)
+#: How much of a refused audience the log line quotes.
+_AUDIENCE_LOGGED = 100
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -305,13 +319,13 @@ def check_signature_headers(
     signature = _header(headers, HEADER_SIGNATURE)
     if not timestamp or not nonce or not signature:
         raise SignatureError(Refusal.UNSIGNED, "missing signature headers")
-    try:
-        ts = int(timestamp)
-    except ValueError:
-        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed timestamp") from None
-    if not (16 <= len(nonce) <= 64) or not nonce.isascii() or " " in nonce:
-        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed nonce")
-    if abs(now - ts) > MAX_SKEW_SECONDS:
+    if not _TIMESTAMP.fullmatch(timestamp):
+        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed timestamp (unix seconds)")
+    if not _NONCE.fullmatch(nonce):
+        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed nonce (16..64 hex digits)")
+    if not _SIGNATURE.fullmatch(signature):
+        raise SignatureError(Refusal.BAD_SIGNATURE, "malformed signature")
+    if abs(now - int(timestamp)) > MAX_SKEW_SECONDS:
         raise SignatureError(
             Refusal.STALE_REQUEST, f"timestamp is more than {MAX_SKEW_SECONDS}s off"
         )
@@ -328,7 +342,8 @@ def check_signature_headers(
             raise SignatureError(
                 Refusal.WRONG_AUDIENCE,
                 "the request was signed for another target",
-                f"signed for {audience!r}; this server answers to {', '.join(sorted(audiences))}",
+                f"signed for {audience[:_AUDIENCE_LOGGED]!r}; "
+                f"this server answers to {', '.join(sorted(audiences))}",
             )
     return timestamp, nonce, audience
 

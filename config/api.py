@@ -15,6 +15,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from accounts.models import ApiToken, hash_token
 from audit.api import router as audit_router
+from config.edges import MAX_URL_BYTES
 from console.api import router as console_router
 from workflows.api import router as workflows_router
 
@@ -39,13 +40,15 @@ class BearerToken(HttpBearer):
 
 #: The error answers every operation may give, as the OpenAPI document lists them.
 ERROR_RESPONSES = {
-    "400": "Invalid request: a bad parameter, a NUL byte, a body that is not JSON "
-    "(INVALID_REQUEST, or the action's own code such as PLAN_CHANGED)",
+    "400": "Invalid request: a bad parameter, a query parameter given more than once, a NUL "
+    "byte, a body that is not JSON (INVALID_REQUEST, or the action's own code such as "
+    "PLAN_CHANGED)",
     "401": "Not signed in and no valid bearer token (UNAUTHENTICATED)",
     "403": "No Strata role, or not the role this needs; CSRF refusal (FORBIDDEN)",
     "404": "No such object (NOT_FOUND)",
     "409": "Conflicts with the current state (e.g. WORKFLOW_CONFLICT, ALREADY_DECIDED)",
     "413": "Body over STRATA_MAX_BODY_BYTES (PAYLOAD_TOO_LARGE)",
+    "414": f"Path and query over {MAX_URL_BYTES} bytes (URI_TOO_LONG)",
 }
 ERROR_SCHEMA = {
     "title": "Error",

@@ -7,7 +7,14 @@ PostgreSQL cannot store a NUL in text, so a NUL that reached a query used to sur
 - a NUL in the path, a query parameter (name or value), a form field or a JSON string of the
   body → 400 ``INVALID_REQUEST`` naming where it was;
 - a body whose ``Content-Length`` is over ``STRATA_MAX_BODY_BYTES`` → 413
-  ``PAYLOAD_TOO_LARGE``, before the body is read.
+  ``PAYLOAD_TOO_LARGE``, before the body is read;
+- a request target (path and query) over :data:`MAX_URL_BYTES` → 414 ``URI_TOO_LONG``. The web
+  server's own request-line limit under ``make run`` (gunicorn ``--limit-request-line``,
+  :data:`WEB_LIMIT_REQUEST_LINE`, its maximum) lies above it, so an over-long URL gets Strata's
+  answer, not gunicorn's HTML page (only a request line past 8190 bytes still meets gunicorn's);
+- on the JSON API, a query parameter given more than once → 400 ``INVALID_REQUEST``: every
+  API query parameter takes one value (the OpenAPI document types none as an array), and
+  which of two ``page`` values counted was up to the framework.
 
 The JSON API, ``/metrics`` and the agents' webhook get ``{"error": CODE, "message": ...}``;
 pages get the same text as ``text/plain``.
@@ -22,9 +29,22 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-__all__ = ["InputEdgesMiddleware", "nul_location"]
+__all__ = [
+    "MAX_URL_BYTES",
+    "WEB_LIMIT_REQUEST_LINE",
+    "InputEdgesMiddleware",
+    "nul_location",
+    "repeated_parameter",
+]
 
 JSON_PREFIXES = ("/api/", "/metrics", "/agent-events/")
+API_PREFIX = "/api/"
+#: The longest request target (path and query, as sent) Strata takes, in bytes.
+MAX_URL_BYTES = 8000
+#: gunicorn's ``--limit-request-line`` under ``make run`` (``config.run``): gunicorn's maximum,
+#: above :data:`MAX_URL_BYTES` plus the method and protocol, so Strata answers first. (Its
+#: default, 4094, answered a 4 KB query with an HTML 414 the API document did not list.)
+WEB_LIMIT_REQUEST_LINE = 8190
 
 
 def _walk(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -74,12 +94,21 @@ def nul_location(request: HttpRequest) -> str | None:
 
 
 class InputEdgesMiddleware:
-    """400 for a NUL byte, 413 for a body over the limit (see the module docstring)."""
+    """414 for an over-long URL, 413 for a body over the limit, 400 for a NUL byte or a
+    repeated API query parameter (see the module docstring)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        target = len(request.get_full_path().encode())
+        if target > MAX_URL_BYTES:
+            return _error(
+                request,
+                "URI_TOO_LONG",
+                f"The request target is {target} bytes; the limit is {MAX_URL_BYTES}.",
+                414,
+            )
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -96,7 +125,24 @@ class InputEdgesMiddleware:
         if where is not None:
             message = f"{where[0].upper()}{where[1:]} holds a NUL byte; text must be printable."
             return _error(request, "INVALID_REQUEST", message, 400)
+        if request.path.startswith(API_PREFIX):
+            repeated = repeated_parameter(request)
+            if repeated is not None:
+                return _error(
+                    request,
+                    "INVALID_REQUEST",
+                    f"Query parameter {repeated!r} is given more than once; each takes one value.",
+                    400,
+                )
         return self.get_response(request)
+
+
+def repeated_parameter(request: HttpRequest) -> str | None:
+    """The first query parameter the request gives more than once, else None."""
+    for key, values in request.GET.lists():
+        if len(values) > 1:
+            return key
+    return None
 
 
 def _error(request: HttpRequest, code: str, message: str, status: int) -> HttpResponse:

@@ -37,7 +37,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from config import seaweedfs, services
+from config import edges, seaweedfs, services
 from config.env import env_bool, env_float
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -259,7 +259,9 @@ def main() -> int:
 
         commands = {
             "web": [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}",
-                    "--workers", "2", "--threads", "4", "--timeout", "60", "--access-logfile", "-"],
+                    "--workers", "2", "--threads", "4", "--timeout", "60", "--access-logfile", "-",
+                    # above Strata's own URL limit: a long URL gets its JSON / text 414
+                    "--limit-request-line", str(edges.WEB_LIMIT_REQUEST_LINE)],
             "worker": [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO",
                        "--concurrency", "2", "--hostname", "strata@%h"],
             "beat": [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO"],

@@ -316,7 +316,8 @@ CELERY_BEAT_SCHEDULE["spark-prune-run-files"] = {
 
 # --- Workflows, approvals, audit (workflows/) ------------------------------------------------
 # Each workflow kind declares the approvals it needs (disable_tiering: 2 with policy delete,
-# recover_log_dir: 2 with mode remove, else 1); kinds that declare none need
+# remote_purge: what disable_tiering with policy delete needs, recover_log_dir: 2 with mode
+# remove, else 1); kinds that declare none need
 # STRATA_APPROVALS_DEFAULT. A site overrides a kind here: {"kind": {"approvals": N,
 # "when": {"param=value": M}}} (the first matching "when" wins, then "approvals").
 STRATA_APPROVALS_DEFAULT = env_int("STRATA_APPROVALS_DEFAULT", 1)

@@ -101,7 +101,11 @@ class AggregateSync:
         self.incremental_aggregates = not (self.fresh or self.full or (listed and md.full))
         if not self.incremental_aggregates:
             return
-        keys = ["SELECT topic, partition FROM stage_replica"]
+        # One row per partition: stage_replica has a row per replica (RF of them). With the
+        # controller's answer unchanged the key table was that SELECT alone (no UNION to
+        # deduplicate it), so every partition counted RF times: a purge seen only by the
+        # agents took RF times its fenced bytes off the topic, leaving it negative (#39).
+        keys = ["SELECT DISTINCT topic, partition FROM stage_replica"]
         params: dict = {}
         if listed:
             keys.append("SELECT topic_name, partition FROM stage_partition")

@@ -125,3 +125,63 @@ def test_the_audience_is_host_and_port_as_dialled(url, audience):
 def test_a_url_without_host_has_no_audience():
     with pytest.raises(ValueError):
         audience_of("127.0.0.1:9092")
+
+
+# -- malformed headers: parsed with bounds, refused 401, never an exception that is not ours ------
+
+NOW = 1_700_000_000.0
+NONCE = "0123456789abcdef0123456789abcdef"
+
+#: (header, spelling, why) for every signature header: too long, not a number (or not hex, not
+#: ``vN=``), empty, non-ASCII. Header values reach the servers as latin-1 text (ASGI, WSGI).
+MALFORMED = [
+    (HEADER_TIMESTAMP, "9" * 400, "400 digits: int() takes it, the skew arithmetic overflowed"),
+    (HEADER_TIMESTAMP, "9" * 5000, "past int()'s digit limit"),
+    (HEADER_TIMESTAMP, "1700000000" + "0" * 3, "13 digits"),
+    (HEADER_TIMESTAMP, "1.7e9", "not an integer"),
+    (HEADER_TIMESTAMP, "+1700000000", "a sign"),
+    (HEADER_TIMESTAMP, "17000 00000", "a space"),
+    (HEADER_TIMESTAMP, "1_700_000_000", "underscores"),
+    (HEADER_TIMESTAMP, "-1", "negative"),
+    (HEADER_TIMESTAMP, "", "empty"),
+    (HEADER_TIMESTAMP, "\u0661\u0667" + "\u0660" * 8, "Arabic-Indic digits int() accepts"),
+    (HEADER_TIMESTAMP, "17000000\xe9", "latin-1 byte"),
+    (HEADER_NONCE, "a" * 65, "too long"),
+    (HEADER_NONCE, "a" * 100_000, "far too long"),
+    (HEADER_NONCE, "a" * 15, "too short"),
+    (HEADER_NONCE, "z" * 32, "not hex"),
+    (HEADER_NONCE, "", "empty"),
+    (HEADER_NONCE, "\xe9" * 32, "non-ASCII"),
+    (HEADER_SIGNATURE, "v2=" + "a" * 65, "a digest too long"),
+    (HEADER_SIGNATURE, "v2=" + "a" * 100_000, "far too long"),
+    (HEADER_SIGNATURE, "v2=" + "g" * 64, "not hex"),
+    (HEADER_SIGNATURE, "v9=" + "a" * 64, "unknown version"),
+    (HEADER_SIGNATURE, "", "empty"),
+    (HEADER_SIGNATURE, "v2=" + "\xe9" * 64, "non-ASCII: compare_digest raised TypeError"),
+    (HEADER_AUDIENCE, "127.0.0.1:" + "9" * 400, "too long"),
+    (HEADER_AUDIENCE, "127.0.0.1:port", "not a port"),
+    (HEADER_AUDIENCE, "", "empty"),
+    (HEADER_AUDIENCE, "h\xf4te:9001", "non-ASCII"),
+]
+
+
+def _malformed(header: str, value: str) -> dict[str, str]:
+    h = sign_headers(SECRET, "POST", "/v1/produce", b"{}", audience=BROKER_1, now=NOW)
+    h[HEADER_NONCE] = NONCE
+    h[header] = value
+    return h
+
+
+def _case_id(case: tuple[str, str, str]) -> str:
+    return f"{case[0].removeprefix('X-Strata-')}: {case[2]}"
+
+
+@pytest.mark.parametrize(("header", "value", "why"), MALFORMED, ids=map(_case_id, MALFORMED))
+def test_a_malformed_signature_header_is_refused_as_a_signature_error(header, value, why):
+    h = _malformed(header, value)
+    for audiences in ({BROKER_1}, None):  # an agent or controller; the console's webhook
+        with pytest.raises(SignatureError) as exc:
+            verify_signature(SECRET, "POST", "/v1/produce", b"{}", h, audiences=audiences, now=NOW)
+        assert exc.value.code in {"UNSIGNED", "BAD_SIGNATURE", "WRONG_AUDIENCE"}, why
+        # what the caller reads stays short, whatever was sent
+        assert len(exc.value.message) < 200 and len(exc.value.detail) < 400

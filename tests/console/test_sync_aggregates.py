@@ -202,3 +202,44 @@ def test_a_full_sync_sums_again_and_sets_a_wrong_aggregate_right(cluster, paths)
     assert run.ok
     assert paths[-1] is False
     assert _actual(cluster) == _expected(cluster)
+
+
+class AgentsOnly(DeltaSource):
+    """The controller's metadata did not change since the last sync (``changed=False``): only
+    the agents' figures moved, as when a purge marks segments DELETE_SEGMENT_FINISHED."""
+
+    def metadata(self, since: int | None) -> ClusterMetadata:
+        md = self.builder.metadata()
+        return ClusterMetadata(
+            cluster_id=md.cluster_id,
+            version=since if since is not None else md.version,
+            brokers=[],
+            topics=[],
+            changed=False,
+        )
+
+
+def test_a_purge_seen_only_by_the_agents_takes_the_fenced_bytes_to_zero_never_below(cluster, paths):
+    """KIP-950's delete policy fences remote data; the purge deletes it and the leaders report
+    0 fenced bytes. The controller's metadata does not change, so the sync's key table was the
+    staged replicas alone: each partition counted once per replica (RF 3), and the topic showed
+    8,000 - 3 x 8,000 = -16,000 fenced bytes (#39). Each partition counts once."""
+    DeltaSource.last.clear()
+    b = ClusterBuilder(brokers=3, log_dirs=1)
+    b.add_topic("fenced", partitions=2, rf=3, tiered=True, records=100, remote_records=40)
+    b.disable_tiering("fenced", policy="delete", done=True)
+    fenced = {"fenced_remote_bytes": 4000, "fenced_remote_segments": 2}
+    for p in range(2):
+        b.set_tier_metrics("fenced", p, **fenced)
+    _sync(cluster, b)
+    topic = Topic.objects.get(cluster=cluster, name="fenced")
+    assert (topic.fenced_remote_bytes, topic.fenced_remote_segments) == (8000, 4)
+
+    for p in range(2):  # purged: the leaders report nothing fenced any more
+        b.set_tier_metrics("fenced", p, **dict.fromkeys(fenced, 0))
+    run = sync_with(cluster, AgentsOnly(b, set()))
+    assert run.ok, run.errors
+    assert paths[-1] is True  # added and subtracted
+    topic.refresh_from_db()
+    assert (topic.fenced_remote_bytes, topic.fenced_remote_segments) == (0, 0)
+    assert _actual(cluster) == _expected(cluster)

@@ -14,7 +14,7 @@ from audit.models import AuditEvent
 from workflows.choices import AuditAction, WorkflowState
 from workflows.models import Approval, Workflow
 
-from .conftest import approve, request_noop
+from .conftest import approve, planned, request_noop
 
 pytestmark = pytest.mark.django_db
 
@@ -229,3 +229,37 @@ def test_an_ended_workflow_cannot_be_cancelled(api, operator, admin):
     api(operator).post(f"/workflows/{wf.pk}/cancel")
     response = api(admin).post(f"/workflows/{wf.pk}/cancel", {"comment": "again"})
     assert response.status_code == 409 and "ended" in response.json()["message"]
+
+
+def test_a_purge_of_fenced_data_is_approved_only_by_two_approvers(
+    api, operator, approver, second_approver, tmp_path
+):
+    """The delete policy that fenced the data needed two approvers; executing its purge (the
+    deletion itself) needs two as well: one approval leaves it pending (issue #39)."""
+    from console.models import Cluster
+    from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
+
+    Cluster.objects.create(
+        name="lab", controller_url="http://127.0.0.1:1", secret_ref="env:STRATA_TEST_SECRET"
+    )
+    (tmp_path / "plan").mkdir()
+    run = SparkJobRun.objects.create(
+        job=SparkJob.PURGE,
+        state=SparkRunState.SUCCEEDED,
+        cluster="lab",
+        dry_run=True,
+        output_dir=str(tmp_path),
+        plan_digest="a" * 64,
+        plan_rows=3,
+        output_summary={"bytes": 3000, "by_reason": {"purge_disabled": {"segments": 3}}},
+    )
+    created = api(operator).post(
+        "/workflows",
+        {"kind": "remote_purge", "cluster": "lab", "params": {"spark_run": run.pk}, "reason": "x"},
+    )
+    assert created.status_code == 201, created.content
+    assert created.json()["approvals_required"] == 2
+    wf = planned(Workflow.objects.get(pk=created.json()["id"]))
+    assert wf.state == WorkflowState.PENDING_APPROVAL, wf.error
+    assert _approve(api, approver, wf).json()["state"] == WorkflowState.PENDING_APPROVAL
+    assert _approve(api, second_approver, wf).json()["state"] == WorkflowState.APPROVED

@@ -113,11 +113,12 @@ def _succeeded(page, timeout: float = RUN_TIMEOUT_MS) -> None:
     expect(page.locator("#wf-live[hx-trigger]")).to_have_count(0)
 
 
-def _request_and_approve(page, operator, approver, open_form, kind: str, reason: str, shows: str):
+def _request_and_approve(page, operator, approvers, open_form, kind: str, reason: str, shows: str):
     login(page, operator.username)
     open_form()
     wf = _submit(page, kind, reason, shows)
-    _approve(page, wf, approver)
+    for approver in approvers if isinstance(approvers, tuple) else (approvers,):
+        _approve(page, wf, approver)
     return wf
 
 
@@ -237,7 +238,7 @@ def test_shrink_partitions_from_the_topic_page_follows_the_drain(page, lab, oper
     assert page.console_errors == []
 
 
-def test_remote_purge_of_a_reviewed_dry_run(page, lab, operator, approver):
+def test_remote_purge_of_a_reviewed_dry_run(page, lab, operator, approver, second_approver):
     sim = lab
     tiered_topic(sim, "fenced", partitions=1, records=60)
     sim.cli("disable-tiering", "fenced", "--policy", "delete")
@@ -247,7 +248,7 @@ def test_remote_purge_of_a_reviewed_dry_run(page, lab, operator, approver):
     _request_and_approve(
         page,
         operator,
-        approver,
+        (approver, second_approver),  # as the delete policy that fenced the data
         lambda: _from_kind_list(
             page, "Purge remote segments (reviewed Spark plan)", spark_run=run.pk
         ),

@@ -59,17 +59,21 @@ def _exists(object_path: str) -> bool:
     return s3util.exists(object_path)
 
 
-def _execute(api, operator, approver, kind: str, run_id: int) -> dict:
+def _execute(api, operator, approvers, kind: str, run_id: int) -> dict:
     body = request_planned(api, operator, {"kind": kind, "cluster": CLUSTER, "spark_run": run_id})
     assert body["state"] == WorkflowState.PENDING_APPROVAL, body
-    api(approver).post(f"/workflows/{body['id']}/approve", {"plan_hash": body["plan_hash"]})
+    assert body["approvals_required"] == len(approvers), body
+    for approver in approvers:
+        api(approver).post(f"/workflows/{body['id']}/approve", {"plan_hash": body["plan_hash"]})
     wait_for(lambda: state_of(body["id"]) in WorkflowState.TERMINAL, 180, f"{kind} to end")
     done = api(operator).get(f"/workflows/{body['id']}").json()
     assert done["state"] == WorkflowState.SUCCEEDED, done
     return {**body, "steps": done["steps"]}
 
 
-def test_remote_purge_deletes_exactly_the_reviewed_plan(lab, api, operator, approver, worker):
+def test_remote_purge_deletes_exactly_the_reviewed_plan(
+    lab, api, operator, approver, second_approver, worker
+):
     sim = lab
     tiered_topic(sim, "fenced", partitions=1, records=200)
     sim.cli("disable-tiering", "fenced", "--policy", "delete")
@@ -90,7 +94,8 @@ def test_remote_purge_deletes_exactly_the_reviewed_plan(lab, api, operator, appr
     ]
     sha256, rows = plan_digest(Path(run.output_dir) / "plan")
     assert (run.plan_digest, run.plan_rows) == (sha256, rows)  # stored when the dry run ended
-    body = _execute(api, operator, approver, "remote_purge", run.pk)
+    # two approvers, as the delete policy that fenced these segments
+    body = _execute(api, operator, (approver, second_approver), "remote_purge", run.pk)
     plan = body["plan"]
     assert (plan["spark_run"], plan["plan_rows"], plan["plan_sha256"]) == (
         run.pk,
@@ -123,7 +128,7 @@ def test_orphan_sweep_deletes_the_reviewed_orphans_and_nothing_referenced(
     s3util.put(orphan, b"x" * 1000)
     now_ms = int(time.time() * 1000) + 2 * HOUR_MS  # the orphan is "older than 1 h" then
     run = _dry_run(SparkJob.ORPHANS, older_than="1h", now_ms=now_ms)
-    body = _execute(api, operator, approver, "orphan_sweep", run.pk)
+    body = _execute(api, operator, (approver,), "orphan_sweep", run.pk)
     # the plan also holds garbage earlier tests left (objects of finished deletes)
     assert body["plan"]["plan_rows"] >= 1 and body["plan"]["plan_bytes"] >= 1000
     assert not s3util.exists(orphan)

@@ -213,8 +213,25 @@ def test_every_kind_declares_its_approval_count(settings):
         "expand_partitions": None,
         "shrink_partitions": None,
     }
-    default = [k for k, n in declared.items() if n is None]
+    # remote_purge has no count of its own: it takes the delete-policy disablement's
+    default = [k for k, n in declared.items() if n is None and k != "remote_purge"]
     assert {approvals_required(k, {}) for k in default} == {1}
     settings.STRATA_APPROVALS_DEFAULT = 2
     assert {approvals_required(k, {}) for k in default} == {2}
     assert approvals_required("disable_tiering", {"policy": "retain"}) == 1
+
+
+def test_a_purge_of_fenced_data_needs_what_the_delete_policy_that_fenced_it_needs(settings):
+    """KIP-950's delete policy fences remote data; the purge job deletes exactly that data. Two
+    approvers for the disablement, so two for the purge (issue #39: it needed one); a site
+    that changes the delete policy's count changes the purge's with it. Orphans are nobody's
+    data: the site's default."""
+    assert approvals_required("remote_purge", {"cluster": "lab", "spark_run": 1}) == 2
+    assert approvals_required("orphan_sweep", {"cluster": "lab", "spark_run": 1}) == 1
+    settings.STRATA_APPROVAL_POLICY = {"disable_tiering": {"when": {"policy=delete": 3}}}
+    assert approvals_required("remote_purge", {"cluster": "lab", "spark_run": 1}) == 3
+    settings.STRATA_APPROVAL_POLICY = {"disable_tiering": {"approvals": 1}}
+    assert approvals_required("remote_purge", {"cluster": "lab", "spark_run": 1}) == 1
+    # a site may still set the purge's count itself
+    settings.STRATA_APPROVAL_POLICY = {"remote_purge": {"approvals": 4}}
+    assert approvals_required("remote_purge", {"cluster": "lab", "spark_run": 1}) == 4

@@ -98,7 +98,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_worker_killed_during_a_spark_purge_step_leaves_nothing_stuck(
-    sim, settings, tmp_path, api, operator, approver, workflow_worker
+    sim, settings, tmp_path, api, operator, approver, second_approver, workflow_worker
 ):
     settings.SPARK_WORK_DIR = tmp_path / "spark"
     register(sim)
@@ -112,7 +112,8 @@ def test_a_worker_killed_during_a_spark_purge_step_leaves_nothing_stuck(
         api, operator, {"kind": "remote_purge", "cluster": CLUSTER, "spark_run": dry_run.pk}
     )
     assert body["state"] == WorkflowState.PENDING_APPROVAL, body
-    api(approver).post(f"/workflows/{body['id']}/approve", {"plan_hash": body["plan_hash"]})
+    for user in (approver, second_approver):  # a purge of fenced data: two approvers
+        api(user).post(f"/workflows/{body['id']}/approve", {"plan_hash": body["plan_hash"]})
 
     def stuck_run() -> SparkJobRun | None:
         return SparkJobRun.objects.filter(

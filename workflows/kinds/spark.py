@@ -24,6 +24,10 @@ orphan window (at least 1 h) is never referenced later. Steps are idempotent: lo
 never move backwards, a segment already DELETE_SEGMENT_FINISHED counts as past, an object already
 gone counts as deleted.
 
+Approvals: ``remote_purge`` deletes what a delete-policy disablement fenced, so it needs what
+that disablement needs (two approvers; :meth:`RemotePurge.approvals_for`). ``orphan_sweep``
+deletes objects no metadata record references, nobody's data: the site's default count.
+
 Steps, in Kafka's order (``spark_tasks.remote``): ``remote_purge`` = publish the new log start
 offsets → mark every planned segment DELETE_SEGMENT_STARTED → the ``delete_objects`` Spark job on
 the reviewed ``plan/`` → mark the deleted ones DELETE_SEGMENT_FINISHED. ``orphan_sweep`` (objects
@@ -46,6 +50,7 @@ from django.urls import reverse
 from audit import trail
 from audit.choices import AuditContext
 from audit.models import AuditEvent
+from broker_agent.choices import DisablePolicy
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.plan_digest import plan_digest
 from workflows.errors import ErrorCode
@@ -57,6 +62,7 @@ from workflows.kinds import (
     StepDef,
     StepResult,
     WorkflowKind,
+    approvals_required,
     register,
     size_text,
 )
@@ -77,6 +83,9 @@ __all__ = [
 #: workflow in ``waiting`` and gives its worker slot back (a Spark job needs a slot to run).
 FOLLOW_SLICE_SECONDS = 20.0
 FOLLOW_POLL_SECONDS = 1.0
+#: The kind whose delete-policy approvals a purge of fenced data requires (it imports this
+#: module, so it is named, not imported).
+DISABLE_TIERING = "disable_tiering"
 
 
 class SparkStepAction:
@@ -466,10 +475,25 @@ class RemotePurge(_ReviewedPlanKind):
     description = (
         "Executes the plan of a reviewed purge dry run: publish log start offsets, mark "
         "DELETE_SEGMENT_STARTED, delete the objects, mark DELETE_SEGMENT_FINISHED (KIP-950 "
-        "delete policy)."
+        "delete policy). Needs the approvals of a delete-policy disablement (two unless the "
+        "site says otherwise): it deletes the remote data such a disablement fenced."
     )
     job = SparkJob.PURGE
-    approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
+    approvals = None  # not a count of its own: approvals_for derives it from the disablement
+
+    def approvals_for(self, params: dict[str, Any]) -> int:
+        """What the delete-policy disablement that fenced the data requires (two approvers,
+        unless the site's ``STRATA_APPROVAL_POLICY`` for ``disable_tiering`` says otherwise).
+
+        The purge job plans only segments below a delete-policy disablement's
+        ``purge_below_tiered_epoch`` (``spark_tasks.purge``): executing it is the destructive
+        half of that disablement, the deletion the second approver signed up for. One approval
+        here would let one approver do what the disablement needed two for (issue #39). One
+        rule, one function: the count is the disablement's own, site policy included, not a
+        copy of its number."""
+        return approvals_required(
+            DISABLE_TIERING, {"cluster": params.get("cluster"), "policy": DisablePolicy.DELETE}
+        )
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         return [
