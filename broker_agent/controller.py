@@ -36,6 +36,7 @@ from broker_agent.groups import GroupCoordinator, install_group_routes
 from broker_agent.hashing import murmur2, partition_for_key, to_positive
 from broker_agent.metadata_rows import METADATA_TSV_HELP, metadata_tsv
 from broker_agent.models import (
+    CLUSTER_METADATA_TOPIC,
     SNAPSHOT_TSV_MEDIA_TYPE,
     AlterConfigsRequest,
     AlterIsrRequest,
@@ -48,6 +49,7 @@ from broker_agent.models import (
     PartitionForKeyResponse,
     TieringCommandRequest,
     TopicMetadata,
+    colliding_topic,
     partition_key,
     partition_keys,
     validate_topic_name,
@@ -341,8 +343,20 @@ class Controller:
             validate_topic_name(req.name)
         except ValueError as exc:
             raise ApiError(400, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)) from None
+        if req.name == CLUSTER_METADATA_TOPIC:  # ControllerApis.createTopics
+            raise ApiError(
+                400,
+                ErrorCode.INVALID_REQUEST,
+                f"Creation of internal topic {req.name} is prohibited.",
+            )
         if req.name in self.topics:
             raise ApiError(409, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} exists")
+        if other := colliding_topic(req.name, self.topics):
+            raise ApiError(
+                400,
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{req.name}' collides with existing topic: {other}",
+            )
         self.validate_configs(dict(req.configs))
         configs = {k: v for k, v in req.configs.items() if v is not None}
         tiered = configs.get(TopicConfig.REMOTE_STORAGE_ENABLE) == "true"
