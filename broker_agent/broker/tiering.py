@@ -32,6 +32,7 @@ from broker_agent.choices import (
 )
 from broker_agent.client import AgentError
 from broker_agent.remote import RemoteStorageError, is_readable
+from broker_agent.remote_retention import plan_expiration
 from broker_agent.storage import (
     StorageError,
 )
@@ -266,6 +267,8 @@ class TieringMixin:
         size = plog.size_bytes
         for seg in eligible:
             too_big = rb >= 0 and size - seg.size >= rb
+            # UnifiedLog's local rule is strict (startMs - largestTimestamp > retentionMs), unlike
+            # the remote one (broker_agent.remote_retention.expired_by_time).
             too_old = rms >= 0 and now - seg.max_timestamp_ms > rms
             if not (too_big or too_old):
                 break
@@ -291,8 +294,9 @@ class TieringMixin:
 
     def _expiration_task(self, r: Replica) -> None:
         """RemoteDataExpiration (internal mode): topic-wide retention over remote segments from
-        the remote log start, the log start offset published before any object is deleted, each
-        delete DELETE_SEGMENT_STARTED -> object deleted -> DELETE_SEGMENT_FINISHED. In internal
+        the remote log start, inside the leader-epoch lineage (:meth:`_expiration_plan`), the log
+        start offset published before any object is deleted, each delete
+        DELETE_SEGMENT_STARTED -> object deleted -> DELETE_SEGMENT_FINISHED. In internal
         mode the agent also purges segments fenced by a delete-policy disablement (in external
         mode the Spark purge job does)."""
         if self.expiration_mode != ExpirationMode.INTERNAL:
@@ -309,31 +313,31 @@ class TieringMixin:
                 self.remote.delete_segment(seg["segment_id"])
         if self.expiration_state(r) != TaskState.RUNNING:
             return
-        plog = r.log
-        rb = int(self._topic_config(r.topic, TopicConfig.RETENTION_BYTES))
-        rms = int(self._topic_config(r.topic, TopicConfig.RETENTION_MS))
-        remote_end = view["remote_log_end_offset"]
-        untiered = sum(s.size for s in plog.segments if s.last_offset > remote_end)
-        breach = view["remote_bytes"] + untiered - rb if rb >= 0 else None
-        now = _now_ms()
-        doomed = []
-        for seg in view["readable"]:
-            if seg["end_offset"] < plog.log_start_offset:
-                doomed.append(seg)
-            elif rms >= 0 and now - seg["max_timestamp_ms"] > rms:
-                doomed.append(seg)
-                if breach is not None:
-                    breach -= seg["size_bytes"]
-            elif breach is not None and breach - seg["size_bytes"] >= 0:
-                doomed.append(seg)
-                breach -= seg["size_bytes"]
-            else:
-                break
+        doomed = self._expiration_plan(r, view)
         if not doomed:
             return
-        plog.advance_log_start_offset(max(s["end_offset"] for s in doomed) + 1)
+        r.log.advance_log_start_offset(max(s["end_offset"] for s in doomed) + 1)
         for seg in doomed:
             self.remote.delete_segment(seg["segment_id"])
+
+    def _expiration_plan(self, r: Replica, view: dict) -> list[dict]:
+        """What this leader's expiration pass deletes now
+        (:func:`broker_agent.remote_retention.plan_expiration`: the leader-epoch lineage check,
+        Kafka's ``<=`` time rule and the size breach, as the Spark planner applies them), from
+        ``view`` (:meth:`_remote_view`) and the topic-wide retention.ms / retention.bytes."""
+        plog = r.log
+        remote_end = view["remote_log_end_offset"]
+        return plan_expiration(
+            view["segments"],
+            log_start_offset=plog.log_start_offset,
+            log_end_offset=plog.log_end_offset,
+            leader_epochs=plog.leader_epochs,
+            retention_ms=int(self._topic_config(r.topic, TopicConfig.RETENTION_MS)),
+            retention_bytes=int(self._topic_config(r.topic, TopicConfig.RETENTION_BYTES)),
+            local_untiered_bytes=sum(s.size for s in plog.segments if s.last_offset > remote_end),
+            now_ms=_now_ms(),
+            purge_below_tiered_epoch=view["purge_below_tiered_epoch"],
+        )
 
     def _check_topic(self, cmd) -> dict:
         t = self.topics.get(cmd.topic)

@@ -1,0 +1,134 @@
+"""The agent's own remote expiration (internal mode) applies Kafka's RLMExpirationTask rules as
+the Spark planner does: the leader-epoch lineage check, ``maxTimestampMs <= now - retention.ms``,
+the size breach."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_agent.choices import RemoteSegmentState
+from broker_agent.remote_retention import plan_expiration
+from spark_tasks.schema import PlanReason
+from tests.spark_tasks.kafka_cases import CASES
+
+NOW = 1_700_000_000_000
+HOUR = 3_600_000
+FINISHED = RemoteSegmentState.COPY_SEGMENT_FINISHED
+
+
+def _seg(sid, start, end, epochs, ts=NOW, size=10, state=FINISHED, tiered_epoch=0):
+    return {
+        "segment_id": sid,
+        "start_offset": start,
+        "end_offset": end,
+        "max_timestamp_ms": ts,
+        "size_bytes": size,
+        "segment_leader_epochs": [{"epoch": e, "start_offset": o} for e, o in epochs],
+        "state": state,
+        "tiered_epoch": tiered_epoch,
+    }
+
+
+def _plan(segments, leader_epochs, *, lso=0, leo=1000, ms=-1, size=-1, local=0, fence=0):
+    doomed = plan_expiration(
+        segments,
+        log_start_offset=lso,
+        log_end_offset=leo,
+        leader_epochs=leader_epochs,
+        retention_ms=ms,
+        retention_bytes=size,
+        local_untiered_bytes=local,
+        now_ms=NOW,
+        purge_below_tiered_epoch=fence,
+    )
+    return [s["segment_id"] for s in doomed]
+
+
+def test_agent_expiration_skips_a_segment_outside_the_leader_epoch_lineage_and_goes_on():
+    """``RemoteLogManager.isRemoteSegmentWithinLeaderEpochs`` in ``cleanupExpiredRemoteLogSegments``:
+    a segment of an epoch the leader's cache does not hold (an unclean election's divergent
+    data) is neither expired nor counted, and the scan goes on past it. The agent used to expire
+    every readable segment in offset order."""
+    lineage = ((0, 0), (1, 100), (2, 200))
+    old = NOW - 2 * HOUR
+    segs = [
+        _seg("in0", 0, 99, [(0, 0)], ts=old),
+        _seg("out", 50, 120, [(0, 50), (5, 60)], ts=old),  # epoch 5: not in the lineage
+        _seg("in1", 100, 199, [(1, 100)], ts=old),
+        _seg("in2", 200, 299, [(2, 200)]),
+    ]
+    assert _plan(segs, lineage, leo=300, ms=HOUR) == ["in0", "in1"]
+    # by size too: the divergent segment's bytes do not count toward the breach
+    assert _plan(segs, lineage, leo=300, size=20) == ["in0"]
+    # an empty leader-epoch cache plans nothing, as Kafka's loop does not run
+    assert _plan(segs, (), leo=300, ms=HOUR) == []
+
+
+@pytest.mark.parametrize(("age", "expires"), [(HOUR, True), (HOUR + 1, True), (HOUR - 1, False)])
+def test_agent_expiration_expires_a_segment_exactly_retention_ms_old(age, expires):
+    """``RemoteLogRetentionHandler.isSegmentBreachedByRetentionTime``: ``maxTimestampMs <=
+    now - retention.ms`` (the same function as the Spark planners)."""
+    segs = [_seg("a", 0, 99, [(0, 0)], ts=NOW - age), _seg("b", 100, 199, [(0, 0)])]
+    assert _plan(segs, ((0, 0),), ms=HOUR) == (["a"] if expires else [])
+
+
+def test_agent_expiration_leaves_fenced_segments_to_the_purge_and_stops_at_a_copy():
+    old = NOW - 2 * HOUR
+    segs = [
+        _seg("fenced", 0, 99, [(0, 0)], ts=old, tiered_epoch=0),
+        _seg("a", 100, 199, [(0, 0)], ts=old, tiered_epoch=1),
+        _seg(
+            "copying",
+            200,
+            299,
+            [(0, 0)],
+            ts=old,
+            state=RemoteSegmentState.COPY_SEGMENT_STARTED,
+            tiered_epoch=1,
+        ),
+        _seg("b", 300, 399, [(0, 0)], ts=old, tiered_epoch=1),
+    ]
+    assert _plan(segs, ((0, 0),), ms=HOUR, fence=1) == ["a"]
+
+
+AGENT_REASONS = {PlanReason.RETENTION_TIME, PlanReason.RETENTION_SIZE, PlanReason.LOG_START_OFFSET}
+#: What the agent leaves to other steps: the unreferenced sweep (Spark only) and an old
+#: COPY_SEGMENT_STARTED, which the agent deletes as a dangling copy instead of judging it.
+NOT_THE_AGENTS = {"unreferenced_sweep", "stale_copy_started_judged"}
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.name not in NOT_THE_AGENTS], ids=lambda c: c.name
+)
+def test_agent_expiration_agrees_with_the_kafka_cases(case):
+    """The Spark planner's Kafka cases (``tests/spark_tasks/kafka_cases.py``, each naming the
+    RemoteLogManagerTest it mirrors) give the same time / size / log-start-offset deletions when
+    the agent plans them (DELETE_SEGMENT_STARTED retries are its separate clean-up)."""
+    p = case.partition
+    segs = [
+        _seg(
+            s.segment_id,
+            s.start_offset,
+            s.end_offset,
+            s.leader_epochs,
+            s.max_timestamp_ms,
+            s.size_bytes,
+            s.state,
+            s.tiered_epoch,
+        )
+        for s in case.segments
+    ]
+    doomed = plan_expiration(
+        segs,
+        log_start_offset=p.log_start_offset,
+        log_end_offset=p.log_end_offset,
+        leader_epochs=p.leader_epochs,
+        retention_ms=p.retention_ms,
+        retention_bytes=p.retention_bytes,
+        local_untiered_bytes=p.local_untiered_bytes,
+        now_ms=case.now_ms,
+    )
+    expected = sorted(sid for sid, reason in case.expected.items() if reason in AGENT_REASONS)
+    assert sorted(s["segment_id"] for s in doomed) == expected, case.mirrors
+    new_lso = max([p.log_start_offset] + [s["end_offset"] + 1 for s in doomed])
+    assert new_lso == case.expected_lso, case.mirrors
