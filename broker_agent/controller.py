@@ -54,6 +54,7 @@ from broker_agent.models import (
     partition_keys,
     validate_topic_name,
 )
+from broker_agent.remote_retention import validate_local_retention
 from broker_agent.web import ApiError, install
 
 __all__ = ["Controller", "create_app"]
@@ -335,6 +336,13 @@ class Controller:
                     raise ApiError(400, ErrorCode.INVALID_CONFIG, f"{key} out of range")
 
     @staticmethod
+    def _check_local_retention(configs: dict[str, str]) -> None:
+        try:
+            validate_local_retention(configs)  # LogConfig.validateRemoteStorageRetention*
+        except ValueError as exc:
+            raise ApiError(400, ErrorCode.INVALID_CONFIG, str(exc)) from None
+
+    @staticmethod
     def _compacted(configs: dict[str, str]) -> bool:
         return CleanupPolicy.COMPACT in configs.get(TopicConfig.CLEANUP_POLICY, "").split(",")
 
@@ -359,6 +367,7 @@ class Controller:
             )
         self.validate_configs(dict(req.configs))
         configs = {k: v for k, v in req.configs.items() if v is not None}
+        self._check_local_retention(configs)
         tiered = configs.get(TopicConfig.REMOTE_STORAGE_ENABLE) == "true"
         if tiered and self._compacted(configs):
             raise ApiError(
@@ -448,6 +457,7 @@ class Controller:
                 new.pop(k, None)
             else:
                 new[k] = v
+        self._check_local_retention(new)
         if self._compacted(new) and (enable == "true" or state == TieredState.ENABLED):
             raise ApiError(
                 400,

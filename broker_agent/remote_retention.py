@@ -15,7 +15,7 @@ import bisect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.choices import RemoteSegmentState, TopicConfig
 
 __all__ = [
     "epoch_map",
@@ -24,7 +24,41 @@ __all__ = [
     "plan_expiration",
     "retention_cleanup_until",
     "segment_within_leader_epochs",
+    "validate_local_retention",
 ]
+
+
+def validate_local_retention(configs: dict[str, str]) -> None:
+    """Kafka's ``LogConfig.validateRemoteStorageRetentionSize`` / ``...RetentionTime`` on a
+    topic's configs (the topic's own, unset ones at their defaults), applied only when
+    ``remote.storage.enable=true``: with ``retention.bytes`` above -1, ``local.retention.bytes``
+    may be -2 (use retention.bytes) but not -1 nor more than ``retention.bytes``; with
+    ``retention.ms`` not -1, the same for ``local.retention.ms``. Raises ``ValueError`` with
+    Kafka's ``ConfigException`` message (the controller answers INVALID_CONFIG)."""
+
+    def value(name: str) -> int:
+        return int(configs.get(name, TopicConfig.DEFAULTS[name]))
+
+    if configs.get(TopicConfig.REMOTE_STORAGE_ENABLE, "false") != "true":
+        return
+    for total, local, unlimited in (
+        (TopicConfig.RETENTION_BYTES, TopicConfig.LOCAL_RETENTION_BYTES, False),
+        (TopicConfig.RETENTION_MS, TopicConfig.LOCAL_RETENTION_MS, True),
+    ):
+        limit, local_limit = value(total), value(local)
+        applies = limit != -1 if unlimited else limit > -1
+        if not applies or local_limit == -2:
+            continue
+        if local_limit == -1:
+            raise ValueError(
+                f"Invalid value -1 for configuration {local}: Value must not be -1 as {total} "
+                f"value is set as {limit}."
+            )
+        if local_limit > limit:
+            raise ValueError(
+                f"Invalid value {local_limit} for configuration {local}: Value must not be more "
+                f"than {total} property value: {limit}"
+            )
 
 
 def retention_cleanup_until(now_ms: int, retention_ms: int) -> int | None:

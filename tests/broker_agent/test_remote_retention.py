@@ -1,13 +1,13 @@
 """The agent's own remote expiration (internal mode) applies Kafka's RLMExpirationTask rules as
 the Spark planner does: the leader-epoch lineage check, ``maxTimestampMs <= now - retention.ms``,
-the size breach."""
+the size breach; and Kafka's LogConfig refuses local.retention.* above retention.*."""
 
 from __future__ import annotations
 
 import pytest
 
 from broker_agent.choices import RemoteSegmentState
-from broker_agent.remote_retention import plan_expiration
+from broker_agent.remote_retention import plan_expiration, validate_local_retention
 from spark_tasks.schema import PlanReason
 from tests.spark_tasks.kafka_cases import CASES
 
@@ -132,3 +132,85 @@ def test_agent_expiration_agrees_with_the_kafka_cases(case):
     assert sorted(s["segment_id"] for s in doomed) == expected, case.mirrors
     new_lso = max([p.log_start_offset] + [s["end_offset"] + 1 for s in doomed])
     assert new_lso == case.expected_lso, case.mirrors
+
+
+@pytest.mark.parametrize(
+    ("configs", "says"),
+    [
+        (
+            {"retention.bytes": "1000", "local.retention.bytes": "1001"},
+            "Invalid value 1001 for configuration local.retention.bytes: Value must not be more "
+            "than retention.bytes property value: 1000",
+        ),
+        (
+            {"retention.bytes": "1000", "local.retention.bytes": "-1"},
+            "Invalid value -1 for configuration local.retention.bytes: Value must not be -1 as "
+            "retention.bytes value is set as 1000.",
+        ),
+        (
+            {"retention.ms": "60000", "local.retention.ms": "60001"},
+            "Invalid value 60001 for configuration local.retention.ms: Value must not be more "
+            "than retention.ms property value: 60000",
+        ),
+        (  # retention.ms defaults to 7 days
+            {"local.retention.ms": "604800001"},
+            "Value must not be more than retention.ms property value: 604800000",
+        ),
+        ({"local.retention.ms": "-1"}, "Value must not be -1 as retention.ms value is set"),
+    ],
+)
+def test_local_retention_above_retention_is_refused_on_a_tiered_topic(configs, says):
+    """``LogConfig.validateRemoteStorageRetentionSize`` / ``validateRemoteStorageRetentionTime``
+    (run by ``validateTopicLogConfigValues`` when remote.storage.enable is true)."""
+    with pytest.raises(ValueError, match=says):
+        validate_local_retention({"remote.storage.enable": "true", **configs})
+    validate_local_retention(configs)  # not tiered: Kafka does not check
+
+
+@pytest.mark.parametrize(
+    "configs",
+    [
+        {"retention.bytes": "1000", "local.retention.bytes": "1000"},
+        {"retention.bytes": "1000", "local.retention.bytes": "-2"},
+        {"retention.bytes": "-1", "local.retention.bytes": "5000"},
+        {"retention.bytes": "-1", "local.retention.bytes": "-1"},
+        {"retention.ms": "-1", "local.retention.ms": "999999999999"},
+        {"retention.ms": "60000", "local.retention.ms": "0"},
+    ],
+)
+def test_local_retention_within_retention_or_unlimited_retention_is_accepted(configs):
+    validate_local_retention({"remote.storage.enable": "true", **configs})
+
+
+def test_the_controller_refuses_local_retention_above_retention_on_create_and_alter(tmp_path):
+    """The simulated controller applies ``LogConfig.validateRemoteStorageRetention*`` to the
+    topic's configs after the change: INVALID_CONFIG on CreateTopics and on AlterConfigs."""
+    from broker_agent.controller import Controller
+    from broker_agent.models import AlterConfigsRequest, BrokerHeartbeat, CreateTopicRequest
+    from broker_agent.web import ApiError
+
+    c = Controller(str(tmp_path / "controller"), "retention-test")
+    c.heartbeat(BrokerHeartbeat(broker_id=1, url="http://127.0.0.1:1"))
+
+    def create(name, **configs):
+        return c.create_topic(
+            CreateTopicRequest(name=name, partitions=1, replication_factor=1, configs=configs)
+        )
+
+    tiered = {"remote.storage.enable": "true"}
+    with pytest.raises(ApiError) as refused:
+        create("t", **tiered, **{"retention.bytes": "4096", "local.retention.bytes": "8192"})
+    assert (refused.value.status, refused.value.error) == (400, "INVALID_CONFIG")
+    assert "must not be more than retention.bytes property value: 4096" in refused.value.message
+    assert "t" not in c.topics
+
+    create("t", **tiered, **{"retention.bytes": "8192", "local.retention.bytes": "8192"})
+    with pytest.raises(ApiError) as refused:  # lowering retention.bytes below the local one
+        c.alter_configs("t", AlterConfigsRequest(configs={"retention.bytes": "4096"}))
+    assert refused.value.error == "INVALID_CONFIG"
+    assert c.topics["t"]["configs"]["retention.bytes"] == "8192"
+    c.alter_configs("t", AlterConfigsRequest(configs={"local.retention.bytes": None}))  # -> -2
+    c.alter_configs("t", AlterConfigsRequest(configs={"retention.bytes": "4096"}))
+
+    # a topic that is not tiered is not checked, as in Kafka
+    create("plain", **{"retention.bytes": "4096", "local.retention.bytes": "8192"})
