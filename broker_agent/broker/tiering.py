@@ -130,12 +130,15 @@ class TieringMixin:
         - ``remote_copy_lag_bytes`` / ``_segments`` (RemoteCopyLagBytes / Segments): closed,
           committed local segments above the remote log end, not copied yet - while tiering is
           ENABLED; a disabled topic has nothing eligible.
-        - ``remote_delete_lag_bytes`` / ``_segments`` (RemoteDeleteLagBytes / Segments):
-          objects still in the store that no fetch may read: fenced by a delete-policy
-          disablement, wholly below the log start offset, or DELETE_SEGMENT_STARTED.
-        - ``fenced_remote_bytes`` / ``_segments``: the part of the delete lag fenced by a
-          delete-policy disablement (tiered epoch below the purge epoch): what the Spark purge
-          (or internal expiration) still has to delete (#14 gap 8).
+        - ``remote_delete_lag_bytes`` / ``_segments`` (RemoteDeleteLagBytes / Segments): what
+          the current expiration pass plans to delete and has not deleted yet, as Kafka's
+          ``RLMExpirationTask`` reports ``sizeOfDeletableSegmentsBytes``: the segments
+          :meth:`_expiration_plan` picks (log start offset, time or size breach) while expiration
+          runs (here or in the Spark job), plus the DELETE_SEGMENT_STARTED ones it retries.
+          Not every unreadable object: fenced bytes are their own figure.
+        - ``fenced_remote_bytes`` / ``_segments``: stored segments fenced by a delete-policy
+          disablement (tiered epoch below the purge epoch): what the Spark purge (or internal
+          expiration) still has to delete (#14 gap 8); not part of the delete lag.
         - ``remote_log_size_bytes`` (RemoteLogSizeBytes): every object the store holds for the
           partition, readable or not.
         """
@@ -147,9 +150,15 @@ class TieringMixin:
             if s["state"]
             in (RemoteSegmentState.COPY_SEGMENT_FINISHED, RemoteSegmentState.DELETE_SEGMENT_STARTED)
         ]
-        readable = {s["segment_id"] for s in view["readable"]}
-        unreadable = [s for s in stored if s["segment_id"] not in readable]
-        fenced = [s for s in unreadable if s["tiered_epoch"] < purge]
+        fenced = [s for s in stored if s["tiered_epoch"] < purge]
+        deleting = [
+            s
+            for s in stored
+            if s["state"] == RemoteSegmentState.DELETE_SEGMENT_STARTED
+            and s["tiered_epoch"] >= purge
+        ]
+        if self.expiration_state(r) in (TaskState.RUNNING, TaskState.EXTERNAL):
+            deleting += self._expiration_plan(r, view)
         copy_bytes = copy_segments = 0
         if self.copier_state(r) == TaskState.RUNNING:
             remote_end = view["remote_log_end_offset"]
@@ -160,8 +169,8 @@ class TieringMixin:
         return {
             "remote_copy_lag_bytes": copy_bytes,
             "remote_copy_lag_segments": copy_segments,
-            "remote_delete_lag_bytes": sum(s["size_bytes"] for s in unreadable),
-            "remote_delete_lag_segments": len(unreadable),
+            "remote_delete_lag_bytes": sum(s["size_bytes"] for s in deleting),
+            "remote_delete_lag_segments": len(deleting),
             "fenced_remote_bytes": sum(s["size_bytes"] for s in fenced),
             "fenced_remote_segments": len(fenced),
             "remote_log_size_bytes": sum(s["size_bytes"] for s in stored),
