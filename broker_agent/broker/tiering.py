@@ -401,6 +401,8 @@ class TieringMixin:
         disable at the epoch a re-enable was applied at, since each disablement brings a new
         epoch. The same idempotency key, or the same disable at the same epoch, is applied once
         and answered again (``applied: false``), re-sending the acknowledgement to the controller.
+        The policy is the controller's disablement's: one that differs is refused
+        (INVALID_REQUEST, :func:`broker_agent.kip950.broker_disable_policy`), none applies it.
         retain: the copier stops, remote data stays readable and keeps expiring. delete: copier
         and expiration stop, log start offset := local log start offset, remote segments with a
         tiered epoch below this one become unreadable at once and are purged asynchronously.
@@ -409,7 +411,6 @@ class TieringMixin:
         """
         if cmd.policy is not None and cmd.policy not in DisablePolicy.ALL:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, f"unsupported policy {cmd.policy!r}")
-        policy = cmd.policy or DisablePolicy.DEFAULT
         controller_view = self._controller_view(cmd, "disable")
         with self.lock:
             t = self._check_topic(cmd)
@@ -433,6 +434,7 @@ class TieringMixin:
                     tiered_epoch=epoch,
                 )
             kip950.check_broker_command(cmd.topic, controller_view, "disable", cmd.tiered_epoch)
+            policy = kip950.broker_disable_policy(cmd.topic, controller_view, cmd.policy)
             parts = sorted(p for (tp, p), r in self.replicas.items() if tp == cmd.topic)
             repeat = cmd.tiered_epoch == epoch
             if not repeat:

@@ -214,3 +214,20 @@ def test_the_controller_refuses_local_retention_above_retention_on_create_and_al
 
     # a topic that is not tiered is not checked, as in Kafka
     create("plain", **{"retention.bytes": "4096", "local.retention.bytes": "8192"})
+
+
+def test_a_broker_applies_the_controllers_disable_policy_and_refuses_another():
+    """KIP-950's DisableRemoteTopic carries no policy (a broker reads the controller's): a command
+    naming a policy other than the controller's disablement's is INVALID_REQUEST; none applies
+    the controller's."""
+    from broker_agent import kip950
+    from broker_agent.web import ApiError
+
+    st = {"tiered_epoch": 3, "tiered_state": "DISABLING", "disable_policy": "delete", "configs": {}}
+    assert kip950.broker_disable_policy("t", st, "delete") == "delete"
+    assert kip950.broker_disable_policy("t", st, None) == "delete"
+    with pytest.raises(ApiError) as refused:
+        kip950.broker_disable_policy("t", st, "retain")
+    assert (refused.value.status, refused.value.error) == (400, "INVALID_REQUEST")
+    assert refused.value.extra == {"tiered_epoch": 3, "policy": "delete"}
+    assert kip950.broker_disable_policy("t", dict(st, disable_policy=None), None) == "retain"
