@@ -36,6 +36,7 @@ from broker_agent.groups import GroupCoordinator, install_group_routes
 from broker_agent.hashing import murmur2, partition_for_key, to_positive
 from broker_agent.metadata_rows import METADATA_TSV_HELP, metadata_tsv
 from broker_agent.models import (
+    CLUSTER_METADATA_TOPIC,
     SNAPSHOT_TSV_MEDIA_TYPE,
     AlterConfigsRequest,
     AlterIsrRequest,
@@ -48,10 +49,12 @@ from broker_agent.models import (
     PartitionForKeyResponse,
     TieringCommandRequest,
     TopicMetadata,
+    colliding_topic,
     partition_key,
     partition_keys,
     validate_topic_name,
 )
+from broker_agent.remote_retention import validate_local_retention
 from broker_agent.web import ApiError, install
 
 __all__ = ["Controller", "create_app"]
@@ -333,6 +336,13 @@ class Controller:
                     raise ApiError(400, ErrorCode.INVALID_CONFIG, f"{key} out of range")
 
     @staticmethod
+    def _check_local_retention(configs: dict[str, str]) -> None:
+        try:
+            validate_local_retention(configs)  # LogConfig.validateRemoteStorageRetention*
+        except ValueError as exc:
+            raise ApiError(400, ErrorCode.INVALID_CONFIG, str(exc)) from None
+
+    @staticmethod
     def _compacted(configs: dict[str, str]) -> bool:
         return CleanupPolicy.COMPACT in configs.get(TopicConfig.CLEANUP_POLICY, "").split(",")
 
@@ -341,10 +351,23 @@ class Controller:
             validate_topic_name(req.name)
         except ValueError as exc:
             raise ApiError(400, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)) from None
+        if req.name == CLUSTER_METADATA_TOPIC:  # ControllerApis.createTopics
+            raise ApiError(
+                400,
+                ErrorCode.INVALID_REQUEST,
+                f"Creation of internal topic {req.name} is prohibited.",
+            )
         if req.name in self.topics:
             raise ApiError(409, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} exists")
+        if other := colliding_topic(req.name, self.topics):
+            raise ApiError(
+                400,
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{req.name}' collides with existing topic: {other}",
+            )
         self.validate_configs(dict(req.configs))
         configs = {k: v for k, v in req.configs.items() if v is not None}
+        self._check_local_retention(configs)
         tiered = configs.get(TopicConfig.REMOTE_STORAGE_ENABLE) == "true"
         if tiered and self._compacted(configs):
             raise ApiError(
@@ -434,6 +457,7 @@ class Controller:
                 new.pop(k, None)
             else:
                 new[k] = v
+        self._check_local_retention(new)
         if self._compacted(new) and (enable == "true" or state == TieredState.ENABLED):
             raise ApiError(
                 400,

@@ -113,6 +113,26 @@ def check_broker_command(name: str, st: TopicState, command: str, tiered_epoch: 
         )
 
 
+def broker_disable_policy(name: str, st: TopicState, asked: str | None) -> str:
+    """The policy a broker applies for a DisableRemoteTopic the controller issued (after
+    :func:`check_broker_command`): the controller's disablement's. KIP-950's DisableRemoteTopic
+    carries no policy - a broker reads it from the topic's metadata - so a command naming a
+    different one than the controller's (``st``) is refused (INVALID_REQUEST) rather than
+    applied: a retain broker next to delete brokers would serve data the others fenced. A
+    command without a policy applies the controller's."""
+    current = st.get("disable_policy") or disable_policy_for(st, None)
+    if asked is not None and asked != current:
+        raise ApiError(
+            400,
+            ErrorCode.INVALID_REQUEST,
+            f"DisableRemoteTopic for {name} with policy {asked}; the controller's disablement at "
+            f"tiered epoch {st['tiered_epoch']} applies {current}",
+            tiered_epoch=st["tiered_epoch"],
+            policy=current,
+        )
+    return current
+
+
 def disable_policy_for(st: TopicState, asked: str | None) -> str:
     """The policy a disablement applies: the one asked for, else the one the configs hold, else
     KIP-950's default (retain)."""

@@ -14,7 +14,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "CLUSTER_METADATA_TOPIC",
     "GROUP_TSV_COLUMNS",
+    "INTERNAL_TOPICS",
     "SNAPSHOT_TSV_COLUMNS",
     "SNAPSHOT_TSV_MEDIA_TYPE",
     "TOPIC_NAME_MAX_LENGTH",
@@ -51,8 +53,10 @@ __all__ = [
     "TieringCommandRequest",
     "TopicMetadata",
     "WebhookEvent",
+    "colliding_topic",
     "group_changes_tsv",
     "group_tsv_head",
+    "is_internal_topic",
     "partition_key",
     "partition_keys",
     "snapshot_tsv",
@@ -147,9 +151,9 @@ def validate_topic_name(name: str) -> str:
     """Kafka's rule for a topic name (``org.apache.kafka.common.internals.Topic.validate``):
     1 to 249 characters of ``[a-zA-Z0-9._-]``, and neither ``.`` nor ``..``.
 
-    Returns the name, or raises ``ValueError`` saying which part of the rule it breaks. Kafka
-    only warns when two names collide once ``.`` and ``_`` are treated alike; so does Strata
-    (it refuses nothing more than Kafka does)."""
+    Returns the name, or raises ``ValueError`` saying which part of the rule it breaks. A legal
+    name can still be refused by the controller: see :func:`colliding_topic` and
+    :data:`CLUSTER_METADATA_TOPIC`."""
     if not name:
         raise ValueError("a topic name cannot be empty")
     if name in (".", ".."):
@@ -164,6 +168,40 @@ def validate_topic_name(name: str) -> str:
             "'.', '_' and '-'"
         )
     return name
+
+
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+"""Kafka's ``Topic.CLUSTER_METADATA_TOPIC_NAME``: the KRaft metadata log, not a topic anyone may
+create (``ControllerApis.createTopics``: INVALID_REQUEST "Creation of internal topic
+__cluster_metadata is prohibited.")."""
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+"""Kafka's ``Topic.INTERNAL_TOPICS``: the group coordinator's offsets, the transaction
+coordinator's state and (KIP-932) the share coordinator's state. Metadata marks them
+``isInternal``; the console shows them as internal."""
+
+
+def is_internal_topic(name: str) -> bool:
+    """Kafka's ``Topic.isInternal``: one of :data:`INTERNAL_TOPICS`, by exact name (a topic merely
+    starting with ``__`` is an ordinary topic)."""
+    return name in INTERNAL_TOPICS
+
+
+def colliding_topic(name: str, existing: Iterable[str]) -> str | None:
+    """The existing topic ``name`` collides with, or ``None`` (Kafka's ``Topic.hasCollision``).
+
+    Metric names cannot tell ``.`` from ``_``, so Kafka's controller refuses a new topic whose
+    name equals an existing one once every ``.`` is read as ``_`` (``unifyCollisionChars``):
+    ``ReplicationControlManager.validateNewTopicNames`` answers INVALID_TOPIC_EXCEPTION "Topic
+    'a.b' collides with existing topic: a_b". The same name is not a collision (that is
+    TOPIC_ALREADY_EXISTS), and a name without ``.`` or ``_`` cannot collide."""
+    if "." not in name and "_" not in name:
+        return None
+    unified = name.replace(".", "_")
+    for other in existing:
+        if other != name and other.replace(".", "_") == unified:
+            return other
+    return None
 
 
 def partition_key(topic: str, partition: int) -> str:
@@ -193,7 +231,8 @@ def split_partition_key(key: str) -> tuple[str, int]:
 
 class CreateTopicRequest(_Model):
     name: str
-    """Checked by the controller with :func:`validate_topic_name` (INVALID_TOPIC_EXCEPTION)."""
+    """Checked by the controller with :func:`validate_topic_name` and :func:`colliding_topic`
+    (INVALID_TOPIC_EXCEPTION); :data:`CLUSTER_METADATA_TOPIC` is INVALID_REQUEST."""
     partitions: int = Field(ge=1, le=100_000)
     replication_factor: int = Field(ge=1, le=1000)
     configs: dict[str, str] = {}

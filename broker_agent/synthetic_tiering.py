@@ -30,7 +30,8 @@ Agents (``/brokers/{id}/v1``): ``POST commands/disable-remote-topic`` and
 :class:`~broker_agent.models.CommandResult`). Fencing as the real broker: a tiered epoch below the
 broker's applied one is 409 ``STALE_TIERED_EPOCH``; a disable at the applied epoch is a repeat
 only if the last command there was a disable (a re-enable keeps the epoch, so a disable must bring
-a new one). An idempotency key is applied once per broker and answered again with
+a new one). A disable applies the controller's policy; one naming another is 400
+``INVALID_REQUEST`` (:func:`broker_agent.kip950.broker_disable_policy`). An idempotency key is applied once per broker and answered again with
 ``applied: false``. Like the real agent, a disable acknowledges **itself** to the controller state
 (in-process here; every repeat re-sends the ack), so the workflow never calls ``/ack``.
 
@@ -235,7 +236,6 @@ class SyntheticTiering:
     def disable_remote_topic(self, broker_id: int, cmd: RemoteTopicCommand) -> dict:
         if cmd.policy is not None and cmd.policy not in DisablePolicy.ALL:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, f"unsupported policy {cmd.policy!r}")
-        policy = cmd.policy or DisablePolicy.DEFAULT
         with self.cluster.lock:
             t = self._broker_topic(broker_id, cmd)
             applied = self.applied.setdefault(broker_id, {})
@@ -256,6 +256,7 @@ class SyntheticTiering:
                 )
             repeat = cmd.tiered_epoch == epoch
             kip950.check_broker_command(cmd.topic, self.topic(t), "disable", cmd.tiered_epoch)
+            policy = kip950.broker_disable_policy(cmd.topic, self.topic(t), cmd.policy)
             if not repeat:
                 self.brokers[(broker_id, t)] = {
                     "state": TieredState.DISABLED,

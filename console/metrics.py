@@ -29,8 +29,8 @@ DIR_STATES = (LogDirState.ONLINE, LogDirState.DEGRADED, LogDirState.OFFLINE)
 TIER_METRICS_HELP = {
     "remote_copy_lag_bytes": "KIP-963 RemoteCopyLagBytes: closed local bytes not copied yet.",
     "remote_copy_lag_segments": "KIP-963 RemoteCopyLagSegments.",
-    "remote_delete_lag_bytes": "KIP-963 RemoteDeleteLagBytes: unreadable remote bytes not "
-    "deleted yet.",
+    "remote_delete_lag_bytes": "KIP-963 RemoteDeleteLagBytes: remote bytes the current "
+    "expiration pass plans to delete, not deleted yet (fenced bytes are counted apart).",
     "remote_delete_lag_segments": "KIP-963 RemoteDeleteLagSegments.",
     "remote_log_size_bytes": "KIP-963 RemoteLogSizeBytes: every remote byte stored.",
     "fenced_remote_bytes": "Remote bytes fenced by a delete-policy disablement, pending purge.",

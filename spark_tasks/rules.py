@@ -19,7 +19,8 @@ segment. What Kafka does, and where this code decides because Kafka cannot help:
    retention_bytes`` when positive. COPY_SEGMENT_STARTED and DELETE_SEGMENT_STARTED are never
    counted, so a byte is never counted twice (local bytes are only the not-yet-tiered ones).
 4. Time: only when ``retention_ms > -1`` and ``now - retention_ms >= 0``; a segment breaches when
-   ``max_timestamp_ms < now - retention_ms`` (i.e. ``now - max_timestamp_ms > retention_ms``).
+   ``max_timestamp_ms <= now - retention_ms`` (i.e. ``now - max_timestamp_ms >= retention_ms``:
+   ``isSegmentBreachedByRetentionTime``; a segment exactly retention.ms old goes).
 5. Scan order: for each lineage epoch ascending, the segments whose leader-epoch map contains that
    epoch, by start offset (Kafka's ``listRemoteLogSegments(tp, epoch)``); ties, which Kafka leaves
    to hash order, are broken here by end offset then segment id. A segment met again under a later
@@ -50,10 +51,16 @@ segment. What Kafka does, and where this code decides because Kafka cannot help:
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
+from broker_agent.remote_retention import (
+    epoch_map,
+    expired_by_time,
+    filtered_leader_epochs,
+    retention_cleanup_until,
+    segment_within_leader_epochs,
+)
 from spark_tasks.schema import PlanReason, SegmentState
 
 __all__ = [
@@ -124,71 +131,16 @@ class PartitionPlan:
         return sum(d.segment.size_bytes for d in self.deletions)
 
 
-def _as_map(entries: Iterable[tuple[int, int]]) -> dict[int, int]:
-    """Epoch -> start offset, sorted by epoch; a repeated epoch keeps its last offset (TreeMap.put)."""
-    out: dict[int, int] = {}
-    for epoch, offset in entries:
-        out[int(epoch)] = int(offset)
-    return dict(sorted(out.items()))
-
-
-def filtered_leader_epochs(entries: Iterable[tuple[int, int]]) -> dict[int, int]:
-    """Kafka's ``buildFilteredLeaderEpochMap``: drop epochs that hold no records.
-
-    Of consecutive epochs sharing a start offset, only the last one holds records.
-    """
-    items = list(_as_map(entries).items())
-    out: dict[int, int] = {}
-    for i, (epoch, offset) in enumerate(items):
-        if i + 1 < len(items) and items[i + 1][1] == offset:
-            continue
-        out[epoch] = offset
-    return out
+_as_map = epoch_map  # kept for vector_rules
 
 
 def is_within_leader_epochs(segment: Segment, log_end_offset: int, lineage: dict[int, int]) -> bool:
-    """Kafka's ``RemoteLogManager.isRemoteSegmentWithinLeaderEpochs`` on a filtered lineage.
-
-    The segment's (filtered) epochs from the first one at or after the lineage's first epoch must
-    be lineage epochs; that first one may not start before its lineage offset unless it is the
-    lineage's first epoch; every epoch but the segment's last must be followed by the same (epoch,
-    offset) entry in both maps; the segment may not run past the start of the lineage epoch after
-    its last; and its end offset must be below the log end offset.
-    """
-    if not lineage:
-        return False
-    seg = filtered_leader_epochs(segment.leader_epochs)
-    if not seg:
-        return False
-    lin_epochs = list(lineage)
-    seg_epochs = list(seg)
-    first_lineage, last_lineage = lin_epochs[0], lin_epochs[-1]
-    seg_last = seg_epochs[-1]
-    if seg_last < first_lineage or seg_last > last_lineage:
-        return False
-    idx = bisect.bisect_left(seg_epochs, first_lineage)
-    if idx == len(seg_epochs):
-        return False
-    seg_first = seg_epochs[idx]
-    for pos in range(idx, len(seg_epochs)):
-        epoch = seg_epochs[pos]
-        offset = seg[epoch]
-        if epoch not in lineage:
-            return False
-        lpos = bisect.bisect_left(lin_epochs, epoch)
-        if epoch == seg_first and lpos > 0 and offset < lineage[epoch]:
-            return False
-        if epoch == seg_last:
-            if lpos + 1 < len(lin_epochs):
-                next_start = lineage[lin_epochs[lpos + 1]]
-                if segment.end_offset > next_start - 1:
-                    return False
-        else:
-            lin_next = lin_epochs[lpos + 1]
-            seg_next = seg_epochs[pos + 1]
-            if lin_next != seg_next or lineage[lin_next] != seg[seg_next]:
-                return False
-    return segment.end_offset < log_end_offset
+    """Kafka's ``RemoteLogManager.isRemoteSegmentWithinLeaderEpochs`` on a filtered lineage: the
+    one rule the agent's own expiration applies too
+    (:func:`broker_agent.remote_retention.segment_within_leader_epochs`)."""
+    return segment_within_leader_epochs(
+        segment.leader_epochs, segment.end_offset, log_end_offset, lineage
+    )
 
 
 def plan_retention(
@@ -250,9 +202,7 @@ def plan_retention(
                 breach = total - partition.retention_bytes
 
     # Time data (buildRetentionTimeData).
-    cleanup_until: int | None = None
-    if partition.retention_ms > -1 and now_ms - partition.retention_ms >= 0:
-        cleanup_until = now_ms - partition.retention_ms
+    cleanup_until = retention_cleanup_until(now_ms, partition.retention_ms)
 
     remaining = breach if breach is not None else 0
     planned: dict[str, PlannedDeletion] = {}
@@ -293,7 +243,9 @@ def plan_retention(
             else:
                 is_valid = valid(seg)
                 if is_valid:
-                    if cleanup_until is not None and seg.max_timestamp_ms < cleanup_until:
+                    if cleanup_until is not None and expired_by_time(
+                        seg.max_timestamp_ms, cleanup_until
+                    ):
                         delete = True
                         remaining = max(0, remaining - seg.size_bytes)
                         plan(seg, PlanReason.RETENTION_TIME)

@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_agent.remote_retention import expired_by_time, retention_cleanup_until
 from spark_tasks import rules
 from spark_tasks.schema import PlanReason, SegmentState
 
@@ -197,9 +198,7 @@ def plan_retention_columns(
             if total > partition.retention_bytes:
                 breach = total - partition.retention_bytes
 
-    cleanup_until: int | None = None
-    if partition.retention_ms > -1 and now_ms - partition.retention_ms >= 0:
-        cleanup_until = now_ms - partition.retention_ms
+    cleanup_until = retention_cleanup_until(now_ms, partition.retention_ms)
 
     # Scan order: (lineage position, start, end, segment id) over segments of lineage epochs.
     scan_rows = np.flatnonzero(in_lineage)
@@ -212,7 +211,7 @@ def plan_retention_columns(
         retry=is_dss,
         by_log_start=(epoch <= first_epoch) & (end < lso),
         valid=valid,
-        by_time=(max_ts < cleanup_until) if cleanup_until is not None else None,
+        by_time=expired_by_time(max_ts, cleanup_until) if cleanup_until is not None else None,
         breach=breach,
         size=size,
         end=end,

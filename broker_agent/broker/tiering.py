@@ -32,6 +32,7 @@ from broker_agent.choices import (
 )
 from broker_agent.client import AgentError
 from broker_agent.remote import RemoteStorageError, is_readable
+from broker_agent.remote_retention import plan_expiration
 from broker_agent.storage import (
     StorageError,
 )
@@ -129,12 +130,15 @@ class TieringMixin:
         - ``remote_copy_lag_bytes`` / ``_segments`` (RemoteCopyLagBytes / Segments): closed,
           committed local segments above the remote log end, not copied yet - while tiering is
           ENABLED; a disabled topic has nothing eligible.
-        - ``remote_delete_lag_bytes`` / ``_segments`` (RemoteDeleteLagBytes / Segments):
-          objects still in the store that no fetch may read: fenced by a delete-policy
-          disablement, wholly below the log start offset, or DELETE_SEGMENT_STARTED.
-        - ``fenced_remote_bytes`` / ``_segments``: the part of the delete lag fenced by a
-          delete-policy disablement (tiered epoch below the purge epoch): what the Spark purge
-          (or internal expiration) still has to delete (#14 gap 8).
+        - ``remote_delete_lag_bytes`` / ``_segments`` (RemoteDeleteLagBytes / Segments): what
+          the current expiration pass plans to delete and has not deleted yet, as Kafka's
+          ``RLMExpirationTask`` reports ``sizeOfDeletableSegmentsBytes``: the segments
+          :meth:`_expiration_plan` picks (log start offset, time or size breach) while expiration
+          runs (here or in the Spark job), plus the DELETE_SEGMENT_STARTED ones it retries.
+          Not every unreadable object: fenced bytes are their own figure.
+        - ``fenced_remote_bytes`` / ``_segments``: stored segments fenced by a delete-policy
+          disablement (tiered epoch below the purge epoch): what the Spark purge (or internal
+          expiration) still has to delete (#14 gap 8); not part of the delete lag.
         - ``remote_log_size_bytes`` (RemoteLogSizeBytes): every object the store holds for the
           partition, readable or not.
         """
@@ -146,9 +150,15 @@ class TieringMixin:
             if s["state"]
             in (RemoteSegmentState.COPY_SEGMENT_FINISHED, RemoteSegmentState.DELETE_SEGMENT_STARTED)
         ]
-        readable = {s["segment_id"] for s in view["readable"]}
-        unreadable = [s for s in stored if s["segment_id"] not in readable]
-        fenced = [s for s in unreadable if s["tiered_epoch"] < purge]
+        fenced = [s for s in stored if s["tiered_epoch"] < purge]
+        deleting = [
+            s
+            for s in stored
+            if s["state"] == RemoteSegmentState.DELETE_SEGMENT_STARTED
+            and s["tiered_epoch"] >= purge
+        ]
+        if self.expiration_state(r) in (TaskState.RUNNING, TaskState.EXTERNAL):
+            deleting += self._expiration_plan(r, view)
         copy_bytes = copy_segments = 0
         if self.copier_state(r) == TaskState.RUNNING:
             remote_end = view["remote_log_end_offset"]
@@ -159,8 +169,8 @@ class TieringMixin:
         return {
             "remote_copy_lag_bytes": copy_bytes,
             "remote_copy_lag_segments": copy_segments,
-            "remote_delete_lag_bytes": sum(s["size_bytes"] for s in unreadable),
-            "remote_delete_lag_segments": len(unreadable),
+            "remote_delete_lag_bytes": sum(s["size_bytes"] for s in deleting),
+            "remote_delete_lag_segments": len(deleting),
             "fenced_remote_bytes": sum(s["size_bytes"] for s in fenced),
             "fenced_remote_segments": len(fenced),
             "remote_log_size_bytes": sum(s["size_bytes"] for s in stored),
@@ -266,6 +276,8 @@ class TieringMixin:
         size = plog.size_bytes
         for seg in eligible:
             too_big = rb >= 0 and size - seg.size >= rb
+            # UnifiedLog's local rule is strict (startMs - largestTimestamp > retentionMs), unlike
+            # the remote one (broker_agent.remote_retention.expired_by_time).
             too_old = rms >= 0 and now - seg.max_timestamp_ms > rms
             if not (too_big or too_old):
                 break
@@ -291,8 +303,9 @@ class TieringMixin:
 
     def _expiration_task(self, r: Replica) -> None:
         """RemoteDataExpiration (internal mode): topic-wide retention over remote segments from
-        the remote log start, the log start offset published before any object is deleted, each
-        delete DELETE_SEGMENT_STARTED -> object deleted -> DELETE_SEGMENT_FINISHED. In internal
+        the remote log start, inside the leader-epoch lineage (:meth:`_expiration_plan`), the log
+        start offset published before any object is deleted, each delete
+        DELETE_SEGMENT_STARTED -> object deleted -> DELETE_SEGMENT_FINISHED. In internal
         mode the agent also purges segments fenced by a delete-policy disablement (in external
         mode the Spark purge job does)."""
         if self.expiration_mode != ExpirationMode.INTERNAL:
@@ -309,31 +322,31 @@ class TieringMixin:
                 self.remote.delete_segment(seg["segment_id"])
         if self.expiration_state(r) != TaskState.RUNNING:
             return
-        plog = r.log
-        rb = int(self._topic_config(r.topic, TopicConfig.RETENTION_BYTES))
-        rms = int(self._topic_config(r.topic, TopicConfig.RETENTION_MS))
-        remote_end = view["remote_log_end_offset"]
-        untiered = sum(s.size for s in plog.segments if s.last_offset > remote_end)
-        breach = view["remote_bytes"] + untiered - rb if rb >= 0 else None
-        now = _now_ms()
-        doomed = []
-        for seg in view["readable"]:
-            if seg["end_offset"] < plog.log_start_offset:
-                doomed.append(seg)
-            elif rms >= 0 and now - seg["max_timestamp_ms"] > rms:
-                doomed.append(seg)
-                if breach is not None:
-                    breach -= seg["size_bytes"]
-            elif breach is not None and breach - seg["size_bytes"] >= 0:
-                doomed.append(seg)
-                breach -= seg["size_bytes"]
-            else:
-                break
+        doomed = self._expiration_plan(r, view)
         if not doomed:
             return
-        plog.advance_log_start_offset(max(s["end_offset"] for s in doomed) + 1)
+        r.log.advance_log_start_offset(max(s["end_offset"] for s in doomed) + 1)
         for seg in doomed:
             self.remote.delete_segment(seg["segment_id"])
+
+    def _expiration_plan(self, r: Replica, view: dict) -> list[dict]:
+        """What this leader's expiration pass deletes now
+        (:func:`broker_agent.remote_retention.plan_expiration`: the leader-epoch lineage check,
+        Kafka's ``<=`` time rule and the size breach, as the Spark planner applies them), from
+        ``view`` (:meth:`_remote_view`) and the topic-wide retention.ms / retention.bytes."""
+        plog = r.log
+        remote_end = view["remote_log_end_offset"]
+        return plan_expiration(
+            view["segments"],
+            log_start_offset=plog.log_start_offset,
+            log_end_offset=plog.log_end_offset,
+            leader_epochs=plog.leader_epochs,
+            retention_ms=int(self._topic_config(r.topic, TopicConfig.RETENTION_MS)),
+            retention_bytes=int(self._topic_config(r.topic, TopicConfig.RETENTION_BYTES)),
+            local_untiered_bytes=sum(s.size for s in plog.segments if s.last_offset > remote_end),
+            now_ms=_now_ms(),
+            purge_below_tiered_epoch=view["purge_below_tiered_epoch"],
+        )
 
     def _check_topic(self, cmd) -> dict:
         t = self.topics.get(cmd.topic)
@@ -388,6 +401,8 @@ class TieringMixin:
         disable at the epoch a re-enable was applied at, since each disablement brings a new
         epoch. The same idempotency key, or the same disable at the same epoch, is applied once
         and answered again (``applied: false``), re-sending the acknowledgement to the controller.
+        The policy is the controller's disablement's: one that differs is refused
+        (INVALID_REQUEST, :func:`broker_agent.kip950.broker_disable_policy`), none applies it.
         retain: the copier stops, remote data stays readable and keeps expiring. delete: copier
         and expiration stop, log start offset := local log start offset, remote segments with a
         tiered epoch below this one become unreadable at once and are purged asynchronously.
@@ -396,7 +411,6 @@ class TieringMixin:
         """
         if cmd.policy is not None and cmd.policy not in DisablePolicy.ALL:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, f"unsupported policy {cmd.policy!r}")
-        policy = cmd.policy or DisablePolicy.DEFAULT
         controller_view = self._controller_view(cmd, "disable")
         with self.lock:
             t = self._check_topic(cmd)
@@ -420,6 +434,7 @@ class TieringMixin:
                     tiered_epoch=epoch,
                 )
             kip950.check_broker_command(cmd.topic, controller_view, "disable", cmd.tiered_epoch)
+            policy = kip950.broker_disable_policy(cmd.topic, controller_view, cmd.policy)
             parts = sorted(p for (tp, p), r in self.replicas.items() if tp == cmd.topic)
             repeat = cmd.tiered_epoch == epoch
             if not repeat:

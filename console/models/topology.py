@@ -28,6 +28,7 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
+from broker_agent.models import is_internal_topic
 from console.choices import TieredState, choices
 from console.models.clusters import Cluster
 from console.models.disks import Broker, LogDir
@@ -127,6 +128,12 @@ class Topic(TierMetrics):
     @property
     def expanded_or_shrunk(self) -> bool:
         return self.previous_undeleted_partition_count is not None
+
+    @property
+    def is_internal(self) -> bool:
+        """Kafka's ``Topic.isInternal`` (``__consumer_offsets``, ``__transaction_state``,
+        ``__share_group_state``): shown with an "internal" badge on the topic list and page."""
+        return is_internal_topic(self.name)
 
 
 class Partition(TierMetrics):

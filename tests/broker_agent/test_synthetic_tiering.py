@@ -175,6 +175,9 @@ def test_agents_fence_stale_epochs_and_apply_keys_once(syn):
     assert (err.status, err.error, err.body["tiered_epoch"]) == (409, "UNKNOWN_TIERED_EPOCH", 1)
     err = _refused(a.enable_remote_topic, topic, t.topic_id, 1, "e1")
     assert err.error == ErrorCode.INVALID_STATE_TRANSITION  # the controller is disabling
+    # the controller's disablement applies delete: a broker refuses another policy
+    err = _refused(a.disable_remote_topic, topic, t.topic_id, 1, "retain", "k-retain")
+    assert (err.status, err.error, err.body["policy"]) == (400, ErrorCode.INVALID_REQUEST, "delete")
     first = a.disable_remote_topic(topic, t.topic_id, 1, "delete", "key-a")
     assert first.applied
     assert a.disable_remote_topic(topic, t.topic_id, 1, "delete", "key-a") == first.model_copy(

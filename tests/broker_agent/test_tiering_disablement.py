@@ -115,7 +115,8 @@ def test_fencing_idempotence_and_kip_error_codes(sim_factory):
     sim = sim_factory(3, 1)
     sim.controller.create_topic("t", 1, 3, {"remote.storage.enable": "true"})
     t = sim.controller.topic("t")
-    agent = sim.agent(t.partitions[0].leader)
+    agent_id = t.partitions[0].leader
+    agent = sim.agent(agent_id)
 
     with pytest.raises(AgentError) as exc:
         sim.controller.start_disable("t", policy="shred")
@@ -135,6 +136,13 @@ def test_fencing_idempotence_and_kip_error_codes(sim_factory):
     with pytest.raises(AgentError) as exc:
         sim.controller.complete_disable("t")
     assert exc.value.error == ErrorCode.TIERED_STORAGE_DISABLEMENT_INCOMPLETE
+
+    # the controller's disablement applies retain: a broker refuses to apply another policy
+    with pytest.raises(AgentError) as exc:
+        agent.disable_remote_topic("t", t.topic_id, 1, "delete", idempotency_key="k-delete")
+    assert (exc.value.status, exc.value.error) == (400, ErrorCode.INVALID_REQUEST)
+    assert exc.value.body["policy"] == "retain"
+    assert sim.replica(agent_id, "t").tiered_state != TieredState.DISABLED  # nothing applied
 
     first = agent.disable_remote_topic("t", t.topic_id, 1, "retain", idempotency_key="k1")
     assert first.applied is True

@@ -67,3 +67,88 @@ def test_partition_keys_from_a_request_skip_what_is_not_topic_colon_number():
     assert split_partition_key(partition_key("demo.orders", 3)) == ("demo.orders", 3)
     keys = ["demo.orders:3", "x:", "x:y", "nocolon", "a:b:7"]
     assert list(partition_keys(keys)) == [("demo.orders:3", "demo.orders", 3), ("a:b:7", "a:b", 7)]
+
+
+@pytest.fixture
+def controller(tmp_path):
+    from broker_agent.controller import Controller
+    from broker_agent.models import BrokerHeartbeat
+
+    c = Controller(str(tmp_path / "controller"), "names-test")
+    c.heartbeat(BrokerHeartbeat(broker_id=1, url="http://127.0.0.1:1"))
+    return c
+
+
+def _create(controller, name):
+    from broker_agent.models import CreateTopicRequest
+
+    return controller.create_topic(
+        CreateTopicRequest(name=name, partitions=1, replication_factor=1)
+    )
+
+
+@pytest.mark.parametrize(("existing", "new"), [("demo.orders", "demo_orders"), ("a_b.c", "a.b_c")])
+def test_a_name_that_collides_once_dot_and_underscore_are_alike_is_invalid_topic_exception(
+    controller, existing, new
+):
+    """Kafka's ``Topic.hasCollision`` (``unifyCollisionChars``: ``.`` read as ``_``), refused by
+    ``ReplicationControlManager.validateNewTopicNames`` with INVALID_TOPIC_EXCEPTION "Topic '...'
+    collides with existing topic: ..."; the exact same name stays TOPIC_ALREADY_EXISTS."""
+    from broker_agent.web import ApiError
+
+    _create(controller, existing)
+    with pytest.raises(ApiError) as refused:
+        _create(controller, new)
+    assert (refused.value.status, refused.value.error) == (400, "INVALID_TOPIC_EXCEPTION")
+    assert refused.value.message == f"Topic '{new}' collides with existing topic: {existing}"
+    assert new not in controller.topics
+
+    with pytest.raises(ApiError) as again:
+        _create(controller, existing)
+    assert again.value.error == "TOPIC_ALREADY_EXISTS"
+
+    _create(controller, "demo-orders")  # '-' is not a collision character
+    assert "demo-orders" in controller.topics
+
+
+def test_colliding_topic_names_the_existing_topic_and_ignores_the_same_name():
+    from broker_agent.models import colliding_topic
+
+    assert colliding_topic("a.b", ["a_b", "x"]) == "a_b"
+    assert colliding_topic("a_b", ["a.b"]) == "a.b"
+    assert colliding_topic("a.b", ["a.b"]) is None
+    assert colliding_topic("a-b", ["a_b", "a.b"]) is None
+    assert colliding_topic("ab", ["a_b"]) is None
+
+
+def test_creating_the_cluster_metadata_topic_is_invalid_request(controller):
+    """``ControllerApis.createTopics`` / ``KafkaApis``: "Creation of internal topic
+    __cluster_metadata is prohibited." (INVALID_REQUEST), although the name itself is legal."""
+    from broker_agent.web import ApiError
+
+    assert validate_topic_name("__cluster_metadata") == "__cluster_metadata"
+    with pytest.raises(ApiError) as refused:
+        _create(controller, "__cluster_metadata")
+    assert (refused.value.status, refused.value.error) == (400, "INVALID_REQUEST")
+    assert refused.value.message == "Creation of internal topic __cluster_metadata is prohibited."
+    assert "__cluster_metadata" not in controller.topics
+
+
+@pytest.mark.parametrize(
+    ("name", "internal"),
+    [
+        ("__consumer_offsets", True),
+        ("__transaction_state", True),
+        ("__share_group_state", True),
+        ("__cluster_metadata", False),
+        ("__consumer_offsets_v2", False),
+        ("consumer_offsets", False),
+        ("orders", False),
+    ],
+)
+def test_kafka_internal_topics_are_exactly_topic_is_internal(name, internal):
+    """Kafka's ``Topic.isInternal``: membership of ``Topic.INTERNAL_TOPICS``, not a ``__``
+    prefix."""
+    from broker_agent.models import is_internal_topic
+
+    assert is_internal_topic(name) is internal

@@ -84,15 +84,17 @@ def _size_breach(deletable: int) -> Case:
 
 
 def _time_breach(deletable: int) -> Case:
+    """As Kafka's test: retention.ms = 1, the deletable segments 1 ms old (``maxTimestampMs <=
+    now - retention.ms`` holds with equality), the others 0 ms old."""
     segs = [
-        dataclasses.replace(s, max_timestamp_ms=NOW - 2 * HOUR) if i < deletable else s
+        dataclasses.replace(s, max_timestamp_ms=NOW - 1) if i < deletable else s
         for i, s in enumerate(kafka_segments(50, 100, 1024, KAFKA_LINEAGE))
     ]
     part = PartitionState(
         log_start_offset=0,
         log_end_offset=50 * 100 + 1,
         leader_epochs=KAFKA_LINEAGE,
-        retention_ms=HOUR,
+        retention_ms=1,
         retention_bytes=-1,
         local_untiered_bytes=512,
     )
@@ -111,7 +113,9 @@ def build_cases() -> list[Case]:
     cases += [_time_breach(d) for d in (0, 1, 23, 50)]
 
     e0 = ((0, 0),)
-    two = kafka_segments(2, 100, 1024, e0, ts=NOW - 1)
+    # Kafka's segments carry time.milliseconds(): with retention.ms = 0 they expire at once,
+    # because a remote segment goes when maxTimestampMs <= now - retention.ms.
+    two = kafka_segments(2, 100, 1024, e0, ts=NOW)
     for size, ms in ((0, -1), (-1, 0)):
         reason = R.RETENTION_SIZE if size == 0 else R.RETENTION_TIME
         cases.append(
@@ -126,7 +130,7 @@ def build_cases() -> list[Case]:
         )
 
     # Cancelled delete: the first segment went through, the new leader deletes the second.
-    first, second = kafka_segments(2, 100, 1024, e0, ts=NOW - 1)
+    first, second = kafka_segments(2, 100, 1024, e0, ts=NOW)
     cases.append(
         Case(
             "cancelled_delete",

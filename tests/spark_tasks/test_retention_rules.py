@@ -70,3 +70,25 @@ def test_epochs_without_records_are_filtered():
     offset only the last holds records."""
     entries = [(0, 0), (1, 0), (2, 0), (3, 30), (4, 40), (5, 60), (7, 60), (9, 60)]
     assert filtered_leader_epochs(entries) == {2: 0, 3: 30, 4: 40, 9: 60}
+
+
+@pytest.mark.parametrize(
+    ("age_ms", "expires"), [(3_600_000, True), (3_600_001, True), (3_599_999, False)]
+)
+def test_a_remote_segment_exactly_retention_ms_old_expires(age_ms, expires):
+    """``RemoteLogManager.RemoteLogRetentionHandler.isSegmentBreachedByRetentionTime``:
+    ``maxTimestampMs <= now - retention.ms`` (UnifiedLog's local retention is the strict ``>``).
+    The row and vector planners share :func:`broker_agent.remote_retention.expired_by_time`."""
+    from spark_tasks.rules import PartitionState
+    from spark_tasks.vector_rules import plan_retention_columns
+    from tests.spark_tasks.test_vector_rules import _table
+
+    now = 1_700_000_000_000
+    old = Segment("old", 0, 99, now - age_ms, 10, ((0, 0),))
+    young = Segment("young", 100, 199, now, 10, ((0, 100),))
+    part = PartitionState(0, 300, ((0, 0),), retention_ms=3_600_000)
+    plan = plan_retention(part, [old, young], now)
+    assert plan.segment_ids == ({"old"} if expires else set())
+    assert plan.new_log_start_offset == (100 if expires else 0)
+    vector = plan_retention_columns(part, _table([old, young]), now, 3_600_000)
+    assert vector is not None and vector.rows.tolist() == ([0] if expires else [])
