@@ -7,6 +7,14 @@ started: each main process gets SIGTERM alone (Celery's warm shutdown lets runni
 ``STRATA_STOP_GRACE_SECONDS`` (default 60) later whatever is left of its process group is
 killed; a second Ctrl-C kills at once.
 
+The terminal stays calm: it shows the servers used, the URL and the demo logins, then one
+timestamped line per state change (a process exited and was restarted, ``/api/v1/health``
+changed, stopping). Every process logs to its own file under ``.run/logs/`` (:data:`LOG_DIR`):
+``web.log`` (gunicorn, its access log included), ``worker.log``, ``beat.log``, ``setup.log``
+(migrate, collectstatic, the database role, ``sim up`` / ``down``; never the passwords),
+``seaweedfs.log``, ``redis.log`` / ``postgres.log`` for servers started here, and ``sim/`` (the
+simulated cluster's processes, a link to ``.run/sim/logs``).
+
 Production-shaped unless asked otherwise (``make dev`` or ``DEBUG=1 make run``): ``DEBUG=0``, a
 secret key generated once into ``.run/secret-key`` (mode 0600) unless ``SECRET_KEY`` /
 ``SECRET_KEY_FILE`` is set, loopback ``ALLOWED_HOSTS``. It serves plain HTTP on 127.0.0.1
@@ -45,16 +53,66 @@ RUN_DIR = Path(os.environ.get("STRATA_RUN_DIR", ROOT / ".run"))
 PY = sys.executable
 BIN = Path(sys.executable).parent
 WEBHOOK_PATH = "/agent-events/local/"
+#: Where every process ``make run`` starts writes its log, one file (or link) per process.
+LOG_DIR = RUN_DIR / "logs"
+#: How often the terminal's health line is refreshed (a line is printed only when it changes).
+HEALTH_POLL_SECONDS = 10.0
+
+
+def say(message: str, *, error: bool = False) -> None:
+    """One state-change line on the terminal, with the time it happened."""
+    out = sys.stderr if error else sys.stdout
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=out, flush=True)
+
+
+def shown(path: Path) -> str:
+    """``path`` as the user would type it: relative to the working directory when inside it."""
+    with contextlib.suppress(ValueError):
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    return str(path)
+
+
+def log_file(name: str, log_dir: Path | None = None) -> Path:
+    """``.run/logs/<name>.log`` (its folder created)."""
+    folder = log_dir or LOG_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{name}.log"
+
+
+def link_log(name: str, target: Path, log_dir: Path | None = None) -> None:
+    """``.run/logs/<name>`` -> ``target``, for processes that keep their logs elsewhere (the
+    simulated cluster's, a PostgreSQL home outside ``.run``), so every log is found there."""
+    link = (log_dir or LOG_DIR) / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    relative = os.path.relpath(target, link.parent)
+    if link.is_symlink():
+        if os.readlink(link) == relative:
+            return
+        link.unlink()
+    elif link.exists():
+        return  # a real file or folder of that name: leave it
+    link.symlink_to(relative)
+
+
+def _setup_log(text: str) -> None:
+    with log_file("setup").open("a") as log:
+        log.write(text)
 
 
 def _manage(*args: str) -> str:
-    out = subprocess.run(
-        [PY, str(ROOT / "manage.py"), *args],
-        check=True,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    """``manage.py args``: its stdout returned (the caller decides what to show or keep), its
+    stderr in ``setup.log``."""
+    with log_file("setup").open("a") as log:
+        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} manage.py {args[0]}\n")
+        log.flush()
+        out = subprocess.run(
+            [PY, str(ROOT / "manage.py"), *args],
+            check=True,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
     return out.stdout
 
 
@@ -65,14 +123,22 @@ DEMO_LOG_DIR_CAPACITY_BYTES = 1 << 30
 def _sim(*args: str) -> str:
     """Run a ``python -m broker_agent sim`` subcommand on make run's simulated cluster."""
     cmd = [PY, "-m", "broker_agent", "sim", *args, "--data", str(RUN_DIR / "sim")]
-    return subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout
+    with log_file("setup").open("a") as log:
+        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} sim {args[0]}\n")
+        log.flush()
+        out = subprocess.run(
+            cmd, check=True, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True
+        )
+        log.write(out.stdout)
+    return out.stdout
 
 
 def _start_sim(port: str) -> None:
     """Start (or find running) the 3-broker, 2-dirs-per-broker simulated cluster, register it as
     ``local`` and start a gentle demo load. Remote retention is Spark's job here (external
     expiration), as the Spark issue asks of ``make run``."""
-    print("Starting the simulated Kafka cluster (3 brokers x 2 log dirs) ...", flush=True)
+    say("Starting the simulated Kafka cluster (3 brokers x 2 log dirs) ...")
+    link_log("sim", RUN_DIR / "sim" / "logs")
     out = _sim(
         "up",
         "--brokers",
@@ -89,7 +155,7 @@ def _start_sim(port: str) -> None:
         f"http://127.0.0.1:{port}{WEBHOOK_PATH}",
     )
     urls = json.loads(out.strip().splitlines()[-1])
-    _manage(
+    registered = _manage(
         "register_cluster",
         "local",
         "--controller",
@@ -97,10 +163,11 @@ def _start_sim(port: str) -> None:
         "--secret-file",
         urls["secret_file"],
     )
+    _setup_log(registered)
     _sim("demo-load", "--detach")
-    print(
-        f"Simulated cluster 'local': controller {urls['controller']}, brokers {urls['brokers']}",
-        flush=True,
+    say(
+        f"Simulated cluster 'local' is up, with a demo load: controller {urls['controller']}, "
+        f"brokers {', '.join(urls['brokers'].values())} (logs: {shown(LOG_DIR / 'sim')}/)"
     )
 
 
@@ -144,13 +211,13 @@ def app_database_url(db_url: str, run_dir: Path = RUN_DIR) -> str:
         return db_url
     password = _secret_file(run_dir / "db-app-password", lambda: secrets.token_urlsafe(24))
     try:
-        print(_manage("grant_app_role", role, "--password-file", str(password)), end="")
+        _setup_log(_manage("grant_app_role", role, "--password-file", str(password)))
     except subprocess.CalledProcessError:
-        print(
+        say(
             f"make run: could not create the database role {role} (the DATABASE_URL role needs "
             "CREATEROLE and to own the tables); the processes run as the owner, so the audit "
             "table is protected only by its trigger. STRATA_DB_APP_ROLE= silences this.",
-            file=sys.stderr,
+            error=True,
         )
         return db_url
     parts = urllib.parse.urlsplit(db_url)
@@ -163,8 +230,18 @@ def app_database_url(db_url: str, run_dir: Path = RUN_DIR) -> str:
 
 
 def _spawn(name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-    print(f"Starting {name}: {' '.join(cmd)}", flush=True)
-    return subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)
+    """Start ``cmd`` in its own session, its stdout and stderr appended to ``.run/logs/<name>.log``
+    (with the command line first), and say so in one line."""
+    path = log_file(name)
+    with path.open("ab") as log:
+        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, start_new_session=True, env=env,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    say(f"{name} started (pid {proc.pid}, log: {shown(path)})")
+    return proc
 
 
 def stop_processes(
@@ -177,7 +254,7 @@ def stop_processes(
     child it did not reap) get SIGTERM."""
     for name, proc in procs.items():
         if proc.poll() is None:
-            print(f"Stopping {name} ...", flush=True)
+            say(f"Stopping {name} ...")
             proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
     while any(p.poll() is None for p in procs.values()):
@@ -210,6 +287,34 @@ def _wait_http(url: str, seconds: float) -> bool:
     return False
 
 
+def health_line(url: str) -> str:
+    """What ``/api/v1/health`` says, in one phrase (or why it does not answer): the terminal
+    prints it again only when it changes."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (our loopback URL)
+            body = response.read()
+    except urllib.error.HTTPError as exc:  # 503: it answers that something is down
+        body = exc.read()
+    except OSError as exc:
+        return f"web server not answering ({getattr(exc, 'reason', exc)})"
+    try:
+        h = json.loads(body)
+    except ValueError:
+        return "web server answers, but not with the health JSON"
+    workers = h.get("workers")
+    return (
+        f"{h.get('status')} (database {h.get('database')}, redis {h.get('redis')}, "
+        f"{workers} worker{'' if workers == 1 else 's'}, object store {h.get('object_store')})"
+    )
+
+
+def _tail(path: Path, lines: int = 10) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
 def main() -> int:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     debug = production_env()
@@ -233,28 +338,30 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         try:
-            print(
+            say(
                 services.ensure_postgres(
                     db_url, is_default="DATABASE_URL" not in os.environ, run_dir=RUN_DIR
                 )
             )
-            print(
+            say(
                 services.ensure_redis(
                     redis_url, is_default="REDIS_URL" not in os.environ, run_dir=RUN_DIR
                 )
             )
-            status, embedded_s3 = seaweedfs.ensure_object_store(RUN_DIR)
-            print(status)
+            status, embedded_s3 = seaweedfs.ensure_object_store(RUN_DIR, log=log_file("seaweedfs"))
+            say(status)
         except (services.ServiceError, seaweedfs.ObjectStoreError, RuntimeError) as exc:
             print(f"\nmake run: {exc}\n", file=sys.stderr)
             return 2
+        say(
+            f"Migrating the database, collecting static files ... (log: {shown(log_file('setup'))})"
+        )
         _manage("migrate", "--noinput", "-v", "0")
         if not debug:  # WhiteNoise serves the collected, compressed files
             _manage("collectstatic", "--noinput", "-v", "0")
         if with_sim:
             _start_sim(port)
         logins = _manage("demo_users", "--file", str(RUN_DIR / "demo-users.json"))
-        print(logins, end="")
         app_env = {**os.environ, "DATABASE_URL": app_database_url(db_url)}
 
         commands = {
@@ -269,17 +376,17 @@ def main() -> int:
         for name, cmd in commands.items():
             procs[name] = _spawn(name, cmd, app_env)
         health = f"http://127.0.0.1:{port}/api/v1/health"
-        if _wait_http(health, 60):
-            print(
-                f"\nStrata is up: http://127.0.0.1:{port}/  (health: {health}). Ctrl-C stops it.\n{logins}",
-                flush=True,
-            )
-        else:
-            print(
-                f"\nmake run: {health} is not healthy after 60 s; see the logs above.\n",
-                file=sys.stderr,
-                flush=True,
-            )
+        if not _wait_http(health, 60):
+            say(f"make run: {health} is not healthy after 60 s; see {shown(LOG_DIR)}/web.log "
+                "and worker.log. It stays up: a line below says when that changes.", error=True)  # fmt: skip
+        last_health = health_line(health)
+        print(
+            f"\nStrata is up: http://127.0.0.1:{port}/  (health: {health}). Ctrl-C stops it.\n"
+            f"{logins}Logs: {shown(LOG_DIR)}/ (web.log, worker.log, beat.log, setup.log"
+            f"{', sim/' if with_sim else ''}). Below, one line per state change.\n",
+            flush=True,
+        )
+        next_health = time.monotonic() + HEALTH_POLL_SECONDS
         restarts: dict[str, list[float]] = {name: [] for name in commands}
         while not stopping:
             for name, proc in procs.items():
@@ -292,38 +399,51 @@ def main() -> int:
                     time.monotonic()
                 ]
                 restarts[name] = recent
+                log = shown(log_file(name))
                 if len(recent) > 5:
-                    print(f"make run: {name} keeps exiting (code {proc.returncode}); stopping everything.",
-                          file=sys.stderr)  # fmt: skip
+                    say(f"make run: {name} keeps exiting (code {proc.returncode}, see {log}); "
+                        "stopping everything.", error=True)  # fmt: skip
                     stopping = True
                     break
-                print(
-                    f"make run: {name} exited with code {proc.returncode}; restarting it.",
-                    file=sys.stderr,
+                say(
+                    f"make run: {name} exited with code {proc.returncode} (see {log}); restarting it.",
+                    error=True,
                 )
                 time.sleep(1)
                 procs[name] = _spawn(name, commands[name], app_env)
+            if not stopping and time.monotonic() >= next_health:
+                now = health_line(health)
+                if now != last_health:
+                    say(f"health: {now}")
+                    last_health = now
+                next_health = time.monotonic() + HEALTH_POLL_SECONDS
             time.sleep(0.5)
         return 0
     except subprocess.CalledProcessError as exc:
-        print(
-            f"make run: {' '.join(map(str, exc.cmd))} failed with code {exc.returncode}",
-            file=sys.stderr,
+        setup = log_file("setup")
+        say(
+            f"make run: {' '.join(map(str, exc.cmd))} failed with code {exc.returncode}; "
+            f"its output is in {shown(setup)}, which ends with:\n{_tail(setup)}",
+            error=True,
         )
         return 1
     finally:
         stop_processes(procs, env_float("STRATA_STOP_GRACE_SECONDS", 60.0), hurry=lambda: hurry)
         if with_sim:
-            print("Stopping the simulated cluster ...", flush=True)
-            subprocess.run(
-                [PY, "-m", "broker_agent", "sim", "down", "--data", str(RUN_DIR / "sim")],
-                cwd=ROOT,
-                check=False,
-            )
+            say("Stopping the simulated cluster ...")
+            with log_file("setup").open("a") as log:
+                subprocess.run(
+                    [PY, "-m", "broker_agent", "sim", "down", "--data", str(RUN_DIR / "sim")],
+                    cwd=ROOT,
+                    check=False,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
         if embedded_s3 is not None:
-            print("Stopping SeaweedFS ...", flush=True)
+            say("Stopping SeaweedFS ...")
             embedded_s3.stop()
         services.stop_started()
+        say("Stopped.")
 
 
 if __name__ == "__main__":

@@ -265,10 +265,11 @@ class ObjectStoreError(Exception):
     """The configured object store does not answer; the message says which variable to fix."""
 
 
-def ensure_object_store(run_dir: Path) -> tuple[str, EmbeddedS3 | None]:
+def ensure_object_store(run_dir: Path, *, log: Path | None = None) -> tuple[str, EmbeddedS3 | None]:
     """For ``make run``: make the remote store answer and its bucket exist, exporting into
     ``os.environ`` what the processes started next need. Returns a status line and the server
-    started here (None when an existing one is used)."""
+    started here (None when an existing one is used), which logs to ``log`` (default
+    ``run_dir/seaweedfs.log``)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     started: EmbeddedS3 | None = None
@@ -279,7 +280,7 @@ def ensure_object_store(run_dir: Path) -> tuple[str, EmbeddedS3 | None]:
         if not _answers(EMBEDDED_ENDPOINT):
             print(f"Starting SeaweedFS (S3 API on {EMBEDDED_ENDPOINT}, data in "
                   f"{run_dir / 'seaweedfs'}) ...", flush=True)  # fmt: skip
-            started = start_seaweedfs(run_dir, s3_port=port)
+            started = start_seaweedfs(run_dir, s3_port=port, log=log)
         os.environ.update(
             STRATA_S3_ENDPOINT_URL=EMBEDDED_ENDPOINT,
             STRATA_REMOTE_STORE=DEFAULT_REMOTE_STORE,

@@ -4,6 +4,9 @@ Decision: Strata starts its own server only when the URL is the default one (the
 unset) and nothing answers there. A URL the user set explicitly is never second-guessed: when it
 does not answer, ``make run`` says which variable is wrong and how to fix it, and stops.
 
+A server started here logs under ``run_dir/logs/`` (``postgres.log``, ``redis.log``), like every
+process of ``make run``.
+
 This module imports neither Django nor the project settings, so it can run before either works.
 """
 
@@ -136,14 +139,22 @@ def _start_own_postgres(run_dir: Path, port: int) -> None:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-    log = home / "postgres.log"
+    log = home / "logs" / "postgres.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     log.touch()
     if user:
         shutil.chown(log, user=user, group=user)
+    if home != run_dir:  # found under run_dir/logs/ all the same
+        _link(run_dir / "logs" / "postgres.log", log)
     opts = f"-p {port} -h 127.0.0.1 -k {sock}"
     print(f"Starting PostgreSQL on 127.0.0.1:{port} (data in {data}) ...", flush=True)
     start = [pg_ctl, "-D", str(data), "-o", opts, "-l", str(log), "-w", "start"]
-    if subprocess.run(_as_user(start, user), check=False).returncode != 0:
+    # pg_ctl's own "waiting for server to start.... done" goes to the log, not the terminal
+    with log.open("a") as fh:
+        code = subprocess.run(
+            _as_user(start, user), check=False, stdout=fh, stderr=subprocess.STDOUT
+        ).returncode
+    if code != 0:
         # the server's own words, not pg_ctl's exit status (a port taken, semaphores, ...)
         tail = log.read_text(errors="replace").strip().splitlines()[-5:]
         raise ServiceError(
@@ -152,6 +163,14 @@ def _start_own_postgres(run_dir: Path, port: int) -> None:
     _started.append(
         Started("PostgreSQL", [pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"], user, start)
     )
+
+
+def _link(link: Path, target: Path) -> None:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink():
+        link.unlink()
+    if not link.exists():
+        link.symlink_to(target)
 
 
 def ensure_postgres(url: str, *, is_default: bool, run_dir: Path) -> str:
@@ -205,6 +224,8 @@ def _start_own_redis(run_dir: Path, port: int) -> None:
         raise ServiceError("redis-server was not found after installing redis-server.")
     data = run_dir / "redis"
     data.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "logs" / "redis.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     print(f"Starting Redis on 127.0.0.1:{port} (in {data}) ...", flush=True)
     start = [
         server,
@@ -223,7 +244,7 @@ def _start_own_redis(run_dir: Path, port: int) -> None:
         "--pidfile",
         str(data / "redis.pid"),
         "--logfile",
-        str(run_dir / "redis.log"),
+        str(log),
     ]
     subprocess.run(start, check=True)
     cli = shutil.which("redis-cli")
@@ -241,9 +262,7 @@ def _start_own_redis(run_dir: Path, port: int) -> None:
             return
         except redis.ConnectionError:
             time.sleep(0.1)
-    raise ServiceError(
-        f"Started redis-server but it does not answer on port {port}; see {run_dir / 'redis.log'}."
-    )
+    raise ServiceError(f"Started redis-server but it does not answer on port {port}; see {log}.")
 
 
 def ensure_redis(url: str, *, is_default: bool, run_dir: Path) -> str:

@@ -1,15 +1,22 @@
 """``make run`` is production-shaped by default (DEBUG off, a generated secret kept in .run/),
-and its Ctrl-C lets a worker's running task finish (#16)."""
+its Ctrl-C lets a worker's running task finish (#16), and its terminal stays calm: the URL, the
+logins and a line per state change, every process's log in ``.run/logs/<name>.log`` (#39)."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
+import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -130,3 +137,140 @@ def test_a_second_ctrl_c_does_not_wait(tmp_path):
     _wait_for(ready)
     run.stop_processes({"stubborn": proc}, grace=600, hurry=lambda: True)
     assert proc.returncode == -signal.SIGKILL
+
+
+# -- the terminal and the logs (#39) -----------------------------------------------------------
+
+#: What make run's terminal may show: a timestamped state-change line, the URL, the logins and
+#: where the logs are. Anything else (an access-log line, Celery's banner, gunicorn's INFO lines)
+#: is a process's log and belongs in its file.
+_TERMINAL_LINE = re.compile(
+    r"^(|\d\d:\d\d:\d\d \S.*"
+    r"|Strata is up: http://127\.0\.0\.1:\d+/ .*"
+    r"|Demo logins \(user / password / role\):"
+    r"|  \S+ +\S+  \((viewer|operator|approver|admin)\)"
+    r"|Logs: .*)$"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_text(
+    path: Path, text: str, proc: subprocess.Popen, seconds: float, times: int = 1
+) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.read_text(errors="replace").count(text) >= times:
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} never appeared in {path}:\n{path.read_text()[-3000:]}")
+
+
+@pytest.mark.integration
+def test_each_process_logs_to_its_file_and_the_terminal_shows_only_url_logins_and_state_changes(
+    tmp_path,
+):
+    import psycopg
+
+    from config import seaweedfs
+    from config.celery import app
+
+    run_dir = tmp_path / "run"
+    logs = run_dir / "logs"
+    server = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/strata")
+    base, name = server.rsplit("/", 1)
+    db = f"{name.split('?')[0]}_make_run"
+    port = _free_port()
+    out, err = tmp_path / "terminal.out", tmp_path / "terminal.err"
+    with seaweedfs.private_store(tmp_path / "s3", "make-run"):
+        env = {**os.environ, "STRATA_RUN_DIR": str(run_dir), "PORT": str(port),
+               "DATABASE_URL": f"{base}/{db}", "STRATA_STOP_GRACE_SECONDS": "20",
+               "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        with out.open("w") as stdout, err.open("w") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "config.run"], cwd=ROOT, env=env,
+                stdout=stdout, stderr=stderr, start_new_session=True,
+            )  # fmt: skip
+        try:
+            _wait_text(out, "Strata is up", proc, 300)
+            for _ in range(3):  # requests: gunicorn logs each one, to web.log only
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/") as r:
+                    assert r.status == 200
+            # a process that dies is a state change: one line, and it is restarted
+            beat_pid = int(re.search(r"beat started \(pid (\d+)", out.read_text()).group(1))
+            os.kill(beat_pid, signal.SIGKILL)
+            _wait_text(err, "beat exited with code -9 (see ", proc, 60)
+            _wait_text(out, "beat started", proc, 60, times=2)
+            _wait_text(logs / "beat.log", "beat: Starting", proc, 60, times=2)  # appended
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(180)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
+            app.control.purge()  # what its beat queued for its worker stays out of the suite's
+            with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    assert proc.returncode == 0, err.read_text()
+
+    terminal = out.read_text().splitlines() + err.read_text().splitlines()
+    assert [line for line in terminal if not _TERMINAL_LINE.match(line)] == []
+    assert not any("GET /" in line or "celery" in line.lower() for line in terminal)
+    text = out.read_text()
+    assert text.count(f"Strata is up: http://127.0.0.1:{port}/") == 1
+    passwords = json.loads((run_dir / "demo-users.json").read_text())
+    assert all(text.count(f"  {pw}  ") == 1 for pw in passwords.values())  # shown once, last
+    assert text.index("Strata is up") < text.index("Demo logins") < text.index("Logs: ")
+
+    web = (logs / "web.log").read_text()
+    assert web.count('"GET /accounts/login/ HTTP/1.1" 200') == 3 and "Booting worker" in web
+    assert " ready." in (logs / "worker.log").read_text()
+    assert (logs / "sim" / "controller.log").exists() and (logs / "sim" / "broker-1.log").exists()
+    assert "register_cluster" in (logs / "setup.log").read_text()
+    every_log = "".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))
+    assert not any(pw in every_log for pw in passwords.values())
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    answer: tuple[int, dict] = (200, {})
+
+    def do_GET(self):
+        status, body = self.answer
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_health_line_names_what_is_down_and_a_web_server_that_does_not_answer():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/api/v1/health"
+    try:
+        _Health.answer = (200, {"status": "ok", "database": "ok", "redis": "ok", "workers": 1,
+                                "object_store": "ok"})  # fmt: skip
+        ok = run.health_line(url)
+        assert ok == "ok (database ok, redis ok, 1 worker, object store ok)"
+        _Health.answer = (503, {"status": "unavailable", "database": "ok",
+                                "redis": "error: ConnectionError", "workers": 0,
+                                "object_store": "unknown"})  # fmt: skip
+        down = run.health_line(url)
+        assert down.startswith("unavailable") and "redis error: ConnectionError" in down
+        assert "0 workers" in down
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert run.health_line(url).startswith("web server not answering")

@@ -34,7 +34,7 @@ def _listen_ports(count: int) -> list[int]:
     raise AssertionError("no free port below the ephemeral range")
 
 
-def test_starts_and_stops_its_own_postgres_and_redis_when_nothing_answers(tmp_path):
+def test_starts_and_stops_its_own_postgres_and_redis_when_nothing_answers(tmp_path, capfd):
     run_dir = tmp_path / "run"
     pg_port, redis_port = _listen_ports(2)  # free ports stand in for "nothing there"
     pg_url = f"postgres://postgres@127.0.0.1:{pg_port}/strata"
@@ -47,6 +47,11 @@ def test_starts_and_stops_its_own_postgres_and_redis_when_nothing_answers(tmp_pa
         with psycopg.connect(pg_url) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
         assert redis.Redis.from_url(redis_url).ping()
+        # their logs are make run's too: under run_dir/logs/, and pg_ctl's chatter is not shown
+        logs = run_dir / "logs"
+        assert "ready to accept connections" in (logs / "postgres.log").read_text()
+        assert "Ready to accept connections" in (logs / "redis.log").read_text()
+        assert "waiting for server to start" not in capfd.readouterr().out
     finally:
         services.stop_started()
         home = services.postgres_home(run_dir)
