@@ -42,6 +42,8 @@ from pathlib import Path
 import psycopg
 import redis
 
+from bench.bench_console import _sim
+
 TITLE = (
     "Load: 50 signed-in users on make run's stack, with the synthetic 200,000-partition "
     "cluster beside the demo (locust, 3 minutes)"
@@ -62,19 +64,6 @@ def _free_port() -> int:
     from config.seaweedfs import free_port
 
     return free_port()
-
-
-def _sim(data: Path, *args: str, timeout: float = 300) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "broker_agent", "sim", *args, "--data", str(data)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"sim {args[0]} failed: {proc.stdout}\n{proc.stderr}")
-    return proc.stdout
 
 
 def _sim_down(data: Path) -> None:
