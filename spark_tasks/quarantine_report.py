@@ -12,17 +12,20 @@ store and plans the rest (``spark_tasks.quarantine``). Here:
   that quarantined anything, naming the partitions, in the transaction that marks the run
   succeeded (``spark_tasks.tasks._finish``);
 - :func:`health_warnings` is registered with ``console.health`` (``SparkTasksConfig.ready``):
-  while the latest succeeded retention or purge run of a cluster quarantined partitions,
+  while the latest succeeded retention or purge run of a cluster (in the last week) quarantined
+  partitions,
   ``/api/v1/health`` carries a ``quarantined_partitions`` warning (not counted in ``status``).
   Public, so it names counts only; the Spark runs' pages name the partitions.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+from django.utils import timezone
 
 from audit.choices import AuditOutcome
 from spark_tasks.audit import record_run_event
@@ -44,6 +47,8 @@ QUARANTINE_NAMED = 100
 #: The jobs that quarantine (they plan from the remote-log metadata).
 QUARANTINE_JOBS = (SparkJob.RETENTION, SparkJob.PURGE)
 _BATCH_ROWS = 65_536
+#: How far back the health warning looks for a cluster's latest runs.
+WARNING_WINDOW = dt.timedelta(days=7)
 
 
 class QuarantineAction:
@@ -119,9 +124,16 @@ def record_quarantine_event(run: SparkJobRun, summary: dict[str, Any] | None) ->
 
 def health_warnings() -> list[str]:
     """``quarantined_partitions`` when the latest succeeded retention or purge run of a cluster
-    quarantined partitions (the larger of the two per cluster). Two cheap rows per cluster."""
+    quarantined partitions (the larger of the two per cluster). One query over the runs
+    created in the last :data:`WARNING_WINDOW` (the ``(job, -created_at)`` index bounds it
+    whatever the history's length: retention runs hourly, so a cluster's latest runs are in
+    it; a cluster with no run that recent is not warned about)."""
     latest = (
-        SparkJobRun.objects.filter(state=SparkRunState.SUCCEEDED, job__in=QUARANTINE_JOBS)
+        SparkJobRun.objects.filter(
+            state=SparkRunState.SUCCEEDED,
+            job__in=QUARANTINE_JOBS,
+            created_at__gte=timezone.now() - WARNING_WINDOW,
+        )
         .exclude(cluster=None)
         .order_by("cluster", "job", "-finished_at", "-pk")
         .distinct("cluster", "job")

@@ -273,3 +273,12 @@ def test_a_failed_run_does_not_clear_the_warning(db, client):
         .json()["warnings"][0]
         .startswith("quarantined_partitions: 2 partitions in 1 cluster")
     )
+
+
+def test_a_run_older_than_the_warning_window_says_nothing_about_now(db, client):
+    """The warning reads the runs of the last week (bounded whatever the history's length):
+    retention runs hourly, so a cluster whose latest run is older has stopped being cleaned,
+    which is not what this warning says."""
+    old = _finished(SparkJob.RETENTION, "east", 3, minutes_ago=8 * 24 * 60)
+    SparkJobRun.objects.filter(pk=old.pk).update(created_at=old.finished_at)
+    assert client.get("/api/v1/health").json()["warnings"] == []
