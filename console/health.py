@@ -6,6 +6,12 @@ The object store (the remote tier's S3 bucket) is as the workers last probed it
 counted in ``status``: without it the console, the workflows and the brokers' local logs still
 work, and the brokers keep their segments until the store answers again.
 
+Warnings (``warnings``, a list of ``"<code>: <what>"``) come from the apps above this one, which
+register a source with :func:`register_warning_source` in their ``AppConfig.ready`` (this app
+cannot import them): e.g. ``quarantined_partitions`` from ``spark_tasks``. Like the object store,
+they are shown, not counted in ``status``; the JSON is public, so a warning names counts, not
+topics.
+
 Workers are counted from their heartbeat rows (``Heartbeat`` named ``worker:<node name>``, written
 by each worker every ``STRATA_WORKER_HEARTBEAT_SECONDS``, see :mod:`console.tasks`): a worker is
 up when its row is at most ``STRATA_WORKER_HEARTBEAT_MAX_AGE_SECONDS`` old. A health check is two
@@ -17,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
+from collections.abc import Callable
 
 import redis
 from django.conf import settings
@@ -25,7 +33,15 @@ from django.utils import timezone
 
 from console.models import Heartbeat, ObjectStoreProbe
 
-__all__ = ["WORKER_HEARTBEAT_PREFIX", "Health", "check", "worker_max_age"]
+__all__ = [
+    "WORKER_HEARTBEAT_PREFIX",
+    "Health",
+    "check",
+    "register_warning_source",
+    "worker_max_age",
+]
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +53,8 @@ class Health:
     object_store: str = "unknown"
     #: the store's own words (may name the endpoint): for signed-in pages, not the public JSON
     object_store_detail: str = ""
+    #: what needs an operator without making Strata unavailable (see the module doc)
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -49,6 +67,7 @@ class Health:
             "redis": self.redis,
             "workers": self.workers,
             "object_store": self.object_store,
+            "warnings": list(self.warnings),
             "version": self.version,
         }
 
@@ -110,6 +129,26 @@ def _object_store() -> tuple[str, str]:
     return f"error: {code}{since}", f"{row.store} at {row.endpoint}: {row.error}"
 
 
+_WARNING_SOURCES: list[Callable[[], list[str]]] = []
+
+
+def register_warning_source(source: Callable[[], list[str]]) -> None:
+    """Add ``source`` (no arguments, returns public warning strings) to every health check;
+    registering it again changes nothing."""
+    if source not in _WARNING_SOURCES:
+        _WARNING_SOURCES.append(source)
+
+
+def _warnings() -> tuple[str, ...]:
+    found: list[str] = []
+    for source in _WARNING_SOURCES:
+        try:
+            found += source()
+        except Exception:  # a warning source must never break health
+            log.warning("health warning source %r failed", source, exc_info=True)
+    return tuple(found)
+
+
 def check() -> Health:
     database = _database()
     redis_state = _redis()
@@ -123,4 +162,5 @@ def check() -> Health:
         version=settings.STRATA_VERSION,
         object_store=store,
         object_store_detail=store_detail,
+        warnings=_warnings() if database == "ok" else (),
     )

@@ -10,3 +10,11 @@ class SparkTasksConfig(AppConfig):
 
     name = "spark_tasks"
     verbose_name = "Spark jobs"
+
+    def ready(self) -> None:
+        # /api/v1/health warns while a cluster has quarantined partitions (issue #39); console
+        # sits below this app, so the source is registered from here.
+        from console import health
+        from spark_tasks.quarantine_report import health_warnings
+
+        health.register_warning_source(health_warnings)

@@ -8,7 +8,9 @@ Rules:
   (succeeded / failed / reaped). Progress updates are not audited.
 - The target is ``spark_run`` / the run's primary key; ``after`` carries what a reviewer needs to
   judge the run without opening it: job, cluster, dry run, and at the end the plan's totals
-  (segments, bytes, deletions executed, a dry run's plan digest and rows) or the error.
+  (segments, bytes, deletions executed, partitions quarantined, a dry run's plan digest and
+  rows) or the error. A run that quarantined partitions gets one more event,
+  ``spark.partitions_quarantined``, naming them (``spark_tasks.quarantine_report``).
 - ``record()`` is the last statement of each transaction (it takes the audit chain's lock).
 """
 
@@ -40,7 +42,16 @@ class SparkAuditAction:
 
 
 #: Summary keys copied into a finished run's event (the rest stays on the run row).
-SUMMARY_KEYS = ("segments", "bytes", "by_reason", "partitions", "execution", "deleted", "dry_run")
+SUMMARY_KEYS = (
+    "segments",
+    "bytes",
+    "by_reason",
+    "partitions",
+    "quarantined",
+    "execution",
+    "deleted",
+    "dry_run",
+)
 
 
 def _describe(run: SparkJobRun) -> dict[str, Any]:

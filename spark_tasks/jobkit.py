@@ -149,7 +149,16 @@ def _start_progress(spark) -> None:
 def prepare_out(out: str) -> Path:
     """The output directory, emptied: a rerun replaces its outputs instead of mixing with them."""
     path = Path(os.path.normpath(os.path.abspath(out)))
-    for sub in ("plan", "partitions", "deleted", "report", "orphans", "_staged"):
+    for sub in (
+        "plan",
+        "partitions",
+        "quarantined",
+        "deleted",
+        "report",
+        "orphans",
+        "_staged",
+        "_plan_kept",
+    ):
         shutil.rmtree(path / sub, ignore_errors=True)
     for name in ("summary.json", ERROR_FILE):
         with contextlib.suppress(FileNotFoundError):
@@ -318,7 +327,9 @@ def delete_planned_objects(
 
     ``store_root`` is the remote store's root from configuration (``--store-root``), never
     derived from the plan. Decision: **one row outside it fails the whole run before anything is
-    deleted.** :func:`check_inside_store` first reads every row's ``object_path`` (one cheap
+    deleted**: a plan given to be carried out (``delete_objects``, ``orphans``) is carried out
+    whole or not at all. (The planning jobs never get here with such a row: they quarantine its
+    partition first, ``spark_tasks.quarantine``.) :func:`check_inside_store` first reads every row's ``object_path`` (one cheap
     pass on the executors, no delete) and, if any lies outside, :func:`refuse` fails the job
     with the rows named; only a plan wholly inside the store reaches the delete stage. The
     delete loop checks every object again (:func:`unlink_paths`): one outside is ``refused``
@@ -478,7 +489,9 @@ def add_store_root_argument(parser: argparse.ArgumentParser, *, required: bool) 
         required=required,
         default=None,
         help="the remote store's root (s3://BUCKET/PREFIX) from configuration; objects outside "
-        "it are never deleted, and a plan naming one fails the run before any delete",
+        "it are never deleted: retention and purge quarantine the partitions of records naming "
+        "one (quarantined/) and clean the rest, a plan given to delete_objects or orphans that "
+        "names one fails the run before any delete",
     )
 
 

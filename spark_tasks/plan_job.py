@@ -14,8 +14,10 @@ plan along different paths, each in its own module:
 Outputs (DESIGN.md "Spark job contract"): ``plan/`` (segment_id, cluster, topic, partition, reason,
 size_bytes, object_path), ``partitions/`` (cluster, topic, partition, new_log_start_offset,
 segments_deleted, bytes_deleted; a row for every partition whose plan deletes something or moves
-its log start offset) and ``summary.json``. Without ``--dry-run`` the executors then delete the
-planned objects (``deleted/``); with it nothing is deleted.
+its log start offset), ``quarantined/`` (with ``--store-root``: the planned rows of partitions
+with a record outside the store, withheld; see ``quarantine``) and ``summary.json``. Without
+``--dry-run`` the executors then delete the planned objects (``deleted/``); with it nothing is
+deleted.
 
 Segments whose partition has no row in the partition state (no live leader reported it, or the
 topic is gone) are counted as ``segments_without_partition_state`` and not judged: there is no
@@ -33,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spark_tasks import jobkit, rules
+from spark_tasks import jobkit, quarantine, rules
 from spark_tasks.plan_io import (
     SEGMENT_COLUMNS,
     InvalidInventory,
@@ -97,10 +99,11 @@ def run_plan_job(
     """Plan ``kind`` into ``out`` and, unless ``dry_run``, delete the plan's objects.
 
     ``store_root`` (the remote store's root from configuration) is required to delete. When it
-    is given, the plan is checked against it once it is written, dry run or not: one object
-    outside the store fails the job before anything is deleted (``jobkit.ensure_inside_store``),
-    so a bad inventory row stops the run at planning time, before the Celery task publishes log
-    start offsets or marks segments.
+    is given, the plan is checked against it once it is written, dry run or not: a partition
+    with a planned object outside the store is quarantined (``quarantine``: all its rows leave
+    ``plan/`` and ``partitions/`` for ``quarantined/``, the summary counts them under
+    ``quarantined``) and every other partition is planned and deleted as usual. This happens at
+    planning time, before the Celery task publishes log start offsets or marks segments.
     """
     if not dry_run and not store_root:
         raise ValueError("deleting needs the remote store's root (store_root)")
@@ -116,6 +119,10 @@ def run_plan_job(
     else:
         parts = spark.read.parquet(partitions)
         counts = _staged_outputs(spark, kind, inv, parts, out_dir, now_ms, in_flight_ms)
+    withheld = None
+    if store_root:
+        withheld = quarantine.quarantine_outside_store(spark, out_dir, store_root, partitions)
+        withheld.apply_to(counts)
     by_reason = counts.pop("by_reason")
     summary: dict[str, Any] = {
         "job": kind,
@@ -127,8 +134,8 @@ def run_plan_job(
         "by_reason": by_reason,
         **counts,
     }
-    if dry_run and store_root:
-        jobkit.ensure_inside_store(spark, out_dir / "plan", store_root, out_dir)
+    if withheld is not None:
+        summary["quarantined"] = withheld.summary()
     if not dry_run:
         timings: dict[str, float] = {}
         summary["deleted"] = jobkit.delete_planned_objects(

@@ -5,7 +5,8 @@
 For partitions whose ``disable_policy`` is ``delete``: every segment with ``tiered_epoch <
 purge_below_tiered_epoch`` not yet DELETE_SEGMENT_FINISHED (reason ``purge_disabled``); the new
 log start offset is at least the local log start offset; segments of the current tiered epoch are
-never touched. Same outputs as ``retention``, and the same ``--store-root`` rule.
+never touched. Same outputs as ``retention``, and the same ``--store-root`` rule: a partition
+with a record outside the store is quarantined (``quarantined/``), the rest purged.
 """
 
 from __future__ import annotations

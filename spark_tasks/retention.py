@@ -10,8 +10,10 @@ the dry-run plan, publishes the log start offsets and marks DELETE_SEGMENT_START
 deletes with ``delete_objects`` (Kafka's order; see ``spark_tasks.remote``).
 
 ``--store-root`` (the remote store's root from configuration) is required unless ``--dry-run``;
-when given, a plan with any object outside it fails the job before anything is deleted (exit
-code ``jobkit.REFUSED_OUTSIDE_STORE``, the rows named in ``DIR/error.json``), dry run or not.
+when given, a partition whose plan names an object outside it is quarantined before anything is
+deleted, dry run or not: its rows leave ``plan/`` and ``partitions/`` for ``DIR/quarantined/``,
+``summary.json`` counts them under ``quarantined``, and every other partition is planned (and
+deleted) as usual (see ``spark_tasks.quarantine``).
 """
 
 from __future__ import annotations

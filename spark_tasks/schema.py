@@ -15,8 +15,10 @@ __all__ = [
     "PARTITION_KEY",
     "PARTITION_STATE_SCHEMA",
     "PLAN_SCHEMA",
+    "QUARANTINE_SCHEMA",
     "DisablePolicy",
     "PlanReason",
+    "QuarantineReason",
     "SegmentState",
     "TieredState",
 ]
@@ -128,6 +130,32 @@ PLAN_SCHEMA = pa.schema(
         ("reason", pa.string()),
         ("size_bytes", pa.int64()),
         ("object_path", pa.string()),
+    ]
+)
+
+
+class QuarantineReason:
+    """Why a plan row is in ``quarantined/`` instead of ``plan/`` (its ``reason`` column)."""
+
+    #: the row's ``object_path`` lies outside the remote store's root (``spark_tasks.store``)
+    OUTSIDE_STORE = "object_outside_store"
+    #: the row's object is inside, but another record of its partition names one outside: the
+    #: partition's cleanup is refused as a whole (see ``spark_tasks.quarantine``)
+    PARTITION_QUARANTINED = "partition_quarantined"
+
+    ALL = (OUTSIDE_STORE, PARTITION_QUARANTINED)
+
+
+#: ``quarantined/``: the plan rows withheld from a run, every planned row of a quarantined
+#: partition (``spark_tasks.quarantine``).
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("cluster", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("segment_id", pa.string()),
+        ("object_path", pa.string()),
+        ("reason", pa.string()),
     ]
 )
 

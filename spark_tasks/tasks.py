@@ -26,9 +26,14 @@ the same transaction (``spark_tasks.audit``).
 Deletes stay inside the remote store (issue #11): every job that deletes gets the store's root
 from configuration as ``--store-root`` (the backend's ``remote_root()``, see
 ``spark_tasks.agent_remote``), never from the rows; a run that would delete without one fails.
-Planning runs get it too when it is known, so a plan naming an object outside the store fails
-while planning (dry runs included), before any log start offset is published or segment marked.
-A refusing job writes ``error.json`` and the run's error names the offending rows.
+Planning runs get it too when it is known: a retention or purge plan naming an object outside the
+store has that partition quarantined while planning (dry runs included), before any log start
+offset is published or segment marked, and the rest of the cluster is planned and cleaned as
+usual (issue #39, ``spark_tasks.quarantine``). The run's summary gets ``quarantined_partitions``
+(loaded from the job's ``quarantined/``), and the transaction that marks it succeeded writes one
+``spark.partitions_quarantined`` audit event naming them (``spark_tasks.quarantine_report``).
+A job that refuses (``delete_objects`` or ``orphans`` given a plan with a row outside the store)
+writes ``error.json`` and the run's error names the offending rows.
 
 A dry run of a planning job that succeeds gets its plan's digest and row count stored on its row
 (``plan_digest``, ``plan_rows``; ``spark_tasks.plan_digest``) in the transaction that marks it
@@ -62,6 +67,11 @@ from spark_tasks.models import (
     StorageSnapshot,
 )
 from spark_tasks.plan_digest import plan_digest
+from spark_tasks.quarantine_report import (
+    QUARANTINE_JOBS,
+    load_quarantined,
+    record_quarantine_event,
+)
 from spark_tasks.submit import SubmitResult, spark_submit
 
 __all__ = [
@@ -258,14 +268,17 @@ def _finish(
     with transaction.atomic():
         done = SparkJobRun.objects.filter(pk=run_id, state=SparkRunState.RUNNING).update(**fields)
         if done:
+            run = SparkJobRun.objects.get(pk=run_id)
             record_run_event(
-                SparkJobRun.objects.get(pk=run_id),
+                run,
                 SparkAuditAction.BY_FINAL_STATE[state],
                 outcome=AuditOutcome.SUCCESS
                 if state == SparkRunState.SUCCEEDED
                 else AuditOutcome.FAILURE,
                 extra=finished_extra(state, error, summary, plan),
             )
+            if state == SparkRunState.SUCCEEDED:
+                record_quarantine_event(run, summary)
 
 
 def _progress_recorder(run_id: int):
@@ -393,6 +406,8 @@ def _execute_with(
         if run.dry_run and run.job in DRY_RUN_JOBS:
             args.append("--dry-run")
         summary = _submit(run, run.job, args, work, out).summary or {}
+        if run.job in QUARANTINE_JOBS and store_root:
+            summary["quarantined_partitions"] = load_quarantined(out)
         if run.job == SparkJob.STORAGE_REPORT:
             summary["snapshots_loaded"] = load_storage_snapshots(run, out)
         if run.job in STORE_ROOT_JOBS:
@@ -400,9 +415,11 @@ def _execute_with(
         return summary
 
     # Kafka's order: plan, publish log start offsets, mark, delete on executors, mark finished.
-    # The plan is checked against the store while planning (--store-root is in args): a row
-    # outside it fails the run here, before anything is published, marked or deleted.
+    # The plan is checked against the store while planning (--store-root is in args): the
+    # partitions with a row outside it are quarantined there, out of plan/ and partitions/,
+    # before anything is published, marked or deleted; the rest goes on.
     plan = _submit(run, run.job, [*args, "--dry-run"], work, out).summary or {}
+    plan["quarantined_partitions"] = load_quarantined(out)
     steps: dict[str, Any] = {}
     steps["log_start_offsets_published"] = remote.publish_log_start_offsets(backend, out)
     steps["marked_delete_started"] = remote.mark_planned(backend, out)

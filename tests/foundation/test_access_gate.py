@@ -126,6 +126,7 @@ def test_health_needs_no_login(client):
         "redis",
         "workers",
         "object_store",
+        "warnings",
         "version",
     }
 

@@ -42,7 +42,15 @@ def test_health_without_workers_is_503_and_names_each_part(client, no_broadcast)
     response = client.get("/api/v1/health")
     assert response.status_code == 503
     body = response.json()
-    assert set(body) == {"status", "database", "redis", "workers", "object_store", "version"}
+    assert set(body) == {
+        "status",
+        "database",
+        "redis",
+        "workers",
+        "object_store",
+        "warnings",
+        "version",
+    }
     assert body["database"] == "ok" and body["redis"] == "ok" and body["workers"] == 0
     assert body["status"] == "unavailable"
     no_broadcast.assert_not_called()

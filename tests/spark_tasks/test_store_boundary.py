@@ -1,6 +1,7 @@
 """Issue #11, "Deletes stay inside the remote store": the store's root comes from configuration,
-an object outside it is never deleted, and a plan naming one fails the run, with the row named,
-before anything is deleted."""
+an object outside it is never deleted, and a plan given to ``delete_objects`` naming one fails the
+run, with the row named, before anything is deleted (a planning job quarantines the partition
+instead, issue #39: ``test_quarantine.py``)."""
 
 from __future__ import annotations
 
@@ -186,16 +187,21 @@ def test_a_delete_without_a_configured_store_root_fails_before_spark(db, backend
 @pytest.mark.integration
 def test_a_purge_naming_objects_outside_the_store_deletes_nothing_and_names_them(db, backend):
     """Acceptance: the inventory names two objects outside the store (through ``..`` segments and
-    in a sibling prefix sharing the store's characters). The run fails while planning, naming
-    both segments; nothing was published, marked or deleted, outside the store or in it."""
+    in a sibling prefix sharing the store's characters). Their partition, the only one, is
+    quarantined while planning (issue #39): the run names both segments and deletes, publishes
+    and marks nothing, outside the store or in it."""
     run = _execute(SparkJob.PURGE, {}, dry_run=False)
 
-    assert run.state == SparkRunState.FAILED, run.log_tail
-    assert "outside the remote store" in run.error
-    assert "seg-dotdot" in run.error and "seg-sibling" in run.error
-    assert "elsewhere/victim.log" in run.error and "-evil/" in run.error
+    assert run.state == SparkRunState.SUCCEEDED, run.log_tail
+    assert run.output_summary["quarantined"]["outside_objects"] == 2
+    assert run.output_summary["segments"] == 0
+    named = run.output_summary["quarantined_partitions"]
+    assert [(p["topic"], p["partition"], p["outside_objects"]) for p in named] == [
+        (tiny_store.TOPIC, 0, 2)
+    ]
+    assert "elsewhere/victim.log" in named[0]["object_path"]
     assert all(s3util.exists(p) for p in backend.store.outside.values())
-    assert all(s3util.exists(p) for p in backend.store.inside)  # refused before any delete
+    assert all(s3util.exists(p) for p in backend.store.inside)  # withheld: nothing deleted
     assert backend.calls == []  # no log start offset published, no segment marked
 
 

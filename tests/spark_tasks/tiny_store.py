@@ -6,7 +6,9 @@ The partition was disabled with the ``delete`` policy at tiered epoch 1, so ``pu
 segment it lists (all tiered at epoch 0). ``escapes=True`` adds two segments whose objects lie
 outside the store, each an object that exists: one whose path starts inside the prefix and
 climbs out of it through ``..`` segments into a sibling prefix ``<prefix>-elsewhere/``, one in a
-sibling prefix that shares the store's characters (``<prefix>-evil/``)."""
+sibling prefix that shares the store's characters (``<prefix>-evil/``). ``clean_partitions=n``
+adds partitions 1..n of the same topic, fenced the same way, each with three segments whose
+objects lie inside the store (``clean``: partition -> its objects' URIs)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ class TinyStore:
     inside: list[str]
     #: segment id -> the object outside the store its object path reaches
     outside: dict[str, str]
+    #: partition (1..n) -> the URIs of its objects, all inside the store
+    clean: dict[int, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def store_prefix(name: str) -> S3Location:
@@ -48,12 +52,12 @@ def store_prefix(name: str) -> S3Location:
     return session.child(f"{name}-{secrets.token_hex(3)}")
 
 
-def _segment(segment_id: str, i: int, object_path: str) -> dict:
+def _segment(segment_id: str, i: int, object_path: str, partition: int = 0) -> dict:
     return {
         "cluster": CLUSTER,
         "topic": TOPIC,
         "topic_id": TOPIC_ID,
-        "partition": 0,
+        "partition": partition,
         "segment_id": segment_id,
         "start_offset": 100 * i,
         "end_offset": 100 * i + 99,
@@ -67,7 +71,7 @@ def _segment(segment_id: str, i: int, object_path: str) -> dict:
     }
 
 
-def build(base: Path, *, escapes: bool = False) -> TinyStore:
+def build(base: Path, *, escapes: bool = False, clean_partitions: int = 0) -> TinyStore:
     loc = store_prefix(base.name)
     pdir = f"{loc.uri}/{TOPIC}-{TOPIC_ID}/0"
     rows, inside = [], []
@@ -87,23 +91,16 @@ def build(base: Path, *, escapes: bool = False) -> TinyStore:
         s3util.put(sibling, b"not the store's either")
         rows.append(_segment("seg-sibling", 4, sibling))
         outside["seg-sibling"] = sibling
-    state = {
-        "cluster": CLUSTER,
-        "topic": TOPIC,
-        "topic_id": TOPIC_ID,
-        "partition": 0,
-        "retention_ms": -1,
-        "retention_bytes": -1,
-        "log_start_offset": 0,
-        "local_log_start_offset": 100 * len(rows),
-        "log_end_offset": 100 * len(rows) + 50,
-        "local_untiered_bytes": 0,
-        "leader_epochs": [{"epoch": 0, "start_offset": 0}],
-        "tiered_state": "DISABLED",
-        "tiered_epoch": 1,
-        "disable_policy": "delete",
-        "purge_below_tiered_epoch": 1,
-    }
+    states = [_state(0, len(rows))]
+    clean: dict[int, list[str]] = {}
+    for partition in range(1, clean_partitions + 1):
+        clean[partition] = []
+        for i in range(3):
+            obj = f"{loc.uri}/{TOPIC}-{TOPIC_ID}/{partition}/{i * 100:020d}-p{partition}-{i}.log"
+            s3util.put(obj, b"y" * (1000 + i))
+            clean[partition].append(obj)
+            rows.append(_segment(f"p{partition}-seg-{i}", i, obj, partition))
+        states.append(_state(partition, 3))
     inputs = base / "inputs"
     (inputs / "inventory").mkdir(parents=True)
     (inputs / "partitions").mkdir(parents=True)
@@ -112,7 +109,7 @@ def build(base: Path, *, escapes: bool = False) -> TinyStore:
         inputs / "inventory" / "part-00000.parquet",
     )
     pq.write_table(
-        pa.Table.from_pylist([state], schema=PARTITION_STATE_SCHEMA),
+        pa.Table.from_pylist(states, schema=PARTITION_STATE_SCHEMA),
         inputs / "partitions" / "part-00000.parquet",
     )
     return TinyStore(
@@ -122,4 +119,27 @@ def build(base: Path, *, escapes: bool = False) -> TinyStore:
         partitions=inputs / "partitions",
         inside=inside,
         outside=outside,
+        clean=clean,
     )
+
+
+def _state(partition: int, segments: int) -> dict:
+    """A partition disabled with the delete policy at tiered epoch 1: its ``segments`` segments
+    (tiered at epoch 0) are all below the purge epoch."""
+    return {
+        "cluster": CLUSTER,
+        "topic": TOPIC,
+        "topic_id": TOPIC_ID,
+        "partition": partition,
+        "retention_ms": -1,
+        "retention_bytes": -1,
+        "log_start_offset": 0,
+        "local_log_start_offset": 100 * segments,
+        "log_end_offset": 100 * segments + 50,
+        "local_untiered_bytes": 0,
+        "leader_epochs": [{"epoch": 0, "start_offset": 0}],
+        "tiered_state": "DISABLED",
+        "tiered_epoch": 1,
+        "disable_policy": "delete",
+        "purge_below_tiered_epoch": 1,
+    }

@@ -4,11 +4,16 @@ at once (400), the KIP's refusals by the worker's planning (state ``refused``)."
 
 from __future__ import annotations
 
+import json
+import secrets
+
 import pytest
 
 from audit.models import AuditEvent
 from audit.trail import verify_chain
 from broker_agent.choices import RemoteSegmentState, TieredState
+from broker_agent.objectstore import ObjectStoreConfig, S3Location
+from broker_agent.remote import METADATA_DIR
 from console.models import Partition
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from tests import s3util
@@ -257,6 +262,79 @@ def test_delete_needs_two_approvers_and_runs_the_spark_purge_to_the_end(
     assert rows and all(s.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED for s in rows)
     assert not any(_exists(s.object_path) for s in rows)
     assert verify_chain().ok
+
+
+def test_a_record_outside_the_store_quarantines_its_partition_and_the_purge_cleans_the_rest(
+    lab, api, operator, approver, second_approver, worker
+):
+    """Issue #39: someone wrote a metadata record under ``__remote_log_metadata/`` for partition 0
+    naming an object outside the store. The delete-policy disablement still succeeds: its purge
+    quarantines partition 0 (nothing of it marked or deleted, the outside object untouched) and
+    purges partition 1; the step names the quarantined partition."""
+    sim = lab
+    tiered_topic(sim, "ledger", partitions=2, records=300)
+    victim = _plant_outside_record(sim, "ledger", 0)
+    sync()
+    created = _request(api, operator, topic="ledger", policy="delete")
+    assert created["state"] == WorkflowState.PENDING_APPROVAL, created
+    for who in (approver, second_approver):
+        api(who).post(f"/workflows/{created['id']}/approve", {"plan_hash": created["plan_hash"]})
+    wait_for(lambda: state_of(created["id"]) in WorkflowState.TERMINAL, 400, "the purge to end")
+    body = api(operator).get(f"/workflows/{created['id']}").json()
+    assert body["state"] == WorkflowState.SUCCEEDED, body
+    purge = Workflow.objects.get(pk=created["id"]).steps.get(name="purge_remote_segments")
+    assert purge.state == StepState.SUCCEEDED
+    assert purge.output["quarantined_partitions"] == ["ledger-0"]
+    logged = " ".join(purge.logs.values_list("message", flat=True))
+    assert "quarantined 1 partition: ledger-0" in logged
+    run = SparkJobRun.objects.get(pk=purge.output["spark_run"])
+    assert run.output_summary["quarantined"]["outside_objects"] == 1
+    assert AuditEvent.objects.filter(
+        action="spark.partitions_quarantined", target_id=str(run.pk)
+    ).exists()
+
+    fenced = {p: _fenced(sim, "ledger", p) for p in (0, 1)}
+    assert fenced[0] and fenced[1]
+    # partition 1 purged: metadata finished, objects gone
+    assert all(s.state == RemoteSegmentState.DELETE_SEGMENT_FINISHED for s in fenced[1])
+    assert not any(_exists(s.object_path) for s in fenced[1])
+    # partition 0 quarantined: nothing marked, nothing deleted, inside the store or out
+    assert not any(s.state.startswith("DELETE_SEGMENT") for s in fenced[0])
+    assert all(_exists(s.object_path) for s in fenced[0] if s.object_path != victim)
+    assert _exists(victim)
+    assert verify_chain().ok
+
+
+def _fenced(sim, topic: str, partition: int) -> list:
+    leader = sim.partition(topic, partition).leader
+    return [
+        s
+        for s in sim.agent(leader).inventory(topic)
+        if s.partition == partition and s.tiered_epoch < 1
+    ]
+
+
+def _plant_outside_record(sim, topic: str, partition: int) -> str:
+    """Copy one of the partition's metadata records under a new segment id, its
+    ``object_path`` naming an object (which exists) in a sibling prefix of the cluster's store.
+    Returns that object's URI."""
+    store = S3Location.parse(json.loads((sim.data / "cluster.json").read_text())["remote_store"])
+    client = ObjectStoreConfig.from_env().client()
+    prefix = store.key(METADATA_DIR) + "/"
+    keys = [
+        o["Key"]
+        for o in client.list_objects_v2(Bucket=store.bucket, Prefix=prefix).get("Contents", [])
+        if o["Key"].split("/")[-3].startswith(f"{topic}-")
+        and o["Key"].split("/")[-2] == str(partition)
+    ]
+    assert keys, f"no metadata record of {topic}-{partition} under {prefix}"
+    record = json.loads(client.get_object(Bucket=store.bucket, Key=keys[0])["Body"].read())
+    victim = f"{store.uri}-elsewhere/{topic}/victim.log"
+    s3util.put(victim, b"not the store's")
+    record.update(segment_id=f"planted{secrets.token_hex(8)}", object_path=victim)
+    planted = keys[0].rsplit("/", 1)[0] + f"/{record['segment_id']}.json"
+    client.put_object(Bucket=store.bucket, Key=planted, Body=json.dumps(record).encode())
+    return victim
 
 
 def remote_segments_of(sim, topic: str) -> list:

@@ -53,6 +53,7 @@ from audit.models import AuditEvent
 from broker_agent.choices import DisablePolicy
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.plan_digest import plan_digest
+from spark_tasks.quarantine_report import quarantined_count
 from workflows.errors import ErrorCode
 from workflows.kinds import (
     Field,
@@ -184,7 +185,9 @@ def follow_spark_run(
     queued again under the next attempt key, up to :data:`LOST_RUN_RESUBMITS` times: every job a
     step runs is idempotent (plans are rewritten, log start offsets never move back, a deleted
     object counts as deleted), and a lost run says nothing about the job. Any other failed or
-    cancelled run fails the step with ``SPARK_RUN_FAILED``."""
+    cancelled run fails the step with ``SPARK_RUN_FAILED``. A succeeded run that quarantined
+    partitions (issue #39) completes the step: the step log names them and its output lists
+    them as ``quarantined_partitions``."""
     key = f"{ctx.idempotency_key}:spark"
     attempt, run = _latest_run(ctx, key)
     if run is None:
@@ -194,14 +197,16 @@ def follow_spark_run(
         run.refresh_from_db()
         ctx.progress(run.tasks_done, max(run.tasks_total, run.tasks_done, 1), "tasks")
         if run.state == SparkRunState.SUCCEEDED:
-            return StepResult.done(
-                {
-                    "spark_run": run.pk,
-                    "spark_run_url": reverse("spark_tasks:run-detail", args=[run.pk]),
-                    "summary": _small(run.output_summary or {}),
-                    "output_dir": run.output_dir,
-                }
-            )
+            output = {
+                "spark_run": run.pk,
+                "spark_run_url": reverse("spark_tasks:run-detail", args=[run.pk]),
+                "summary": _small(run.output_summary or {}),
+                "output_dir": run.output_dir,
+            }
+            quarantined = _report_quarantine(ctx, job, run)
+            if quarantined:
+                output["quarantined_partitions"] = quarantined
+            return StepResult.done(output)
         if run.state == SparkRunState.FAILED and run.lost and attempt < LOST_RUN_RESUBMITS:
             attempt += 1
             ctx.log(f"Spark {job} run #{run.pk} was lost with its worker: queued again")
@@ -218,6 +223,33 @@ def follow_spark_run(
                 retry_in=FOLLOW_POLL_SECONDS,
             )
         time.sleep(FOLLOW_POLL_SECONDS)
+
+
+#: Quarantined partitions a step's log and output name (the run's page names up to 100).
+QUARANTINE_NAMED_IN_STEP = 20
+
+
+def _report_quarantine(ctx: StepContext, job: str, run: SparkJobRun) -> list[str]:
+    """The partitions ``run`` quarantined (issue #39: their remote-log metadata names objects
+    outside the store, so their cleanup was refused while the rest went on), logged on the step
+    and returned as ``topic-partition`` names for its output; [] when there were none."""
+    summary = run.output_summary or {}
+    count = quarantined_count(summary)
+    if not count:
+        return []
+    names = [
+        f"{p.get('topic')}-{p.get('partition')}"
+        for p in (summary.get("quarantined_partitions") or [])[:QUARANTINE_NAMED_IN_STEP]
+    ]
+    more = f" (first {len(names)} named)" if count > len(names) else ""
+    ctx.log(
+        f"Spark {job} run #{run.pk} quarantined {count} partition{'s' if count != 1 else ''}"
+        f"{more}: {', '.join(names)}. Their remote-log metadata names objects outside the "
+        "remote store, so their cleanup was refused (nothing of theirs was published, marked "
+        "or deleted); every other partition was cleaned. See "
+        f"{reverse('spark_tasks:run-detail', args=[run.pk])}"
+    )
+    return names
 
 
 def _small(summary: dict[str, Any]) -> dict[str, Any]:

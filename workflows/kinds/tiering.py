@@ -50,7 +50,8 @@ Decisions (where the KIP leaves room):
   job works cluster-wide on every segment fenced by a delete-policy disablement (``tiered_epoch <
   purge_below_tiered_epoch``); this topic's are among them and segments of the current epoch are
   never touched, so purging other fenced topics' garbage too is never wrong. The run is linked
-  from the step log and its Spark task progress is the step's progress bar.
+  from the step log and its Spark task progress is the step's progress bar. A partition with a
+  record outside the store is quarantined (#39): the rest is purged, the step names it.
 - **Disk growth projection (retain).** Once copying stops, local segments expire only when no
   remote data is left (KIP-950 "Data expiry"), so a broker keeps locally everything produced from
   now on until the remote log has expired by the topic-wide retention. In steady state the local
@@ -418,7 +419,7 @@ def complete_disablement(ctx: StepContext) -> StepResult:
 
 
 def purge_remote_segments(ctx: StepContext) -> StepResult:
-    """Delete policy: the Spark purge job, followed to the end (progress on the page)."""
+    """Delete policy: the Spark purge job, followed to the end (quarantines named)."""
     return follow_spark_run(ctx, SparkJob.PURGE, {}, dry_run=False)
 
 
