@@ -311,6 +311,10 @@ class LogDirInfo(_Model):
     error: str | None = None
     replica_count: int = 0
     offline_replica_count: int = 0
+    cordoned: bool = False
+    """KIP-1066 ``cordoned.log.dirs``: no new replica is placed here; its replicas serve on."""
+    removal_pending: bool = False
+    """Removed from the broker's configuration; the dir leaves at the broker's next start."""
 
 
 class ReplicaInfo(_Model):

@@ -213,6 +213,16 @@ def cmd_start_broker(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_restart_broker(args) -> int:
+    """Through the controller's sim control (controlled shutdown first, as a worker does)."""
+    data = os.path.abspath(args.data)
+    out = controller_client(data).request(
+        "POST", f"/v1/sim/brokers/{args.id}/restart", body={}, timeout=60
+    )
+    print(json.dumps(out))
+    return 0
+
+
 def _status(data: str) -> dict:
     from broker_agent.client import AgentClient
 
@@ -540,6 +550,12 @@ def build_parser() -> argparse.ArgumentParser:
     kb.add_argument("id", type=int)
     sb = add("start-broker", cmd_start_broker, "start one broker again")
     sb.add_argument("id", type=int)
+    rb = add(
+        "restart-broker",
+        cmd_restart_broker,
+        "restart one broker process (a failed log dir comes back only this way, as in Kafka)",
+    )
+    rb.add_argument("id", type=int)
     ct = add("create-topic", cmd_create_topic, "create a topic")
     ct.add_argument("topic")
     ct.add_argument("--partitions", type=int, required=True)
