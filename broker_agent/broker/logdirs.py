@@ -226,6 +226,8 @@ class LogDirsMixin:
             key = partition_key(r.topic, r.partition)
             if key in from_leaders:
                 size, source = from_leaders[key], "leader"
+            elif r.log is not None:  # a cordoned dir's replica that still serves
+                size, source = r.log.size_bytes, "local"
             elif r.last_size_bytes is not None:
                 size, source = r.last_size_bytes, "last_known"
             else:
