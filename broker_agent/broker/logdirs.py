@@ -217,7 +217,11 @@ class LogDirsMixin:
                 for r in self.replicas.values()
                 if r.dir_name == name or (r.log is None and r.dir_name is None)
             ]
-            others = [x for x in self.log_dirs.values() if x.name != name]
+            others = [
+                x
+                for x in self.log_dirs.values()
+                if x.name != name and x.name not in self.removed_log_dirs
+            ]
             targets = [x for x in others if x.good and not x.cordoned]
             infos = {x.name: self.log_dir_info(x) for x in targets}
         from_leaders = self._sizes_from_leaders(moving)
