@@ -421,6 +421,19 @@ def cmd_shrink_partitions(args) -> int:
     return _alter_partition_count(args, grow=False)
 
 
+def cmd_cordon_log_dir(args) -> int:
+    """KIP-1066 ``cordoned.log.dirs`` on one broker: no new replicas on the dir (its replicas
+    keep serving); ``--lift`` removes the cordon."""
+    from broker_agent.client import AgentClient
+
+    data = os.path.abspath(args.data)
+    c = read_cluster(data)
+    with AgentClient(c["brokers"][str(args.id)]["url"], data_secret(data)) as a:
+        info = a.uncordon_log_dir(args.log_dir) if args.lift else a.cordon_log_dir(args.log_dir)
+    print(info.model_dump_json())
+    return 0
+
+
 def cmd_log_dir_reset(args) -> int:
     print(json.dumps(controller_client(os.path.abspath(args.data)).log_dir_reset(args.id)))
     return 0
@@ -591,7 +604,19 @@ def build_parser() -> argparse.ArgumentParser:
     ch = add("churn", cmd_churn, "synthetic mode: change a fraction of the partitions")
     ch.add_argument("--fraction", type=float, default=0.01)
     ch.add_argument("--seed", type=int)
-    lr = add("log-dir-reset", cmd_log_dir_reset, "KIP-112 LogDirReset for a broker")
+    cd = add(
+        "cordon-log-dir",
+        cmd_cordon_log_dir,
+        "KIP-1066 cordon: no new replicas on a dir, its replicas keep serving (--lift: undo)",
+    )
+    cd.add_argument("id", type=int)
+    cd.add_argument("log_dir")
+    cd.add_argument("--lift", action="store_true")
+    lr = add(
+        "log-dir-reset",
+        cmd_log_dir_reset,
+        "LogDirReset (superseded KIP-112 draft; a restart re-creates replicas) for a broker",
+    )
     lr.add_argument("id", type=int)
     dl = add("demo-load", cmd_demo_load, "create demo topics and run a gentle produce load")
     dl.add_argument("--rate", type=float, default=20, help="records per second (total)")

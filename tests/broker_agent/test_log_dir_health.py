@@ -115,7 +115,8 @@ def test_cordon_only_stops_new_replicas_on_the_dir_and_its_replicas_keep_serving
     # configuration: still cordoned after a restart; lifted, the dir takes new replicas again
     sim.cli("restart-broker", "1")
     assert {d.name: d.cordoned for d in sim.agent(1).log_dirs()}[target]
-    assert not sim.agent(1).uncordon_log_dir(target).cordoned
+    sim.cli("cordon-log-dir", "1", target, "--lift")
+    assert not {d.name: d.cordoned for d in sim.agent(1).log_dirs()}[target]
     sim.controller.create_topic("later", 4, 2)
     wait_until(
         lambda: all(sim.replica(1, "later", p) is not None for p in range(4)), 15, what="replicas"

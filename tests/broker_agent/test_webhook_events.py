@@ -24,6 +24,7 @@ def _fail_dir(sim, broker_id: int, name: str) -> None:
     path.rename(f"{path}.removed")
     path.write_text("not a directory")
 
+
 pytestmark = pytest.mark.integration
 
 HOOK_PATH = "/hooks/strata?source=agent"

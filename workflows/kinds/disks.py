@@ -475,7 +475,8 @@ class RecoverLogDir(WorkflowKind):
             RecoveryMode.ALL,
             default=RecoveryMode.REPLACE,
             help="replace: a new disk at the same path (human gate); remove: drop the dir from "
-            "the broker's config (needs room on the good dirs, two approvals).",
+            "the broker's config (needs room on the good dirs, two approvals). Either way the "
+            "broker then restarts: Kafka brings a failed dir back only at a restart.",
         ),
     )
 
