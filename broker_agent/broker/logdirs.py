@@ -4,7 +4,8 @@ configuration (option 2 of "the disk gets fixed") with its placement plan, and t
 webhook events they raise.
 
 A failed dir stays OFFLINE until the broker process restarts, as in Kafka (KIP-112: "fix disks
-and reboot broker"; ``LogDirFailureChannel`` has no way back): the broker re-reads its dirs only
+and reboot broker"; Kafka's ``LogManager.handleLogDirFailure`` drops the dir from its live dirs
+for the life of the process): the broker re-reads its dirs only
 at start (:meth:`Broker.start`). Cordon and removal are configuration, persisted in
 ``meta/log-dirs.json``: a cordoned dir keeps serving its replicas and only gets no new ones; a
 removed dir leaves the broker at its next start.

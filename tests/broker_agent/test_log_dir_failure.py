@@ -170,8 +170,8 @@ def test_a_failed_dir_stays_offline_until_the_broker_restarts_then_refills_witho
     sim_factory,
 ):
     """KIP-112: a failed dir stays offline while the broker runs ("fix disks and reboot
-    broker"; Kafka's ``LogDirFailureChannel`` has no way back, ``LogManager`` reads its dirs at
-    start). After the restart: "Even if isNewReplica=false and replica is not found on any log
+    broker"; Kafka's ``LogManager.handleLogDirFailure`` drops the dir from its live dirs, read
+    again only at start). After the restart: "Even if isNewReplica=false and replica is not found on any log
     directory, broker will still create replica on a good log directory if there is no bad log
     directory" - the replaced disk refills from the leader; LogDirReset is not needed."""
     sim = sim_factory(3, 2, *FAST)

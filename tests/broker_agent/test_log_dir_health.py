@@ -66,8 +66,7 @@ def test_cordon_only_stops_new_replicas_on_the_dir_and_its_replicas_keep_serving
     """KIP-1066 ``cordoned.log.dirs`` (Kafka 4.3): a cordoned dir receives no new replica, its
     existing replicas keep serving (no leader moves, the ISR keeps the broker), and it is not
     offline: OfflineLogDirectoryCount counts only failed dirs (KIP-112). The cordon is
-    configuration: it survives a restart, and lifting it lets new replicas land there again.
-    Kafka: ``LogManager`` skips ``cordonedLogDirs`` in ``nextLogDirs``."""
+    configuration: it survives a restart, and lifting it lets new replicas land there again."""
     sim = sim_factory(2, 2, "--probe-interval", "0.5", "--session-timeout-ms", "2000")
     sim.controller.create_topic("fenced", 2, 2)
     wait_until(
