@@ -78,6 +78,7 @@ def cmd_up(args) -> int:
             "replica_lag_time_max_ms": args.replica_lag_time_max_ms,
             "session_timeout_ms": args.session_timeout_ms,
             "log_dir_capacity_bytes": args.log_dir_capacity_bytes,
+            "restart_control": not args.no_restart_control,
             "secret_file": env.get("STRATA_AGENT_SECRET_FILE"),
             "controller": {"port": ctl_port, "url": f"http://{host}:{ctl_port}"},
             "brokers": {},
@@ -157,6 +158,7 @@ def cmd_up(args) -> int:
                 c["cluster_id"],
                 "--session-timeout-ms",
                 str(c.get("session_timeout_ms", 3000)),
+                *([] if c.get("restart_control", True) else ["--no-restart-control"]),
             ],
             env,
         )
@@ -214,11 +216,21 @@ def cmd_start_broker(args) -> int:
 
 
 def cmd_restart_broker(args) -> int:
-    """Through the controller's sim control (controlled shutdown first, as a worker does)."""
+    """Through the controller's sim control (controlled shutdown first, as a worker does); a
+    controller started with ``--no-restart-control`` offers none: then the process is restarted
+    from here, as an operator would, and its leaders move when its session expires."""
+    from broker_agent.client import AgentError
+    from broker_agent.sim_controls import restart_broker
+
     data = os.path.abspath(args.data)
-    out = controller_client(data).request(
-        "POST", f"/v1/sim/brokers/{args.id}/restart", body={}, timeout=60
-    )
+    try:
+        out = controller_client(data).request(
+            "POST", f"/v1/sim/brokers/{args.id}/restart", body={}, timeout=60
+        )
+    except AgentError as exc:
+        if exc.status != 404:
+            raise
+        out = restart_broker(data, args.id)
     print(json.dumps(out))
     return 0
 
@@ -449,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--cluster-id", default="sim")
     c.add_argument("--session-timeout-ms", type=int, default=3000)
+    c.add_argument("--no-restart-control", action="store_true")
     c.set_defaults(func=lambda a: run_controller(a) or 0)
 
     b = sub.add_parser("broker", help="run one broker agent process")
@@ -550,6 +563,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="simulated size of every log dir (usable = size - replica bytes); 0: the real disk",
+    )
+    up.add_argument(
+        "--no-restart-control",
+        action="store_true",
+        help="the controller does not offer its broker restart control (GET /v1/sim/controls "
+        "404), as a real cluster: a recovery's restart is then an operator's confirmed step",
     )
     up.add_argument(
         "--remote-store",
