@@ -1,8 +1,8 @@
 """Crash safety of ``recover_log_dir``: the worker is SIGKILLed at every step boundary (the
 test-only ``STRATA_FAULT_KILL_AT`` switch, before and after each step) and the recovery still
 completes, exactly once: one cordon, one uncordon, one broker restart (from the incarnation seen
-before the first attempt), one produce / consume check,
-one completion per step, and an intact audit chain."""
+before the first attempt), one produce / consume check, one completion per step, and an intact
+audit chain."""
 
 from __future__ import annotations
 
