@@ -69,7 +69,14 @@ def create_app(
 
     @app.get("/v1/health")
     def health() -> dict:
-        return {"status": "ok", "role": "broker", "broker_id": b().broker_id, "online": b().online}
+        return {
+            "status": "ok",
+            "role": "broker",
+            "broker_id": b().broker_id,
+            "online": b().online,
+            "incarnation": b().incarnation,
+            "started_ms": b().started_ms,
+        }
 
     @app.get(
         "/v1/snapshot",
@@ -107,10 +114,20 @@ def create_app(
 
     @app.post("/v1/log-dirs/{name}/cordon", response_model=LogDirInfo)
     def cordon(name: str):
+        """KIP-1066 ``cordoned.log.dirs``: no new replica is placed on the dir; its replicas
+        keep serving and its state is unchanged. Persisted; idempotent."""
         return b().cordon(name)
 
-    @app.post("/v1/log-dirs/{name}/probe", response_model=LogDirInfo)
+    @app.delete("/v1/log-dirs/{name}/cordon", response_model=LogDirInfo)
+    def uncordon(name: str):
+        """Lift the cordon: the dir takes new replicas again. Idempotent."""
+        return b().cordon(name, cordoned=False)
+
+    @app.post("/v1/sim/log-dirs/{name}/probe", response_model=LogDirInfo)
     def probe(name: str):
+        """Simulator-only control (no Kafka counterpart): probe the dir now. A failed dir stays
+        OFFLINE until the broker restarts, as in Kafka; ``probe_latency_ms`` says whether its
+        disk works again."""
         return b().reprobe(name)
 
     @app.get("/v1/log-dirs/{name}/removal-plan", response_model=LogDirRemovalPlan)

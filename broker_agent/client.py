@@ -293,6 +293,26 @@ class ControllerClient(_SignedClient):
     def log_dir_reset(self, broker_id: int) -> dict:
         return self.request("POST", f"/v1/brokers/{broker_id}/log-dir-reset")
 
+    def sim_controls(self) -> dict:
+        """The simulated cluster's process controls (``{"restart_broker": true}``); ``{}``
+        from a controller that offers none (it answers 404)."""
+        try:
+            return self.request("GET", "/v1/sim/controls")
+        except AgentError as exc:
+            if exc.status in (404, 405):
+                return {}
+            raise
+
+    def restart_broker(self, broker_id: int, expected_incarnation: str | None) -> dict:
+        """Restart a simulated broker's process unless it no longer runs
+        ``expected_incarnation`` (restarted since): ``broker_agent.sim_controls``."""
+        return self.request(
+            "POST",
+            f"/v1/sim/brokers/{broker_id}/restart",
+            body={"expected_incarnation": expected_incarnation},
+            timeout=90,
+        )
+
     def allocate_producer_id(self) -> int:
         return self.request("POST", "/v1/producer-ids")["producer_id"]
 
@@ -419,12 +439,21 @@ class AgentClient(_SignedClient):
         return [LogDirInfo.model_validate(d) for d in self.request("GET", "/v1/log-dirs")]
 
     def cordon_log_dir(self, name: str) -> LogDirInfo:
-        """Admin marks a dir bad: it goes OFFLINE exactly as on an I/O error."""
+        """KIP-1066 cordon: no new replica is placed on the dir; its replicas keep serving."""
         return LogDirInfo.model_validate(self.request("POST", f"/v1/log-dirs/{name}/cordon"))
 
+    def uncordon_log_dir(self, name: str) -> LogDirInfo:
+        """Lift a cordon: the dir takes new replicas again."""
+        return LogDirInfo.model_validate(self.request("DELETE", f"/v1/log-dirs/{name}/cordon"))
+
     def probe_log_dir(self, name: str) -> LogDirInfo:
-        """Re-probe a dir; ONLINE again if it works (after the disk was fixed or replaced)."""
-        return LogDirInfo.model_validate(self.request("POST", f"/v1/log-dirs/{name}/probe"))
+        """Simulator-only: probe a dir now. A failed dir stays OFFLINE until the broker
+        restarts (as in Kafka); ``probe_latency_ms`` says whether its disk works again."""
+        return LogDirInfo.model_validate(self.request("POST", f"/v1/sim/log-dirs/{name}/probe"))
+
+    def incarnation(self) -> str | None:
+        """The broker process's incarnation (new at every start; ``/v1/health``)."""
+        return self.health().get("incarnation")
 
     def log_dir_removal_plan(self, name: str) -> LogDirRemovalPlan:
         """Space needed vs usable per good dir if ``name`` were removed (changes nothing)."""

@@ -19,6 +19,7 @@ import time
 import uuid
 from typing import Literal
 
+import anyio.from_thread
 from fastapi import FastAPI, Query
 from fastapi.responses import Response
 
@@ -55,6 +56,7 @@ from broker_agent.models import (
     validate_topic_name,
 )
 from broker_agent.remote_retention import validate_local_retention
+from broker_agent.sim_controls import install_sim_routes
 from broker_agent.web import ApiError, install
 
 __all__ = ["Controller", "create_app"]
@@ -198,13 +200,17 @@ class Controller:
                 for b in self.brokers.values()
                 if b["alive"] and now - b["last_heartbeat"] > self.session_timeout_ms / 1000
             ]
+            for b in expired:
+                log.warning("broker %s fenced: no heartbeat", b["broker_id"])
             if expired:
-                for b in expired:
-                    log.warning("broker %s fenced: no heartbeat", b["broker_id"])
-                    b["alive"] = False
-                    self._save_broker(b)
-                changed = self._reelect(self.topics.values())
-                self._bump(*changed)
+                self.fence(*(b["broker_id"] for b in expired))
+
+    def fence(self, *broker_ids: int) -> None:
+        """Fence brokers and move their leaders (session expiry; a controlled shutdown)."""
+        for b in (self.brokers[i] for i in broker_ids if i in self.brokers):
+            b["alive"] = False
+            self._save_broker(b)
+        self._bump(*self._reelect(self.topics.values()))
 
     async def resume_disablements(self, secret: bytes) -> None:
         """KIP-950 "Controller Failover in DISABLING State": after a (re)start, the controller
@@ -627,7 +633,8 @@ class Controller:
             first
             or was_alive != b["alive"]
             or old_offline != b["offline"]
-            or [d["state"] for d in (old_dirs or [])] != [d["state"] for d in b["log_dirs"]]
+            or [(d["state"], d.get("cordoned")) for d in (old_dirs or [])]
+            != [(d["state"], d.get("cordoned")) for d in b["log_dirs"]]
         )
         if state_changed:
             for t in self._reelect(self.topics.values()):
@@ -687,7 +694,12 @@ class Controller:
 
 
 def create_app(
-    controller_factory, secret: bytes, *, audience: str, nonce_path: str | None = None
+    controller_factory,
+    secret: bytes,
+    *,
+    audience: str,
+    nonce_path: str | None = None,
+    sim_data: str | None = None,
 ) -> FastAPI:
     """The controller app; ``audience`` is its own ``host:port`` (``signing.audience_of`` of its
     URL), the only target a request signed for it may name. ``nonce_path``: see
@@ -819,5 +831,6 @@ def create_app(
         return {"producer_id": c().allocate_producer_id()}
 
     install_group_routes(app, lambda: c().groups)
-
+    if sim_data:  # the simulated cluster's process controls (broker_agent.sim_controls)
+        install_sim_routes(app, sim_data, lambda bid: anyio.from_thread.run_sync(c().fence, bid))
     return app

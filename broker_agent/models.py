@@ -350,6 +350,10 @@ class LogDirInfo(_Model):
     error: str | None = None
     replica_count: int = 0
     offline_replica_count: int = 0
+    cordoned: bool = False
+    """KIP-1066 ``cordoned.log.dirs``: no new replica is placed here; its replicas serve on."""
+    removal_pending: bool = False
+    """Removed from the broker's configuration; the dir leaves at the broker's next start."""
 
 
 class ReplicaInfo(_Model):
@@ -534,9 +538,9 @@ class LogDirRemovalReplica(_Model):
     topic: str
     partition: int
     size_bytes: int
-    size_source: Literal["leader", "last_known", "unknown"]
-    """``leader``: the current leader's local size (what catching up will write);
-    ``last_known``: this replica's size before its dir failed; ``unknown``: neither (0)."""
+    size_source: Literal["leader", "local", "last_known", "unknown"]
+    """``leader``: the current leader's local size (what catching up will write); ``local``:
+    its own size (a cordoned dir's replica that still serves); ``last_known``: this replica's size before its dir failed; ``unknown``: neither (0)."""
     target_dir: str | None
     """The good dir it will be re-created on; ``None`` if no good dir has room."""
 

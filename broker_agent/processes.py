@@ -243,6 +243,7 @@ def run_controller(args) -> None:
         secret,
         audience=audience_of(f"http://{args.host}:{args.port}"),
         nonce_path=nonce_file(args.data, "controller"),
+        sim_data=None if getattr(args, "no_restart_control", False) else args.data,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

@@ -78,6 +78,7 @@ def cmd_up(args) -> int:
             "replica_lag_time_max_ms": args.replica_lag_time_max_ms,
             "session_timeout_ms": args.session_timeout_ms,
             "log_dir_capacity_bytes": args.log_dir_capacity_bytes,
+            "restart_control": not args.no_restart_control,
             "secret_file": env.get("STRATA_AGENT_SECRET_FILE"),
             "controller": {"port": ctl_port, "url": f"http://{host}:{ctl_port}"},
             "brokers": {},
@@ -157,6 +158,7 @@ def cmd_up(args) -> int:
                 c["cluster_id"],
                 "--session-timeout-ms",
                 str(c.get("session_timeout_ms", 3000)),
+                *([] if c.get("restart_control", True) else ["--no-restart-control"]),
             ],
             env,
         )
@@ -211,6 +213,26 @@ def cmd_start_broker(args) -> int:
     ok = wait_health(c["brokers"][bid]["url"])
     print(json.dumps({"started": ok, "broker": args.id, "url": c["brokers"][bid]["url"]}))
     return 0 if ok else 1
+
+
+def cmd_restart_broker(args) -> int:
+    """Through the controller's sim control (controlled shutdown first, as a worker does); a
+    controller started with ``--no-restart-control`` offers none: then the process is restarted
+    from here, as an operator would, and its leaders move when its session expires."""
+    from broker_agent.client import AgentError
+    from broker_agent.sim_controls import restart_broker
+
+    data = os.path.abspath(args.data)
+    try:
+        out = controller_client(data).request(
+            "POST", f"/v1/sim/brokers/{args.id}/restart", body={}, timeout=60
+        )
+    except AgentError as exc:
+        if exc.status != 404:
+            raise
+        out = restart_broker(data, args.id)
+    print(json.dumps(out))
+    return 0
 
 
 def _status(data: str) -> dict:
@@ -411,6 +433,19 @@ def cmd_shrink_partitions(args) -> int:
     return _alter_partition_count(args, grow=False)
 
 
+def cmd_cordon_log_dir(args) -> int:
+    """KIP-1066 ``cordoned.log.dirs`` on one broker: no new replicas on the dir (its replicas
+    keep serving); ``--lift`` removes the cordon."""
+    from broker_agent.client import AgentClient
+
+    data = os.path.abspath(args.data)
+    c = read_cluster(data)
+    with AgentClient(c["brokers"][str(args.id)]["url"], data_secret(data)) as a:
+        info = a.uncordon_log_dir(args.log_dir) if args.lift else a.cordon_log_dir(args.log_dir)
+    print(info.model_dump_json())
+    return 0
+
+
 def cmd_log_dir_reset(args) -> int:
     print(json.dumps(controller_client(os.path.abspath(args.data)).log_dir_reset(args.id)))
     return 0
@@ -426,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--cluster-id", default="sim")
     c.add_argument("--session-timeout-ms", type=int, default=3000)
+    c.add_argument("--no-restart-control", action="store_true")
     c.set_defaults(func=lambda a: run_controller(a) or 0)
 
     b = sub.add_parser("broker", help="run one broker agent process")
@@ -529,6 +565,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated size of every log dir (usable = size - replica bytes); 0: the real disk",
     )
     up.add_argument(
+        "--no-restart-control",
+        action="store_true",
+        help="the controller does not offer its broker restart control (GET /v1/sim/controls "
+        "404), as a real cluster: a recovery's restart is then an operator's confirmed step",
+    )
+    up.add_argument(
         "--remote-store",
         help="s3://BUCKET/PREFIX of the remote tier (default: $STRATA_REMOTE_STORE/<cluster id>)",
     )
@@ -540,6 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
     kb.add_argument("id", type=int)
     sb = add("start-broker", cmd_start_broker, "start one broker again")
     sb.add_argument("id", type=int)
+    rb = add(
+        "restart-broker",
+        cmd_restart_broker,
+        "restart one broker process (a failed log dir comes back only this way, as in Kafka)",
+    )
+    rb.add_argument("id", type=int)
     ct = add("create-topic", cmd_create_topic, "create a topic")
     ct.add_argument("topic")
     ct.add_argument("--partitions", type=int, required=True)
@@ -575,7 +623,19 @@ def build_parser() -> argparse.ArgumentParser:
     ch = add("churn", cmd_churn, "synthetic mode: change a fraction of the partitions")
     ch.add_argument("--fraction", type=float, default=0.01)
     ch.add_argument("--seed", type=int)
-    lr = add("log-dir-reset", cmd_log_dir_reset, "KIP-112 LogDirReset for a broker")
+    cd = add(
+        "cordon-log-dir",
+        cmd_cordon_log_dir,
+        "KIP-1066 cordon: no new replicas on a dir, its replicas keep serving (--lift: undo)",
+    )
+    cd.add_argument("id", type=int)
+    cd.add_argument("log_dir")
+    cd.add_argument("--lift", action="store_true")
+    lr = add(
+        "log-dir-reset",
+        cmd_log_dir_reset,
+        "LogDirReset (superseded KIP-112 draft; a restart re-creates replicas) for a broker",
+    )
     lr.add_argument("id", type=int)
     dl = add("demo-load", cmd_demo_load, "create demo topics and run a gentle produce load")
     dl.add_argument("--rate", type=float, default=20, help="records per second (total)")

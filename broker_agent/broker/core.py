@@ -21,6 +21,8 @@ import collections
 import os
 import queue
 import threading
+import time
+import uuid
 
 from broker_agent.broker.logdirs import LogDirsMixin
 from broker_agent.broker.metadata import MetadataMixin
@@ -74,6 +76,10 @@ class Broker(
         remote_store: str | None = None,
     ):
         self.broker_id = broker_id
+        #: this process's identity: a new one at every start, so a caller that restarts the
+        #: broker can tell a restart already done from one still to do (``/v1/health``)
+        self.incarnation = uuid.uuid4().hex
+        self.started_ms = int(time.time() * 1000)
         self.root = os.path.join(data_dir, f"broker-{broker_id}")
         self.meta_dir = os.path.join(self.root, "meta")
         self.secret = secret
@@ -118,7 +124,8 @@ class Broker(
         self._snap_lock = threading.Lock()
         os.makedirs(self.meta_dir, exist_ok=True)
         # Log dir configuration: dirs removed by KIP-112 recovery (option 2) stay removed across
-        # restarts; planned targets say where their replicas are re-created.
+        # restarts; planned targets say where their replicas are re-created; cordoned dirs
+        # (KIP-1066 ``cordoned.log.dirs``) stay cordoned.
         config = self._load_dir_config()
         self.removed_log_dirs: list[str] = config.get("removed", [])
         self.planned_dirs: dict[str, str] = config.get("planned", {})
@@ -127,8 +134,10 @@ class Broker(
             for name in log_dir_names
             if name not in self.removed_log_dirs
         }
+        cordoned = set(config.get("cordoned", []))
         for d in self.log_dirs.values():
             d.capacity_bytes = log_dir_capacity_bytes
+            d.cordoned = d.name in cordoned
 
     def start(self) -> None:
         self._load_tiering()

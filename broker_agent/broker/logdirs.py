@@ -1,6 +1,14 @@
 """KIP-112 log dirs of a broker: failure handling (the failures thread), the probe loop and its
-DEGRADED grading, cordon and re-probe, removal of a dir from the configuration (option 2 of
-"the disk gets fixed") with its placement plan, and the signed webhook events they raise.
+DEGRADED grading, cordon (KIP-1066), the simulator-only re-probe, removal of a dir from the
+configuration (option 2 of "the disk gets fixed") with its placement plan, and the signed
+webhook events they raise.
+
+A failed dir stays OFFLINE until the broker process restarts, as in Kafka (KIP-112: "fix disks
+and reboot broker"; Kafka's ``LogManager.handleLogDirFailure`` drops the dir from its live dirs
+for the life of the process): the broker re-reads its dirs only
+at start (:meth:`Broker.start`). Cordon and removal are configuration, persisted in
+``meta/log-dirs.json``: a cordoned dir keeps serving its replicas and only gets no new ones; a
+removed dir leaves the broker at its next start.
 
 A mixin of :class:`broker_agent.broker.Broker`; it uses the broker's ``log_dirs``, ``replicas``,
 ``lock``, ``failures`` / ``events`` queues, ``controller`` and ``meta_dir``.
@@ -53,7 +61,14 @@ class LogDirsMixin:
     def _save_dir_config(self) -> None:
         path = os.path.join(self.meta_dir, "log-dirs.json")
         with open(path + ".tmp", "w") as fh:
-            json.dump({"removed": self.removed_log_dirs, "planned": self.planned_dirs}, fh)
+            json.dump(
+                {
+                    "removed": self.removed_log_dirs,
+                    "planned": self.planned_dirs,
+                    "cordoned": sorted(n for n, d in self.log_dirs.items() if d.cordoned),
+                },
+                fh,
+            )
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(path + ".tmp", path)
@@ -141,37 +156,32 @@ class LogDirsMixin:
             if d.good:
                 d.state = LogDirState.DEGRADED if slow else LogDirState.ONLINE
 
-    def cordon(self, name: str) -> dict:
+    def cordon(self, name: str, cordoned: bool = True) -> dict:
+        """KIP-1066 ``cordoned.log.dirs``: no new replica is placed on a cordoned dir (new
+        partitions, re-created replicas); the replicas already there keep serving, its state is
+        unchanged and it does not count in OfflineLogDirectoryCount. Persisted as configuration
+        (survives a restart); ``cordoned=False`` lifts it. Idempotent."""
         d = self._dir(name)
-        d.cordoned = True
-        d.fail("cordoned by admin")
-        deadline = time.monotonic() + 5
-        while not self.failures.empty() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        with self.lock:
+            d.cordoned = cordoned
+            self._save_dir_config()
+        log.warning("log dir %s %s", name, "cordoned" if cordoned else "uncordoned")
+        self._heartbeat_once()
         return self.log_dir_info(d)
 
     def reprobe(self, name: str) -> dict:
-        """Re-probe a dir (after the disk was fixed or replaced): ONLINE again if it works,
-        then load any replica folders it still holds (the disk "can either be empty or contain
-        the old data", KIP-112)."""
+        """Simulator-only control: probe a dir now, outside the probe loop. A good dir that
+        fails the probe fails as on any I/O error. An OFFLINE dir stays OFFLINE even when the
+        probe succeeds (the disk was fixed): Kafka brings a failed dir back only when the broker
+        process restarts (KIP-112 "fix disks and reboot broker"); the answer's
+        ``probe_latency_ms`` says whether the disk works now."""
         d = self._dir(name)
         try:
-            if not os.path.exists(d.path):
-                os.makedirs(d.path)
             ms = d.probe()
         except OSError as exc:
-            # A dir that was good fails like any other (event, controller told, replicas off).
             d.fail(f"{type(exc).__name__}: {exc}")
-            d.error = f"{type(exc).__name__}: {exc}"
             return self.log_dir_info(d)
-        was_offline = d.state == LogDirState.OFFLINE
-        d.state, d.error, d.cordoned, d.probe_latency_ms = LogDirState.ONLINE, None, False, ms
-        if was_offline:
-            self._load_dir(d)
-            self.failure_announced.discard(name)
-            self.offline_announced = False
-            self.events.put(self._event(EventType.LOG_DIR_RECOVERED, name, None))
-            self._heartbeat_once()
+        d.probe_latency_ms = ms
         return self.log_dir_info(d)
 
     def _sizes_from_leaders(self, replicas: list[Replica]) -> dict[str, int]:
@@ -199,15 +209,20 @@ class LogDirsMixin:
         (:func:`broker_agent.placement.place_replicas`), and per good dir needed vs usable bytes.
 
         Replicas that must move: offline replicas on this dir, and offline replicas whose dir is
-        unknown (a broker that booted with the dir already bad could not read it)."""
+        unknown (a broker that booted with the dir already bad could not read it); for a
+        cordoned dir that still serves, every replica on it."""
         d = self._dir(name)
         with self.lock:
             moving = [
                 r
                 for r in self.replicas.values()
-                if r.log is None and (r.dir_name == name or r.dir_name is None)
+                if r.dir_name == name or (r.log is None and r.dir_name is None)
             ]
-            others = [x for x in self.log_dirs.values() if x.name != name]
+            others = [
+                x
+                for x in self.log_dirs.values()
+                if x.name != name and x.name not in self.removed_log_dirs
+            ]
             targets = [x for x in others if x.good and not x.cordoned]
             infos = {x.name: self.log_dir_info(x) for x in targets}
         from_leaders = self._sizes_from_leaders(moving)
@@ -216,6 +231,8 @@ class LogDirsMixin:
             key = partition_key(r.topic, r.partition)
             if key in from_leaders:
                 size, source = from_leaders[key], "leader"
+            elif r.log is not None:  # a cordoned dir's replica that still serves
+                size, source = r.log.size_bytes, "local"
             elif r.last_size_bytes is not None:
                 size, source = r.last_size_bytes, "last_known"
             else:
@@ -243,9 +260,9 @@ class LogDirsMixin:
         error, message = None, ""
         if not others:
             error, message = ErrorCode.LAST_LOG_DIR, f"{name} is the broker's only log dir"
-        elif d.state != LogDirState.OFFLINE:
+        elif d.state != LogDirState.OFFLINE and not d.cordoned:
             error = ErrorCode.LOG_DIR_NOT_OFFLINE
-            message = f"{name} is {d.state}: only an OFFLINE (failed or cordoned) dir is removed"
+            message = f"{name} is {d.state}: only an OFFLINE (failed) or a cordoned dir is removed"
         elif unplaced:
             error = ErrorCode.INSUFFICIENT_SPACE
             message = (
@@ -276,9 +293,11 @@ class LogDirsMixin:
         }
 
     def remove_log_dir(self, name: str, dry_run: bool = False) -> dict:
-        """Remove a bad dir from this broker's configuration (persisted in
-        ``meta/log-dirs.json``), or refuse with the plan's error. Its replicas stay offline
-        until LogDirReset, then are re-created on the planned good dirs and catch up."""
+        """Remove a failed (or cordoned) dir from this broker's configuration (persisted in
+        ``meta/log-dirs.json``), or refuse with the plan's error. Like an edit of Kafka's
+        ``log.dirs`` it takes effect when the broker process restarts: the broker then starts
+        without the dir and re-creates its replicas on the planned good dirs (it has no bad dir
+        left), and they catch up from their leaders. Until then nothing changes."""
         plan = self.removal_plan(name)
         if not plan["removable"]:
             status = 400 if plan["error"] == ErrorCode.LAST_LOG_DIR else 409
@@ -290,12 +309,11 @@ class LogDirsMixin:
             for row in plan["replicas"]:
                 self.planned_dirs[partition_key(row["topic"], row["partition"])] = row["target_dir"]
             self._save_dir_config()
-            self.log_dirs.pop(name, None)
-            for r in self.replicas.values():
-                if r.log is None and r.dir_name == name:
-                    r.dir_name = None
-        log.warning("log dir %s removed from broker %s's configuration", name, self.broker_id)
-        self._heartbeat_once()
+        log.warning(
+            "log dir %s removed from broker %s's configuration (effective at restart)",
+            name,
+            self.broker_id,
+        )
         return dict(plan, removed=True)
 
     def set_probe_delay(self, name: str, delay_ms: float) -> dict:

@@ -118,7 +118,8 @@ class MetadataMixin:
         # isNewReplica=false and replica is not found on any log directory, broker will still
         # create replica on a good log directory if there is no bad log directory" (the seed;
         # shipped Kafka does the same): a replaced, empty disk refills from the leaders with no
-        # LogDirReset. A cordoned dir counts as bad: its recovery is in an operator's hands.
+        # LogDirReset. A cordoned dir is not bad (KIP-1066): it only takes no new replica, so
+        # they are created on the good, uncordoned dirs (``_create_replica``).
         if r.log is None and (not created or self._no_bad_dir()):
             self._create_replica(r, t)
         if r.log is not None:
@@ -167,11 +168,12 @@ class MetadataMixin:
             r.cond.notify_all()
 
     def _no_bad_dir(self) -> bool:
-        return all(d.good and not d.cordoned for d in self.log_dirs.values())
+        return all(d.good for d in self.log_dirs.values())
 
     def _create_replica(self, r: Replica, t: dict) -> None:
-        """KIP-112: new replicas only on good dirs (:func:`broker_agent.placement.next_log_dir`),
-        or where a log-dir removal plan placed them."""
+        """KIP-112: new replicas only on good dirs, never on a cordoned one (KIP-1066;
+        :func:`broker_agent.placement.next_log_dir`), or where a log-dir removal plan placed
+        them."""
         good = [d for d in self.log_dirs.values() if d.good and not d.cordoned]
         if not good:
             return

@@ -55,6 +55,8 @@ class SnapshotMixin:
             "error": d.error,
             "replica_count": count,
             "offline_replica_count": offline,
+            "cordoned": d.cordoned,
+            "removal_pending": d.name in self.removed_log_dirs,
         }
 
     def _replica_info(self, r: Replica) -> dict:

@@ -88,6 +88,9 @@ class LogDir(models.Model):
     error = models.TextField(blank=True)
     replica_count = models.IntegerField(default=0)
     offline_replica_count = models.IntegerField(default=0)
+    cordoned = models.BooleanField(default=False)
+    """KIP-1066 ``cordoned.log.dirs``: no new replica is placed on it; its replicas keep serving
+    and its state stays what it is (a cordon is no failure)."""
     updated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -93,6 +93,7 @@ LOGDIR_COLUMNS = [
     ("error", "text"),
     ("replica_count", "int4"),
     ("offline_replica_count", "int4"),
+    ("cordoned", "bool"),
 ]
 REPLICA_COLUMNS = [
     ("broker_id", "int4"),
@@ -264,6 +265,7 @@ def logdir_rows(broker_id: int, dirs: Iterable[LogDirInfo]):
             d.error or "",
             d.replica_count,
             d.offline_replica_count,
+            d.cordoned,
         )
 
 

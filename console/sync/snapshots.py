@@ -203,10 +203,10 @@ class SnapshotSync:
             """
             INSERT INTO console_logdir (cluster_id, broker_id, name, path, state,
                 state_changed_at, total_bytes, usable_bytes, probe_latency_ms, error,
-                replica_count, offline_replica_count, updated_at)
+                replica_count, offline_replica_count, cordoned, updated_at)
             SELECT DISTINCT ON (b.id, s.name) %(cluster)s, b.id, s.name, s.path, s.state,
                 %(now)s, s.total_bytes, s.usable_bytes, s.probe_latency_ms, s.error,
-                s.replica_count, s.offline_replica_count, %(now)s
+                s.replica_count, s.offline_replica_count, s.cordoned, %(now)s
             FROM (SELECT *, row_number() OVER () AS seq FROM stage_logdir) s
             JOIN console_broker b ON b.cluster_id = %(cluster)s AND b.broker_id = s.broker_id
             ORDER BY b.id, s.name, s.seq DESC
@@ -218,15 +218,15 @@ class SnapshotSync:
                 probe_latency_ms = EXCLUDED.probe_latency_ms, error = EXCLUDED.error,
                 replica_count = EXCLUDED.replica_count,
                 offline_replica_count = EXCLUDED.offline_replica_count,
-                updated_at = EXCLUDED.updated_at
+                cordoned = EXCLUDED.cordoned, updated_at = EXCLUDED.updated_at
             WHERE (console_logdir.path, console_logdir.state, console_logdir.total_bytes,
                    console_logdir.usable_bytes, console_logdir.probe_latency_ms,
                    console_logdir.error, console_logdir.replica_count,
-                   console_logdir.offline_replica_count)
+                   console_logdir.offline_replica_count, console_logdir.cordoned)
                IS DISTINCT FROM
                   (EXCLUDED.path, EXCLUDED.state, EXCLUDED.total_bytes, EXCLUDED.usable_bytes,
                    EXCLUDED.probe_latency_ms, EXCLUDED.error, EXCLUDED.replica_count,
-                   EXCLUDED.offline_replica_count)
+                   EXCLUDED.offline_replica_count, EXCLUDED.cordoned)
             """
         )
         good_ids = [g[0] for g in self.good_brokers]

@@ -2,7 +2,8 @@
 
 A log dir is failed the way KIP-112's system tests do it: the folder is replaced by a file
 (``chmod 000`` does not stop root, which these tests may run as). Then the disk is "replaced"
-(an empty folder), re-probed, LogDirReset, and the replica is re-created and rejoins the ISR.
+(an empty folder); the dir stays OFFLINE until the broker process restarts (KIP-112: "fix disks
+and reboot broker"), and after the restart the replica is re-created and rejoins the ISR.
 """
 
 from __future__ import annotations
@@ -92,10 +93,13 @@ def _still_serves_new_replicas(sim, broker_id: int):
     )
 
 
-def _heal_and_reset(sim, broker_id: int, topic: str, dir_info):
+def _heal_and_restart(sim, broker_id: int, topic: str, dir_info):
     _heal_dir(dir_info.path)
-    assert sim.agent(broker_id).probe_log_dir(dir_info.name).state == LogDirState.ONLINE
-    sim.agent(broker_id).log_dir_reset()
+    # the disk works again, but Kafka keeps a failed dir offline while the process runs
+    probed = sim.agent(broker_id).probe_log_dir(dir_info.name)
+    assert probed.state == LogDirState.OFFLINE and probed.probe_latency_ms is not None
+    assert broker_id not in sim.partition(topic).isr
+    sim.cli("restart-broker", str(broker_id))
     wait_until(lambda: broker_id in sim.partition(topic).isr, 30, what="replica back in the ISR")
     status = sim.agent(broker_id).recreate_status()
     assert all(r["state"] == "ONLINE" for r in status.replicas)
@@ -125,7 +129,7 @@ def test_log_dir_failure_on_leader_during_runtime(sim_factory):
         load.wait_acked(200)
     load.verify_exactly_once()
     _still_serves_new_replicas(sim, leader)
-    _heal_and_reset(sim, leader, "events", d)
+    _heal_and_restart(sim, leader, "events", d)
 
 
 def test_log_dir_failure_on_follower_during_runtime(sim_factory):
@@ -142,7 +146,7 @@ def test_log_dir_failure_on_follower_during_runtime(sim_factory):
         load.wait_acked(200)
     load.verify_exactly_once()
     _still_serves_new_replicas(sim, follower)
-    _heal_and_reset(sim, follower, "events", d)
+    _heal_and_restart(sim, follower, "events", d)
 
 
 def test_log_dir_failure_on_leader_during_bootstrap(sim_factory):
@@ -159,13 +163,17 @@ def test_log_dir_failure_on_leader_during_bootstrap(sim_factory):
         _assert_offline_gauges(sim, leader, "events", d.name)
         load.wait_acked(200)
     load.verify_exactly_once()
-    _heal_and_reset(sim, leader, "events", d)
+    _heal_and_restart(sim, leader, "events", d)
 
 
-def test_replicas_are_recreated_without_log_dir_reset_once_no_dir_is_bad(sim_factory):
-    """KIP-112 (#14 gap 7): "Even if isNewReplica=false and replica is not found on any log
+def test_a_failed_dir_stays_offline_until_the_broker_restarts_then_refills_without_reset(
+    sim_factory,
+):
+    """KIP-112: a failed dir stays offline while the broker runs ("fix disks and reboot
+    broker"; Kafka's ``LogManager.handleLogDirFailure`` drops the dir from its live dirs, read
+    again only at start). After the restart: "Even if isNewReplica=false and replica is not found on any log
     directory, broker will still create replica on a good log directory if there is no bad log
-    directory." The replaced disk refills from the leader; LogDirReset is not needed."""
+    directory" - the replaced disk refills from the leader; LogDirReset is not needed."""
     sim = sim_factory(3, 2, *FAST)
     sim.controller.create_topic("events", 1, 3)
     part = sim.partition("events")
@@ -177,7 +185,13 @@ def test_replicas_are_recreated_without_log_dir_reset_once_no_dir_is_bad(sim_fac
         _wait_offline(sim, follower, d.name)
         _assert_offline_gauges(sim, follower, "events", d.name)  # offline while the dir is bad
         _heal_dir(d.path)  # an empty disk in its place, no LogDirReset
-        assert sim.agent(follower).probe_log_dir(d.name).state == LogDirState.ONLINE
+        before = sim.agent(follower).incarnation()
+        assert sim.agent(follower).probe_log_dir(d.name).state == LogDirState.OFFLINE
+        load.wait_acked(100)  # the process runs on, the dir stays offline
+        assert sim.agent(follower).snapshot().offline_log_directory_count == 1
+        assert follower not in sim.partition("events").isr
+        sim.cli("restart-broker", str(follower))
+        assert sim.agent(follower).incarnation() != before
         wait_until(
             lambda: follower in sim.partition("events").isr, 30, what="replica back in the ISR"
         )

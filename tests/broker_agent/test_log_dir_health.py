@@ -1,5 +1,5 @@
 """KIP-112 dir health beyond failure: DEGRADED (a probe far slower than its peers, with latency
-injected by the test-only hook) and the admin cordon."""
+injected by the test-only hook) and the admin cordon (KIP-1066)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,11 @@ def test_a_dir_whose_probe_is_far_slower_than_its_peers_is_degraded(sim_factory,
     wait_until(lambda: _dirs(agent)["logdir-1"].state == LogDirState.ONLINE, 30, what="ONLINE")
 
 
-def test_cordon_takes_a_dir_offline_like_an_io_error_and_probe_brings_it_back(sim_factory):
+def test_cordon_only_stops_new_replicas_on_the_dir_and_its_replicas_keep_serving(sim_factory):
+    """KIP-1066 ``cordoned.log.dirs`` (Kafka 4.3): a cordoned dir receives no new replica, its
+    existing replicas keep serving (no leader moves, the ISR keeps the broker), and it is not
+    offline: OfflineLogDirectoryCount counts only failed dirs (KIP-112). The cordon is
+    configuration: it survives a restart, and lifting it lets new replicas land there again."""
     sim = sim_factory(2, 2, "--probe-interval", "0.5", "--session-timeout-ms", "2000")
     sim.controller.create_topic("fenced", 2, 2)
     wait_until(
@@ -73,20 +77,32 @@ def test_cordon_takes_a_dir_offline_like_an_io_error_and_probe_brings_it_back(si
     agent = sim.agent(1)
     led = next(p for p in sim.controller.topic("fenced").partitions if p.leader == 1)
     target = sim.replica(1, "fenced", led.partition).log_dir
+    epoch = led.leader_epoch
 
     info = agent.cordon_log_dir(target)
-    assert info.state == LogDirState.OFFLINE and "cordoned" in info.error
+    assert info.state == LogDirState.ONLINE and info.cordoned and info.error is None
+    assert agent.cordon_log_dir(target).cordoned  # idempotent
     snap = agent.snapshot()
-    offline = [r for r in snap.replicas if r.state == ReplicaState.OFFLINE]
-    assert {r.log_dir for r in offline} == {target}
-    assert snap.offline_log_directory_count == 1
-    assert snap.offline_replica_count == len(offline)
-    wait_until(lambda: sim.partition("fenced", led.partition).leader == 2, 15, what="leader moved")
-    assert 1 in sim.partition("fenced", led.partition).offline_replicas
+    assert snap.offline_log_directory_count == 0 and snap.offline_replica_count == 0
+    assert all(r.state == ReplicaState.ONLINE for r in snap.replicas)
     # new replicas avoid the cordoned dir
-    sim.controller.create_topic("after", 1, 2)
-    wait_until(lambda: sim.replica(1, "after") is not None, 15, what="new replica")
-    assert sim.replica(1, "after").log_dir != target
+    sim.controller.create_topic("after", 2, 2)
+    wait_until(
+        lambda: all(sim.replica(1, "after", p) is not None for p in (0, 1)), 15, what="replicas"
+    )
+    assert {sim.replica(1, "after", p).log_dir for p in (0, 1)} == {
+        d.name for d in agent.log_dirs() if d.name != target
+    }
+    # the replicas on it serve on: same leader, same epoch, broker 1 in the ISR, writes land
+    part = sim.partition("fenced", led.partition)
+    assert (part.leader, part.leader_epoch) == (1, epoch) and 1 in part.isr
+    acked = agent.produce(
+        "fenced", led.partition, [{"value": "still served"}], undeleted_partition_count=2
+    )
+    assert acked.base_offset >= 0  # acks=all: the follower on broker 2 has it too
+    broker = next(b for b in sim.controller.metadata().brokers if b.broker_id == 1)
+    assert broker.offline_log_directory_count == 0
+    assert next(d for d in broker.log_dirs if d.name == target).cordoned
     # unknown dirs, and the test hooks (off without STRATA_AGENT_TEST_HOOKS=1), are 404
     with pytest.raises(AgentError) as exc:
         agent.cordon_log_dir("no-such-dir")
@@ -95,10 +111,16 @@ def test_cordon_takes_a_dir_offline_like_an_io_error_and_probe_brings_it_back(si
         _set_probe_delay(agent, target, 10)
     assert exc.value.status == 404
 
-    # the admin lifts the cordon by re-probing; the data on the dir comes back
-    assert agent.probe_log_dir(target).state == LogDirState.ONLINE
-    wait_until(lambda: 1 in sim.partition("fenced", led.partition).isr, 20, what="back in the ISR")
-    assert agent.snapshot().offline_replica_count == 0
+    # configuration: still cordoned after a restart; lifted, the dir takes new replicas again
+    sim.cli("restart-broker", "1")
+    assert {d.name: d.cordoned for d in sim.agent(1).log_dirs()}[target]
+    sim.cli("cordon-log-dir", "1", target, "--lift")
+    assert not {d.name: d.cordoned for d in sim.agent(1).log_dirs()}[target]
+    sim.controller.create_topic("later", 4, 2)
+    wait_until(
+        lambda: all(sim.replica(1, "later", p) is not None for p in range(4)), 15, what="replicas"
+    )
+    assert target in {sim.replica(1, "later", p).log_dir for p in range(4)}
 
 
 def test_one_slow_probe_does_not_make_a_dir_degraded_but_a_sustained_one_does():

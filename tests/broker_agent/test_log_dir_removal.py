@@ -2,8 +2,9 @@
 
 Refused (INSUFFICIENT_SPACE) while the good dirs lack usable space for the replicas that must
 move there; the check says needed vs usable per good dir; once there is room the dir is removed
-(persisted across a restart), LogDirReset re-creates the replicas on the good dir and they
-catch up. Dir sizes are simulated with ``--log-dir-capacity-bytes`` (real files, a small "disk").
+from the configuration (persisted), which like Kafka's ``log.dirs`` takes effect when the broker
+restarts: the restarted broker has no bad dir, re-creates the replicas on the good dir (no
+LogDirReset) and they catch up. Dir sizes are simulated with ``--log-dir-capacity-bytes`` (real files, a small "disk").
 """
 
 from __future__ import annotations
@@ -91,22 +92,27 @@ def test_removing_a_bad_dir_needs_room_on_the_good_dirs(sim_factory):
 
     done = agent.remove_log_dir(bad)
     assert done.removed
-    assert [d.name for d in agent.log_dirs()] == [good]
     config = json.loads((sim.data / f"broker-{broker}" / "meta" / "log-dirs.json").read_text())
     assert config["removed"] == [bad]
+    # configuration, effective at the restart: the running broker still has the failed dir
+    pending = {d.name: d for d in agent.log_dirs()}[bad]
+    assert pending.removal_pending and pending.state == LogDirState.OFFLINE
+    assert sim.replica(broker, "big", 0).state == "OFFLINE"
     with pytest.raises(AgentError) as exc:
         agent.remove_log_dir(good)
     assert exc.value.status == 400 and exc.value.error == ErrorCode.LAST_LOG_DIR
 
-    # LogDirReset: the replica is re-created on the good dir and catches up
-    agent.log_dir_reset()
+    # restarted without the dir: no bad dir left, the replica is re-created on the good dir
+    # and catches up (no LogDirReset)
+    sim.cli("restart-broker", str(broker))
+    assert [d.name for d in agent.log_dirs()] == [good]
     wait_until(lambda: broker in sim.partition("big", 0).isr, 30, what="back in the ISR")
     replica = sim.replica(broker, "big", 0)
     assert replica.state == "ONLINE" and replica.log_dir == good
     snap = agent.snapshot()
     assert snap.offline_log_directory_count == 0 and snap.offline_replica_count == 0
 
-    # the removal is part of the broker's configuration: a restart keeps it
+    # the removal is part of the broker's configuration: another restart keeps it
     sim.cli("kill-broker", str(broker))
     sim.cli("start-broker", str(broker))
     wait_until(lambda: sim.replica(broker, "big", 0) is not None, 20, what="broker back")

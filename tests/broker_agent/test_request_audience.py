@@ -34,7 +34,7 @@ def test_a_request_signed_for_broker_1_and_sent_to_broker_2_gets_401(sim_factory
     replayed = httpx.post(url_2 + target, headers=captured, timeout=10)
     assert _message(replayed).startswith("WRONG_AUDIENCE")
     # the cordon did not happen on broker 2
-    assert [d.state for d in sim.agent(2).log_dirs()] == [LogDirState.ONLINE]
+    assert [d.cordoned for d in sim.agent(2).log_dirs()] == [False]
     # nor at the controller, which is one more target with its own name
     ctl = httpx.post(sim.urls["controller"] + target, headers=captured, timeout=10)
     assert _message(ctl).startswith("WRONG_AUDIENCE")
@@ -45,7 +45,9 @@ def test_a_request_signed_for_broker_1_and_sent_to_broker_2_gets_401(sim_factory
     )
     # the same request is good where it was meant to go
     assert httpx.post(url_1 + target, headers=captured, timeout=10).status_code == 200
-    assert [d.state for d in sim.agent(1).log_dirs()] == [LogDirState.OFFLINE]
+    assert [(d.state, d.cordoned) for d in sim.agent(1).log_dirs()] == [
+        (LogDirState.ONLINE, True)  # KIP-1066: a cordon takes nothing offline
+    ]
 
     log = (sim.data / "logs" / "broker-2.log").read_text()
     assert f"signed for '{audience_of(url_1)}'" in log

@@ -17,6 +17,14 @@ from broker_agent.signing import NonceCache, SignatureError, verify_signature
 
 from .conftest import wait_until
 
+
+def _fail_dir(sim, broker_id: int, name: str) -> None:
+    """KIP-112's system test: the folder replaced by a file; the probe loop finds it."""
+    path = sim.data / f"broker-{broker_id}" / name
+    path.rename(f"{path}.removed")
+    path.write_text("not a directory")
+
+
 pytestmark = pytest.mark.integration
 
 HOOK_PATH = "/hooks/strata?source=agent"
@@ -65,24 +73,20 @@ def test_signed_log_dir_and_broker_events_reach_a_real_listener(sim_factory):
         agent = sim.agent(1)
         nonces = NonceCache()
 
-        agent.cordon_log_dir("logdir-0")
-        ev = hook.next_event(sim.secret, nonces)
-        assert ev.event == EventType.LOG_DIR_FAILURE
-        assert (ev.cluster, ev.broker_id, ev.log_dir) == (sim.urls["cluster_id"], 1, "logdir-0")
         on_dir0 = [
             f"{r.topic}:{r.partition}" for r in agent.snapshot().replicas if r.log_dir == "logdir-0"
         ]
-        assert on_dir0 and sorted(ev.offline_replicas) == sorted(on_dir0)
-        assert "cordoned" in ev.error
-
-        assert agent.probe_log_dir("logdir-0").state == LogDirState.ONLINE
+        agent.cordon_log_dir("logdir-0")  # KIP-1066: a cordon is no failure, no event
+        _fail_dir(sim, 1, "logdir-0")
         ev = hook.next_event(sim.secret, nonces)
-        assert (ev.event, ev.log_dir) == (EventType.LOG_DIR_RECOVERED, "logdir-0")
+        assert ev.event == EventType.LOG_DIR_FAILURE
+        assert (ev.cluster, ev.broker_id, ev.log_dir) == (sim.urls["cluster_id"], 1, "logdir-0")
+        assert on_dir0 and sorted(ev.offline_replicas) == sorted(on_dir0)
+        assert "Error" in ev.error
 
         # every dir bad: the broker goes offline and says so (and still answers HTTP)
-        agent.cordon_log_dir("logdir-0")
-        agent.cordon_log_dir("logdir-1")
-        events = [hook.next_event(sim.secret, nonces) for _ in range(3)]
+        _fail_dir(sim, 1, "logdir-1")
+        events = [ev] + [hook.next_event(sim.secret, nonces) for _ in range(2)]
         assert [e.event for e in events] == [
             EventType.LOG_DIR_FAILURE,
             EventType.LOG_DIR_FAILURE,
@@ -112,8 +116,8 @@ def test_agents_keep_working_when_nobody_listens(sim_factory):
     sim.controller.create_topic("quiet", 2, 1)
     wait_until(lambda: len(sim.agent(1).snapshot().replicas) == 2, 15, what="replicas")
     agent = sim.agent(1)
-    dead = agent.cordon_log_dir("logdir-0")
-    assert dead.state == LogDirState.OFFLINE
+    _fail_dir(sim, 1, "logdir-0")
+    wait_until(lambda: agent.snapshot().offline_log_directory_count == 1, 10, what="dir failed")
     log_file = sim.data / "logs" / "broker-1.log"
     wait_until(lambda: "dropped LogDirFailure" in log_file.read_text(), 20, what="event dropped")
     # still serving: snapshot, produce and consume on the good dir
@@ -125,5 +129,5 @@ def test_agents_keep_working_when_nobody_listens(sim_factory):
     )
     fetched = agent.fetch("quiet", good.partition, resp.base_offset)
     assert [r.value for r in fetched.records] == ["still here"]
-    assert agent.probe_log_dir("logdir-0").state == LogDirState.ONLINE
+    assert agent.probe_log_dir("logdir-0").state == LogDirState.OFFLINE  # until a restart
     assert json.loads(sim.cli("status", "--json").stdout)["brokers"][0]["alive"]

@@ -79,6 +79,7 @@ class ClusterBuilder:
             b: {f"logdir-{d}": LogDirState.ONLINE for d in range(log_dirs)} for b in self.broker_ids
         }
         self.dir_errors: dict[tuple[int, str], str] = {}
+        self.cordoned: set[tuple[int, str]] = set()
         self.topics: dict[str, TopicState] = {}
         self.broker_versions = {b: 1 for b in self.broker_ids}
         self.removed: dict[int, list[tuple[int, str]]] = {b: [] for b in self.broker_ids}
@@ -186,6 +187,11 @@ class ClusterBuilder:
                         part.leader = broker
                         part.leader_epoch += 1
         self._touch(*self.broker_ids)
+
+    def cordon_log_dir(self, broker: int, log_dir: str) -> None:
+        """KIP-1066: the dir takes no new replicas; its state and replicas stay as they are."""
+        self.cordoned.add((broker, log_dir))
+        self._touch(broker)
 
     def degrade_log_dir(self, broker: int, log_dir: str) -> None:
         self.dirs[broker][log_dir] = LogDirState.DEGRADED
@@ -306,6 +312,7 @@ class ClusterBuilder:
                     error=self.dir_errors.get((b, name)),
                     replica_count=len(reps),
                     offline_replica_count=sum(r.state == ReplicaState.OFFLINE for r in reps),
+                    cordoned=(b, name) in self.cordoned,
                 )
             )
         return out

@@ -58,15 +58,14 @@ class SimCluster:
         path.write_text("not a directory")
 
     def heal_log_dir(self, broker_id: int, name: str) -> None:
-        """The disk is replaced (an empty folder), re-probed, and the broker's replicas are
-        re-created through LogDirReset (KIP-112 recovery)."""
+        """The disk is replaced (an empty folder) and the broker restarted: Kafka brings a
+        failed dir back only then (KIP-112), and the broker, with no bad dir left, re-creates
+        its replicas there."""
         path = self.log_dir_path(broker_id, name)
         path.unlink()
         path.mkdir()
         shutil.rmtree(f"{path}.removed", ignore_errors=True)
-        with self.agent(broker_id) as agent:
-            agent.probe_log_dir(name)
-        self.controller.log_dir_reset(broker_id)
+        self.cli("restart-broker", str(broker_id))
 
     def down(self) -> None:
         try:

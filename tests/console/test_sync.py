@@ -87,6 +87,25 @@ def test_agents_are_asked_incrementally_from_the_version_applied(synced, builder
     assert Partition.objects.get(topic_name="orders", partition=2).log_end_offset == 1050
 
 
+def test_a_cordoned_dir_shows_cordoned_but_online_and_is_not_an_offline_dir(
+    synced, builder, client, viewer
+):
+    """KIP-1066: a cordon only stops new replicas on the dir; its replicas keep serving, and
+    KIP-112's OfflineLogDirectoryCount counts only failed dirs."""
+    builder.cordon_log_dir(2, "logdir-0")
+    assert sync(synced, builder).ok
+    d = LogDir.objects.get(broker__broker_id=2, name="logdir-0")
+    assert d.cordoned and d.state == LogDirState.ONLINE and d.offline_replica_count == 0
+    broker = Broker.objects.get(cluster=synced, broker_id=2)
+    assert broker.state == BrokerState.ONLINE
+    assert broker.offline_log_directory_count == broker.offline_replica_count == 0
+    client.force_login(viewer)
+    page = client.get(f"/brokers/?cluster={synced.name}").content.decode()
+    cell = page.split('data-dir="2:logdir-0"', 1)[1].split("</td>", 1)[0]
+    assert 'data-state="ONLINE"' in cell and "data-cordoned" in cell
+    assert "data-cordoned" not in page.split('data-dir="2:logdir-1"', 1)[1].split("</td>", 1)[0]
+
+
 def test_log_dir_failure_shows_offline_dir_and_kip112_counts(synced, builder):
     builder.fail_log_dir(2, "logdir-0")
     run = sync(synced, builder)

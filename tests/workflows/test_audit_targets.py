@@ -81,12 +81,19 @@ def test_a_dir_command_names_the_dir_with_its_cluster_and_broker(monkeypatch, op
 
 
 def test_a_broker_command_names_the_broker_with_its_cluster(monkeypatch, operator):
-    monkeypatch.setattr(disks, "agent", _client(log_dir_reset={"topics": []}))
-    monkeypatch.setattr(disks, "controller", _client(metadata=None))
-    monkeypatch.setattr(disks, "partitions_by_key", lambda md: {})
-    ctx = _ctx(operator, "lab", {"broker": 1, "log_dir": "d1"}, plan={"replicas": []})
-    disks.log_dir_reset(ctx)
-    assert _target(ctx) == ("broker", "lab/1")
+    monkeypatch.setattr(disks, "agent", _client(incarnation="i1", log_dirs=[]))
+    restarted = {"restarted": True, "incarnation": "i2"}
+    monkeypatch.setattr(disks, "controller", _client(restart_broker=restarted))
+    params = {"broker": 1, "log_dir": "d1", "mode": "remove"}
+    ctx = _ctx(operator, "lab", params, plan={"replicas": []})
+    disks.restart_broker(ctx)
+    targets = AuditEvent.objects.filter(workflow=ctx.workflow).values_list(
+        "action", "target_type", "target_id"
+    )
+    assert sorted(targets) == [
+        (disks.DiskAction.RESTART, "broker", "lab/1"),
+        (disks.DiskAction.RESTART_SEEN, "broker", "lab/1"),
+    ]
 
 
 def test_a_partition_count_change_names_the_topic_with_its_cluster(monkeypatch, operator):

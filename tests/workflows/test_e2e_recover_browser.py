@@ -68,7 +68,10 @@ def test_operator_requests_approver_approves_operator_confirms_the_new_disk(
     plan_hash = wf.plan_hash
     # the page the operator was sent to shows the plan, without the operator reloading it
     expect(page.get_by_test_id("plan-hash")).to_have_text(plan_hash, timeout=30_000)
-    expect(page.get_by_test_id("plan-actions")).to_contain_text("LogDirReset")
+    expect(page.get_by_test_id("plan-actions")).to_contain_text(
+        f"the worker restarts broker {broker}"
+    )
+    expect(page.get_by_test_id("plan-actions")).not_to_contain_text("LogDirReset")
     expect(page.get_by_test_id("plan-information")).to_contain_text("bytes_to_recreate")
     ctx.clear_cookies()
 
@@ -85,8 +88,14 @@ def test_operator_requests_approver_approves_operator_confirms_the_new_disk(
     confirm.wait_for(timeout=60_000)  # the live panel shows the gate once the cordon is done
     assert "Replace the disk" in page.locator("#wf-live").inner_text()
     sim.replace_disk(broker, name)
+    with sim.agent(broker) as a:
+        incarnation = a.incarnation()
     confirm.click()
     page.get_by_test_id("wf-state").filter(has_text="Succeeded").wait_for(timeout=120_000)
+    # KIP-112: the dir came back because the runbook restarted the broker
+    assert "succeeded" in page.locator('tr[data-step="restart_broker"]').inner_text()
+    with sim.agent(broker) as a:
+        assert a.incarnation() != incarnation
 
     row = page.locator('tr[data-step="recreate_replicas"]')
     assert "bytes" in row.inner_text() and "succeeded" in row.inner_text()

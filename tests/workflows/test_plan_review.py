@@ -60,7 +60,7 @@ def test_retain_policy_deletes_nothing_but_flags_a_dir_the_growth_does_not_fit()
           "partitions_to_mark": [{"partition": 2, "keys_move_to": 0}]},
          {"records_to_drain": 30}, "30 records left to drain (moves with traffic)"),
         ("recover_log_dir", {"broker": 1, "log_dir": "d0", "mode": "replace",
-          "cordon_takes_replicas_offline": False, "replica_count": 2,
+          "restart": "sim", "replica_count": 2,
           "replicas": [{"topic": "a", "partition": 0}, {"topic": "a", "partition": 1}]},
          {"log_dir_state": "OFFLINE", "bytes_to_recreate": 12345},
          "2 replicas, 12.1 KB to copy"),
@@ -81,6 +81,22 @@ def test_every_kind_reviews_its_plan(kind, actions, information, destructive_siz
     assert [r.size for r in red] == ([destructive_size] if destructive_size else [])
 
 
+@pytest.mark.parametrize(("restart", "who"), [("sim", "the worker"), ("manual", "an operator")])
+def test_recovery_review_cordon_keeps_replicas_serving_and_the_broker_restarts(restart, who):
+    """KIP-1066: a cordon only stops new replicas landing on the dir; KIP-112: the failed dir
+    comes back only when the broker restarts (by the worker on the simulated cluster, else by
+    an operator who confirms), and there is no LogDirReset step."""
+    actions = {"broker": 1, "log_dir": "d0", "mode": "replace", "restart": restart,
+               "replica_count": 1, "replicas": [{"topic": "a", "partition": 0}]}  # fmt: skip
+    rows = get_kind("recover_log_dir").review(actions, {"log_dir_state": "DEGRADED"})
+    cordon = rows[0]
+    assert "no new replicas placed on it; its replicas keep serving" in cordon.what
+    assert not cordon.destructive and "offline" not in cordon.after
+    restart_row = next(r for r in rows if "restart broker 1" in r.what.lower())
+    assert who in restart_row.what
+    assert not any("LogDirReset" in r.what for r in rows)
+
+
 def test_plan_summary_is_empty_without_a_plan_or_for_a_plan_it_cannot_read():
     assert plan_summary(SimpleNamespace(kind="disable_tiering", plan={}, plan_information={})) == []
     old = SimpleNamespace(kind="disable_tiering", plan={"summary": "x"}, plan_information=None)
@@ -96,3 +112,18 @@ def test_every_dry_run_the_spark_page_offers_to_execute_names_the_kind_that_exec
 
     executing = {k.job: k.name for k in all_kinds() if getattr(k, "job", None)}
     assert executing == EXECUTED_BY
+
+
+def test_a_cluster_without_the_sim_restart_control_gets_a_manual_restart_gate():
+    """#36: where the worker cannot restart the broker, the restart is a human gate an
+    operator confirms (audited who / when; no worker waits); with the control, a worker step."""
+    kind = get_kind("recover_log_dir")
+    params = {"cluster": "c", "broker": 1, "log_dir": "d0", "mode": "remove"}
+    manual = {s.name: s for s in kind.steps(params, {"restart": "manual"})}
+    assert (
+        manual["restart_broker"].gate and "Restart broker 1" in manual["restart_broker"].gate_prompt
+    )
+    sim = {s.name: s for s in kind.steps(params, {"restart": "sim"})}
+    assert not sim["restart_broker"].gate
+    assert list(sim) == ["cordon_log_dir", "remove_log_dir", "restart_broker",
+                         "recreate_replicas", "verify"]  # fmt: skip

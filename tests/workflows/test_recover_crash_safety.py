@@ -1,7 +1,8 @@
 """Crash safety of ``recover_log_dir``: the worker is SIGKILLed at every step boundary (the
 test-only ``STRATA_FAULT_KILL_AT`` switch, before and after each step) and the recovery still
-completes, exactly once: one cordon, one re-probe, one LogDirReset, one produce / consume check,
-one completion per step, and an intact audit chain."""
+completes, exactly once: one cordon, one uncordon, one broker restart (from the incarnation seen
+before the first attempt), one produce / consume check, one completion per step, and an intact
+audit chain."""
 
 from __future__ import annotations
 
@@ -80,8 +81,8 @@ def test_worker_killed_at_every_step_boundary_recovers_exactly_once(
     assert [s.name for s in steps] == [
         "cordon_log_dir",
         "confirm_disk_replaced",
-        "probe_log_dir",
-        "log_dir_reset",
+        "uncordon_log_dir",
+        "restart_broker",
         "recreate_replicas",
         "verify",
     ]
@@ -99,11 +100,19 @@ def test_worker_killed_at_every_step_boundary_recovers_exactly_once(
     # each effect on the cluster exactly once
     for action in (
         DiskAction.CORDON,
-        DiskAction.PROBE,
-        DiskAction.LOG_DIR_RESET,
+        DiskAction.UNCORDON,
+        DiskAction.RESTART_SEEN,
+        DiskAction.RESTART,
         DiskAction.VERIFY_PRODUCE,
     ):
         assert AuditEvent.objects.filter(workflow=wf, action=action).count() == 1, action
+    # the broker was restarted once, from the incarnation seen before the first attempt: the
+    # process running now is the one that restart started
+    restart = AuditEvent.objects.get(workflow=wf, action=DiskAction.RESTART)
+    seen = AuditEvent.objects.get(workflow=wf, action=DiskAction.RESTART_SEEN)
+    assert restart.after["restarted"] and restart.before == seen.after
+    with sim.agent(broker) as a:
+        assert a.incarnation() == restart.after["incarnation"] != seen.after["incarnation"]
     verify = wf.steps.get(name="verify").output
     assert verify["lost"] == [] and verify["missing_on_recovered_replica"] == []
     assert AuditEvent.objects.filter(action=AuditAction.WORKFLOW_RESUMED, workflow=wf).exists()

@@ -164,8 +164,8 @@ def test_replace_mode_waits_for_the_new_disk_then_recovers_every_replica(
     created = _request(api, operator, broker=x, log_dir=x_dir)
     plan, info = created["plan"], created["plan_information"]
     assert created["state"] == WorkflowState.PENDING_APPROVAL and created["approvals_required"] == 1
-    assert info["log_dir_state"] == LogDirState.OFFLINE and not info["cordon_first"]
-    assert plan["cordon_takes_replicas_offline"] is False  # an OFFLINE dir serves nothing
+    assert info["log_dir_state"] == LogDirState.OFFLINE and not info["still_serving"]
+    assert plan["restart"] == "sim"  # the simulated controller advertises its restart control
     on_dir = {(r["topic"], r["partition"]) for r in plan["replicas"]}
     assert ("orders", 0) in on_dir or ("orders", 1) in on_dir
     assert ("bulk", 0) not in on_dir
@@ -177,8 +177,8 @@ def test_replace_mode_waits_for_the_new_disk_then_recovers_every_replica(
     assert plan["steps"] == [
         "cordon_log_dir",
         "confirm_disk_replaced",
-        "probe_log_dir",
-        "log_dir_reset",
+        "uncordon_log_dir",
+        "restart_broker",
         "recreate_replicas",
         "verify",
     ]
@@ -192,6 +192,10 @@ def test_replace_mode_waits_for_the_new_disk_then_recovers_every_replica(
     assert wf.steps.get(name="cordon_log_dir").state == StepState.SUCCEEDED
 
     sim.replace_disk(x, x_dir)  # the operator swaps the disk: an empty folder
+    with sim.agent(x) as a:
+        incarnation = a.incarnation()
+        # KIP-112: the running broker keeps the dir offline though the new disk works
+        assert a.probe_log_dir(x_dir).state == LogDirState.OFFLINE
     assert api(operator).post(f"/workflows/{wf_id}/confirm").status_code == 200
     wait_for(lambda: _state(wf_id) in WorkflowState.TERMINAL, 120, "the recovery to end")
 
@@ -221,19 +225,25 @@ def test_replace_mode_waits_for_the_new_disk_then_recovers_every_replica(
     assert {("orders", p) for p, _ in ours} == {tp for tp in on_dir if tp[0] == "orders"}
     assert _disk_events(wf) == {
         DiskAction.CORDON: 1,
-        DiskAction.PROBE: 1,
-        DiskAction.LOG_DIR_RESET: 1,
+        DiskAction.UNCORDON: 1,
+        DiskAction.RESTART_SEEN: 1,
+        DiskAction.RESTART: 1,
         DiskAction.VERIFY_PRODUCER: 1,
         DiskAction.VERIFY_PRODUCE: 1,
     }
     cordon = AuditEvent.objects.get(workflow=wf, action=DiskAction.CORDON)
-    assert cordon.before["state"] == LogDirState.OFFLINE and cordon.after["state"] == "OFFLINE"
+    assert cordon.before["state"] == LogDirState.OFFLINE and cordon.after["cordoned"] is True
+    # the worker restarted the broker once: the process it saw before is gone
+    restart = AuditEvent.objects.get(workflow=wf, action=DiskAction.RESTART)
+    assert restart.before == {"incarnation": incarnation} and restart.after["restarted"]
+    with sim.agent(x) as a:
+        assert a.incarnation() == restart.after["incarnation"] != incarnation
     assert AuditEvent.objects.filter(workflow=wf, action=AuditAction.WORKFLOW_CONFIRMED).exists()
     _assert_nothing_lost(sim, layout["values"])
     assert verify_chain().ok
 
 
-def test_remove_mode_cordons_a_degraded_dir_first_and_needs_two_approvals(
+def test_remove_mode_cordons_a_degraded_dir_that_serves_until_the_restart_and_needs_two_approvals(
     sim, layout, worker, cluster, api, operator, approver, second_approver
 ):
     y, y_dir = layout["y"], layout["y_dir"]
@@ -248,12 +258,11 @@ def test_remove_mode_cordons_a_degraded_dir_first_and_needs_two_approvals(
     plan, info = created["plan"], created["plan_information"]
     assert created["state"] == WorkflowState.PENDING_APPROVAL, created
     assert created["approvals_required"] == 2
-    assert info["log_dir_state"] == LogDirState.DEGRADED and info["cordon_first"]
-    assert plan["cordon_takes_replicas_offline"] is True  # a DEGRADED dir is still serving
+    assert info["log_dir_state"] == LogDirState.DEGRADED and info["still_serving"]
     assert plan["steps"] == [
         "cordon_log_dir",
         "remove_log_dir",
-        "log_dir_reset",
+        "restart_broker",
         "recreate_replicas",
         "verify",
     ]
@@ -281,11 +290,15 @@ def test_remove_mode_cordons_a_degraded_dir_first_and_needs_two_approvals(
     assert _disk_events(wf) == {
         DiskAction.CORDON: 1,
         DiskAction.REMOVE: 1,
-        DiskAction.LOG_DIR_RESET: 1,
+        DiskAction.RESTART_SEEN: 1,
+        DiskAction.RESTART: 1,
         DiskAction.VERIFY_PRODUCER: 1,
         DiskAction.VERIFY_PRODUCE: 1,
     }
+    # KIP-1066: the cordon took nothing offline; the dir served until the broker restarted
+    cordon = AuditEvent.objects.get(workflow=wf, action=DiskAction.CORDON)
+    assert cordon.after["state"] in LogDirState.GOOD and cordon.after["cordoned"] is True
     remove = AuditEvent.objects.get(workflow=wf, action=DiskAction.REMOVE)
-    assert remove.before["state"] == LogDirState.OFFLINE and remove.after["removed"] is True
+    assert remove.before["state"] in LogDirState.GOOD and remove.after["removed"] is True
     _assert_nothing_lost(sim, layout["values"])
     assert verify_chain().ok

@@ -7,8 +7,8 @@ before the engine committed the step) finds it and does not repeat the command.
 
 The one window this cannot close is a kill *between* the command and its audit commit: the
 command is then sent again, which is why each command used here is itself idempotent on the
-cluster side (cordon and probe of a dir, LogDirReset, removal of an already removed dir, an
-unchanged partition count). The exception is ``recover_log_dir``'s produce / consume check: run
+cluster side (cordon and uncordon of a dir, removal of an already removed dir, a broker restart
+asked for the incarnation seen before the first attempt, an unchanged partition count). The exception is ``recover_log_dir``'s produce / consume check: run
 again in that window it writes a second, harmless batch of verification records.
 
 A command the agent refuses (an ``AgentError``) is audited with outcome ``failure`` and does

@@ -3,9 +3,11 @@
 KIP-112 gives two ways out of a failed JBOD log directory: *replace* the bad disk with a good
 one ("the disk can either be empty or contain the old data"), or *remove* the bad log directory
 from the broker's config — "bad log directories should only be removed from broker config if
-there is enough space on the good log directories". Either way the broker's entries are reset
-(LogDirReset: the controller drops the broker from every partition's ``created`` list) and the
-replicas are re-created on good dirs, catching up from their leaders.
+there is enough space on the good log directories". Either way the broker must **restart**:
+Kafka keeps a failed dir offline until the broker process restarts ("fix disks and reboot
+broker"); LogDirReset was in a superseded draft and is no step of this runbook. Once restarted
+with no bad dir, the broker re-creates the missing replicas on its good, uncordoned dirs and they
+catch up from their leaders.
 
 Parameters: ``broker``, ``log_dir``, ``mode`` (``replace`` | ``remove``, default replace).
 
@@ -14,10 +16,10 @@ Pre-flight refusals (nothing changes):
 - ``UNKNOWN_BROKER`` — the controller does not know the broker id;
 - ``LOG_DIR_NOT_FOUND`` (Kafka's code, KIP-113) — the broker has no such log dir;
 - ``LOG_DIR_NOT_OFFLINE`` (409) — the dir is ONLINE and healthy. **Decision:** a DEGRADED dir
-  (online, but its probe is far slower than its peers') *is* accepted: the workflow cordons it
-  first, which takes its replicas offline exactly as an I/O error would (leaders move, the ISR
-  shrinks), so an operator can retire a dying disk before it fails outright. A healthy dir is
-  refused: Strata has no evidence that anything is wrong with it;
+  (online, but its probe is far slower than its peers') *is* accepted, so an operator can retire
+  a dying disk before it fails outright: the cordon (KIP-1066) stops new replicas landing on it
+  while its replicas keep serving until the broker restarts without it (replaced or removed). A
+  healthy dir is refused: Strata has no evidence that anything is wrong with it;
 - ``LAST_LOG_DIR`` (remove mode) — the broker's only dir cannot be removed;
 - ``INSUFFICIENT_SPACE`` (409, remove mode) — the good dirs lack usable space for the replicas
   that must move there. For an OFFLINE dir the agent's removal plan decides (replicas sized by
@@ -25,14 +27,15 @@ Pre-flight refusals (nothing changes):
   same placement over the replicas' own sizes. The message carries the numbers;
 - ``BROKER_NOT_AVAILABLE`` (503) — the controller or the agent did not answer.
 
-Plan **actions** (hashed, approved): broker, dir, mode, whether the cordon takes replicas
-offline (a DEGRADED dir: it is still serving), the replicas on the dir (``topic``,
+Plan **actions** (hashed, approved): broker, dir, mode, how the broker is restarted
+(``restart``: ``sim`` — the worker restarts it through the simulated cluster's control, which the
+controller advertises; ``manual`` — an operator restarts it and confirms), the replicas on the dir (``topic``,
 ``partition``) that will be re-created, and in remove mode the good dirs and whether the
 replicas ``fit`` on them. Plan **information** (shown with its age, never hashed): the dir's
 state, per replica ``leader``, ``isr_size``, ``min_insync_replicas``, ``leader_lost``,
 ``under_min_isr`` and ``bytes``; the affected partitions (``partitions_leader_lost``: no leader,
 the data is only on this dir; ``partitions_under_min_isr`` now, and after the cordon of a
-DEGRADED dir), ``bytes_to_recreate`` and per good dir ``usable_bytes`` / ``needed_bytes``.
+DEGRADED dir, what its replacement takes away), ``bytes_to_recreate`` and per good dir ``usable_bytes`` / ``needed_bytes``.
 
 **Decision — bytes are information.** Sizes and free space move with ordinary traffic every
 second; were they approved, every approval on a live cluster would be voided by the next
@@ -41,12 +44,21 @@ action: a projection that turns "fits" into "does not fit" voids the approvals (
 it refuses). The exact space check happens once more at execution (the agent refuses a removal
 that does not fit) and the exact byte progress is on the step.
 
-Steps, replace mode: ``cordon_log_dir`` → ``confirm_disk_replaced`` (human gate: an operator
-confirms the disk was replaced, ``POST /api/v1/workflows/{id}/confirm`` or the button on the
-workflow page) → ``probe_log_dir`` (re-probe: ONLINE again, lifts the cordon) →
-``log_dir_reset`` → ``recreate_replicas`` → ``verify``. Remove mode: ``cordon_log_dir`` →
-``remove_log_dir`` (persisted in the broker's config) → ``log_dir_reset`` →
-``recreate_replicas`` → ``verify``.
+Steps, replace mode: ``cordon_log_dir`` (no new replicas on it) → ``confirm_disk_replaced``
+(human gate: an operator confirms the disk was replaced, ``POST /api/v1/workflows/{id}/confirm``
+or the button on the workflow page) → ``uncordon_log_dir`` (the new disk takes replicas again) →
+``restart_broker`` → ``recreate_replicas`` → ``verify``. Remove mode: ``cordon_log_dir`` →
+``remove_log_dir`` (persisted in the broker's config, effective at its restart) →
+``restart_broker`` → ``recreate_replicas`` → ``verify``.
+
+``restart_broker`` on the simulated cluster: the worker asks the controller's sim control to
+restart the broker (controlled shutdown: leaders move first; then the process stops and starts;
+replicas come back into the ISR). It is done at most once across a worker SIGKILL: the broker's
+``incarnation`` seen before the first attempt is audited first, the control restarts only that
+incarnation, and the restart is audited with the incarnations before and after. Where the
+cluster offers no restart control, the step is a human gate instead: "restart broker N", confirmed
+by an operator in the console (who and when audited; it waits for days without holding a worker).
+After the restart a replaced dir that still fails fails the step (``LOG_DIR_STILL_OFFLINE``).
 
 ``recreate_replicas`` reports progress in bytes (the re-created replicas' local size against
 their leaders') and waits (``StepResult.wait``) until every one is ONLINE and back in the ISR.
@@ -89,6 +101,7 @@ from workflows.kinds.commands import (
 from workflows.kinds.disks_plan import (
     DiskRefusal,
     RecoveryMode,
+    RestartVia,
     partitions_by_key,
     plan_recovery,
     sizes_on_leaders,
@@ -102,8 +115,6 @@ __all__ = ["DiskAction", "DiskRefusal", "RecoverLogDir", "RecoveryMode", "plan_r
 
 #: ``verify`` checks at most this many affected partitions with a produce / consume round trip.
 VERIFY_MAX_PARTITIONS = 50
-#: ``probe_log_dir`` gives up after this many probes that still fail (every 5 s: ~10 minutes).
-PROBE_MAX_ATTEMPTS = 120
 #: ``verify`` waits this many attempts (every 2 s) for OfflineReplicaCount to reach 0.
 VERIFY_MAX_ATTEMPTS = 30
 POLL_SECONDS = 2.0
@@ -113,9 +124,11 @@ class DiskAction:
     """Audit actions of the commands this kind sends."""
 
     CORDON = "disks.cordon_log_dir"
-    PROBE = "disks.probe_log_dir"
+    UNCORDON = "disks.uncordon_log_dir"
     REMOVE = "disks.remove_log_dir"
-    LOG_DIR_RESET = "disks.log_dir_reset"
+    RESTART = "disks.restart_broker"
+    #: the broker's incarnation seen before the restart was first asked for
+    RESTART_SEEN = "disks.restart_broker_seen"
     VERIFY_PRODUCE = "disks.verify_produce_consume"
     #: the producer id of the verify batches, allocated once per workflow
     VERIFY_PRODUCER = "disks.verify_producer"
@@ -125,12 +138,18 @@ def _dir_state(cluster: str, broker: int, name: str) -> dict[str, Any]:
     with agent(cluster, broker) as a:
         dirs = {d.name: d for d in a.log_dirs()}
     d = dirs.get(name)
-    return {"log_dir": name, "state": d.state if d else "REMOVED", "error": d.error if d else None}
+    return {
+        "log_dir": name,
+        "state": d.state if d else "REMOVED",
+        "error": d.error if d else None,
+        "cordoned": d.cordoned if d else None,
+    }
 
 
 @waits_when_unreachable
 def cordon_log_dir(ctx: StepContext) -> StepResult:
-    """Cordon: the dir goes OFFLINE as on an I/O error and no new replica lands on it."""
+    """Cordon (KIP-1066 ``cordoned.log.dirs``): no new replica lands on the dir; its replicas
+    keep serving and its state is unchanged."""
     cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
 
     def call() -> dict[str, Any]:
@@ -153,48 +172,90 @@ def confirm_disk_replaced(ctx: StepContext) -> StepResult:
 
 
 @waits_when_unreachable
-def probe_log_dir(ctx: StepContext) -> StepResult:
-    """Re-probe the replaced disk: ONLINE again (the cordon is lifted). A probe that still
-    fails waits and probes again (the operator may still be at work), up to a limit."""
+def uncordon_log_dir(ctx: StepContext) -> StepResult:
+    """Lift the cordon of the replaced disk, so the broker re-creates its replicas there when
+    it restarts (the operator's edit of ``cordoned.log.dirs``)."""
     cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
-    prior = applied_before(ctx, DiskAction.PROBE)
-    if prior is not None:
-        return StepResult.done({"state": prior.get("state"), "applied_now": False})
-    before = _dir_state(cluster, broker, name)
-    with agent(cluster, broker) as a:
-        after = a.probe_log_dir(name).model_dump()
-    healthy = after["state"] in LogDirState.GOOD
-    # The error's kind, without the per-probe file name: a probe failing the same way as the
-    # last one is not audited again (counted in the next event's extra instead).
-    failing = f"{after['state']}, {str(after.get('error') or 'no error').split(':', 1)[0]}"
-    reason = (
-        f"{name} on broker {broker} still fails its probe ({failing}); is the new disk mounted "
-        "at the dir's path?"
+
+    def call() -> dict[str, Any]:
+        with agent(cluster, broker) as a:
+            return a.uncordon_log_dir(name).model_dump()
+
+    after, now = run_command(
+        ctx,
+        DiskAction.UNCORDON,
+        call,
+        **targets.log_dir(cluster, broker, name),
+        before=lambda: _dir_state(cluster, broker, name),
     )
-    if healthy or reason != ctx.workflow.waiting_reason:
+    return StepResult.done({"cordoned": after.get("cordoned"), "applied_now": now})
+
+
+def _incarnation_seen(ctx: StepContext, cluster: str, broker: int) -> str | None:
+    """The broker's incarnation before this step first asked for a restart: read once and
+    audited, so a run after a worker SIGKILL asks the control to restart that incarnation only
+    (a restart already done is not done twice)."""
+    key = f"{ctx.idempotency_key}:seen"
+    prior = applied_before(ctx, DiskAction.RESTART_SEEN, key)
+    if prior is None:
+        with agent(cluster, broker) as a:
+            seen = a.incarnation()
         record_command(
             ctx,
-            DiskAction.PROBE,
-            **targets.log_dir(cluster, broker, name),
-            before=before,
-            after=after,
-            outcome=AuditOutcome.SUCCESS if healthy else AuditOutcome.FAILURE,
-            extra={"probes": ctx.step.attempts},
+            DiskAction.RESTART_SEEN,
+            **targets.broker(cluster, broker),
+            after={"incarnation": seen},
+            key=key,
         )
-    if healthy:
-        return StepResult.done({"state": after["state"], "applied_now": True})
-    if ctx.step.attempts >= PROBE_MAX_ATTEMPTS:
+        prior = applied_before(ctx, DiskAction.RESTART_SEEN, key)  # a racing run's, if first
+    assert prior is not None
+    return prior.get("incarnation")
+
+
+@waits_when_unreachable
+def restart_broker(ctx: StepContext) -> StepResult:
+    """Restart the broker process through the simulated cluster's control (Kafka brings a
+    failed dir back only at restart), at most once; then check the dir it restarted with."""
+    cluster, broker = ctx.params["cluster"], ctx.params["broker"]
+    seen = _incarnation_seen(ctx, cluster, broker)
+
+    def call() -> dict[str, Any]:
+        with controller(cluster) as ctl:
+            return ctl.restart_broker(broker, seen)
+
+    after, now = run_command(
+        ctx,
+        DiskAction.RESTART,
+        call,
+        **targets.broker(cluster, broker),
+        before={"incarnation": seen},
+    )
+    return _after_restart(ctx, {"incarnation": after.get("incarnation"), "applied_now": now})
+
+
+def confirm_broker_restarted(ctx: StepContext) -> StepResult:
+    """The manual restart (a cluster the worker cannot restart): the engine runs this only
+    after an operator confirmed it in the console."""
+    return _after_restart(ctx, {"confirmed_by": ctx.step.confirmed_by_id})
+
+
+def _after_restart(ctx: StepContext, output: dict[str, Any]) -> StepResult:
+    cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
+    state = _dir_state(cluster, broker, name)
+    output["log_dir_state"] = state["state"]
+    if ctx.params["mode"] == RecoveryMode.REPLACE and state["state"] not in LogDirState.GOOD:
         return StepResult.fail(
             DiskRefusal.LOG_DIR_STILL_OFFLINE,
-            f"{name} on broker {broker} still fails its probe: {after.get('error')}",
+            f"{name} on broker {broker} is {state['state']} after the restart "
+            f"({state.get('error')}): is the new disk mounted at the dir's path?",
         )
-    return StepResult.wait(reason, retry_in=5.0)
+    return StepResult.done(output)
 
 
 @waits_when_unreachable
 def remove_log_dir(ctx: StepContext) -> StepResult:
-    """KIP-112 option 2: remove the bad dir from the broker's config (the agent re-checks the
-    space and refuses ``INSUFFICIENT_SPACE`` with its plan)."""
+    """KIP-112 option 2: remove the bad dir from the broker's config, effective when it
+    restarts (the agent re-checks the space and refuses ``INSUFFICIENT_SPACE`` with its plan)."""
     cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
     before = _dir_state(cluster, broker, name)
 
@@ -229,41 +290,6 @@ def remove_log_dir(ctx: StepContext) -> StepResult:
             "applied_now": now,
         }
     )
-
-
-@waits_when_unreachable
-def log_dir_reset(ctx: StepContext) -> StepResult:
-    """LogDirReset (the KIP-112 draft's path): the controller drops the broker from every
-    ``created`` list, so the broker re-creates its missing replicas on good dirs.
-
-    Once the broker has no bad dir left (the disk replaced and probed ONLINE, or the bad dir
-    removed from its config) it already re-creates them by itself, as the seed's later text and
-    shipped Kafka do; the reset then changes nothing for those and is kept so a broker that
-    still holds a bad dir elsewhere gets its replicas back too."""
-    cluster, broker = ctx.params["cluster"], ctx.params["broker"]
-
-    def created_count() -> dict[str, Any]:
-        with controller(cluster) as ctl:
-            md = ctl.metadata()
-        keys = {partition_key(r["topic"], r["partition"]) for r in ctx.plan["replicas"]}
-        parts = partitions_by_key(md)
-        return {
-            "planned_replicas": len(keys),
-            "in_created": sum(1 for k in keys if k in parts and broker in parts[k][1].created),
-        }
-
-    def call() -> dict[str, Any]:
-        with agent(cluster, broker) as a:
-            return a.log_dir_reset()
-
-    after, now = run_command(
-        ctx,
-        DiskAction.LOG_DIR_RESET,
-        call,
-        **targets.broker(cluster, broker),
-        before=created_count,
-    )
-    return StepResult.done({"topics": len(after.get("topics", [])), "applied_now": now})
 
 
 def _planned_keys(ctx: StepContext, md: ClusterMetadata) -> list[str]:
@@ -434,9 +460,10 @@ class RecoverLogDir(WorkflowKind):
     name = "recover_log_dir"
     label = "Recover a log dir (KIP-112)"
     description = (
-        "Cordon a failed or degraded log dir, replace the disk (human gate) or remove the dir "
-        "from the broker's config, LogDirReset, re-create the replicas from their leaders and "
-        "verify nothing was lost."
+        "Cordon a failed or degraded log dir (no new replicas), replace the disk (human gate) "
+        "or remove the dir from the broker's config, restart the broker (Kafka brings a failed "
+        "dir back only at restart), re-create the replicas from their leaders and verify "
+        "nothing was lost."
     )
     approvals = 1
 
@@ -448,7 +475,8 @@ class RecoverLogDir(WorkflowKind):
             RecoveryMode.ALL,
             default=RecoveryMode.REPLACE,
             help="replace: a new disk at the same path (human gate); remove: drop the dir from "
-            "the broker's config (needs room on the good dirs, two approvals).",
+            "the broker's config (needs room on the good dirs, two approvals). Either way the "
+            "broker then restarts: Kafka brings a failed dir back only at a restart.",
         ),
     )
 
@@ -470,38 +498,55 @@ class RecoverLogDir(WorkflowKind):
         )
         more = len(actions["replicas"]) - 20
         replicas += f" and {more} more" if more > 0 else ""
+        restart = (
+            ReviewRow(
+                f"Restart broker {actions['broker']} (the worker, through the simulated "
+                "cluster's control; leaders move first)",
+                f"broker {actions['broker']}",
+                "running",
+                "restarted, its replicas back in the ISR",
+            )
+            if actions["restart"] == RestartVia.SIM
+            else ReviewRow(
+                f"Wait for an operator to restart broker {actions['broker']} and confirm",
+                f"broker {actions['broker']}",
+                "running",
+                "restarted by hand",
+            )
+        )
         rows = [
             ReviewRow(
-                "Cordon the log dir (no new replicas placed on it)",
+                "Cordon the log dir (no new replicas placed on it; its replicas keep serving)",
                 where,
                 str(information.get("log_dir_state", "?")),
-                "cordoned"
-                + (", its replicas go offline" if actions["cordon_takes_replicas_offline"] else ""),
-                destructive=bool(actions["cordon_takes_replicas_offline"]),
+                "cordoned",
             )
         ]
         if actions["mode"] == RecoveryMode.REPLACE:
             rows += [
                 ReviewRow("Wait for an operator to confirm the disk was replaced", where),
-                ReviewRow("Probe the new disk", where, "", "ONLINE"),
+                ReviewRow("Lift the cordon (the new disk takes replicas again)", where),
+                restart,
             ]
         else:
             fits = ", ".join(
                 f"{g['name']} ({'fits' if g['fits'] else 'does not fit'})"
                 for g in actions.get("good_log_dirs", [])
             )
-            rows.append(
+            rows += [
                 ReviewRow(
-                    "Remove the dir from the broker's configuration",
+                    "Remove the dir from the broker's configuration (effective at the restart)",
                     where,
                     "configured",
                     f"removed; replicas go to {fits or 'the good dirs'}",
                     destructive=True,
-                )
-            )
+                ),
+                restart,
+            ]
         rows += [
             ReviewRow(
-                "LogDirReset: drop what the dir held, re-create its replicas from their leaders",
+                "Re-create the dir's replicas from their leaders (the restarted broker has no "
+                "bad dir)",
                 replicas or "no replicas",
                 "offline replicas",
                 "re-created, back in the ISR",
@@ -518,6 +563,19 @@ class RecoverLogDir(WorkflowKind):
 
     def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
         broker, name = params["broker"], params["log_dir"]
+        if plan.get("restart") == RestartVia.SIM:
+            restart = StepDef("restart_broker", restart_broker, label=f"Restart broker {broker}")
+        else:
+            restart = StepDef(
+                "restart_broker",
+                confirm_broker_restarted,
+                label=f"Restart broker {broker} (manual)",
+                gate=True,
+                gate_prompt=(
+                    f"Restart broker {broker} (Kafka brings {name} back only when the broker "
+                    "process restarts), then confirm."
+                ),
+            )
         steps = [StepDef("cordon_log_dir", cordon_log_dir, label=f"Cordon {name}")]
         if params["mode"] == RecoveryMode.REPLACE:
             steps += [
@@ -528,22 +586,18 @@ class RecoverLogDir(WorkflowKind):
                     gate=True,
                     gate_prompt=(
                         f"Replace the disk of {name} on broker {broker} (an empty or the old "
-                        "disk mounted at the dir's path), then confirm."
+                        "disk mounted at the dir's path), then confirm. The broker is "
+                        "restarted next."
                     ),
                 ),
-                StepDef("probe_log_dir", probe_log_dir, label=f"Re-probe {name}"),
+                StepDef("uncordon_log_dir", uncordon_log_dir, label=f"Lift the cordon of {name}"),
             ]
         else:
             steps.append(
                 StepDef("remove_log_dir", remove_log_dir, label=f"Remove {name} from config")
             )
         steps += [
-            StepDef(
-                "log_dir_reset",
-                log_dir_reset,
-                label="LogDirReset (KIP-112 draft; with no bad dir left the broker already "
-                "re-creates its replicas)",
-            ),
+            restart,
             StepDef(
                 "recreate_replicas",
                 recreate_replicas,

@@ -1,7 +1,8 @@
 """``recover_log_dir``'s pre-flight (KIP-112): the refusal codes, the recovery modes, and the plan
 - which replicas the dir held, where they go (the agent's own rule,
-:func:`broker_agent.placement.place_replicas`), whether they fit, and what the cordon takes
-offline. Reads the controller and the broker's agent; changes nothing. The kind and its steps
+:func:`broker_agent.placement.place_replicas`), whether they fit, what replacing a still-serving
+(DEGRADED) dir takes away, and how the broker is restarted (the controller's sim control when it
+advertises one, else an operator). Reads the controller and the broker's agent; changes nothing. The kind and its steps
 are in :mod:`workflows.kinds.disks`.
 """
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DiskRefusal",
     "RecoveryMode",
+    "RestartVia",
     "partitions_by_key",
     "plan_recovery",
     "replicas_on",
@@ -49,6 +51,15 @@ class RecoveryMode:
     REPLACE = "replace"
     REMOVE = "remove"
     ALL = (REPLACE, REMOVE)
+
+
+class RestartVia:
+    """Who restarts the broker: the worker through the simulated cluster's control (the
+    controller advertises ``restart_broker`` on ``GET /v1/sim/controls``), or an operator who
+    confirms it in the console (any cluster without that control)."""
+
+    SIM = "sim"
+    MANUAL = "manual"
 
 
 class DiskRefusal:
@@ -128,6 +139,7 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
     with preflight_reads(cluster):
         with controller(cluster) as ctl:
             md = ctl.metadata()
+            can_restart = bool(ctl.sim_controls().get("restart_broker"))
         if broker not in {b.broker_id for b in md.brokers}:
             known = ", ".join(str(b.broker_id) for b in md.brokers)
             raise Refusal(
@@ -187,7 +199,7 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
                 "min_insync_replicas": min_isr,
                 "leader_lost": p.leader < 0 or (state != LogDirState.OFFLINE and p.isr == [broker]),
                 "under_min_isr": len(p.isr) < min_isr,
-                "under_min_isr_after_cordon": len(isr_after) < min_isr,
+                "under_min_isr_after_replacement": len(isr_after) < min_isr,
                 "bytes": size,
             }
         )
@@ -223,30 +235,34 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
     leader_lost = [partition_key(x["topic"], x["partition"]) for x in rows if x["leader_lost"]]
     under_min = [partition_key(x["topic"], x["partition"]) for x in rows if x["under_min_isr"]]
     under_after = [
-        partition_key(x["topic"], x["partition"]) for x in rows if x["under_min_isr_after_cordon"]
+        partition_key(x["topic"], x["partition"])
+        for x in rows
+        if x["under_min_isr_after_replacement"]
     ]
+    restart = RestartVia.SIM if can_restart else RestartVia.MANUAL
     steps = ["cordon_log_dir"]
     steps += (
-        ["confirm_disk_replaced", "probe_log_dir"]
+        ["confirm_disk_replaced", "uncordon_log_dir"]
         if mode == RecoveryMode.REPLACE
         else ["remove_log_dir"]
     )
-    steps += ["log_dir_reset", "recreate_replicas", "verify"]
+    steps += ["restart_broker", "recreate_replicas", "verify"]
     how = (
-        "wait for an operator to confirm the disk was replaced, re-probe it"
+        "wait for an operator to confirm the disk was replaced, lift the cordon"
         if mode == RecoveryMode.REPLACE
         else "remove it from the broker's configuration"
     )
+    who = "the worker restarts" if restart == RestartVia.SIM else "an operator restarts"
     actions: dict[str, Any] = {
         "summary": (
-            f"Recover {name} on broker {broker} by {mode}: cordon it, {how}, LogDirReset, "
-            f"re-create {len(rows)} replica(s) from their leaders and verify "
+            f"Recover {name} on broker {broker} by {mode}: cordon it, {how}, {who} broker "
+            f"{broker}, re-create {len(rows)} replica(s) from their leaders and verify "
             "OfflineReplicaCount = 0 and a produce / consume round trip."
         ),
         "broker": broker,
         "log_dir": name,
         "mode": mode,
-        "cordon_takes_replicas_offline": state == LogDirState.DEGRADED,
+        "restart": restart,
         "replica_count": len(rows),
         "replicas": [{"topic": x["topic"], "partition": x["partition"]} for x in rows],
         "steps": steps,
@@ -257,11 +273,11 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
         ]
     information: dict[str, Any] = {
         "log_dir_state": state,
-        "cordon_first": state == LogDirState.DEGRADED,
+        "still_serving": state == LogDirState.DEGRADED,
         "replicas": rows,
         "partitions_leader_lost": leader_lost,
         "partitions_under_min_isr": under_min,
-        "partitions_under_min_isr_after_cordon": under_after,
+        "partitions_under_min_isr_after_replacement": under_after,
         "bytes_to_recreate": total,
         "good_log_dirs": good,
     }
