@@ -25,8 +25,6 @@ from fastapi.responses import Response
 
 from broker_agent import kip950
 from broker_agent.choices import (
-    CleanupPolicy,
-    DisablePolicy,
     ErrorCode,
     LogDirState,
     TieredState,
@@ -55,8 +53,8 @@ from broker_agent.models import (
     partition_keys,
     validate_topic_name,
 )
-from broker_agent.remote_retention import validate_local_retention
 from broker_agent.sim_controls import install_sim_routes
+from broker_agent.topic_configs import check_local_retention, is_compacted, validate_topic_configs
 from broker_agent.web import ApiError, install
 
 __all__ = ["Controller", "create_app"]
@@ -305,53 +303,6 @@ class Controller:
             raise ApiError(404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
         return t
 
-    # -- configs -----------------------------------------------------------------------------
-
-    @staticmethod
-    def validate_configs(configs: dict[str, str | None]) -> None:
-        for key, value in configs.items():
-            if key not in TopicConfig.ALL:
-                raise ApiError(400, ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
-            if value is None:
-                continue
-            if key in (TopicConfig.REMOTE_STORAGE_ENABLE, TopicConfig.ENABLE_ORDERED_DELIVERY):
-                if value not in ("true", "false"):
-                    raise ApiError(400, ErrorCode.INVALID_REQUEST, f"{key} must be true or false")
-            elif key == TopicConfig.REMOTE_LOG_DISABLE_POLICY:
-                if value not in DisablePolicy.ALL:
-                    raise ApiError(
-                        400,
-                        ErrorCode.INVALID_REQUEST,
-                        f"unsupported remote.log.disable.policy {value!r} (retain or delete)",
-                    )
-            elif key == TopicConfig.CLEANUP_POLICY:
-                parts = set(value.split(","))
-                if not parts <= {CleanupPolicy.DELETE, CleanupPolicy.COMPACT}:
-                    raise ApiError(400, ErrorCode.INVALID_CONFIG, f"bad cleanup.policy {value!r}")
-            else:
-                try:
-                    number = int(value)
-                except ValueError:
-                    raise ApiError(
-                        400, ErrorCode.INVALID_CONFIG, f"{key} must be an integer"
-                    ) from None
-                low = {TopicConfig.SEGMENT_BYTES: 1024, TopicConfig.MIN_INSYNC_REPLICAS: 1}.get(
-                    key, -2
-                )
-                if number < low or number > 2**62:
-                    raise ApiError(400, ErrorCode.INVALID_CONFIG, f"{key} out of range")
-
-    @staticmethod
-    def _check_local_retention(configs: dict[str, str]) -> None:
-        try:
-            validate_local_retention(configs)  # LogConfig.validateRemoteStorageRetention*
-        except ValueError as exc:
-            raise ApiError(400, ErrorCode.INVALID_CONFIG, str(exc)) from None
-
-    @staticmethod
-    def _compacted(configs: dict[str, str]) -> bool:
-        return CleanupPolicy.COMPACT in configs.get(TopicConfig.CLEANUP_POLICY, "").split(",")
-
     def create_topic(self, req: CreateTopicRequest) -> dict:
         try:
             validate_topic_name(req.name)
@@ -371,11 +322,11 @@ class Controller:
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
                 f"Topic '{req.name}' collides with existing topic: {other}",
             )
-        self.validate_configs(dict(req.configs))
+        validate_topic_configs(dict(req.configs))
         configs = {k: v for k, v in req.configs.items() if v is not None}
-        self._check_local_retention(configs)
+        check_local_retention(configs)
         tiered = configs.get(TopicConfig.REMOTE_STORAGE_ENABLE) == "true"
-        if tiered and self._compacted(configs):
+        if tiered and is_compacted(configs):
             raise ApiError(
                 400,
                 ErrorCode.REMOTE_STORAGE_NOT_SUPPORTED_FOR_COMPACTED_TOPIC,
@@ -443,7 +394,7 @@ class Controller:
         - a compacted topic cannot be tiered, and a tiered topic cannot become compacted.
         """
         t = self.topic(name)
-        self.validate_configs(req.configs)
+        validate_topic_configs(req.configs)
         kip950.check_epoch(t, req.expected_tiered_epoch)
         enable = req.configs.get(TopicConfig.REMOTE_STORAGE_ENABLE)
         policy = req.configs.get(TopicConfig.REMOTE_LOG_DISABLE_POLICY)
@@ -463,8 +414,8 @@ class Controller:
                 new.pop(k, None)
             else:
                 new[k] = v
-        self._check_local_retention(new)
-        if self._compacted(new) and (enable == "true" or state == TieredState.ENABLED):
+        check_local_retention(new)
+        if is_compacted(new) and (enable == "true" or state == TieredState.ENABLED):
             raise ApiError(
                 400,
                 ErrorCode.REMOTE_STORAGE_NOT_SUPPORTED_FOR_COMPACTED_TOPIC,
