@@ -11,7 +11,8 @@ PostgreSQL cannot store a NUL in text, so a NUL that reached a query used to sur
 - a request target (path and query) over :data:`MAX_URL_BYTES` → 414 ``URI_TOO_LONG``. The web
   server's own request-line limit under ``make run`` (gunicorn ``--limit-request-line``,
   :data:`WEB_LIMIT_REQUEST_LINE`, its maximum) lies above it, so an over-long URL gets Strata's
-  answer, not gunicorn's HTML page (only a request line past 8190 bytes still meets gunicorn's);
+  answer, not gunicorn's HTML page; a request line past that limit gets the same JSON 414 from
+  ``make run``'s gunicorn worker (:mod:`config.web_worker`);
 - on the JSON API, a query parameter given more than once → 400 ``INVALID_REQUEST``: every
   API query parameter takes one value (the OpenAPI document types none as an array), and
   which of two ``page`` values counted was up to the framework.

@@ -367,8 +367,10 @@ def main() -> int:
         commands = {
             "web": [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}",
                     "--workers", "2", "--threads", "4", "--timeout", "60", "--access-logfile", "-",
-                    # above Strata's own URL limit: a long URL gets its JSON / text 414
-                    "--limit-request-line", str(edges.WEB_LIMIT_REQUEST_LINE)],
+                    # above Strata's own URL limit: a long URL gets its JSON / text 414;
+                    # past gunicorn's, the worker answers the same JSON (config.web_worker)
+                    "--limit-request-line", str(edges.WEB_LIMIT_REQUEST_LINE),
+                    "--worker-class", "config.web_worker.StrataWorker"],
             "worker": [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO",
                        "--concurrency", "2", "--hostname", "strata@%h"],
             "beat": [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO"],

@@ -171,7 +171,8 @@ def test_each_api_route_is_listed_under_one_tag(client, viewer):
 def test_under_make_run_s_gunicorn_an_overlong_url_gets_strata_s_json_414(tmp_path):
     """gunicorn's default request line (4094 bytes) answered a longer URL with its own HTML 414
     before Strata saw it. ``make run`` starts it with ``--limit-request-line`` at
-    ``WEB_LIMIT_REQUEST_LINE``: a URL over Strata's limit gets Strata's JSON answer."""
+    ``WEB_LIMIT_REQUEST_LINE``: a URL over Strata's limit gets Strata's JSON answer, and one past
+    gunicorn's limit too (``config.web_worker``)."""
     import socket
     import subprocess
     import sys
@@ -180,15 +181,16 @@ def test_under_make_run_s_gunicorn_an_overlong_url_gets_strata_s_json_414(tmp_pa
     from config.edges import MAX_URL_BYTES, WEB_LIMIT_REQUEST_LINE
     from tests.conftest import ROOT, child_env
 
-    assert '"--limit-request-line", str(edges.WEB_LIMIT_REQUEST_LINE)' in (
-        Path(run.__file__).read_text()
-    )
+    run_source = Path(run.__file__).read_text()
+    assert '"--limit-request-line", str(edges.WEB_LIMIT_REQUEST_LINE)' in run_source
+    assert '"--worker-class", "config.web_worker.StrataWorker"' in run_source
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", "1", "--limit-request-line", str(WEB_LIMIT_REQUEST_LINE)],
+         "--workers", "1", "--threads", "2", "--limit-request-line", str(WEB_LIMIT_REQUEST_LINE),
+         "--worker-class", "config.web_worker.StrataWorker"],
         cwd=ROOT,
         env=child_env(DEBUG="1"),
         stdout=(tmp_path / "gunicorn.log").open("w"),
@@ -197,7 +199,7 @@ def test_under_make_run_s_gunicorn_an_overlong_url_gets_strata_s_json_414(tmp_pa
     )  # fmt: skip
     try:
         answers = {}
-        for size in (5000, MAX_URL_BYTES + 100):
+        for size in (5000, MAX_URL_BYTES + 100, WEB_LIMIT_REQUEST_LINE + 1000):
             target = "/api/v1/health?" + "x" * size
             answers[size] = _raw_get(port, target)
         # 5 KB, past gunicorn's default: Strata answers it (health: 200 or 503, JSON)
@@ -205,6 +207,10 @@ def test_under_make_run_s_gunicorn_an_overlong_url_gets_strata_s_json_414(tmp_pa
         assert status in (200, 503) and "status" in json.loads(body), (status, body[:200])
         # past Strata's limit: its own 414, the API's JSON error
         status, body = answers[MAX_URL_BYTES + 100]
+        assert status == 414, (status, body[:200])
+        assert json.loads(body)["error"] == "URI_TOO_LONG", body[:200]
+        # past gunicorn's own limit (its maximum): the worker's answer is the same JSON
+        status, body = answers[WEB_LIMIT_REQUEST_LINE + 1000]
         assert status == 414, (status, body[:200])
         assert json.loads(body)["error"] == "URI_TOO_LONG", body[:200]
     finally:
