@@ -80,7 +80,8 @@ def write_section(rows: list[dict], elapsed: float, machine: list[str]) -> Path:
         "tiered-epoch increment, one ack per broker, ...), an intact audit chain, no Spark "
         "process left, no acknowledged record lost or duplicated (the workflow's topic and the "
         "load topic), and no worker exit unless the cell killed it. PostgreSQL and Redis are "
-        "the suite's own (stopped and killed by the cells).",
+        "the suite's own (stopped and killed by the cells); the remote tier is S3 (the suite's "
+        "private SeaweedFS), which the Spark kinds delete from with DeleteObjects.",
         "",
         "| kind | " + " | ".join(label for _, label in FAULT_ORDER) + " |",
         "|---|" + "---|" * len(FAULT_ORDER),
