@@ -104,6 +104,10 @@ def test_a_cordoned_dir_shows_cordoned_but_online_and_is_not_an_offline_dir(
     cell = page.split('data-dir="2:logdir-0"', 1)[1].split("</td>", 1)[0]
     assert 'data-state="ONLINE"' in cell and "data-cordoned" in cell
     assert "data-cordoned" not in page.split('data-dir="2:logdir-1"', 1)[1].split("</td>", 1)[0]
+    # the dir's own panel says so too, beside its ONLINE state
+    panel = client.get(f"/brokers/?cluster={synced.name}&dir=2:logdir-0").content.decode()
+    heading = panel.split('id="incident-h"', 1)[1].split("</h2>", 1)[0]
+    assert "ONLINE" in heading and "data-cordoned" in heading and "Incident" not in heading
 
 
 def test_log_dir_failure_shows_offline_dir_and_kip112_counts(synced, builder):

@@ -546,7 +546,7 @@ class RecoverLogDir(WorkflowKind):
         rows += [
             ReviewRow(
                 "Re-create the dir's replicas from their leaders (the restarted broker has no "
-                "bad dir)",
+                "bad dir; what only the old dir held is given up)",
                 replicas or "no replicas",
                 "offline replicas",
                 "re-created, back in the ISR",
