@@ -24,6 +24,11 @@ series a witness they cannot rewrite.
 
 Unreachable store: the series is *not checked*, which is a problem (``verify_audit`` exits 1
 and says so), never "intact".
+
+Reached as the process's environment says; where it configures no store (neither
+``STRATA_S3_ENDPOINT_URL`` nor ``STRATA_REMOTE_STORE``: a shell beside ``make run``) and ``make
+run``'s credentials file exists, through ``make run``'s embedded SeaweedFS with those
+credentials, the same rule ``config.seaweedfs`` applies to the processes it starts.
 """
 
 from __future__ import annotations
@@ -41,7 +46,12 @@ from django.conf import settings
 
 from audit.checkpoints import Checkpoint, parse, spans
 from audit.keys import AuditKey
-from broker_agent.objectstore import ObjectStoreConfig, S3Location
+from broker_agent.objectstore import (
+    DEFAULT_REMOTE_STORE,
+    EMBEDDED_ENDPOINT,
+    ObjectStoreConfig,
+    S3Location,
+)
 
 __all__ = ["Listing", "location", "object_lock_enabled", "put", "read_series"]
 
@@ -56,23 +66,57 @@ _NO_LOCK = {
 READ_THREADS = 8
 
 
+#: make run's embedded store's credentials, in its run directory (``config.seaweedfs``).
+EMBEDDED_CREDENTIALS = "s3-credentials.json"
+
+
+def store_env() -> dict[str, str]:
+    """The environment the store is reached with (module doc): the process's own, or, where
+    it configures no store and ``make run``'s credentials file exists, ``make run``'s embedded
+    SeaweedFS with those credentials."""
+    env = dict(os.environ)
+    if env.get("STRATA_S3_ENDPOINT_URL") or env.get("STRATA_REMOTE_STORE"):
+        return env
+    try:
+        data = json.loads((settings.RUN_DIR / EMBEDDED_CREDENTIALS).read_text())
+        keys = {
+            "AWS_ACCESS_KEY_ID": data["access_key"],
+            "AWS_SECRET_ACCESS_KEY": data["secret_key"],
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return env
+    return {
+        **env,
+        "STRATA_S3_ENDPOINT_URL": EMBEDDED_ENDPOINT,
+        "STRATA_REMOTE_STORE": DEFAULT_REMOTE_STORE,
+        **keys,
+    }
+
+
 def location() -> S3Location:
     """The external series' location (``ValueError`` for a malformed setting)."""
     configured = settings.STRATA_AUDIT_CHECKPOINT_STORE.strip()
     if configured:
         return S3Location.parse(configured)
-    return ObjectStoreConfig.from_env().location.child("audit-checkpoints")
+    return ObjectStoreConfig.from_env(store_env()).location.child("audit-checkpoints")
 
 
 def _client() -> Any:
     """One client per store configuration and credentials (building one costs ~0.3 s)."""
+    env = store_env()
     names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
-    return _client_for(ObjectStoreConfig.from_env(), tuple(os.environ.get(n) for n in names))
+    return _client_for(ObjectStoreConfig.from_env(env), tuple(env.get(n) for n in names))
 
 
 @functools.lru_cache(maxsize=4)
 def _client_for(config: ObjectStoreConfig, credentials: tuple[str | None, ...]) -> Any:
-    return config.client(connect_timeout=5.0, read_timeout=15.0, max_attempts=2)
+    key, secret, token, _profile = credentials
+    # explicit keys when the environment gave both and no session token (which boto3's own
+    # chain must pair with them); else boto3's chain, as before
+    explicit = (key, secret) if key and secret and not token else None
+    return config.client(
+        connect_timeout=5.0, read_timeout=15.0, max_attempts=2, credentials=explicit
+    )
 
 
 def _reason(exc: Exception) -> str:

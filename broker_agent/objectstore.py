@@ -159,10 +159,12 @@ class ObjectStoreConfig:
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
         max_attempts: int = 4,
+        credentials: tuple[str, str] | None = None,
     ) -> Any:
         """A boto3 S3 client. botocore's "standard" retry mode backs off on ``SlowDown``,
         throttling and 5xx answers (``max_attempts`` in all); callers retry on top of it only
-        where a step must outlast an outage (the copier)."""
+        where a step must outlast an outage (the copier). ``credentials`` (access key, secret)
+        instead of boto3's own chain (the environment, profiles, ...)."""
         import boto3
         from botocore.config import Config
 
@@ -174,7 +176,14 @@ class ObjectStoreConfig:
             retries={"mode": "standard", "max_attempts": max_attempts},
             s3={"addressing_style": "path"} if self.endpoint_url else {},
         )
-        return boto3.session.Session().client("s3", endpoint_url=self.endpoint_url, config=config)
+        session = (
+            boto3.session.Session(
+                aws_access_key_id=credentials[0], aws_secret_access_key=credentials[1]
+            )
+            if credentials
+            else boto3.session.Session()
+        )
+        return session.client("s3", endpoint_url=self.endpoint_url, config=config)
 
     def describe(self) -> str:
         return f"{self.location.uri} at {self.endpoint_url or 'AWS S3'}"

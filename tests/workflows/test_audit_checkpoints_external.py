@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import os
 import secrets
 import types
 
@@ -279,3 +280,44 @@ def test_a_bucket_with_object_lock_gets_compliance_retention_and_a_hidden_checkp
     message = _verify_fails()
     assert "checkpoints #1 of the external series" in message and "delete marker" in message
     assert f"a signed checkpoint names #{events[2].seq}" in message  # its retained version read
+
+
+def test_a_shell_beside_make_run_reaches_its_embedded_store_with_its_credentials_file(
+    settings, tmp_path, object_store, monkeypatch
+):
+    """``manage.py verify_audit`` from a shell beside ``make run`` has none of the store's
+    variables that ``make run`` gives its own processes: the series is then reached through
+    make run's embedded store with its ``.run/s3-credentials.json`` (the embedded endpoint
+    stands in for this session's store here). Without that file nothing is added: the
+    environment alone decides, as before."""
+    from audit import checkpoint_store
+
+    endpoint = ObjectStoreConfig.from_env().endpoint_url
+    access, secret = os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]
+    for name in ("STRATA_S3_ENDPOINT_URL", "STRATA_REMOTE_STORE"):
+        monkeypatch.delenv(name)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(checkpoint_store, "EMBEDDED_ENDPOINT", endpoint)
+    settings.RUN_DIR = tmp_path
+    settings.STRATA_AUDIT_CHECKPOINT_STORE = ""
+    settings.STRATA_AUDIT_CHECKPOINT_DIR = str(tmp_path / "local")
+    assert checkpoint_store.store_env() == dict(os.environ)  # no credentials file
+
+    (tmp_path / "s3-credentials.json").write_text(
+        json.dumps({"access_key": access, "secret_key": secret})
+    )
+    events = _record(2)
+    assert checkpoint_head() == ("written", events[-1].seq)
+    out = io.StringIO()
+    call_command("verify_audit", stdout=out)
+    assert "external series s3://strata-remote/tiered/audit-checkpoints: 1 checkpoint" in (
+        out.getvalue()
+    )
+    s3 = ObjectStoreConfig.from_env(checkpoint_store.store_env()).client(
+        credentials=(access, secret)
+    )
+    listed = s3.list_objects_v2(Bucket="strata-remote", Prefix="tiered/audit-checkpoints/")
+    assert [o["Key"] for o in listed.get("Contents", [])] == [
+        "tiered/audit-checkpoints/000000000001.json"
+    ]
