@@ -8,6 +8,7 @@ request header and dispatches by api key and version to one handler module per c
 
 - :mod:`.cluster`: ApiVersions' list, Metadata, DescribeCluster (the broker's metadata cache);
 - :mod:`.configs`: DescribeConfigs (topic configs with their source, a few broker configs);
+- :mod:`.alter_configs`: IncrementalAlterConfigs on topics, validated as Kafka 3.9 does;
 - :mod:`.logdirs`: DescribeLogDirs (this broker's own dirs and replicas);
 - :mod:`.offsets`: ListOffsets (-2 / -1 / -4 / -5 from the leader's own log);
 - :mod:`.groups`: FindCoordinator, ListGroups, OffsetFetch (the groups this broker coordinates).

@@ -25,7 +25,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.schemas.fields.codecs import Int32
 
-from broker_agent.kafka_wire import cluster, configs, groups, logdirs, offsets
+from broker_agent.kafka_wire import alter_configs, cluster, configs, groups, logdirs, offsets
 from broker_agent.kafka_wire.api import Api
 
 __all__ = ["APIS", "respond", "start_listener"]
@@ -54,6 +54,7 @@ APIS: dict[int, Api] = {
     ApiKey.ApiVersions: Api(ApiVersionsRequest, ApiVersionsResponse, 0, 3, _api_versions),
     **cluster.APIS,
     **configs.APIS,
+    **alter_configs.APIS,
     **logdirs.APIS,
     **offsets.APIS,
     **groups.APIS,

@@ -15,6 +15,8 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
@@ -44,6 +46,7 @@ from .test_log_dir_failure import _break_dir
 pytestmark = pytest.mark.integration
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER = 0, 3, 5, 6
+INVALID_CONFIG = 40
 NOT_COORDINATOR, UNSUPPORTED_VERSION, INVALID_REQUEST, KAFKA_STORAGE_ERROR = 16, 35, 42, 56
 FAST = ("--probe-interval", "0.5", "--session-timeout-ms", "2000")
 
@@ -183,6 +186,7 @@ def test_api_versions_lists_only_what_the_broker_implements_and_anything_else_cl
         32: (1, 4),  # DescribeConfigs
         35: (1, 4),  # DescribeLogDirs (v4: KIP-827 total / usable bytes)
         2: (1, 9),  # ListOffsets (v9: KIP-1005 latest-tiered)
+        44: (0, 1),  # IncrementalAlterConfigs
         10: (0, 4),  # FindCoordinator
         16: (0, 5),  # ListGroups
         9: (2, 8),  # OffsetFetch
@@ -190,7 +194,7 @@ def test_api_versions_lists_only_what_the_broker_implements_and_anything_else_cl
     # KIP-511: an ApiVersions the broker does not know is answered at v0 with the list
     too_new = ask(port, ApiVersionsRequest(), 4, ApiVersionsResponse)
     assert too_new.error_code == UNSUPPORTED_VERSION
-    assert {k.api_key for k in too_new.api_keys} == {18, 3, 60, 32, 35, 2, 10, 16, 9}
+    assert {k.api_key for k in too_new.api_keys} == {18, 3, 60, 32, 44, 35, 2, 10, 16, 9}
     with pytest.raises(ConnectionError):  # Produce is not implemented: Kafka closes the socket
         ask(port, ProduceRequest(acks=1, timeout_ms=1000, topic_data=[]), 9, ApiVersionsResponse)
 
@@ -433,3 +437,96 @@ def test_group_offsets_are_answered_by_the_groups_coordinator_only(sim_factory):
     assert [(g.group_id, g.error_code) for g in groups] == [("billing", NOT_COORDINATOR)]
     # ListGroups: each broker lists only the groups it coordinates
     assert ask(kafka_ports(sim)[other], ListGroupsRequest(), 4, ListGroupsResponse).groups == []
+
+
+def _alter(port: int, name: str, ops, *, validate_only=False, resource_type=2):
+    """IncrementalAlterConfigs of one resource; its ``(error_code, error_message)``."""
+    res = IncrementalAlterConfigsRequest.AlterConfigsResource
+    req = IncrementalAlterConfigsRequest(
+        resources=[
+            res(
+                resource_type=resource_type,
+                resource_name=name,
+                configs=[
+                    res.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops
+                ],
+            )
+        ],
+        validate_only=validate_only,
+    )
+    [answer] = ask(port, req, 1, IncrementalAlterConfigsResponse).responses
+    return answer.error_code, answer.error_message
+
+
+def test_incremental_alter_configs_applies_valid_changes_and_refuses_what_kafka_39_refuses(
+    sim_factory,
+):
+    SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+    sim = sim_factory(1, 1)
+    sim.controller.create_topic("orders", 1, 1)
+    port = kafka_ports(sim)[1]
+
+    def described(key):
+        with admin(sim) as a:
+            return a.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, "orders")], config_filter="all"
+            )["topic"]["orders"][key]["value"]
+
+    with admin(sim) as a:
+        a.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "orders", {"retention.ms": "3600000"})],
+            incremental=True,
+            raise_on_unknown=False,
+        )
+    assert sim.controller.topic("orders").configs["retention.ms"] == "3600000"
+    wait_until(lambda: described("retention.ms") == "3600000", 10, what="the broker's cache")
+
+    refused = {
+        "unknown key": _alter(port, "orders", [("bogus.key", SET, "1")]),
+        "KIP-950 key": _alter(port, "orders", [("remote.log.disable.policy", SET, "delete")]),
+        "not a number": _alter(port, "orders", [("retention.ms", SET, "abc")]),
+        "append to a long": _alter(port, "orders", [("retention.ms", APPEND, "1")]),
+        "duplicate keys": _alter(
+            port, "orders", [("retention.ms", SET, "1"), ("retention.ms", DELETE, None)]
+        ),
+        "unknown topic": _alter(port, "nope", [("retention.ms", SET, "1")]),
+        "static broker config": _alter(
+            port, "1", [("log.segment.bytes", SET, "4096")], resource_type=4
+        ),
+    }
+    assert {k: code for k, (code, _m) in refused.items()} == {
+        "unknown key": INVALID_CONFIG,
+        "KIP-950 key": INVALID_CONFIG,
+        "not a number": INVALID_CONFIG,
+        "append to a long": INVALID_REQUEST,
+        "duplicate keys": INVALID_REQUEST,
+        "unknown topic": UNKNOWN_TOPIC_OR_PARTITION,
+        "static broker config": INVALID_REQUEST,
+    }
+    assert refused["unknown key"][1] == "Unknown topic config name: bogus.key"
+    # validate_only checks and changes nothing
+    assert _alter(port, "orders", [("retention.ms", SET, "7200000")], validate_only=True) == (
+        NONE,
+        None,
+    )
+    bad = [("segment.bytes", SET, "100")]  # below Kafka's minimum segment size
+    assert _alter(port, "orders", bad, validate_only=True)[0] == INVALID_CONFIG
+    assert sim.controller.topic("orders").configs["retention.ms"] == "3600000"
+
+    # a list config takes APPEND / SUBTRACT; a compacted topic cannot be tiered
+    assert _alter(port, "orders", [("cleanup.policy", APPEND, "compact")])[0] == NONE
+    assert sim.controller.topic("orders").configs["cleanup.policy"] == "delete,compact"
+    wait_until(lambda: described("cleanup.policy") == "delete,compact", 10, what="cache")
+    assert _alter(port, "orders", [("remote.storage.enable", SET, "true")])[0] == INVALID_CONFIG
+    assert _alter(port, "orders", [("cleanup.policy", SUBTRACT, "compact")])[0] == NONE
+    wait_until(lambda: described("cleanup.policy") == "delete", 10, what="cache")
+    assert _alter(port, "orders", [("remote.storage.enable", SET, "true")]) == (NONE, None)
+    assert sim.controller.topic("orders").tiered_state == "ENABLED"
+    # a tiered topic keeps its local retention within its total retention (KIP-405)
+    wait_until(lambda: described("remote.storage.enable") == "true", 10, what="cache")
+    local_above_total = [("retention.bytes", SET, "1024"), ("local.retention.bytes", SET, "2048")]
+    assert _alter(port, "orders", local_above_total)[0] == INVALID_CONFIG
+    # disabling goes through KIP-950's acknowledged steps, not one config change (yet)
+    code, message = _alter(port, "orders", [("remote.log.copy.disable", SET, "true")])
+    assert code == INVALID_REQUEST and "KIP-950" in message
+    assert sim.controller.topic("orders").tiered_state == "ENABLED"
