@@ -1,6 +1,6 @@
-"""The simulated brokers speak Kafka's protocol (issue #35, read calls): kafka-python's
-KafkaAdminClient against the Kafka listeners `sim up` starts, answered from each broker's own
-state with Kafka 3.9's semantics. Single requests to one chosen broker go through
+"""The simulated brokers speak Kafka's protocol (issue #35, read calls and
+IncrementalAlterConfigs): kafka-python's KafkaAdminClient and KafkaConsumer against the Kafka
+listeners `sim up` starts, answered from each broker's own state with Kafka 3.9's semantics. Single requests to one chosen broker go through
 :func:`ask`, encoded and decoded with kafka-python's protocol classes too."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import io
 import socket
 
 import pytest
-from kafka import KafkaAdminClient, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.protocol.admin import (
     DescribeConfigsRequest,
@@ -156,20 +156,23 @@ def test_metadata_and_describe_cluster_are_each_brokers_metadata_cache_and_list_
 
     # a fenced broker leaves Metadata's broker list; its partitions' leaders move
     sim.cli("kill-broker", "3")
-    with admin(sim) as a:
+
+    def answer(broker_id: int) -> MetadataResponse:
+        return ask(ports[broker_id], MetadataRequest(topics=None), 12, MetadataResponse)
+
+    for b in (1, 2):  # asked directly: a client's cached metadata still names broker 3
         wait_until(
-            lambda: 3 not in {b["broker_id"] for b in a.describe_cluster()["brokers"]},
-            20,
-            what="broker 3 fenced",
+            lambda b=b: {x.node_id for x in answer(b).brokers} == {1, 2}, 20, what="3 fenced"
         )
         wait_until(
-            lambda: (
-                _wire_view(a.describe_topics(["orders"]))["orders"] == _agents_view(sim)["orders"]
+            lambda b=b: (
+                _wire_view([t.to_dict() for t in answer(b).topics])["orders"]
+                == _agents_view(sim)["orders"]
             ),
             20,
             what="leaders moved off broker 3",
         )
-        assert all(p["leader_id"] != 3 for p in a.describe_topics(["orders"])[0]["partitions"])
+        assert all(p.leader_id != 3 for t in answer(b).topics for p in t.partitions)
 
 
 def test_api_versions_lists_only_what_the_broker_implements_and_anything_else_closes_the_socket(
@@ -419,6 +422,19 @@ def test_group_offsets_are_answered_by_the_groups_coordinator_only(sim_factory):
         assert [(g["group_id"], g["protocol_type"]) for g in listed] == [("billing", "consumer")]
         offsets = a.list_group_offsets({"billing": None})["billing"]
         assert {tp.partition: o.offset for tp, o in offsets.items()} == committed
+    # a consumer of the group sees its positions and the log ends the same way
+    consumer = KafkaConsumer(
+        bootstrap_servers=sim.urls["kafka_bootstrap"],
+        group_id="billing",
+        enable_auto_commit=False,
+        request_timeout_ms=20_000,
+    )
+    try:
+        tps = [TopicPartition("orders", p) for p in (0, 1)]
+        assert {tp.partition: consumer.committed(tp) for tp in tps} == committed
+        assert consumer.end_offsets(tps) == {tp: committed[tp.partition] for tp in tps}
+    finally:
+        consumer.close()
     found = ask(
         kafka_ports(sim)[1],
         FindCoordinatorRequest(key_type=0, coordinator_keys=["billing"]),
