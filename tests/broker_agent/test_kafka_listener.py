@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import socket
 
 import pytest
@@ -546,3 +547,18 @@ def test_incremental_alter_configs_applies_valid_changes_and_refuses_what_kafka_
     code, message = _alter(port, "orders", [("remote.log.copy.disable", SET, "true")])
     assert code == INVALID_REQUEST and "KIP-950" in message
     assert sim.controller.topic("orders").tiered_state == "ENABLED"
+
+
+def test_a_cluster_made_before_the_listeners_gets_them_at_its_next_sim_up(sim_factory):
+    sim = sim_factory(1, 1)
+    sim.cli("down")
+    manifest = sim.data / "cluster.json"
+    c = json.loads(manifest.read_text())
+    for b in c["brokers"].values():
+        del b["kafka_port"]
+    manifest.write_text(json.dumps(c))
+    urls = json.loads(sim.cli("up").stdout.strip().splitlines()[-1])
+    port = int(urls["kafka_bootstrap"].rsplit(":", 1)[1])
+    assert json.loads(manifest.read_text())["brokers"]["1"]["kafka_port"] == port
+    md = ask(port, MetadataRequest(topics=None), 12, MetadataResponse)
+    assert [(b.node_id, b.port) for b in md.brokers] == [(1, port)]
