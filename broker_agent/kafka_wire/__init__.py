@@ -11,7 +11,8 @@ request header and dispatches by api key and version to one handler module per c
 - :mod:`.alter_configs`: IncrementalAlterConfigs on topics, validated as Kafka 3.9 does;
 - :mod:`.logdirs`: DescribeLogDirs (this broker's own dirs and replicas);
 - :mod:`.offsets`: ListOffsets (-2 / -1 / -4 / -5 from the leader's own log);
-- :mod:`.groups`: FindCoordinator, ListGroups, OffsetFetch (the groups this broker coordinates).
+- :mod:`.groups`: FindCoordinator, ListGroups, OffsetFetch (the groups this broker coordinates);
+- :mod:`.sasl`: SaslHandshake, SaslAuthenticate (SASL/PLAIN with the cluster secret, required).
 
 ApiVersions lists exactly the (api key, version range) pairs of :data:`.server.APIS`; a request
 for anything else closes the connection, as Kafka does for an unsupported request.

@@ -10,7 +10,9 @@ under the broker's locks, never on the event loop the agent's HTTP API also runs
 
 Like Kafka, a request whose api key or version the broker does not implement closes the
 connection, except ApiVersions at an unknown version, which is answered at v0 with
-UNSUPPORTED_VERSION and the supported list (KIP-511) so the client can retry.
+UNSUPPORTED_VERSION and the supported list (KIP-511) so the client can retry. Every connection
+authenticates with SASL/PLAIN first (:mod:`.sasl`): until then only ApiVersions and the SASL
+calls are answered, anything else closes it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.schemas.fields.codecs import Int32
 
-from broker_agent.kafka_wire import alter_configs, cluster, configs, groups, logdirs, offsets
+from broker_agent.kafka_wire import (
+    alter_configs,
+    cluster,
+    configs,
+    groups,
+    logdirs,
+    offsets,
+    sasl,
+)
 from broker_agent.kafka_wire.api import Api
 
 __all__ = ["APIS", "respond", "start_listener"]
@@ -58,12 +68,14 @@ APIS: dict[int, Api] = {
     **logdirs.APIS,
     **offsets.APIS,
     **groups.APIS,
+    **sasl.APIS,
 }
 
 
-def respond(broker, payload: bytes) -> bytes | None:
+def respond(broker, payload: bytes, session: dict) -> bytes | None:
     """The framed response to one request (``payload``: the request without its size), or
-    ``None`` to close the connection."""
+    ``None`` to close the connection. ``session``: the connection's SASL state (:mod:`.sasl`;
+    ``close`` set: close the connection after this answer)."""
     header = RequestHeader.decode(io.BytesIO(payload), flexible=False)
     key, version = header.request_api_key, header.request_api_version
     api = APIS.get(key)
@@ -79,6 +91,16 @@ def respond(broker, payload: bytes) -> bytes | None:
             header.client_id,
         )
         return None
+    if key in sasl.APIS:
+        if session.get("authenticated"):
+            log.info("SASL request %s on an authenticated connection: closing it", key)
+            return None
+        request = api.request.decode(payload, version=version, header=True)
+        resp = api.handle(broker, request, version, session)
+        return _encode(resp, version, header.correlation_id)
+    if key != ApiKey.ApiVersions and not session.get("authenticated"):
+        log.info("api_key=%s before SASL authentication from %r: closing", key, header.client_id)
+        return None
     request = api.request.decode(payload, version=version, header=True)
     return _encode(api.handle(broker, request, version), version, header.correlation_id)
 
@@ -90,6 +112,7 @@ def _encode(resp, version: int, correlation_id: int) -> bytes:
 
 
 async def _serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    session: dict = {}
     try:
         while True:
             size = Int32.decode(io.BytesIO(await reader.readexactly(4)))
@@ -98,7 +121,7 @@ async def _serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWri
                 break
             payload = await reader.readexactly(size)
             try:
-                out = await asyncio.to_thread(respond, broker, payload)
+                out = await asyncio.to_thread(respond, broker, payload, session)
             except Exception:
                 log.exception("Kafka request failed: closing the connection")
                 break
@@ -106,6 +129,8 @@ async def _serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWri
                 break
             writer.write(out)
             await writer.drain()
+            if session.get("close"):
+                break
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
     finally:

@@ -13,6 +13,7 @@ import socket
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.errors import KafkaError
 from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
@@ -37,6 +38,12 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from kafka.protocol.schemas.fields.codecs import Int32
 
 from broker_agent.choices import LogDirState
@@ -47,7 +54,7 @@ from .test_log_dir_failure import _break_dir
 pytestmark = pytest.mark.integration
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER = 0, 3, 5, 6
-INVALID_CONFIG = 40
+INVALID_CONFIG, UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED = 40, 33, 58
 NOT_COORDINATOR, UNSUPPORTED_VERSION, INVALID_REQUEST, KAFKA_STORAGE_ERROR = 16, 35, 42, 56
 FAST = ("--probe-interval", "0.5", "--session-timeout-ms", "2000")
 
@@ -62,33 +69,64 @@ def _recv(s: socket.socket, n: int) -> bytes:
     return buf
 
 
-def ask(port: int, request, version: int, response_class):
-    """One request to the broker listening on ``port``; its decoded response."""
+def _exchange(s: socket.socket, request, version: int, response_class):
     request.API_VERSION = version
     request.with_header(correlation_id=7, client_id="strata-test")
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
-        s.sendall(bytes(request.encode(header=True, framed=True)))
-        size = Int32.decode(io.BytesIO(_recv(s, 4)))
-        payload = _recv(s, size)
-    resp = response_class.decode(payload, version=version, header=True)
+    s.sendall(bytes(request.encode(header=True, framed=True)))
+    size = Int32.decode(io.BytesIO(_recv(s, 4)))
+    resp = response_class.decode(_recv(s, size), version=version, header=True)
     assert resp.header.correlation_id == 7
     return resp
 
 
+def _login(s: socket.socket, password: bytes) -> SaslAuthenticateResponse:
+    hand = _exchange(s, SaslHandshakeRequest(mechanism="PLAIN"), 1, SaslHandshakeResponse)
+    assert (hand.error_code, hand.mechanisms) == (NONE, ["PLAIN"])
+    token = b"\0strata\0" + password
+    return _exchange(s, SaslAuthenticateRequest(auth_bytes=token), 2, SaslAuthenticateResponse)
+
+
+def ask(port: int, request, version: int, response_class, *, secret: bytes | None = None):
+    """One request to the broker listening on ``port`` (after SASL/PLAIN with ``secret``, the
+    cluster's; ``b""``: none); its decoded response."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        if secret != b"":
+            assert _login(s, secret or SECRET[port]).error_code == NONE
+        return _exchange(s, request, version, response_class)
+
+
+#: listener port -> its cluster's secret (filled by kafka_ports)
+SECRET: dict[int, bytes] = {}
+
+
 def kafka_ports(sim) -> dict[int, int]:
-    return {
+    ports = {
         int(b): int(addr.rsplit(":", 1)[1])
         for b, addr in zip(
             sorted(sim.urls["brokers"]), sim.urls["kafka_bootstrap"].split(","), strict=True
         )
     }
+    SECRET.update(dict.fromkeys(ports.values(), sim.secret))
+    return ports
+
+
+def client_config(sim, password: str | None = None) -> dict:
+    """A Kafka client's settings for the simulated cluster: SASL/PLAIN, user ``strata``, the
+    cluster secret as password."""
+    return {
+        "bootstrap_servers": sim.urls["kafka_bootstrap"],
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "strata",
+        "sasl_plain_password": sim.secret.decode() if password is None else password,
+        "request_timeout_ms": 20_000,
+    }
 
 
 @contextlib.contextmanager
 def admin(sim):
-    client = KafkaAdminClient(
-        bootstrap_servers=sim.urls["kafka_bootstrap"], request_timeout_ms=20_000
-    )
+    kafka_ports(sim)
+    client = KafkaAdminClient(**client_config(sim))
     try:
         yield client
     finally:
@@ -181,7 +219,7 @@ def test_api_versions_lists_only_what_the_broker_implements_and_anything_else_cl
 ):
     sim = sim_factory(1, 1)
     port = kafka_ports(sim)[1]
-    versions = ask(port, ApiVersionsRequest(), 3, ApiVersionsResponse)
+    versions = ask(port, ApiVersionsRequest(), 3, ApiVersionsResponse, secret=b"")
     assert versions.error_code == NONE
     assert {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys} == {
         18: (0, 3),  # ApiVersions
@@ -191,14 +229,16 @@ def test_api_versions_lists_only_what_the_broker_implements_and_anything_else_cl
         35: (1, 4),  # DescribeLogDirs (v4: KIP-827 total / usable bytes)
         2: (1, 9),  # ListOffsets (v9: KIP-1005 latest-tiered)
         44: (0, 1),  # IncrementalAlterConfigs
+        17: (1, 1),  # SaslHandshake (v1: tokens in SaslAuthenticate)
+        36: (0, 2),  # SaslAuthenticate
         10: (0, 4),  # FindCoordinator
         16: (0, 5),  # ListGroups
         9: (2, 8),  # OffsetFetch
     }
     # KIP-511: an ApiVersions the broker does not know is answered at v0 with the list
-    too_new = ask(port, ApiVersionsRequest(), 4, ApiVersionsResponse)
+    too_new = ask(port, ApiVersionsRequest(), 4, ApiVersionsResponse, secret=b"")
     assert too_new.error_code == UNSUPPORTED_VERSION
-    assert {k.api_key for k in too_new.api_keys} == {18, 3, 60, 32, 44, 35, 2, 10, 16, 9}
+    assert {k.api_key for k in too_new.api_keys} == {18, 3, 60, 32, 44, 35, 2, 10, 16, 9, 17, 36}
     with pytest.raises(ConnectionError):  # Produce is not implemented: Kafka closes the socket
         ask(port, ProduceRequest(acks=1, timeout_ms=1000, topic_data=[]), 9, ApiVersionsResponse)
 
@@ -424,12 +464,7 @@ def test_group_offsets_are_answered_by_the_groups_coordinator_only(sim_factory):
         offsets = a.list_group_offsets({"billing": None})["billing"]
         assert {tp.partition: o.offset for tp, o in offsets.items()} == committed
     # a consumer of the group sees its positions and the log ends the same way
-    consumer = KafkaConsumer(
-        bootstrap_servers=sim.urls["kafka_bootstrap"],
-        group_id="billing",
-        enable_auto_commit=False,
-        request_timeout_ms=20_000,
-    )
+    consumer = KafkaConsumer(group_id="billing", enable_auto_commit=False, **client_config(sim))
     try:
         tps = [TopicPartition("orders", p) for p in (0, 1)]
         assert {tp.partition: consumer.committed(tp) for tp in tps} == committed
@@ -560,5 +595,26 @@ def test_a_cluster_made_before_the_listeners_gets_them_at_its_next_sim_up(sim_fa
     urls = json.loads(sim.cli("up").stdout.strip().splitlines()[-1])
     port = int(urls["kafka_bootstrap"].rsplit(":", 1)[1])
     assert json.loads(manifest.read_text())["brokers"]["1"]["kafka_port"] == port
-    md = ask(port, MetadataRequest(topics=None), 12, MetadataResponse)
+    md = ask(port, MetadataRequest(topics=None), 12, MetadataResponse, secret=sim.secret)
     assert [(b.node_id, b.port) for b in md.brokers] == [(1, port)]
+
+
+def test_only_sasl_plain_with_the_cluster_secret_opens_the_kafka_listener(sim_factory):
+    sim = sim_factory(1, 1)
+    port = kafka_ports(sim)[1]
+    metadata = MetadataRequest(topics=None)
+    with pytest.raises(ConnectionError):  # nothing but ApiVersions before authentication
+        ask(port, metadata, 12, MetadataResponse, secret=b"")
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        wrong = _login(s, b"not-the-secret")
+        assert wrong.error_code == SASL_AUTHENTICATION_FAILED
+        with pytest.raises(ConnectionError):  # Kafka closes after a failed authentication
+            _exchange(s, metadata, 12, MetadataResponse)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        hand = _exchange(
+            s, SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 1, SaslHandshakeResponse
+        )
+        assert (hand.error_code, hand.mechanisms) == (UNSUPPORTED_SASL_MECHANISM, ["PLAIN"])
+    assert ask(port, metadata, 12, MetadataResponse).cluster_id == sim.urls["cluster_id"]
+    with pytest.raises(KafkaError):
+        KafkaAdminClient(**client_config(sim, "not-the-secret"), bootstrap_timeout_ms=5000)
