@@ -177,6 +177,12 @@ def stop_process(data: str, name: str, sig: int = signal.SIGTERM, wait: float = 
     if _pid_alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
+        # gone before we return: a `sim up` right after must find its ports free
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _pid_alive(pid):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.05)
     return True
 
 
