@@ -9,12 +9,15 @@ import contextlib
 import io
 import json
 import socket
+import uuid
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.errors import KafkaError
 from kafka.protocol.admin import (
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
@@ -55,6 +58,7 @@ pytestmark = pytest.mark.integration
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER = 0, 3, 5, 6
 INVALID_CONFIG, UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED = 40, 33, 58
+UNKNOWN_TOPIC_ID, UNSUPPORTED_ENDPOINT_TYPE = 100, 115
 NOT_COORDINATOR, UNSUPPORTED_VERSION, INVALID_REQUEST, KAFKA_STORAGE_ERROR = 16, 35, 42, 56
 FAST = ("--probe-interval", "0.5", "--session-timeout-ms", "2000")
 
@@ -192,6 +196,26 @@ def test_metadata_and_describe_cluster_are_each_brokers_metadata_cache_and_list_
         assert [(t.name, t.error_code) for t in unknown.topics] == [
             ("nope", UNKNOWN_TOPIC_OR_PARTITION)
         ]
+
+    # v10+: a topic asked by id; an unknown id is UNKNOWN_TOPIC_ID
+    T = MetadataRequest.MetadataRequestTopic
+    orders_id = next(t.topic_id for t in md.topics if t.name == "orders")
+    assert orders_id.hex.startswith(sim.controller.topic("orders").topic_id)  # its sim id
+    by_id = ask(
+        ports[1],
+        MetadataRequest(
+            topics=[T(topic_id=orders_id, name=None), T(topic_id=uuid.uuid4(), name=None)]
+        ),
+        12,
+        MetadataResponse,
+    )
+    assert [(t.name, t.error_code) for t in by_id.topics] == [
+        ("orders", NONE),
+        (None, UNKNOWN_TOPIC_ID),
+    ]
+    # a broker describes the brokers, never the controller quorum (KIP-919's endpoint type 2)
+    quorum = ask(ports[1], DescribeClusterRequest(endpoint_type=2), 1, DescribeClusterResponse)
+    assert (quorum.error_code, quorum.brokers) == (UNSUPPORTED_ENDPOINT_TYPE, [])
 
     # a fenced broker leaves Metadata's broker list; its partitions' leaders move
     sim.cli("kill-broker", "3")
