@@ -10,7 +10,8 @@ request header and dispatches by api key and version to one handler module per c
 - :mod:`.configs`: DescribeConfigs (topic configs with their source, a few broker configs);
 - :mod:`.alter_configs`: IncrementalAlterConfigs on topics, validated as Kafka 3.9 does;
 - :mod:`.logdirs`: DescribeLogDirs (this broker's own dirs and replicas);
-- :mod:`.offsets`: ListOffsets (-2 / -1 / -4 / -5 from the leader's own log);
+- :mod:`.offsets`: ListOffsets (-2 / -1 / -4 / -5 from the leader's own log), by time in
+  :mod:`.timestamps`;
 - :mod:`.groups`: FindCoordinator, ListGroups, OffsetFetch (the groups this broker coordinates);
 - :mod:`.sasl`: SaslHandshake, SaslAuthenticate (SASL/PLAIN with the cluster secret, required).
 

@@ -10,7 +10,7 @@ Per partition, in Kafka's order of checks:
 - ``current_leader_epoch`` (v4+) older than the leader's: FENCED_LEADER_EPOCH; newer:
   UNKNOWN_LEADER_EPOCH.
 
-Then the offset for the timestamp spec, with timestamp -1 and the leader epoch of that offset:
+Then the offset for the spec, with timestamp -1 and the leader epoch of that offset:
 
 - ``-2`` EARLIEST: the log start offset, remote part included;
 - ``-1`` LATEST: the high watermark (read_uncommitted; the simulated cluster has no
@@ -22,8 +22,8 @@ Then the offset for the timestamp spec, with timestamp -1 and the leader epoch o
   nothing is there yet; -1 with epoch -1 when the topic's remote storage is not enabled (its
   Kafka 3.9 ``remote.storage.enable``, read through :mod:`broker_agent.kafka39`).
 
-Not answered yet: lookups by a real timestamp (>= 0) and ``-3`` MAX_TIMESTAMP get
-INVALID_REQUEST (the simulated log keeps no time index).
+- a timestamp ``>= 0`` and ``-3`` MAX_TIMESTAMP: :mod:`.timestamps` (remote, then local; the
+  record's own timestamp is answered).
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from broker_agent import kafka39
 from broker_agent.choices import TieredState
+from broker_agent.kafka_wire import timestamps
 from broker_agent.kafka_wire.api import Api
 from broker_agent.remote import RemoteStorageError
+from broker_agent.storage import StorageError
 
 __all__ = ["APIS", "EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED", "epoch_for_offset"]
 
@@ -65,39 +67,43 @@ def _remote_enabled(broker, topic: str) -> bool:
     return cfg[kafka39.REMOTE_STORAGE_ENABLE] == "true"
 
 
-def _offset(broker, r, spec: int) -> tuple[int, int, int]:
-    """``(error_code, offset, leader_epoch)`` of one partition's leader replica ``r``."""
+def _offset(broker, r, spec: int) -> tuple[int, int, int, int]:
+    """``(error_code, timestamp, offset, leader_epoch)`` of one partition's leader replica."""
+    if spec >= 0:
+        return timestamps.offset_for_timestamp(broker, r, spec, _remote_enabled(broker, r.topic))
+    if spec == MAX_TIMESTAMP:
+        return timestamps.max_timestamp(r)
     plog = r.log
     with plog.lock:
         epochs = list(plog.leader_epochs)
         if spec == EARLIEST:
             offset = plog.log_start_offset
         elif spec == LATEST:
-            return 0, plog.high_watermark, r.leader_epoch
+            return 0, -1, plog.high_watermark, r.leader_epoch
         elif spec == EARLIEST_LOCAL:
             offset = plog.local_log_start_offset
         elif spec == LATEST_TIERED:
             offset = None
-        else:
-            return Errors.InvalidRequestError.errno, -1, -1
+        else:  # no other negative spec exists in Kafka 3.9
+            return Errors.InvalidRequestError.errno, -1, -1, -1
     if offset is None:
         if not _remote_enabled(broker, r.topic):
-            return 0, -1, -1
+            return 0, -1, -1, -1
         try:
             offset = broker._remote_view(r)["remote_log_end_offset"]
         except RemoteStorageError:
-            return Errors.KafkaStorageError.errno, -1, -1
+            return Errors.KafkaStorageError.errno, -1, -1, -1
         if offset < 0:
-            return 0, -1, -1
-    return 0, offset, epoch_for_offset(epochs, offset)
+            return 0, -1, -1, -1
+    return 0, -1, offset, epoch_for_offset(epochs, offset)
 
 
 def _partition(broker, topic: str, req) -> P:
-    def answer(error, offset=-1, epoch=-1):
+    def answer(error, timestamp=-1, offset=-1, epoch=-1):
         return P(
             partition_index=req.partition_index,
             error_code=error,
-            timestamp=-1,
+            timestamp=timestamp,
             offset=offset,
             leader_epoch=epoch,
         )
@@ -122,7 +128,7 @@ def _partition(broker, topic: str, req) -> P:
             return answer(Errors.UnknownLeaderEpochError.errno)
     try:
         return answer(*_offset(broker, r, req.timestamp))
-    except AttributeError:  # the log was taken away (dir failure) between the checks
+    except (AttributeError, StorageError):  # the log's dir failed between the checks
         return answer(Errors.KafkaStorageError.errno)
 
 

@@ -397,6 +397,22 @@ def test_list_offsets_earliest_local_and_latest_tiered_match_the_leaders_log_und
         assert _offsets(a, "plain", OffsetSpec.LATEST).offset == 10
     assert not load.errors
 
+    # by time: the first record at or after the timestamp, from the remote part or the local
+    records = sim.consumer().read_topic("orders")[0]
+    local_start = sim.replica(leader, "orders").local_log_start_offset
+    remote_one = records[len([x for x in records if x.offset < local_start]) // 2]
+    assert remote_one.offset < before.local_log_start_offset  # stays remote: expiry is 7 days
+    with admin(sim) as a:
+        for target in (remote_one.timestamp_ms, records[-1].timestamp_ms):
+            first = min((x for x in records if x.timestamp_ms >= target), key=lambda x: x.offset)
+            found = _offsets(a, "orders", target)
+            assert (found.offset, found.timestamp) == (first.offset, first.timestamp_ms)
+        assert _offsets(a, "orders", records[-1].timestamp_ms + 1).offset == -1
+        newest = max(x.timestamp_ms for x in records)  # KIP-734: the newest record, locally
+        found = _offsets(a, "orders", OffsetSpec.MAX_TIMESTAMP)
+        first_newest = min(x.offset for x in records if x.timestamp_ms == newest)
+        assert (found.offset, found.timestamp) == (first_newest, newest)
+
     follower = next(b for b in sim.partition("orders").replicas if b != leader)
     part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
     for b, expect in ((follower, NOT_LEADER_OR_FOLLOWER), (leader, NONE)):
