@@ -38,11 +38,18 @@ TOPIC = {"min_length": 1, "max_length": 249}
 
 
 def create_app(
-    broker_factory, secret: bytes, *, audience: str, nonce_path: str | None = None
+    broker_factory,
+    secret: bytes,
+    *,
+    audience: str,
+    nonce_path: str | None = None,
+    kafka_listener: tuple[str, int] | None = None,
 ) -> FastAPI:
     """The agent app; ``audience`` is its own ``host:port`` (``signing.audience_of`` of the URL
     it advertises), the only target a request signed for it may name. ``nonce_path`` keeps the
-    replay cache across restarts (see :func:`broker_agent.web.install`)."""
+    replay cache across restarts (see :func:`broker_agent.web.install`). ``kafka_listener``
+    (``(host, port)``): the broker also answers Kafka's protocol there
+    (:mod:`broker_agent.kafka_wire`), on the same event loop."""
     state: dict = {}
 
     @contextlib.asynccontextmanager
@@ -50,7 +57,14 @@ def create_app(
         b = broker_factory()
         b.start()
         state["b"] = b
+        server = None
+        if kafka_listener is not None:
+            from broker_agent.kafka_wire import start_listener
+
+            server = await start_listener(b, *kafka_listener)
         yield
+        if server is not None:
+            server.close()
         b.stopped.set()
 
     app = FastAPI(

@@ -274,6 +274,7 @@ class Controller:
             "broker_id": b["broker_id"],
             "url": b["url"],
             "alive": b["alive"],
+            "kafka_listener": b.get("kafka_listener"),
             "log_dirs": dirs,
             "offline_log_directory_count": sum(d["state"] == LogDirState.OFFLINE for d in dirs),
             # KIP-112 OfflineReplicaCount is the broker's own metric: a live broker's replicas
@@ -558,6 +559,7 @@ class Controller:
         was_alive, old_offline, old_dirs = b["alive"], b.get("offline", set()), b.get("log_dirs")
         old_url = b["url"]
         b["url"] = hb.url
+        b["kafka_listener"] = hb.kafka_listener
         b["last_heartbeat"] = time.monotonic()
         b["last_heartbeat_ms"] = _now_ms()
         b["alive"] = hb.online

@@ -117,6 +117,9 @@ class BrokerInfo(_Model):
     broker_id: int
     url: str
     alive: bool
+    kafka_listener: str | None = None
+    """``host:port`` of the broker's Kafka-protocol listener (``broker_agent.kafka_wire``), or
+    ``None`` when it has none (an agent started without ``--kafka-port``)."""
     log_dirs: list[LogDirInfo] = []
     offline_log_directory_count: int = 0
     offline_replica_count: int = 0
@@ -318,6 +321,9 @@ class LogDirEvent(_Model):
 class BrokerHeartbeat(_Model):
     broker_id: int
     url: str
+    kafka_listener: str | None = None
+    """``host:port`` of the broker's Kafka listener, registered as a KRaft broker registers its
+    listeners: every broker learns the others' endpoints from the metadata."""
     online: bool = True
     log_dirs: list[LogDirInfo] = []
     offline_replicas: list[str] = []

@@ -28,6 +28,7 @@ __all__ = [
     "ensure_secret",
     "free_port",
     "free_ports",
+    "kafka_bootstrap",
     "nonce_file",
     "read_cluster",
     "read_json",
@@ -176,6 +177,12 @@ def stop_process(data: str, name: str, sig: int = signal.SIGTERM, wait: float = 
     if _pid_alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
+        # gone before we return: a `sim up` right after must find its ports free
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _pid_alive(pid):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.05)
     return True
 
 
@@ -198,12 +205,24 @@ def read_cluster(data: str) -> dict:
     return c
 
 
+def kafka_bootstrap(c: dict) -> str | None:
+    """The brokers' Kafka listeners as a bootstrap list (``host:port,...``), or ``None`` for a
+    cluster without them (synthetic mode)."""
+    listeners = [
+        f"127.0.0.1:{b['kafka_port']}"
+        for _, b in sorted(c["brokers"].items())
+        if b.get("kafka_port")
+    ]
+    return ",".join(listeners) or None
+
+
 def cluster_urls(c: dict) -> dict:
     return {
         "cluster_id": c["cluster_id"],
         "mode": c["mode"],
         "controller": c["controller"]["url"],
         "brokers": {bid: b["url"] for bid, b in c["brokers"].items()},
+        "kafka_bootstrap": kafka_bootstrap(c),
         "secret_file": c.get("secret_file"),
     }
 
@@ -258,6 +277,7 @@ def run_broker(args) -> None:
     secret = load_secret()
     names = [f"logdir-{i}" for i in range(args.log_dirs)]
     url = f"http://{args.host}:{args.port}"
+    kafka_port = getattr(args, "kafka_port", None)
     app = create_app(
         lambda: Broker(
             broker_id=args.id,
@@ -274,10 +294,12 @@ def run_broker(args) -> None:
             replica_lag_time_max_ms=args.replica_lag_time_max_ms,
             log_dir_capacity_bytes=args.log_dir_capacity_bytes or None,
             remote_store=args.remote_store or None,
+            kafka_listener=f"{args.host}:{kafka_port}" if kafka_port else None,
         ),
         secret,
         audience=audience_of(url),  # the URL it registers with the controller
         nonce_path=nonce_file(args.data, f"broker-{args.id}"),
+        kafka_listener=(args.host, kafka_port) if kafka_port else None,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", limit_concurrency=500)
 
@@ -335,6 +357,8 @@ def _broker_args(c: dict, bid: str) -> list[str]:
         args += ["--log-dir-capacity-bytes", str(c["log_dir_capacity_bytes"])]
     if c.get("remote_store"):
         args += ["--remote-store", c["remote_store"]]
+    if b.get("kafka_port"):
+        args += ["--kafka-port", str(b["kafka_port"])]
     return args
 
 

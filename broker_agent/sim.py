@@ -61,10 +61,10 @@ def cmd_up(args) -> int:
     if c is None:
         host = "127.0.0.1"
         base = args.base_port
-        # the controller's port and every broker's, chosen at once so that they differ
-        ports = (
-            [base + i for i in range(args.brokers + 1)] if base else free_ports(args.brokers + 1)
-        )
+        # the controller's port, every broker's and every broker's Kafka listener, chosen at
+        # once so that they differ
+        n = 2 * args.brokers + 1
+        ports = [base + i for i in range(n)] if base else free_ports(n)
         ctl_port = ports[0]
         c = {
             "cluster_id": args.cluster_id or f"sim-{uuid.uuid4().hex[:8]}",
@@ -100,7 +100,16 @@ def cmd_up(args) -> int:
         else:
             for i in range(1, args.brokers + 1):
                 port = ports[i]
-                c["brokers"][str(i)] = {"port": port, "url": f"http://{host}:{port}"}
+                c["brokers"][str(i)] = {
+                    "port": port,
+                    "url": f"http://{host}:{port}",
+                    "kafka_port": ports[args.brokers + i],
+                }
+        write_json(path, c)
+    if c["mode"] != "synthetic" and not all(b.get("kafka_port") for b in c["brokers"].values()):
+        # a manifest from before the Kafka listeners gets them now (free ports)
+        for b, port in zip(c["brokers"].values(), free_ports(len(c["brokers"])), strict=True):
+            b.setdefault("kafka_port", port)
         write_json(path, c)
     if c["mode"] != "synthetic" and not c.get("remote_store"):
         # the cluster's remote tier, fixed at creation (an older manifest gets it now)
@@ -478,6 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--probe-interval", type=float, default=1.0)
     b.add_argument("--replica-lag-time-max-ms", type=int, default=5000)
     b.add_argument("--log-dir-capacity-bytes", type=int, default=0)
+    b.add_argument(
+        "--kafka-port", type=int, default=0, help="port of the Kafka-protocol listener (0: none)"
+    )
     b.add_argument(
         "--remote-store",
         help="s3://BUCKET/PREFIX of the cluster's remote tier "

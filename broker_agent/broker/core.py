@@ -74,6 +74,7 @@ class Broker(
         task_interval: float = 0.5,
         log_dir_capacity_bytes: int | None = None,
         remote_store: str | None = None,
+        kafka_listener: str | None = None,
     ):
         self.broker_id = broker_id
         #: this process's identity: a new one at every start, so a caller that restarts the
@@ -84,6 +85,8 @@ class Broker(
         self.meta_dir = os.path.join(self.root, "meta")
         self.secret = secret
         self.url = url
+        #: ``host:port`` of this broker's Kafka-protocol listener (``broker_agent.kafka_wire``)
+        self.kafka_listener = kafka_listener
         self.cluster_id = cluster_id
         self.segment_bytes = segment_bytes
         self.expiration_mode = expiration_mode
@@ -103,6 +106,7 @@ class Broker(
         self.replicas: dict[tuple[str, int], Replica] = {}
         self.topics: dict[str, dict] = {}
         self.broker_urls: dict[int, str] = {}
+        self.cluster_brokers: list[dict] = []
         self.metadata_version = -1
         self.pending_created: set[str] = set()
         self.failures: queue.Queue = queue.Queue()

@@ -60,6 +60,7 @@ class MetadataMixin:
         or follow, learn topic configs, tiering state and undeleted_partition_count."""
         with self.lock:
             self.broker_urls = {b["broker_id"]: b["url"] for b in md["brokers"]}
+            self.cluster_brokers = md["brokers"]  # the metadata cache the Kafka listener reads
             self.topics = {t["name"]: t for t in md["topics"]}
             assigned: set[tuple[str, int]] = set()
             for t in md["topics"]:
@@ -214,6 +215,7 @@ class MetadataMixin:
             body = {
                 "broker_id": self.broker_id,
                 "url": self.url,
+                "kafka_listener": self.kafka_listener,
                 "online": self.online,
                 "log_dirs": [self.log_dir_info(d) for d in self.log_dirs.values()],
                 "offline_replicas": offline,

@@ -1,0 +1,24 @@
+"""Kafka's wire protocol on a simulated broker: each broker process also listens on a Kafka
+listener (``sim up`` gives it its own loopback port) and answers Kafka clients from its own
+state, as a Kafka 3.9 broker would.
+
+Every message is encoded and decoded with kafka-python's protocol classes (generated from
+Kafka's message schemas; never hand-packed bytes). :mod:`.server` frames requests, reads the
+request header and dispatches by api key and version to one handler module per concern:
+
+- :mod:`.cluster`: ApiVersions' list, Metadata, DescribeCluster (the broker's metadata cache);
+- :mod:`.configs`: DescribeConfigs (topic configs with their source, a few broker configs);
+- :mod:`.alter_configs`: IncrementalAlterConfigs on topics, validated as Kafka 3.9 does;
+- :mod:`.logdirs`: DescribeLogDirs (this broker's own dirs and replicas);
+- :mod:`.offsets`: ListOffsets (-2 / -1 / -4 / -5 from the leader's own log), by time in
+  :mod:`.timestamps`;
+- :mod:`.groups`: FindCoordinator, ListGroups, OffsetFetch (the groups this broker coordinates);
+- :mod:`.sasl`: SaslHandshake, SaslAuthenticate (SASL/PLAIN with the cluster secret, required).
+
+ApiVersions lists exactly the (api key, version range) pairs of :data:`.server.APIS`; a request
+for anything else closes the connection, as Kafka does for an unsupported request.
+"""
+
+from broker_agent.kafka_wire.server import APIS, start_listener
+
+__all__ = ["APIS", "start_listener"]

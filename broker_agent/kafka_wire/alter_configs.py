@@ -1,0 +1,212 @@
+"""IncrementalAlterConfigs on topics, validated as Kafka 3.9 validates them, then applied by
+the controller (a Kafka broker forwards the request to the active controller; so does this
+one, over the controller's HTTP API).
+
+Per resource, in Kafka's order (``ConfigAdminManager.prepareIncrementalConfigs`` then
+``LogConfig.validate``):
+
+- the same key twice: INVALID_REQUEST ("Error due to duplicate config keys");
+- an operation other than SET (0), DELETE (1), APPEND (2), SUBTRACT (3), a SET without a value,
+  or APPEND / SUBTRACT on a key that is not a list (only ``cleanup.policy`` is):
+  INVALID_REQUEST;
+- an unknown topic: UNKNOWN_TOPIC_OR_PARTITION; an unknown key (KIP-950's
+  ``remote.log.disable.policy`` included: Kafka 3.9 has no such key): INVALID_CONFIG;
+- a value of the wrong type or range, ``local.retention.*`` above ``retention.*``, tiering a
+  compacted topic: INVALID_CONFIG (:mod:`broker_agent.topic_configs`, the controller's checks);
+- ``validate_only``: all of the above, nothing applied.
+
+Tiering is written in Kafka 3.9's keys and read through :mod:`broker_agent.kafka39`: turning
+``remote.storage.enable`` on enables (or re-enables) tiering. A change that would *disable*
+tiering (``remote.log.copy.disable=true``, ``remote.storage.enable=false`` with
+``remote.log.delete.on.disable=true``) is refused with INVALID_REQUEST for now: the simulated
+cluster disables tiering through KIP-950's acknowledged steps (``sim disable-tiering`` or the
+console's workflow), which Kafka 3.9's single config change does not carry.
+
+Broker resources: the broker has no dynamic configs; any change is INVALID_REQUEST ("Cannot
+update these configs dynamically"), a name other than its own id INVALID_REQUEST too.
+"""
+
+from __future__ import annotations
+
+import httpx
+import kafka.errors as Errors
+from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from kafka.protocol.api_key import ApiKey
+
+from broker_agent import kafka39
+from broker_agent.choices import ErrorCode, TieredState, TopicConfig
+from broker_agent.client import AgentError
+from broker_agent.kafka_wire.api import Api
+from broker_agent.kafka_wire.configs import BROKER, TOPIC, topic_configs
+from broker_agent.topic_configs import check_local_retention, is_compacted, validate_topic_configs
+from broker_agent.web import ApiError
+
+__all__ = ["APIS"]
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+LIST_KEYS = {TopicConfig.CLEANUP_POLICY}
+TIERING_KEYS = (
+    kafka39.REMOTE_STORAGE_ENABLE,
+    kafka39.REMOTE_LOG_COPY_DISABLE,
+    kafka39.REMOTE_LOG_DELETE_ON_DISABLE,
+)
+#: Kafka error codes of the controller's answers (KIP / Kafka names in ``choices.ErrorCode``).
+_CODES = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: Errors.UnknownTopicOrPartitionError.errno,
+    ErrorCode.INVALID_CONFIG: Errors.InvalidConfigurationError.errno,
+    ErrorCode.INVALID_REQUEST: Errors.InvalidRequestError.errno,
+    ErrorCode.REMOTE_STORAGE_NOT_SUPPORTED_FOR_COMPACTED_TOPIC: (
+        Errors.InvalidConfigurationError.errno
+    ),
+}
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _invalid_request(message: str) -> _Refused:
+    return _Refused(Errors.InvalidRequestError.errno, message)
+
+
+def _invalid_config(message: str) -> _Refused:
+    return _Refused(Errors.InvalidConfigurationError.errno, message)
+
+
+def _changes(t: dict, configs) -> dict[str, str | None]:
+    """The sim's config changes (``None`` deletes) for the Kafka 3.9 operations ``configs``."""
+    current = {name: value for name, value, _source in topic_configs(t)}
+    tiering = {k: current[k] for k in TIERING_KEYS}
+    changes: dict[str, str | None] = {}
+    for c in configs:
+        op, name, value = c.config_operation, c.name, c.value
+        if op not in (SET, DELETE, APPEND, SUBTRACT):
+            raise _invalid_request(f"Unknown config operation {op} for {name}")
+        if op == SET and value is None:
+            raise _invalid_request(f"Null value not supported for : {name}")
+        if op in (APPEND, SUBTRACT) and name not in LIST_KEYS:
+            verb = "append" if op == APPEND else "subtract"
+            raise _invalid_request(f"Config value {verb} is not allowed for config key: {name}")
+        if name in TIERING_KEYS:
+            tiering[name] = value if op == SET else "false"
+            continue
+        if name not in TopicConfig.ALL or name == TopicConfig.REMOTE_LOG_DISABLE_POLICY:
+            raise _invalid_config(f"Unknown topic config name: {name}")
+        if op == SET:
+            changes[name] = value
+        elif op == DELETE:
+            changes[name] = None
+        else:
+            items = [x for x in current[name].split(",") if x]
+            given = [x for x in (value or "").split(",") if x]
+            if op == APPEND:
+                items += [x for x in given if x not in items]
+            else:
+                items = [x for x in items if x not in given]
+            changes[name] = ",".join(items)
+    before = kafka39.from_configs({k: current[k] for k in TIERING_KEYS})
+    after = kafka39.from_configs(tiering)
+    if after != before:
+        if after.tiered_state != TieredState.ENABLED:
+            raise _invalid_request(
+                "disabling tiered storage is not answered over Kafka's protocol yet: the "
+                "simulated cluster disables it through KIP-950's acknowledged steps "
+                "(sim disable-tiering, or Strata's workflow)"
+            )
+        changes[TopicConfig.REMOTE_STORAGE_ENABLE] = "true"
+    return changes
+
+
+def _validate(t: dict, changes: dict[str, str | None]) -> None:
+    """The controller's checks (Kafka's ``LogConfig.validate``), each failure INVALID_CONFIG."""
+    merged = dict(t["configs"])
+    for k, v in changes.items():
+        if v is None:
+            merged.pop(k, None)
+        else:
+            merged[k] = v
+    try:
+        validate_topic_configs(changes)
+        check_local_retention(merged)
+    except ApiError as exc:
+        raise _invalid_config(exc.message) from None
+    tiered = (
+        t.get("tiered_state") == TieredState.ENABLED
+        or changes.get(TopicConfig.REMOTE_STORAGE_ENABLE) == "true"
+    )
+    if tiered and is_compacted(merged):
+        raise _invalid_config("Remote log storage is not supported for compacted topics")
+
+
+def _alter_topic(broker, resource, validate_only: bool) -> None:
+    with broker.lock:
+        t = broker.topics.get(resource.resource_name)
+    if t is None:
+        raise _Refused(
+            Errors.UnknownTopicOrPartitionError.errno,
+            f"The topic '{resource.resource_name}' does not exist.",
+        )
+    changes = _changes(t, resource.configs)
+    _validate(t, changes)
+    if validate_only or not changes:
+        return
+    try:
+        broker.controller.alter_configs(resource.resource_name, changes)
+    except AgentError as exc:
+        raise _Refused(_CODES.get(exc.error, Errors.UnknownError.errno), exc.message) from None
+    except httpx.HTTPError as exc:
+        raise _Refused(
+            Errors.RequestTimedOutError.errno, f"the controller did not answer: {exc}"
+        ) from None
+
+
+def _alter(broker, resource, validate_only: bool) -> tuple[int, str | None]:
+    try:
+        names = [c.name for c in resource.configs]
+        if len(names) != len(set(names)):
+            raise _invalid_request("Error due to duplicate config keys")
+        if resource.resource_type == TOPIC:
+            _alter_topic(broker, resource, validate_only)
+        elif resource.resource_type == BROKER:
+            if resource.resource_name not in ("", str(broker.broker_id)):
+                raise _invalid_request(
+                    f"Unexpected broker id, expected {broker.broker_id} or empty string, but "
+                    f"received {resource.resource_name}"
+                )
+            if names:
+                listed = ", ".join(sorted(names))
+                raise _invalid_request(f"Cannot update these configs dynamically: Set({listed})")
+        else:
+            raise _invalid_request(f"Unsupported resource type: {resource.resource_type}")
+    except _Refused as exc:
+        return exc.code, exc.message
+    return 0, None
+
+
+def _incremental_alter_configs(broker, request, _version):
+    R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+    results = []
+    for res in request.resources:
+        code, message = _alter(broker, res, bool(request.validate_only))
+        results.append(
+            R(
+                error_code=code,
+                error_message=message,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
+            )
+        )
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
+
+
+APIS = {
+    ApiKey.IncrementalAlterConfigs: Api(
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+        0,
+        1,
+        _incremental_alter_configs,
+    ),
+}

@@ -1,0 +1,152 @@
+"""Metadata and DescribeCluster, answered from the broker's metadata cache: the cluster
+metadata this broker applied last from the controller (``Broker.topics``,
+``Broker.cluster_brokers``), as a Kafka broker answers from its ``MetadataCache`` - a broker
+that has not caught up yet answers what it knows.
+
+Kafka 3.9 (KRaft) rules kept here:
+
+- brokers: the live (unfenced) brokers that have the listener, with their rack (``null``: the
+  simulated cluster has no ``broker.rack``);
+- controller id: the controller quorum is not reachable by clients, so KRaft brokers answer a
+  random live broker id (``KRaftMetadataCache.getRandomAliveBrokerId``); here the lowest one,
+  which is one such answer and stays stable between calls;
+- topics: ``null`` asks for every topic (v0: an empty list does); an unknown topic is
+  UNKNOWN_TOPIC_OR_PARTITION (topics are never auto-created here); a topic id (v10+) that is
+  unknown is UNKNOWN_TOPIC_ID; ``__consumer_offsets`` and the other internal names are
+  ``is_internal``;
+- a partition whose leader is not live is LEADER_NOT_AVAILABLE with leader -1; replicas, ISR
+  and offline replicas are listed whole (v1+ filters nothing).
+
+A sim topic id is 22 hex digits; on the wire it is the UUID those digits start (zero-filled).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import kafka.errors as Errors
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from broker_agent.kafka_wire.api import Api
+from broker_agent.models import is_internal_topic
+
+__all__ = ["APIS", "controller_id", "live_brokers", "topic_uuid"]
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """The wire topic id of a sim topic id (22 hex digits, zero-filled to 128 bits)."""
+    try:
+        return uuid.UUID(hex=(topic_id + "0" * 32)[:32])
+    except ValueError:
+        return uuid.UUID(int=0)
+
+
+def live_brokers(broker) -> list[tuple[int, str, int]]:
+    """``(id, host, port)`` of the live brokers with a Kafka listener, by id."""
+    out = []
+    for b in broker.cluster_brokers:
+        listener = b.get("kafka_listener")
+        if b.get("alive") and listener:
+            host, _, port = listener.rpartition(":")
+            out.append((b["broker_id"], host, int(port)))
+    return sorted(out)
+
+
+def controller_id(brokers: list[tuple[int, str, int]]) -> int:
+    return brokers[0][0] if brokers else -1
+
+
+def _partition(part: dict, live: set[int]):
+    P = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+    leader = part["leader"]
+    error = 0
+    if leader < 0 or leader not in live:
+        leader, error = -1, Errors.LeaderNotAvailableError.errno
+    return P(
+        error_code=error,
+        partition_index=part["partition"],
+        leader_id=leader,
+        leader_epoch=part["leader_epoch"],
+        replica_nodes=list(part["replicas"]),
+        isr_nodes=list(part["isr"]),
+        offline_replicas=list(part.get("offline_replicas", [])),
+    )
+
+
+def _topic(t: dict | None, name: str | None, tid: uuid.UUID | None, live: set[int], error=0):
+    T = MetadataResponse.MetadataResponseTopic
+    if t is None:
+        return T(
+            error_code=error,
+            name=name,
+            topic_id=tid,
+            is_internal=False,
+            partitions=[],
+        )
+    return T(
+        error_code=0,
+        name=t["name"],
+        topic_id=topic_uuid(t["topic_id"]),
+        is_internal=is_internal_topic(t["name"]),
+        partitions=[_partition(p, live) for p in t["partitions"]],
+    )
+
+
+def _metadata(broker, request, version):
+    with broker.lock:
+        topics = dict(broker.topics)
+        brokers = live_brokers(broker)
+    live = {b[0] for b in brokers}
+    wanted = request.topics
+    if wanted is None or (version == 0 and not wanted):
+        answer = [_topic(t, None, None, live) for _, t in sorted(topics.items())]
+    else:
+        by_id = {topic_uuid(t["topic_id"]): t for t in topics.values()}
+        answer = []
+        for w in wanted:
+            tid = getattr(w, "topic_id", None)
+            if w.name is None and tid is not None and tid.int != 0:
+                t = by_id.get(tid)
+                err = Errors.UnknownTopicIdError.errno
+                answer.append(_topic(t, None, tid, live, err))
+            else:
+                t = topics.get(w.name)
+                err = Errors.UnknownTopicOrPartitionError.errno
+                answer.append(_topic(t, w.name, None, live, err))
+    B = MetadataResponse.MetadataResponseBroker
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[B(node_id=i, host=h, port=p, rack=None) for i, h, p in brokers],
+        cluster_id=broker.cluster_id,
+        controller_id=controller_id(brokers),
+        topics=answer,
+    )
+
+
+def _describe_cluster(broker, request, version):
+    with broker.lock:
+        brokers = live_brokers(broker)
+    error, message = 0, None
+    if version >= 1 and request.endpoint_type != 1:  # 1 = BROKER, 2 = CONTROLLER
+        error = Errors.UnsupportedEndpointTypeError.errno
+        message = "The target broker only supports broker endpoint type"
+    B = DescribeClusterResponse.DescribeClusterBroker
+    return DescribeClusterResponse(
+        throttle_time_ms=0,
+        error_code=error,
+        error_message=message,
+        endpoint_type=1,
+        cluster_id=broker.cluster_id,
+        controller_id=controller_id(brokers),
+        brokers=[] if error else [B(broker_id=i, host=h, port=p, rack=None) for i, h, p in brokers],
+    )
+
+
+APIS = {
+    ApiKey.Metadata: Api(MetadataRequest, MetadataResponse, 0, 12, _metadata),
+    ApiKey.DescribeCluster: Api(
+        DescribeClusterRequest, DescribeClusterResponse, 0, 1, _describe_cluster
+    ),
+}

@@ -1,0 +1,145 @@
+"""ListOffsets, answered by the partition's leader from its own log (Kafka's
+``ReplicaManager.fetchOffset`` / ``UnifiedLog.fetchOffsetByTimestamp``, 3.9 semantics).
+
+Per partition, in Kafka's order of checks:
+
+- a topic or partition the broker's metadata does not have: UNKNOWN_TOPIC_OR_PARTITION;
+- the replica is here but on a failed log dir: KAFKA_STORAGE_ERROR;
+- this broker is not the leader (or hosts no replica): NOT_LEADER_OR_FOLLOWER - a consumer's
+  ListOffsets is only served by the leader, the client refreshes its metadata and retries;
+- ``current_leader_epoch`` (v4+) older than the leader's: FENCED_LEADER_EPOCH; newer:
+  UNKNOWN_LEADER_EPOCH.
+
+Then the offset for the spec, with timestamp -1 and the leader epoch of that offset:
+
+- ``-2`` EARLIEST: the log start offset, remote part included;
+- ``-1`` LATEST: the high watermark (read_uncommitted; the simulated cluster has no
+  transactions, so read_committed's last stable offset is the same), with the current leader
+  epoch;
+- ``-4`` EARLIEST_LOCAL (KIP-405, v8+): the local log start offset (the first offset still on
+  the leader's disk);
+- ``-5`` LATEST_TIERED (KIP-1005, v9): the highest offset copied to remote storage, -1 when
+  nothing is there yet; -1 with epoch -1 when the topic's remote storage is not enabled (its
+  Kafka 3.9 ``remote.storage.enable``, read through :mod:`broker_agent.kafka39`).
+
+- a timestamp ``>= 0`` and ``-3`` MAX_TIMESTAMP: :mod:`.timestamps` (remote, then local; the
+  record's own timestamp is answered).
+"""
+
+from __future__ import annotations
+
+import kafka.errors as Errors
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+
+from broker_agent import kafka39
+from broker_agent.choices import TieredState
+from broker_agent.kafka_wire import timestamps
+from broker_agent.kafka_wire.api import Api
+from broker_agent.remote import RemoteStorageError
+from broker_agent.storage import StorageError
+
+__all__ = ["APIS", "EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED", "epoch_for_offset"]
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+T = ListOffsetsResponse.ListOffsetsTopicResponse
+P = T.ListOffsetsPartitionResponse
+
+
+def epoch_for_offset(leader_epochs: list[tuple[int, int]], offset: int) -> int:
+    """The leader epoch whose range holds ``offset`` (Kafka's ``epochForOffset``): the last
+    ``(epoch, start_offset)`` entry starting at or below it; -1 when none does."""
+    epoch = -1
+    for e, start in leader_epochs:
+        if start > offset:
+            break
+        epoch = e
+    return epoch
+
+
+def _remote_enabled(broker, topic: str) -> bool:
+    t = broker.topics.get(topic, {})
+    tier = broker.tiering.get(topic, {})
+    state = tier.get("state", t.get("tiered_state", TieredState.NONE))
+    policy = tier.get("policy", t.get("disable_policy"))
+    cfg = kafka39.configs_for_state(state, policy)
+    return cfg[kafka39.REMOTE_STORAGE_ENABLE] == "true"
+
+
+def _offset(broker, r, spec: int) -> tuple[int, int, int, int]:
+    """``(error_code, timestamp, offset, leader_epoch)`` of one partition's leader replica."""
+    if spec >= 0:
+        return timestamps.offset_for_timestamp(broker, r, spec, _remote_enabled(broker, r.topic))
+    if spec == MAX_TIMESTAMP:
+        return timestamps.max_timestamp(r)
+    plog = r.log
+    with plog.lock:
+        epochs = list(plog.leader_epochs)
+        if spec == EARLIEST:
+            offset = plog.log_start_offset
+        elif spec == LATEST:
+            return 0, -1, plog.high_watermark, r.leader_epoch
+        elif spec == EARLIEST_LOCAL:
+            offset = plog.local_log_start_offset
+        elif spec == LATEST_TIERED:
+            offset = None
+        else:  # no other negative spec exists in Kafka 3.9
+            return Errors.InvalidRequestError.errno, -1, -1, -1
+    if offset is None:
+        if not _remote_enabled(broker, r.topic):
+            return 0, -1, -1, -1
+        try:
+            offset = broker._remote_view(r)["remote_log_end_offset"]
+        except RemoteStorageError:
+            return Errors.KafkaStorageError.errno, -1, -1, -1
+        if offset < 0:
+            return 0, -1, -1, -1
+    return 0, -1, offset, epoch_for_offset(epochs, offset)
+
+
+def _partition(broker, topic: str, req) -> P:
+    def answer(error, timestamp=-1, offset=-1, epoch=-1):
+        return P(
+            partition_index=req.partition_index,
+            error_code=error,
+            timestamp=timestamp,
+            offset=offset,
+            leader_epoch=epoch,
+        )
+
+    with broker.lock:
+        t = broker.topics.get(topic)
+        known = t is not None and any(
+            p["partition"] == req.partition_index for p in t["partitions"]
+        )
+        r = broker.replicas.get((topic, req.partition_index))
+    if not known:
+        return answer(Errors.UnknownTopicOrPartitionError.errno)
+    if r is not None and r.log is None:
+        return answer(Errors.KafkaStorageError.errno)
+    if r is None or r.leader != broker.broker_id:
+        return answer(Errors.NotLeaderForPartitionError.errno)
+    current = getattr(req, "current_leader_epoch", -1)
+    if current is not None and current >= 0:
+        if current < r.leader_epoch:
+            return answer(Errors.FencedLeaderEpochError.errno)
+        if current > r.leader_epoch:
+            return answer(Errors.UnknownLeaderEpochError.errno)
+    try:
+        return answer(*_offset(broker, r, req.timestamp))
+    except (AttributeError, StorageError):  # the log's dir failed between the checks
+        return answer(Errors.KafkaStorageError.errno)
+
+
+def _list_offsets(broker, request, _version):
+    return ListOffsetsResponse(
+        throttle_time_ms=0,
+        topics=[
+            T(name=t.name, partitions=[_partition(broker, t.name, p) for p in t.partitions])
+            for t in request.topics
+        ],
+    )
+
+
+APIS = {ApiKey.ListOffsets: Api(ListOffsetsRequest, ListOffsetsResponse, 1, 9, _list_offsets)}

@@ -1,0 +1,144 @@
+"""The Kafka listener of a simulated broker: asyncio framing (an int32 size, then the request),
+the request header, dispatch by api key and version, and ApiVersions.
+
+A request is decoded with the kafka-python class of its api key at its version
+(``Request.decode(payload, version=v, header=True)``) and answered with the matching response
+class encoded at the same version with the header Kafka uses for it (v1, with tagged fields, for
+flexible versions; v0 always for ApiVersions). Requests on one connection are answered in order,
+one at a time, as Kafka does. A handler runs in a worker thread: it reads the broker's state
+under the broker's locks, never on the event loop the agent's HTTP API also runs on.
+
+Like Kafka, a request whose api key or version the broker does not implement closes the
+connection, except ApiVersions at an unknown version, which is answered at v0 with
+UNSUPPORTED_VERSION and the supported list (KIP-511) so the client can retry. Every connection
+authenticates with SASL/PLAIN first (:mod:`.sasl`): until then only ApiVersions and the SASL
+calls are answered, anything else closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+
+import kafka.errors as Errors
+from kafka.protocol.api_header import RequestHeader
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.schemas.fields.codecs import Int32
+
+from broker_agent.kafka_wire import (
+    alter_configs,
+    cluster,
+    configs,
+    groups,
+    logdirs,
+    offsets,
+    sasl,
+)
+from broker_agent.kafka_wire.api import Api
+
+__all__ = ["APIS", "respond", "start_listener"]
+
+log = logging.getLogger("broker_agent.kafka_wire")
+
+#: Kafka's ``socket.request.max.bytes`` default: a larger frame closes the connection.
+MAX_REQUEST_BYTES = 100 * 1024 * 1024
+
+
+def _api_versions(_broker, _request, _version):
+    return ApiVersionsResponse(
+        error_code=0,
+        api_keys=[
+            ApiVersionsResponse.ApiVersion(
+                api_key=int(key), min_version=api.min_version, max_version=api.max_version
+            )
+            for key, api in sorted(APIS.items())
+        ],
+        throttle_time_ms=0,
+    )
+
+
+#: api key -> :class:`Api`: exactly what ApiVersions advertises.
+APIS: dict[int, Api] = {
+    ApiKey.ApiVersions: Api(ApiVersionsRequest, ApiVersionsResponse, 0, 3, _api_versions),
+    **cluster.APIS,
+    **configs.APIS,
+    **alter_configs.APIS,
+    **logdirs.APIS,
+    **offsets.APIS,
+    **groups.APIS,
+    **sasl.APIS,
+}
+
+
+def respond(broker, payload: bytes, session: dict) -> bytes | None:
+    """The framed response to one request (``payload``: the request without its size), or
+    ``None`` to close the connection. ``session``: the connection's SASL state (:mod:`.sasl`;
+    ``close`` set: close the connection after this answer)."""
+    header = RequestHeader.decode(io.BytesIO(payload), flexible=False)
+    key, version = header.request_api_key, header.request_api_version
+    api = APIS.get(key)
+    if api is None or not api.min_version <= version <= api.max_version:
+        if key == ApiKey.ApiVersions:  # KIP-511: answer at v0 with the versions we have
+            resp = _api_versions(broker, None, 0)
+            resp.error_code = Errors.UnsupportedVersionError.errno
+            return _encode(resp, 0, header.correlation_id)
+        log.info(
+            "unsupported request api_key=%s version=%s from %r: closing the connection",
+            key,
+            version,
+            header.client_id,
+        )
+        return None
+    if key in sasl.APIS:
+        if session.get("authenticated"):
+            log.info("SASL request %s on an authenticated connection: closing it", key)
+            return None
+        request = api.request.decode(payload, version=version, header=True)
+        resp = api.handle(broker, request, version, session)
+        return _encode(resp, version, header.correlation_id)
+    if key != ApiKey.ApiVersions and not session.get("authenticated"):
+        log.info("api_key=%s before SASL authentication from %r: closing", key, header.client_id)
+        return None
+    request = api.request.decode(payload, version=version, header=True)
+    return _encode(api.handle(broker, request, version), version, header.correlation_id)
+
+
+def _encode(resp, version: int, correlation_id: int) -> bytes:
+    resp.API_VERSION = version  # before the header: a header takes the version along
+    resp.with_header(correlation_id=correlation_id)
+    return bytes(resp.encode(header=True, framed=True))
+
+
+async def _serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    session: dict = {}
+    try:
+        while True:
+            size = Int32.decode(io.BytesIO(await reader.readexactly(4)))
+            if not 0 < size <= MAX_REQUEST_BYTES:
+                log.info("request of %d bytes: closing the connection", size)
+                break
+            payload = await reader.readexactly(size)
+            try:
+                out = await asyncio.to_thread(respond, broker, payload, session)
+            except Exception:
+                log.exception("Kafka request failed: closing the connection")
+                break
+            if out is None:
+                break
+            writer.write(out)
+            await writer.drain()
+            if session.get("close"):
+                break
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def start_listener(broker, host: str, port: int) -> asyncio.Server:
+    """Listen on ``host:port`` for Kafka clients of ``broker`` (until the server is closed)."""
+    server = await asyncio.start_server(lambda r, w: _serve(broker, r, w), host, port)
+    log.info("Kafka listener of broker %s on %s:%s", broker.broker_id, host, port)
+    return server
