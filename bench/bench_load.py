@@ -102,6 +102,28 @@ def _api(port: int, token: str, path: str) -> dict:
         return json.loads(response.read())
 
 
+#: The floor: each of these, asked FLOOR_REPEATS times by one client in a row, before locust.
+FLOOR_REPEATS = 20
+
+
+def _floor(port: int, token: str, paths: dict[str, str]) -> tuple[list, float]:
+    """``(rows, seconds)``: each route of ``paths`` (label -> path) timed one request at a time
+    by one token-authenticated client, on the same stack just before the users arrive: what a
+    route costs with nobody else asking, beside which the loaded figures read."""
+    rows: list = []
+    started = time.monotonic()
+    for label, path in paths.items():
+        for _ in range(FLOOR_REPEATS):
+            t0 = time.monotonic()
+            error = ""
+            try:
+                _api(port, token, path)
+            except (OSError, ValueError) as exc:
+                error = str(exc)
+            rows.append((label, t0, (time.monotonic() - t0) * 1000, error))
+    return rows, time.monotonic() - started
+
+
 def _wait(what: str, seconds: float, ready) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -276,6 +298,19 @@ def rows_for(result: dict, *, users: int, synthetic: dict, started_utc: str) -> 
         )
     if not result["workflows"]:
         rows.append({"route": "workflow", "errors": "none requested", "met": "NO"})
+    floor_rows, floor_seconds = result.get("floor", ([], 0.0))
+    floor = {}
+    for r in floor_rows:
+        floor.setdefault(r[0], []).append(r)
+    for label, rs in floor.items():
+        row = _route_row(
+            f"floor: {label}, one client, {FLOOR_REPEATS} in a row before the users",
+            rs,
+            max(floor_seconds, 1e-3),
+            "the floor (no target)",
+        )
+        row["req/s"] = ""
+        rows.append(row)
     return rows + routes
 
 
@@ -334,10 +369,23 @@ def run(ctx) -> list[dict]:
                 "workflow_first_after": 30,
                 "workflow_interval": 1800,
             }
+            big = config["clusters"]["big"]
+            floor = _floor(
+                stack.port,
+                token,
+                {
+                    "/api/v1/health": "/api/v1/health",
+                    "/api/v1/clusters/{name}/brokers (synthetic)": "/api/v1/clusters/synthetic/brokers",
+                    "/api/v1/clusters/{name}/topics/{topic} (synthetic)": (
+                        f"/api/v1/clusters/synthetic/topics/{big['topics'][0]}"
+                    ),
+                },
+            )
             started_utc = time.strftime("%H:%M:%S", time.gmtime())
             load_before = os.getloadavg()[0]
             result = _locust(work, stack, config, users, seconds)
             result["load"] = (load_before, os.getloadavg()[0])
+            result["floor"] = floor
         finally:
             if stack is not None:
                 stack.stop()
