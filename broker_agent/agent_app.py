@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -57,14 +58,17 @@ def create_app(
         b = broker_factory()
         b.start()
         state["b"] = b
-        server = None
+        opening = None
         if kafka_listener is not None:
-            from broker_agent.kafka_wire import start_listener
+            from broker_agent.kafka_wire import open_when_caught_up
 
-            server = await start_listener(b, *kafka_listener)
+            opening = asyncio.create_task(open_when_caught_up(b, *kafka_listener))
         yield
-        if server is not None:
-            server.close()
+        if opening is not None:
+            opening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                server = await opening
+                server.close()
         b.stopped.set()
 
     app = FastAPI(
@@ -90,6 +94,7 @@ def create_app(
             "online": b().online,
             "incarnation": b().incarnation,
             "started_ms": b().started_ms,
+            "kafka_listener_serving": b().kafka_listener_serving,
         }
 
     @app.get(

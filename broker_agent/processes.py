@@ -186,13 +186,15 @@ def stop_process(data: str, name: str, sig: int = signal.SIGTERM, wait: float = 
     return True
 
 
-def wait_health(url: str, timeout: float = 30.0) -> bool:
+def wait_health(url: str, timeout: float = 30.0, until: str | None = None) -> bool:
+    """``/v1/health`` answers 200 (and, with ``until``, says that field is true) in time."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url.rstrip("/") + "/v1/health", timeout=1).status_code == 200:
+            r = httpx.get(url.rstrip("/") + "/v1/health", timeout=1)
+            if r.status_code == 200 and (until is None or r.json().get(until)):
                 return True
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ValueError):
             pass
         time.sleep(0.1)
     return False

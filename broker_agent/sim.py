@@ -186,6 +186,10 @@ def cmd_up(args) -> int:
     except TimeoutError:
         print(json.dumps({"error": "brokers did not register"}), file=sys.stderr)
         return 1
+    for b in c["brokers"].values():  # a listener opens once its broker has caught up
+        if b.get("kafka_port") and not wait_health(b["url"], until="kafka_listener_serving"):
+            print(json.dumps({"error": f"{b['url']}: Kafka listener not serving"}), file=sys.stderr)
+            return 1
     print(json.dumps(cluster_urls(c)))
     return 0
 

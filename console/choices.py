@@ -50,6 +50,16 @@ class BrokerState:
     ALL = (ONLINE, DEGRADED, OFFLINE, UNKNOWN)
 
 
+class ClusterBackend:
+    """How Strata talks to a cluster (issue #35): its controller and broker agents over their
+    HTTP API (the simulated cluster, or any agent with the same API), or Kafka's own protocol
+    through its bootstrap servers (kafka-python)."""
+
+    AGENTS = "agents"
+    KAFKA = "kafka"
+    ALL = (AGENTS, KAFKA)
+
+
 class SyncTrigger:
     """Why a sync ran."""
 

@@ -87,6 +87,9 @@ class Broker(
         self.url = url
         #: ``host:port`` of this broker's Kafka-protocol listener (``broker_agent.kafka_wire``)
         self.kafka_listener = kafka_listener
+        #: the listener accepts clients (it opens once this broker has caught up; see
+        #: ``kafka_wire.open_when_caught_up``)
+        self.kafka_listener_serving = False
         self.cluster_id = cluster_id
         self.segment_bytes = segment_bytes
         self.expiration_mode = expiration_mode

@@ -19,6 +19,6 @@ ApiVersions lists exactly the (api key, version range) pairs of :data:`.server.A
 for anything else closes the connection, as Kafka does for an unsupported request.
 """
 
-from broker_agent.kafka_wire.server import APIS, start_listener
+from broker_agent.kafka_wire.server import APIS, open_when_caught_up, start_listener
 
-__all__ = ["APIS", "start_listener"]
+__all__ = ["APIS", "open_when_caught_up", "start_listener"]

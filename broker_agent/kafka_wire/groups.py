@@ -144,11 +144,30 @@ def _committed(broker, group_id: str, topics) -> tuple[int, list[tuple[str, list
     ]
 
 
+def _fetched(topic_cls, partition_cls, topics: list[tuple[str, list]]) -> list:
+    """The response's topics; v2-v7 and v8 name their classes differently, same fields."""
+    return [
+        topic_cls(
+            name=name,
+            partitions=[
+                partition_cls(
+                    partition_index=p,
+                    committed_offset=o,
+                    committed_leader_epoch=-1,
+                    metadata="",
+                    error_code=0,
+                )
+                for p, o in parts
+            ],
+        )
+        for name, parts in topics
+    ]
+
+
 def _offset_fetch(broker, request, version):
     if version >= 8:
         G = OffsetFetchResponse.OffsetFetchResponseGroup
         T = G.OffsetFetchResponseTopics
-        P = T.OffsetFetchResponsePartitions
         groups = []
         for g in request.groups:
             error, topics = _committed(broker, g.group_id, g.topics)
@@ -156,47 +175,16 @@ def _offset_fetch(broker, request, version):
                 G(
                     group_id=g.group_id,
                     error_code=error,
-                    topics=[
-                        T(
-                            name=name,
-                            partitions=[
-                                P(
-                                    partition_index=p,
-                                    committed_offset=o,
-                                    committed_leader_epoch=-1,
-                                    metadata="",
-                                    error_code=0,
-                                )
-                                for p, o in parts
-                            ],
-                        )
-                        for name, parts in topics
-                    ],
+                    topics=_fetched(T, T.OffsetFetchResponsePartitions, topics),
                 )
             )
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     T = OffsetFetchResponse.OffsetFetchResponseTopic
-    P = T.OffsetFetchResponsePartition
     error, topics = _committed(broker, request.group_id, request.topics)
     return OffsetFetchResponse(
         throttle_time_ms=0,
         error_code=error,
-        topics=[
-            T(
-                name=name,
-                partitions=[
-                    P(
-                        partition_index=p,
-                        committed_offset=o,
-                        committed_leader_epoch=-1,
-                        metadata="",
-                        error_code=0,
-                    )
-                    for p, o in parts
-                ],
-            )
-            for name, parts in topics
-        ],
+        topics=_fetched(T, T.OffsetFetchResponsePartition, topics),
     )
 
 

@@ -142,3 +142,22 @@ async def start_listener(broker, host: str, port: int) -> asyncio.Server:
     server = await asyncio.start_server(lambda r, w: _serve(broker, r, w), host, port)
     log.info("Kafka listener of broker %s on %s:%s", broker.broker_id, host, port)
     return server
+
+
+def caught_up(broker) -> bool:
+    """The metadata this broker applied lists it live (unfenced) with its Kafka listener."""
+    return any(
+        b["broker_id"] == broker.broker_id and b.get("alive") and b.get("kafka_listener")
+        for b in broker.cluster_brokers
+    )
+
+
+async def open_when_caught_up(broker, host: str, port: int) -> asyncio.Server:
+    """Open the listener once the broker has caught up, as Kafka's ``BrokerServer.startup``
+    enables its acceptors only after the broker has replayed the metadata log and been
+    unfenced: a client never finds a broker whose Metadata lacks the broker it asked."""
+    while not caught_up(broker):
+        await asyncio.sleep(0.05)
+    server = await start_listener(broker, host, port)
+    broker.kafka_listener_serving = True
+    return server

@@ -7,7 +7,7 @@ from django.db import models
 from django.utils import timezone
 
 from broker_agent.signing import read_secret, read_secret_file
-from console.choices import SyncTrigger, choices
+from console.choices import ClusterBackend, SyncTrigger, choices
 
 __all__ = ["TOPIC_STATE_SUMS", "AgentEvent", "Cluster", "SyncRun", "read_secret_ref"]
 
@@ -55,8 +55,27 @@ class Cluster(models.Model):
     """
 
     name = models.SlugField(max_length=100, unique=True)
-    controller_url = models.URLField(max_length=500)
-    secret_ref = models.CharField(max_length=500, help_text="A file path, or env:NAME.")
+    backend = models.CharField(
+        max_length=16,
+        choices=choices(ClusterBackend.ALL),
+        default=ClusterBackend.AGENTS,
+        db_default=ClusterBackend.AGENTS,
+        help_text="agents: controller + broker agents over HTTP; kafka: Kafka's own protocol.",
+    )
+    controller_url = models.URLField(max_length=500, blank=True)
+    secret_ref = models.CharField(
+        max_length=500, blank=True, help_text="A file path, or env:NAME (agents backend)."
+    )
+    kafka_bootstrap = models.CharField(
+        max_length=1000, blank=True, help_text="host:port[,host:port...] (kafka backend)."
+    )
+    kafka_client_config = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Kafka client settings (kafka backend): security_protocol, sasl_mechanism, "
+        "sasl_username, sasl_password_ref (a file path or env:NAME, never the password), "
+        "ssl_cafile, ssl_certfile, ssl_keyfile.",
+    )
     cluster_id = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
