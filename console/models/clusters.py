@@ -76,6 +76,13 @@ class Cluster(models.Model):
         "sasl_username, sasl_password_ref (a file path or env:NAME, never the password), "
         "ssl_cafile, ssl_certfile, ssl_keyfile.",
     )
+    backend_features = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the sync learnt the cluster supports (kafka backend: each API's version "
+        "range from ApiVersions, broker configs such as cordoned.log.dirs); read by "
+        "console.capabilities.",
+    )
     cluster_id = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
