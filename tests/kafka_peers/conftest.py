@@ -8,8 +8,10 @@ import importlib.util
 import io
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.schemas.fields.codecs import Int32
 
 from broker_agent.processes import free_port
+from spark_tasks import guard as spark_guard
 from tests.broker_agent.conftest import wait_until
 
 #: Environment variables Tansu reads as defaults for its flags (``tansu broker --help``); an
@@ -94,9 +97,12 @@ def tansu(tmp_path_factory) -> Iterator[str]:
     url = f"tcp://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k not in TANSU_ENV}
     log = home / "tansu.log"
+    # under the Spark jobs' guard: a pytest killed with SIGKILL takes its Tansu with it
+    guard = [sys.executable, spark_guard.__file__, str(os.getpid()), "--"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
+                *(guard if sys.platform == "linux" else []),
                 str(binary),
                 "broker",
                 "--cluster-id",
@@ -111,6 +117,7 @@ def tansu(tmp_path_factory) -> Iterator[str]:
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
+            start_new_session=True,
         )
     try:
 
@@ -126,7 +133,7 @@ def tansu(tmp_path_factory) -> Iterator[str]:
     finally:
         proc.terminate()
         try:
-            proc.wait(10)
+            proc.wait(20)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
