@@ -20,6 +20,7 @@ the broker's URL (its Kafka listener) and group generations / members (not in Li
 from __future__ import annotations
 
 import pytest
+from kafka.protocol.api_key import ApiKey
 
 from broker_agent.choices import LogDirState, ReplicaState
 from broker_agent.client import Consumer, Producer
@@ -31,8 +32,8 @@ from broker_agent.kafka39 import (
 from broker_agent.kafka_wire.cluster import topic_uuid
 from console.choices import ClusterBackend
 from console.models import Broker, Cluster, GroupOffset, LogDir, Partition, Replica, SyncRun, Topic
-from console.sync import do_sync_cluster
-from console.sync.kafka_reads import uuid_text
+from console.sync import do_sync_cluster, kafka_reads
+from console.sync.kafka_reads import REQUIRED_APIS, uuid_text
 from console.sync.kafka_source import KafkaClusterSource
 from tests.broker_agent.conftest import Load
 from tests.console.simcluster import SimCluster, wait_until
@@ -240,9 +241,10 @@ def test_both_backends_agree_under_load_and_a_failed_dir_shows_offline(sim):
     assert _structure(kafka)["dirs"] == _structure(agents)["dirs"]
 
 
-def test_wrong_password_and_unreachable_bootstrap_give_a_clear_error_and_write_nothing(
-    sim, tmp_path
-):
+def test_bad_input_gives_a_clear_error_and_writes_nothing(sim, tmp_path, monkeypatch):
+    """Wrong password, unreachable bootstrap, a call the cluster lacks (UNSUPPORTED_VERSION)
+    and an error answered mid-read: the cluster's controller error says which, and no
+    inventory is written."""
     wrong = tmp_path / "wrong"
     wrong.write_text("not-the-secret")
     refused = _kafka_cluster(sim, "wrong-password", wrong)
@@ -265,7 +267,27 @@ def test_wrong_password_and_unreachable_bootstrap_give_a_clear_error_and_write_n
     )
     assert not run.controller_ok
 
-    for cluster in (refused, unreachable):
+    # A cluster without a call the sync needs (here: asked to need one the sim lacks).
+    monkeypatch.setitem(REQUIRED_APIS, ApiKey.DescribeTopicPartitions, "DescribeTopicPartitions")
+    too_old = _kafka_cluster(sim, "too-old", sim.secret_file)
+    do_sync_cluster(too_old)
+    too_old.refresh_from_db()
+    assert too_old.controller_error == (
+        "SourceError: UNSUPPORTED_VERSION: the bootstrap broker does not support "
+        "DescribeTopicPartitions, which a sync needs"
+    )
+    monkeypatch.undo()
+
+    # An error answered after Metadata (DescribeConfigs of a resource type Kafka does not know).
+    monkeypatch.setattr(kafka_reads, "TOPIC", 99)
+    mid_read = _kafka_cluster(sim, "mid-read", sim.secret_file)
+    do_sync_cluster(mid_read)
+    mid_read.refresh_from_db()
+    assert mid_read.controller_error.startswith(
+        "SourceError: Kafka protocol error: InvalidRequestError: Unsupported resource type: 99"
+    )
+
+    for cluster in (refused, unreachable, too_old, mid_read):
         assert not Topic.objects.filter(cluster=cluster).exists()
         assert not Partition.objects.filter(cluster=cluster).exists()
         assert not Broker.objects.filter(cluster=cluster).exists()
