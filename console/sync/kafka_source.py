@@ -42,6 +42,7 @@ tries again (as for an agents cluster). A broker whose own calls fail fails alon
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -57,12 +58,12 @@ from kafka.net.selector import NetworkSelector
 from broker_agent import kafka39
 from broker_agent.choices import ExpirationMode, LogDirState, ReplicaState, TieredState
 from broker_agent.metadata_rows import (
-    METADATA_PARTITION_COLUMNS,
     metadata_rows_body,
     metadata_tsv,
 )
 from broker_agent.models import (
     SNAPSHOT_TSV_COLUMNS,
+    TIER_METRIC_FIELDS,
     BrokerInfo,
     BrokerSnapshot,
     ClusterMetadata,
@@ -162,6 +163,8 @@ class KafkaClusterSource:
         self._admin: KafkaAdminClient | None = None
         self._read: ClusterRead | None = None
         self._assigned: dict[int, list] = {}
+        self._metadata: tuple | None = None
+        self._frozen = False
         self._failure: SourceError | None = None
         self._version = int(time.time() * 1000)  # the snapshots' version (they are full)
 
@@ -221,6 +224,10 @@ class KafkaClusterSource:
                     if self._admin is None:
                         self._admin = self._connect()
                     self._read = self._admin._manager.run(read_cluster, self._admin)
+                    # A fleet's answer is millions of objects that live until close(): out of
+                    # the collector's way (its passes over them were most of the translation).
+                    gc.freeze()
+                    self._frozen = True
                     self._assigned = _assigned(self._read)
                 except SourceError as exc:
                     self._failure = exc
@@ -239,33 +246,39 @@ class KafkaClusterSource:
 
     # -- metadata ----------------------------------------------------------------------------
 
-    def _metadata_parts(self) -> tuple[dict, list[tuple[dict, list[dict]]]]:
-        """(the answer's envelope, [(topic fields, [partition fields])]) as plain dicts."""
+    def _metadata_parts(self) -> tuple[dict, list[tuple[dict, list[tuple], list[str]]]]:
+        """(the answer's envelope with its digest as ``version``, [(topic fields, partitions as
+        ``(partition, replicas, leader, leader_epoch, isr, offline_replicas)``, their
+        ``format=tsv`` rows)]): plain values, computed once per read."""
+        if self._metadata is not None:
+            return self._metadata
         read = self.read()
         live = read.brokers
         named: set[int] = set()
+        digest = hashlib.blake2b(digest_size=8)
         topics = []
         for t in read.topics:
             configs = read.topic_configs.get(t.name, {})
             view = kafka39.from_configs({k: v for k, (v, _) in configs.items()})
-            parts = []
-            for p in sorted(t.partitions, key=lambda p: p.partition_index):
-                named.update(p.replica_nodes)
-                parts.append(
-                    {
-                        "partition": p.partition_index,
-                        "replicas": list(p.replica_nodes),
-                        "leader": p.leader_id,
-                        "leader_epoch": max(p.leader_epoch, 0),
-                        "partition_epoch": 0,
-                        "isr": list(p.isr_nodes),
-                        "offline_replicas": list(p.offline_replicas or []),
-                        "created": [],
-                        "leader_epoch_after_creation": {},
-                        "leader_epoch_before_deletion": {},
-                        "marked_for_deletion": False,
-                    }
+            parts = sorted(
+                (
+                    p.partition_index,
+                    list(p.replica_nodes),
+                    p.leader_id,
+                    max(p.leader_epoch, 0),
+                    list(p.isr_nodes),
+                    list(p.offline_replicas or []),
                 )
+                for p in t.partitions
+            )
+            name = tsv_value(t.name)
+            rows = [
+                f"{name}\t{n}\t{_array(r)}\t{lead}\t{epoch}\t0\t{_array(isr)}\t{_array(off)}"
+                "\t{}\t{}\t{}\tf"
+                for n, r, lead, epoch, isr, off in parts
+            ]
+            for _, r, *_ in parts:
+                named.update(r)
             fields = {
                 "name": t.name,
                 "topic_id": uuid_text(t.topic_id),
@@ -279,7 +292,9 @@ class KafkaClusterSource:
                 "initial_partition_count": len(parts),
                 "undeleted_partition_count": len(parts),
             }
-            topics.append((fields, parts))
+            digest.update(json.dumps(fields, sort_keys=True).encode())
+            digest.update("\n".join(rows).encode())
+            topics.append((fields, parts, rows))
         brokers = [
             {
                 "broker_id": bid,
@@ -290,8 +305,10 @@ class KafkaClusterSource:
             for bid in sorted(set(live) | named)
         ]
         envelope = {"cluster_id": read.cluster_id, "brokers": brokers}
-        version = _digest([envelope, topics])
-        return {**envelope, "version": version}, topics
+        digest.update(json.dumps(envelope, sort_keys=True).encode())
+        version = int.from_bytes(digest.digest(), "big") >> 2  # 62 bits: fits a bigint
+        self._metadata = {**envelope, "version": version}, topics
+        return self._metadata
 
     def metadata(self, since: int | None) -> ClusterMetadata:
         """Cluster metadata; ``changed=False`` (nothing else) when its digest is ``since``."""
@@ -309,14 +326,27 @@ class KafkaClusterSource:
             version=envelope["version"],
             brokers=[BrokerInfo(**b) for b in envelope["brokers"]],
             topics=[
-                TopicMetadata(**f, partitions=[PartitionMetadata(**p) for p in ps])
-                for f, ps in topics
+                TopicMetadata(
+                    **fields,
+                    partitions=[
+                        PartitionMetadata(
+                            partition=n,
+                            replicas=r,
+                            leader=lead,
+                            leader_epoch=epoch,
+                            isr=isr,
+                            offline_replicas=off,
+                        )
+                        for n, r, lead, epoch, isr, off in parts
+                    ],
+                )
+                for fields, parts, _ in topics
             ],
         )
 
     def metadata_tsv(self, since: int | None) -> bytes:
-        """:meth:`metadata` as the sync stages it (``format=tsv`` rows, no pydantic object per
-        partition)."""
+        """:meth:`metadata` as the sync stages it: ``format=tsv``, its rows written from plain
+        values (no pydantic object per partition)."""
         envelope, topics = self._metadata_parts()
         if since is not None and since == envelope["version"]:
             return metadata_tsv(self.metadata(since))
@@ -326,12 +356,13 @@ class KafkaClusterSource:
             brokers=[BrokerInfo(**b) for b in envelope["brokers"]],
             topics=[],
         ).model_dump(mode="json", exclude={"topics"})
-        return metadata_rows_body(head, ((f, _partition_rows(f["name"], ps)) for f, ps in topics))
+        return metadata_rows_body(head, ((fields, rows) for fields, _, rows in topics))
 
     # -- snapshots ---------------------------------------------------------------------------
 
-    def _snapshot_parts(self, broker_id: int) -> tuple[dict, list[dict]]:
-        """(the snapshot without replicas, its replicas) as plain dicts."""
+    def _snapshot_parts(self, broker_id: int) -> tuple[dict, list[tuple]]:
+        """(the snapshot without replicas as a dict, its replicas as ``(topic, topic id,
+        partition, log dir, size, offline, tiered state, the leader's offsets)``)."""
         read = self.read()
         if broker_id in read.broker_errors:
             raise SourceError(f"broker {broker_id}: {read.broker_errors[broker_id]}")
@@ -383,9 +414,7 @@ class KafkaClusterSource:
             offsets = offsets.offsets.get(key, {}) if offsets is not None else {}
             log_dir, size = hosted.get(key, (failed_dir, 0))
             offline += is_offline
-            replicas.append(
-                _replica(topic, tid, p, broker_id, log_dir, size, is_offline, tiered, offsets)
-            )
+            replicas.append((topic, tid, p, log_dir, size, is_offline, tiered, offsets))
         for name in failed:
             dirs.append(
                 {
@@ -401,8 +430,6 @@ class KafkaClusterSource:
                     "cordoned": name in cordoned,
                 }
             )
-        for r in replicas:
-            r["version"] = self._version
         head = {
             "broker_id": broker_id,
             "version": self._version,
@@ -426,7 +453,9 @@ class KafkaClusterSource:
         return BrokerSnapshot(
             **{k: v for k, v in head.items() if k != "log_dirs"},
             log_dirs=[LogDirInfo(**d) for d in head["log_dirs"]],
-            replicas=[ReplicaInfo(**r) for r in replicas],
+            replicas=[
+                ReplicaInfo(**_replica(broker_id, *r), version=self._version) for r in replicas
+            ],
         )
 
     def snapshot_tsv(self, broker_id: int, url: str, since: int | None) -> bytes:
@@ -438,12 +467,7 @@ class KafkaClusterSource:
             replicas=[],
         )
         body = snapshot_tsv(envelope)
-        rows = []
-        for r in replicas:
-            row = {**_DEFAULTS, **r}
-            rows.append(
-                "\t".join([str(broker_id), *(tsv_value(row[c]) for c in SNAPSHOT_TSV_COLUMNS[1:])])
-            )
+        rows = [_replica_row(broker_id, self._version, *r) for r in replicas]
         return body + ("\n".join(rows) + "\n" if rows else "").encode()
 
     # -- groups ------------------------------------------------------------------------------
@@ -473,6 +497,11 @@ class KafkaClusterSource:
             if self._admin is not None:
                 self._admin.close()
                 self._admin = None
+            if self._frozen:
+                gc.unfreeze()
+                self._frozen = False
+            self._read = self._metadata = None
+            self._assigned = {}
 
 
 # -- rows ------------------------------------------------------------------------------------
@@ -502,46 +531,77 @@ def _assigned(read: ClusterRead) -> dict[int, list]:
     return out
 
 
-def _partition_rows(topic: str, parts: list[dict]) -> list[str]:
-    name = tsv_value(topic)
-    return [
-        "\t".join([name, *(tsv_value(p[c]) for c in METADATA_PARTITION_COLUMNS[1:])]) for p in parts
-    ]
+def _array(values: list[int]) -> str:
+    """A list of ints as a COPY array literal (``models.tsv_value``'s spelling)."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
-_DEFAULTS = {
-    name: field.default
-    for name, field in ReplicaInfo.model_fields.items()
-    if not field.is_required()
-}
+#: ``models.SNAPSHOT_TSV_COLUMNS`` as :func:`_replica_row` writes them, checked at import: a
+#: change of the agents' row format fails here rather than shifting a column.
+_ROW_COLUMNS = (
+    *("broker_id", "topic", "partition", "log_dir", "state", "is_leader", "leader_epoch"),
+    *("log_start_offset", "local_log_start_offset", "log_end_offset", "high_watermark"),
+    *("size_bytes", "tiered_epoch", "copier_state", "expiration_state"),
+    *("remote_log_start_offset", "remote_log_end_offset", "remote_bytes", "remote_segments"),
+    *TIER_METRIC_FIELDS,
+    "version",
+)
+if _ROW_COLUMNS != SNAPSHOT_TSV_COLUMNS:
+    raise ImportError("models.SNAPSHOT_TSV_COLUMNS changed: update kafka_source._replica_row")
+#: KIP-963's gauges: JMX only, the model's 0.
+_NO_METRICS = "\t0" * len(TIER_METRIC_FIELDS)
 
 
-def _replica(topic, topic_id, p, broker_id, log_dir, size, offline, tiered, offsets) -> dict:
-    """A :class:`ReplicaInfo`'s fields from Kafka's answers (``offsets``: spec -> offset, of
-    the partition's leader)."""
+def _replica_values(broker_id, topic, p, log_dir, size, offline, offsets) -> dict:
+    """The values of a replica's ``format=tsv`` row that Kafka's answers give (``offsets``:
+    spec -> offset, of the partition's leader); the others are the model's defaults."""
     start = offsets.get(EARLIEST, 0)
     latest = offsets.get(LATEST, 0)
     tiered_end = offsets.get(LATEST_TIERED, -1)
     return {
         "topic": topic,
-        "topic_id": topic_id,
         "partition": p.partition_index,
         "log_dir": log_dir,
         "state": ReplicaState.OFFLINE if offline else ReplicaState.ONLINE,
         "is_leader": p.leader_id == broker_id,
-        "leader": p.leader_id,
         "leader_epoch": max(p.leader_epoch, 0),
-        "isr": list(p.isr_nodes),
         "log_start_offset": start,
         "local_log_start_offset": offsets.get(EARLIEST_LOCAL, start),
         "log_end_offset": latest,
         "high_watermark": latest,
         "size_bytes": size,
-        "tiered_state": tiered if tiered else TieredState.NONE,
+        "remote_log_start_offset": start if tiered_end >= 0 else -1,
+        "remote_log_end_offset": tiered_end,
+    }
+
+
+def _replica(broker_id, topic, topic_id, p, log_dir, size, offline, tiered, offsets) -> dict:
+    """A :class:`ReplicaInfo`'s fields (see :func:`_replica_values`)."""
+    return {
+        **_replica_values(broker_id, topic, p, log_dir, size, offline, offsets),
+        "topic_id": topic_id,
+        "leader": p.leader_id,
+        "isr": list(p.isr_nodes),
+        "tiered_state": tiered or TieredState.NONE,
         "tiered_epoch": 0,
         "copier_state": "",
         "expiration_state": "",
-        "remote_log_start_offset": start if tiered_end >= 0 else -1,
-        "remote_log_end_offset": tiered_end,
-        "marked_for_deletion": False,
     }
+
+
+def _replica_row(bid, version, topic, _tid, p, log_dir, size, offline, _tiered, offsets) -> str:
+    """:func:`_replica` as a ``format=tsv`` row (:data:`_ROW_COLUMNS`), written as
+    ``models.tsv_value`` writes each value but without a Python object per field: ~600,000
+    replicas a first sync at fleet size. A topic name holds no character COPY escapes."""
+    start = offsets.get(EARLIEST, 0)
+    latest = offsets.get(LATEST, 0)
+    local = offsets.get(EARLIEST_LOCAL, start)
+    tiered_end = offsets.get(LATEST_TIERED, -1)
+    remote_start = start if tiered_end >= 0 else -1
+    state = ReplicaState.OFFLINE if offline else ReplicaState.ONLINE
+    leader = "t" if p.leader_id == bid else "f"
+    return (
+        f"{bid}\t{topic}\t{p.partition_index}\t{tsv_value(log_dir)}\t{state}\t{leader}\t"
+        f"{max(p.leader_epoch, 0)}\t{start}\t{local}\t{latest}\t{latest}\t{size}\t0\t\t\t"
+        f"{remote_start}\t{tiered_end}\t0\t0{_NO_METRICS}\t{version}"
+    )

@@ -30,9 +30,11 @@ from broker_agent.kafka39 import (
     REMOTE_STORAGE_ENABLE,
 )
 from broker_agent.kafka_wire.cluster import topic_uuid
+from broker_agent.metadata_rows import metadata_tsv
+from broker_agent.models import snapshot_tsv
 from console.choices import ClusterBackend
 from console.models import Broker, Cluster, GroupOffset, LogDir, Partition, Replica, SyncRun, Topic
-from console.sync import do_sync_cluster, kafka_reads
+from console.sync import do_sync_cluster, kafka_reads, source_for
 from console.sync.kafka_reads import REQUIRED_APIS, uuid_text
 from console.sync.kafka_source import KafkaClusterSource
 from tests.broker_agent.conftest import Load
@@ -205,6 +207,19 @@ def test_both_backends_agree_under_load_and_a_failed_dir_shows_offline(sim):
     assert dict(Topic.objects.filter(cluster=kafka).values_list("name", "topic_id")) == {
         name: uuid_text(topic_uuid(tid)) for name, tid in ids.items()
     }
+
+    # The rows the sync stages are the models' own rows of the same answer, byte for byte.
+    source = source_for(kafka)
+    try:
+        md = source.metadata(None)
+        assert source.metadata_tsv(None) == metadata_tsv(md)
+        assert source.metadata(md.version).changed is False
+        for broker in (1, 2, 3):
+            assert source.snapshot_tsv(broker, "", None) == snapshot_tsv(
+                source.snapshot(broker, "", None)
+            )
+    finally:
+        source.close()
 
     # Nothing changed: the next sync finds the same metadata digest and rewrites nothing.
     kafka.refresh_from_db()
