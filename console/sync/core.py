@@ -34,7 +34,8 @@ Design (console issue, "Sync"):
 Where it lives: this module runs a sync (lock, order, the agents in parallel, the SyncRun);
 :mod:`console.sync.metadata` is the controller's side, :mod:`console.sync.snapshots` the
 agents', :mod:`console.sync.aggregates` the derived values; ``rows``, ``staging`` and
-``sources`` are the COPY formats, the staging tables and where answers come from.
+``sources`` are the COPY formats, the staging tables and where answers come from
+(``kafka_source`` and ``kafka_reads``: a ``kafka`` cluster, read over Kafka's protocol).
 """
 
 from __future__ import annotations
