@@ -25,6 +25,7 @@ from base64 import urlsafe_b64encode
 from collections import defaultdict
 
 import kafka.errors as Errors
+from kafka.future import Future
 from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
@@ -109,6 +110,15 @@ class ClusterRead:
 def _error(code: int, message: str | None = None) -> Exception:
     err = Errors.for_code(code)
     return err(message) if message else err()
+
+
+def _send(manager, request, node_id=None):
+    """``manager.send`` whose every failure is a failed future (kafka-python raises for a
+    node it has no metadata of instead of failing the future)."""
+    try:
+        return manager.send(request, node_id=node_id)
+    except Exception as exc:  # kept in the future: its broker fails alone
+        return Future().failure(exc)
 
 
 async def _gather(futures: dict) -> dict:
@@ -212,14 +222,14 @@ async def _broker_reads(manager, broker_ids, leaders, api_versions):
     high = api_versions[ApiKey.ListOffsets][1]
     futures = {}
     for bid in broker_ids:
-        futures[(bid, "dirs")] = manager.send(DescribeLogDirsRequest(topics=None), node_id=bid)
-        futures[(bid, "configs")] = manager.send(
-            DescribeConfigsRequest(resources=[(BROKER, str(bid), None)]), node_id=bid
+        futures[(bid, "dirs")] = _send(manager, DescribeLogDirsRequest(topics=None), bid)
+        futures[(bid, "configs")] = _send(
+            manager, DescribeConfigsRequest(resources=[(BROKER, str(bid), None)]), bid
         )
         led = leaders.get(bid, [])
         if led:
             for spec, req in _offsets_requests(led, high).items():
-                futures[(bid, spec)] = manager.send(req, node_id=bid)
+                futures[(bid, spec)] = _send(manager, req, bid)
     answers = await _gather(futures)
     reads: dict[int, BrokerRead] = {}
     errors: dict[int, str] = {}
@@ -265,8 +275,12 @@ async def read_cluster(admin) -> ClusterRead:
     api_versions = dict(manager.broker_version_data.api_versions)
     _check_apis(api_versions)
     cluster_f = manager.call_soon(_cluster, manager, api_versions)
+    brokers_f = manager.send(MetadataRequest(topics=[]))
     metadata = await manager.send(MetadataRequest(topics=None, allow_auto_topic_creation=False))
     cluster_id, controller_id, brokers = await cluster_f
+    # The client connects to a broker it has metadata of: the brokers as of now, not as of
+    # its bootstrap (a broker that came back since would be unknown to it).
+    manager.cluster.update_metadata(await brokers_f)
     topics = sorted((t for t in metadata.topics if t.name), key=lambda t: t.name)
     bad = [
         t for t in topics if t.error_code and t.error_code != Errors.LeaderNotAvailableError.errno
