@@ -174,32 +174,34 @@ def test_both_backends_agree_under_load_and_a_failed_dir_shows_offline(sim):
     )
     kafka = _kafka_cluster(sim, "local-kafka", sim.secret_file)
 
+    def kafka_between_two_agents_syncs():
+        """One kafka sync between two agents' syncs: its growing offsets always lie between
+        theirs; its structure equals theirs whenever it held still across the three (and no
+        source failed: a broker the loaded machine fenced meanwhile is asked again)."""
+        do_sync_cluster(agents)
+        before = (_structure(agents), _offsets(agents))
+        run = do_sync_cluster(kafka).run
+        middle = (_structure(kafka), _offsets(kafka))
+        do_sync_cluster(agents)
+        after = (_structure(agents), _offsets(agents))
+        assert _between(before[1], middle[1], after[1]) == []
+        ok = run.errors == {} and run.brokers_synced == 3
+        return ok and before[0] == after[0] and (before, middle, after)
+
     with Load(sim, "orders") as load:
         load.wait_acked(200)
-        # Under the load: one sync each, the kafka one between two of the agents'.
-        do_sync_cluster(agents)
-        before = _offsets(agents)
-        run = do_sync_cluster(kafka).run
-        assert run.errors == {} and run.brokers_synced == 3
-        middle = _offsets(kafka)
-        do_sync_cluster(agents)
-        after = _offsets(agents)
-        assert _between(before, middle, after) == []
-        assert _structure(kafka) == _structure(agents)
-        assert any(o["high_watermark"] > 0 for (t, _), o in middle.items() if t == "orders")
+        before, middle, _ = wait_until(kafka_between_two_agents_syncs, 60, what="still metadata")
+        assert middle[0] == before[0]
+        assert any(o["high_watermark"] > 0 for (t, _), o in middle[1].items() if t == "orders")
     assert not load.errors, load.errors
 
-    # The load stopped: once the agents' offsets hold still, the kafka read equals them.
-    def quiet_and_equal():
-        do_sync_cluster(agents)
-        first = _offsets(agents)
-        do_sync_cluster(kafka)
-        do_sync_cluster(agents)
-        return first == _offsets(agents) and first
+    # The load stopped: once the agents' inventory holds still, the kafka read equals it.
+    def still():
+        before, middle, after = kafka_between_two_agents_syncs()
+        return before == after and (before, middle)
 
-    settled = wait_until(quiet_and_equal, 60, what="the agents' offsets to hold still")
-    assert _offsets(kafka) == settled
-    assert _structure(kafka) == _structure(agents)
+    (settled_structure, settled), kafka_read = wait_until(still, 60, what="a still inventory")
+    assert kafka_read == (settled_structure, settled)
     tiered = {k: v for k, v in settled.items() if k[0] == "tiered"}
     assert any(o["remote_log_end_offset"] >= 0 for o in tiered.values()), "nothing was tiered"
     assert _groups(kafka) == _groups(agents) == {("billing", "orders", 0): 0}
@@ -225,9 +227,13 @@ def test_both_backends_agree_under_load_and_a_failed_dir_shows_offline(sim):
     kafka.refresh_from_db()
     assert kafka.backend_features["api_versions"]["35"] == [1, 4]  # DescribeLogDirs v1-v4
     assert kafka.backend_features["broker_configs"] == {"cordoned.log.dirs": False}
-    run = do_sync_cluster(kafka).run
-    assert (run.metadata_changed, run.topics_changed, run.partitions_upserted) == (False, 0, 0)
-    assert run.replicas_upserted == 0
+
+    def idle_sync():
+        run = do_sync_cluster(kafka).run
+        return not run.metadata_changed and run
+
+    run = wait_until(idle_sync, 30, what="a sync of unchanged metadata")
+    assert (run.topics_changed, run.partitions_upserted, run.replicas_upserted) == (0, 0, 0)
     assert LogDir.objects.filter(broker__cluster=kafka, probe_latency_ms__isnull=False).count() == 0
 
     # A dir failed the file-for-dir way (KIP-112's system test): OFFLINE after one sync.
