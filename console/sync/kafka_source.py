@@ -42,6 +42,7 @@ tries again (as for an agents cluster). A broker whose own calls fail fails alon
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -164,7 +165,6 @@ class KafkaClusterSource:
         self._read: ClusterRead | None = None
         self._assigned: dict[int, list] = {}
         self._metadata: tuple | None = None
-        self._frozen = False
         self._failure: SourceError | None = None
         self._version = int(time.time() * 1000)  # the snapshots' version (they are full)
 
@@ -223,12 +223,9 @@ class KafkaClusterSource:
                 try:
                     if self._admin is None:
                         self._admin = self._connect()
-                    self._read = self._admin._manager.run(read_cluster, self._admin)
-                    # A fleet's answer is millions of objects that live until close(): out of
-                    # the collector's way (its passes over them were most of the translation).
-                    gc.freeze()
-                    self._frozen = True
-                    self._assigned = _assigned(self._read)
+                    with _gc_paused():  # decoded on kafka-python's thread meanwhile
+                        self._read = self._admin._manager.run(read_cluster, self._admin)
+                        self._assigned = _assigned(self._read)
                 except SourceError as exc:
                     self._failure = exc
                 except UnsupportedApi as exc:
@@ -250,9 +247,13 @@ class KafkaClusterSource:
         """(the answer's envelope with its digest as ``version``, [(topic fields, partitions as
         ``(partition, replicas, leader, leader_epoch, isr, offline_replicas)``, their
         ``format=tsv`` rows)]): plain values, computed once per read."""
-        if self._metadata is not None:
-            return self._metadata
-        read = self.read()
+        if self._metadata is None:
+            read = self.read()
+            with _gc_paused():
+                self._metadata = self._metadata_of(read)
+        return self._metadata
+
+    def _metadata_of(self, read: ClusterRead) -> tuple:
         live = read.brokers
         named: set[int] = set()
         digest = hashlib.blake2b(digest_size=8)
@@ -307,8 +308,7 @@ class KafkaClusterSource:
         envelope = {"cluster_id": read.cluster_id, "brokers": brokers}
         digest.update(json.dumps(envelope, sort_keys=True).encode())
         version = int.from_bytes(digest.digest(), "big") >> 2  # 62 bits: fits a bigint
-        self._metadata = {**envelope, "version": version}, topics
-        return self._metadata
+        return {**envelope, "version": version}, topics
 
     def metadata(self, since: int | None) -> ClusterMetadata:
         """Cluster metadata; ``changed=False`` (nothing else) when its digest is ``since``."""
@@ -460,14 +460,17 @@ class KafkaClusterSource:
 
     def snapshot_tsv(self, broker_id: int, url: str, since: int | None) -> bytes:
         """:meth:`snapshot` as the sync stages it: the head as JSON, then COPY rows."""
-        head, replicas = self._snapshot_parts(broker_id)
+        self.read()  # outside the pause: a failed read raises before it
+        with _gc_paused():
+            head, replicas = self._snapshot_parts(broker_id)
+            dirs = {d["name"]: tsv_value(d["name"]) for d in head["log_dirs"]} | {None: "\\N"}
+            rows = [_replica_row(broker_id, self._version, dirs, *r) for r in replicas]
         envelope = BrokerSnapshot(
             **{k: v for k, v in head.items() if k != "log_dirs"},
             log_dirs=[LogDirInfo(**d) for d in head["log_dirs"]],
             replicas=[],
         )
         body = snapshot_tsv(envelope)
-        rows = [_replica_row(broker_id, self._version, *r) for r in replicas]
         return body + ("\n".join(rows) + "\n" if rows else "").encode()
 
     # -- groups ------------------------------------------------------------------------------
@@ -497,14 +500,26 @@ class KafkaClusterSource:
             if self._admin is not None:
                 self._admin.close()
                 self._admin = None
-            if self._frozen:
-                gc.unfreeze()
-                self._frozen = False
             self._read = self._metadata = None
             self._assigned = {}
 
 
 # -- rows ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """The cyclic collector paused while a fleet's answer (millions of objects) is decoded and
+    written as rows: its full passes over them cost more than the work (as the agents' client
+    pauses it to parse their answers, ``broker_agent.client``). Threads that pause it at once
+    leave it enabled when the last that found it enabled is done."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _error_text(exc: BaseException) -> str:
@@ -589,10 +604,11 @@ def _replica(broker_id, topic, topic_id, p, log_dir, size, offline, tiered, offs
     }
 
 
-def _replica_row(bid, version, topic, _tid, p, log_dir, size, offline, _tiered, offsets) -> str:
+def _replica_row(bid, version, dirs, topic, _tid, p, log_dir, size, offline, _tiered, offsets):
     """:func:`_replica` as a ``format=tsv`` row (:data:`_ROW_COLUMNS`), written as
     ``models.tsv_value`` writes each value but without a Python object per field: ~600,000
-    replicas a first sync at fleet size. A topic name holds no character COPY escapes."""
+    replicas a first sync at fleet size. ``dirs``: each log dir as ``tsv_value`` writes it; a
+    topic name holds no character COPY escapes."""
     start = offsets.get(EARLIEST, 0)
     latest = offsets.get(LATEST, 0)
     local = offsets.get(EARLIEST_LOCAL, start)
@@ -601,7 +617,7 @@ def _replica_row(bid, version, topic, _tid, p, log_dir, size, offline, _tiered, 
     state = ReplicaState.OFFLINE if offline else ReplicaState.ONLINE
     leader = "t" if p.leader_id == bid else "f"
     return (
-        f"{bid}\t{topic}\t{p.partition_index}\t{tsv_value(log_dir)}\t{state}\t{leader}\t"
+        f"{bid}\t{topic}\t{p.partition_index}\t{dirs[log_dir]}\t{state}\t{leader}\t"
         f"{max(p.leader_epoch, 0)}\t{start}\t{local}\t{latest}\t{latest}\t{size}\t0\t\t\t"
         f"{remote_start}\t{tiered_end}\t0\t0{_NO_METRICS}\t{version}"
     )
