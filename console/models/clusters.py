@@ -134,6 +134,35 @@ class Cluster(models.Model):
         """The agents' HMAC secret, read from where ``secret_ref`` points (never stored here)."""
         return read_secret_ref(self.secret_ref, self.name)
 
+    # Minimal versions for the kafka backend's sync (h3); h2's registration owns these names,
+    # the merge keeps one.
+    def read_kafka_password(self) -> str | None:
+        """The SASL password, read from ``sasl_password_ref`` (a file path or ``env:NAME``, as
+        ``secret_ref``); None when the client settings name none."""
+        ref = (self.kafka_client_config or {}).get("sasl_password_ref")
+        if not ref:
+            return None
+        return read_secret_ref(ref, self.name).decode("utf-8", "surrogateescape")
+
+    def kafka_client_kwargs(self) -> dict:
+        """KafkaAdminClient settings of this cluster (bootstrap, security, SASL, TLS)."""
+        cfg = self.kafka_client_config or {}
+        kwargs = {
+            "bootstrap_servers": self.kafka_bootstrap,
+            "client_id": "strata",
+            "security_protocol": cfg.get("security_protocol", "PLAINTEXT"),
+        }
+        if cfg.get("sasl_mechanism"):
+            kwargs.update(
+                sasl_mechanism=cfg["sasl_mechanism"],
+                sasl_plain_username=cfg.get("sasl_username"),
+                sasl_plain_password=self.read_kafka_password(),
+            )
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if cfg.get(key):
+                kwargs[key] = cfg[key]
+        return kwargs
+
 
 class SyncRun(models.Model):
     """One sync of one cluster: when, how long, what it changed, which sources failed."""

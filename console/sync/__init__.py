@@ -10,6 +10,7 @@ from console.sync.core import (
     inventory_missing,
     source_for,
 )
+from console.sync.kafka_source import KafkaClusterSource
 from console.sync.sources import (
     ClusterSource,
     HttpClusterSource,
@@ -20,6 +21,7 @@ from console.sync.sources import (
 __all__ = [
     "ClusterSource",
     "HttpClusterSource",
+    "KafkaClusterSource",
     "SourceError",
     "StaticClusterSource",
     "SyncBusy",

@@ -34,7 +34,8 @@ Design (console issue, "Sync"):
 Where it lives: this module runs a sync (lock, order, the agents in parallel, the SyncRun);
 :mod:`console.sync.metadata` is the controller's side, :mod:`console.sync.snapshots` the
 agents', :mod:`console.sync.aggregates` the derived values; ``rows``, ``staging`` and
-``sources`` are the COPY formats, the staging tables and where answers come from.
+``sources`` are the COPY formats, the staging tables and where answers come from
+(``kafka_source`` and ``kafka_reads``: a ``kafka`` cluster, read over Kafka's protocol).
 """
 
 from __future__ import annotations
@@ -52,11 +53,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from console import history
-from console.choices import SyncTrigger
+from console.choices import ClusterBackend, SyncTrigger
 from console.models import Cluster, Partition, SyncRun, Topic
 from console.sync.aggregates import AggregateSync
 from console.sync.common import Backwards, error_text
 from console.sync.groups import GroupSync
+from console.sync.kafka_source import KafkaClusterSource
 from console.sync.metadata import MetadataSync
 from console.sync.rows import (
     LOGDIR_COLUMNS,
@@ -88,8 +90,12 @@ class SyncResult:
     unknown_replicas: int = 0
 
 
-def source_for(cluster: Cluster) -> HttpClusterSource:
-    """The HTTP source of a registered cluster, signed with the secret its reference names."""
+def source_for(cluster: Cluster) -> ClusterSource:
+    """Where a registered cluster is read from, by its backend: Kafka's protocol through its
+    bootstrap servers, or its controller and agents over HTTP, signed with the secret its
+    reference names."""
+    if cluster.backend == ClusterBackend.KAFKA:
+        return KafkaClusterSource(cluster.kafka_client_kwargs())
     return HttpClusterSource(cluster.controller_url, cluster.read_secret())
 
 
@@ -305,6 +311,10 @@ class _Sync(MetadataSync, SnapshotSync, AggregateSync, GroupSync):
             "synced_at": finished,
             "sync_duration_ms": duration_ms,
         }
+        # What a kafka cluster supports, as this sync's read learnt it (console.capabilities)
+        features = getattr(self.source, "backend_features", None)
+        if features is not None:
+            updates["backend_features"] = features
         if self.run_stats["controller_ok"]:
             updates.update(controller_last_good_at=finished, controller_error="")
             updates["controller_error_at"] = None

@@ -1,8 +1,10 @@
 """Where a sync reads a cluster from: the controller's metadata and each agent's snapshot.
 
 :class:`HttpClusterSource` talks to the real (or simulated) controller and agents through
-:mod:`broker_agent.client`. :class:`StaticClusterSource` serves pydantic objects given to it; the
-tests, the bench and anyone replaying a capture build inventories through the same sync code.
+:mod:`broker_agent.client`; :class:`console.sync.kafka_source.KafkaClusterSource` reads a
+``kafka`` cluster over Kafka's protocol into the same answers. :class:`StaticClusterSource`
+serves pydantic objects given to it; the tests, the bench and anyone replaying a capture build
+inventories through the same sync code.
 """
 
 from __future__ import annotations

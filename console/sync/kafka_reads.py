@@ -1,0 +1,354 @@
+"""The Kafka protocol calls of a sync of a ``kafka`` cluster, batched and sent concurrently.
+
+One :func:`read_cluster` answers everything a sync needs, as plain dicts and tuples (a
+200,000-partition answer is never a pydantic object per partition): DescribeCluster, Metadata
+and DescribeConfigs of every topic (in requests of ``CONFIG_TOPICS_PER_REQUEST`` topics, spread
+over the brokers), then to every broker at once its DescribeLogDirs, its own DescribeConfigs
+and four ListOffsets of the partitions it leads. Four, not one: Kafka refuses a ListOffsets
+naming a partition twice (``KafkaApis.handleListOffsetRequest``: INVALID_REQUEST for duplicate
+partitions), so the specs -2 (earliest), -4 (earliest-local, KIP-405, v8), -5 (latest-tiered,
+KIP-1005, v9) and -1 (latest) go as four requests on the same connection, all in flight
+together. :func:`read_groups` lists the consumer groups (ListGroups to every broker) and their
+committed offsets (FindCoordinator, then OffsetFetch to each coordinator).
+
+The calls run as coroutines on kafka-python's network thread (``KafkaAdminClient._manager``):
+every request of a stage is sent before any answer is awaited, so brokers answer in parallel.
+A broker whose own calls fail fails alone (its error is kept in ``ClusterRead.broker_errors``);
+a failure of the cluster-wide calls fails the read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from base64 import urlsafe_b64encode
+from collections import defaultdict
+
+import kafka.errors as Errors
+from kafka.future import Future
+from kafka.protocol.admin import (
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    DescribeLogDirsRequest,
+    ListGroupsRequest,
+)
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.consumer import ListOffsetsRequest
+from kafka.protocol.metadata import MetadataRequest
+
+__all__ = [
+    "CONFIG_TOPICS_PER_REQUEST",
+    "EARLIEST",
+    "EARLIEST_LOCAL",
+    "LATEST",
+    "LATEST_TIERED",
+    "OFFSET_SPECS",
+    "REQUIRED_APIS",
+    "BrokerRead",
+    "ClusterRead",
+    "UnsupportedApi",
+    "read_cluster",
+    "read_groups",
+    "uuid_text",
+]
+
+LATEST, EARLIEST, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -4, -5
+#: ListOffsets spec -> the lowest request version that has it (Kafka's ``ListOffsetsRequest``).
+OFFSET_SPECS = {EARLIEST: 0, LATEST: 0, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+#: Topics per DescribeConfigs request (a fleet's topics in a few requests, not one each).
+CONFIG_TOPICS_PER_REQUEST = 2000
+#: What a sync cannot do without (ApiVersions of the bootstrap broker); DescribeCluster,
+#: ListGroups and OffsetFetch are optional (Metadata stands in for the first, no groups else).
+REQUIRED_APIS = {
+    ApiKey.Metadata: "Metadata",
+    ApiKey.DescribeConfigs: "DescribeConfigs",
+    ApiKey.DescribeLogDirs: "DescribeLogDirs",
+    ApiKey.ListOffsets: "ListOffsets",
+}
+TOPIC, BROKER = 2, 4  # Kafka's ConfigResource.Type codes
+DEFAULT_CONFIG = 5  # DescribeConfigsResponse.ConfigSource
+READ_UNCOMMITTED = 0
+
+
+class UnsupportedApi(Exception):
+    """The cluster lacks an API (or version) the sync needs: Kafka's UNSUPPORTED_VERSION."""
+
+
+def uuid_text(value: uuid.UUID | None) -> str:
+    """Kafka's text form of a topic id (``Uuid.toString``: URL-safe base64, no padding)."""
+    if value is None:
+        return ""
+    return urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+@dataclasses.dataclass
+class BrokerRead:
+    """One broker's own answers: its log dirs, its configs and its leaders' offsets."""
+
+    log_dirs: list = dataclasses.field(default_factory=list)
+    """DescribeLogDirs results (kafka-python structs)."""
+    configs: dict[str, str] = dataclasses.field(default_factory=dict)
+    offsets: dict[tuple[str, int], dict[int, int]] = dataclasses.field(default_factory=dict)
+    """(topic, partition) -> spec -> offset, of the partitions this broker leads."""
+
+
+@dataclasses.dataclass
+class ClusterRead:
+    cluster_id: str
+    controller_id: int
+    brokers: dict[int, tuple[str, int, str | None]]
+    """Live brokers: id -> (host, port, rack)."""
+    topics: list
+    """Metadata topics (kafka-python structs), by name."""
+    topic_configs: dict[str, dict[str, tuple[str, int]]]
+    """topic -> config name -> (value, source)."""
+    api_versions: dict[int, tuple[int, int]]
+    per_broker: dict[int, BrokerRead]
+    broker_errors: dict[int, str]
+
+
+def _error(code: int, message: str | None = None) -> Exception:
+    err = Errors.for_code(code)
+    return err(message) if message else err()
+
+
+def _send(manager, request, node_id=None):
+    """``manager.send`` whose every failure is a failed future (kafka-python raises for a
+    node it has no metadata of instead of failing the future)."""
+    try:
+        return manager.send(request, node_id=node_id)
+    except Exception as exc:  # kept in the future: its broker fails alone
+        return Future().failure(exc)
+
+
+async def _gather(futures: dict) -> dict:
+    """Each future's result or the exception it failed with, once all are in."""
+    out = {}
+    for key, future in futures.items():
+        try:
+            out[key] = await future
+        except Exception as exc:  # kept per key; the caller decides what a failure fails
+            out[key] = exc
+    return out
+
+
+def _check_apis(api_versions: dict[int, tuple[int, int]]) -> None:
+    missing = [name for key, name in REQUIRED_APIS.items() if key not in api_versions]
+    if missing:
+        raise UnsupportedApi(
+            "UNSUPPORTED_VERSION: the bootstrap broker does not support "
+            + ", ".join(missing)
+            + ", which a sync needs"
+        )
+
+
+async def _cluster(manager, api_versions) -> tuple[str, int, dict]:
+    if ApiKey.DescribeCluster in api_versions:
+        resp = await manager.send(DescribeClusterRequest(endpoint_type=1))
+        if resp.error_code:
+            raise _error(resp.error_code, resp.error_message)
+        brokers = {b.broker_id: (b.host, b.port, b.rack) for b in resp.brokers}
+        return resp.cluster_id, resp.controller_id, brokers
+    resp = await manager.send(MetadataRequest(topics=[]))
+    brokers = {b.node_id: (b.host, b.port, b.rack) for b in resp.brokers}
+    return resp.cluster_id or "", resp.controller_id, brokers
+
+
+async def _topic_configs(
+    manager, names: list[str], broker_ids: list[int]
+) -> dict[str, dict[str, tuple[str, int]]]:
+    """Topic configs in requests of ``CONFIG_TOPICS_PER_REQUEST`` topics, dealt round the
+    brokers (any broker answers for any topic)."""
+    chunks = [
+        names[i : i + CONFIG_TOPICS_PER_REQUEST]
+        for i in range(0, len(names), CONFIG_TOPICS_PER_REQUEST)
+    ]
+    futures = {
+        i: manager.send(
+            DescribeConfigsRequest(resources=[(TOPIC, n, None) for n in chunk]),
+            node_id=broker_ids[i % len(broker_ids)] if broker_ids else None,
+        )
+        for i, chunk in enumerate(chunks)
+    }
+    out: dict[str, dict[str, tuple[str, int]]] = {}
+    for resp in (await _gather(futures)).values():
+        if isinstance(resp, Exception):
+            raise resp
+        for result in resp.results:
+            if result.error_code:
+                # a topic deleted between Metadata and here: it goes with the next sync
+                if result.error_code == Errors.UnknownTopicOrPartitionError.errno:
+                    continue
+                raise _error(result.error_code, result.error_message)
+            out[result.resource_name] = {
+                c.name: (c.value, _source(c)) for c in result.configs if c.value is not None
+            }
+    return out
+
+
+def _source(config) -> int:
+    source = getattr(config, "config_source", None)
+    if source is None or source < 0:  # v0 has is_default only
+        return DEFAULT_CONFIG if getattr(config, "is_default", False) else 1
+    return source
+
+
+def _offsets_requests(led: list[tuple[str, int]], high: int) -> dict[int, ListOffsetsRequest]:
+    _Topic = ListOffsetsRequest.ListOffsetsTopic
+    _Partition = _Topic.ListOffsetsPartition
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic, p in led:
+        by_topic[topic].append(p)
+    out = {}
+    for spec, min_version in OFFSET_SPECS.items():
+        if min_version > high:  # the broker predates the spec: its offset stays unknown
+            continue
+        out[spec] = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=READ_UNCOMMITTED,
+            topics=[
+                _Topic(
+                    name=t, partitions=[_Partition(partition_index=p, timestamp=spec) for p in ps]
+                )
+                for t, ps in by_topic.items()
+            ],
+            min_version=min_version,
+        )
+    return out
+
+
+async def _broker_reads(manager, broker_ids, leaders, api_versions):
+    """Every broker's DescribeLogDirs, DescribeConfigs and ListOffsets, all sent at once."""
+    high = api_versions[ApiKey.ListOffsets][1]
+    futures = {}
+    for bid in broker_ids:
+        futures[(bid, "dirs")] = _send(manager, DescribeLogDirsRequest(topics=None), bid)
+        futures[(bid, "configs")] = _send(
+            manager, DescribeConfigsRequest(resources=[(BROKER, str(bid), None)]), bid
+        )
+        led = leaders.get(bid, [])
+        if led:
+            for spec, req in _offsets_requests(led, high).items():
+                futures[(bid, spec)] = _send(manager, req, bid)
+    answers = await _gather(futures)
+    reads: dict[int, BrokerRead] = {}
+    errors: dict[int, str] = {}
+    for bid in broker_ids:
+        try:
+            reads[bid] = _broker_read(bid, answers)
+        except Exception as exc:  # this broker fails alone, as an agent that does not answer
+            errors[bid] = f"{type(exc).__name__}: {exc}"
+    return reads, errors
+
+
+def _broker_read(bid: int, answers: dict) -> BrokerRead:
+    read = BrokerRead()
+    dirs = answers[(bid, "dirs")]
+    if isinstance(dirs, Exception):
+        raise dirs
+    if getattr(dirs, "error_code", 0):
+        raise _error(dirs.error_code)
+    read.log_dirs = list(dirs.results)
+    configs = answers[(bid, "configs")]
+    if isinstance(configs, Exception):
+        raise configs
+    for result in configs.results:
+        if not result.error_code:
+            read.configs = {c.name: c.value for c in result.configs if c.value is not None}
+    for (b, spec), resp in answers.items():
+        if b != bid or not isinstance(spec, int):
+            continue
+        if isinstance(resp, Exception):
+            raise resp
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code:  # e.g. leadership moved since Metadata: unknown this sync
+                    continue
+                read.offsets.setdefault((t.name, p.partition_index), {})[spec] = p.offset
+    return read
+
+
+async def read_cluster(admin) -> ClusterRead:
+    """Everything a sync reads, from the cluster ``admin`` (a bootstrapped KafkaAdminClient)
+    is connected to. Runs on the admin client's network thread (``_manager.run``)."""
+    manager = admin._manager
+    api_versions = dict(manager.broker_version_data.api_versions)
+    _check_apis(api_versions)
+    cluster_f = manager.call_soon(_cluster, manager, api_versions)
+    brokers_f = manager.send(MetadataRequest(topics=[]))
+    metadata = await manager.send(MetadataRequest(topics=None, allow_auto_topic_creation=False))
+    cluster_id, controller_id, brokers = await cluster_f
+    # The client connects to a broker it has metadata of: the brokers as of now, not as of
+    # its bootstrap (a broker that came back since would be unknown to it).
+    manager.cluster.update_metadata(await brokers_f)
+    topics = sorted((t for t in metadata.topics if t.name), key=lambda t: t.name)
+    bad = [
+        t for t in topics if t.error_code and t.error_code != Errors.LeaderNotAvailableError.errno
+    ]
+    if bad:
+        raise _error(bad[0].error_code, f"Metadata of topic {bad[0].name}")
+    leaders: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for t in topics:
+        for p in t.partitions:
+            if p.leader_id >= 0:
+                leaders[p.leader_id].append((t.name, p.partition_index))
+    configs_f = manager.call_soon(
+        _topic_configs, manager, [t.name for t in topics], sorted(brokers)
+    )
+    per_broker, errors = await _broker_reads(manager, sorted(brokers), leaders, api_versions)
+    topic_configs = await configs_f
+    return ClusterRead(
+        cluster_id=cluster_id or metadata.cluster_id or "",
+        controller_id=controller_id,
+        brokers=brokers,
+        topics=topics,
+        topic_configs=topic_configs,
+        api_versions=api_versions,
+        per_broker=per_broker,
+        broker_errors=errors,
+    )
+
+
+async def read_groups(admin, broker_ids: list[int]) -> dict[str, tuple[str, dict]]:
+    """group id -> (state, {(topic, partition): committed offset}) of the consumer groups
+    (protocol type ``consumer`` or none): ListGroups to every broker (each lists the groups
+    it coordinates), then the committed offsets by coordinator. Empty when the cluster has no
+    ListGroups or OffsetFetch."""
+    manager = admin._manager
+    versions = manager.broker_version_data.api_versions
+    if ApiKey.ListGroups not in versions or ApiKey.OffsetFetch not in versions:
+        return {}
+    listed = await _gather(
+        {bid: manager.send(ListGroupsRequest(), node_id=bid) for bid in broker_ids}
+    )
+    states: dict[str, str] = {}
+    for resp in listed.values():
+        if isinstance(resp, Exception):
+            raise resp
+        if resp.error_code:
+            raise _error(resp.error_code, "ListGroups")
+        for g in resp.groups:
+            if g.protocol_type in ("consumer", ""):
+                states[g.group_id] = getattr(g, "group_state", None) or ""
+    if not states:
+        return {}
+    coordinators = await admin._find_coordinator_ids(sorted(states))
+    by_coordinator: dict[int, list[str]] = defaultdict(list)
+    for group_id, node in coordinators.items():
+        by_coordinator[node].append(group_id)
+    futures = {}
+    for node, group_ids in by_coordinator.items():
+        specs = dict.fromkeys(group_ids)
+        for group_id, request in admin._list_group_offsets_requests(specs):
+            futures[(node, group_id)] = manager.send(request, node_id=node)
+    out: dict[str, tuple[str, dict]] = {}
+    for (_node, group_id), resp in (await _gather(futures)).items():
+        if isinstance(resp, Exception):
+            raise resp
+        parsed = admin._list_group_offsets_process_response(resp, group_id=group_id)
+        for gid, offsets in parsed.items():
+            committed = {
+                (tp.topic, tp.partition): om.offset for tp, om in offsets.items() if om.offset >= 0
+            }
+            out[gid] = (states.get(gid, ""), committed)
+    return out
