@@ -134,6 +134,33 @@ class Cluster(models.Model):
         """The agents' HMAC secret, read from where ``secret_ref`` points (never stored here)."""
         return read_secret_ref(self.secret_ref, self.name)
 
+    def read_kafka_password(self) -> str | None:
+        """The SASL password of a ``kafka`` cluster, read from where ``sasl_password_ref`` points
+        (never stored here); ``None`` without SASL."""
+        ref = (self.kafka_client_config or {}).get("sasl_password_ref")
+        if not ref:
+            return None
+        return read_secret_ref(ref, self.name).decode("utf-8", "surrogateescape")
+
+    def kafka_client_kwargs(self) -> dict[str, object]:
+        """kafka-python ``KafkaAdminClient`` arguments for a ``kafka`` cluster (bootstrap
+        servers, security protocol, SASL user and password, TLS files, ``client_id="strata"``),
+        the password read now from its reference."""
+        from console.kafka_client import admin_client_kwargs
+
+        config = self.kafka_client_config or {}
+        return admin_client_kwargs(self.kafka_bootstrap, config, self.read_kafka_password())
+
+    @property
+    def is_kafka(self) -> bool:
+        return self.backend == ClusterBackend.KAFKA
+
+    @property
+    def sync_error_label(self) -> str:
+        """What the sync's source is called on pages and in health: the bootstrap servers of a
+        ``kafka`` cluster, the controller of an ``agents`` one (both write ``controller_error``)."""
+        return "Kafka bootstrap" if self.is_kafka else "controller"
+
 
 class SyncRun(models.Model):
     """One sync of one cluster: when, how long, what it changed, which sources failed."""
