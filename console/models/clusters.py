@@ -47,10 +47,12 @@ def read_secret_ref(ref: str, cluster: str) -> bytes:
 
 
 class Cluster(models.Model):
-    """A Kafka cluster Strata watches: its controller and the secret its agents sign with.
+    """A Kafka cluster Strata watches, by its ``backend``: an ``agents`` cluster by its controller
+    and the secret its agents sign with, a ``kafka`` cluster by its bootstrap servers and client
+    settings (:mod:`console.kafka_client`).
 
-    ``secret_ref`` is a *reference*, never the secret: a file path (``/etc/strata/local.secret``)
-    or ``env:NAME`` for an environment variable. The sync keeps the cluster-wide aggregates below
+    ``secret_ref`` and ``sasl_password_ref`` are *references*, never secrets: a file path
+    (``/etc/strata/local.secret``) or ``env:NAME`` for an environment variable. The sync keeps the cluster-wide aggregates below
     up to date so that the overview never scans partitions.
     """
 

@@ -137,7 +137,9 @@ def test_a_plaintext_kafka_cluster_needs_no_client_config_and_no_password():
 )
 def test_client_settings_strata_cannot_use_are_refused_with_what_to_write(tmp_path, text, says):
     with pytest.raises(CommandError) as exc:
-        run("bad", "--kafka-bootstrap", "k:9092", "--client-config", str(properties(tmp_path, text)))
+        run(
+            "bad", "--kafka-bootstrap", "k:9092", "--client-config", str(properties(tmp_path, text))
+        )
     assert says in str(exc.value)
     assert not Cluster.objects.filter(name="bad").exists()
 
@@ -158,7 +160,7 @@ def test_a_password_file_the_config_names_must_exist(tmp_path):
         "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\n"
         "sasl.password.ref=missing.secret\n",
     )
-    with pytest.raises(CommandError, match="missing.secret does not exist"):
+    with pytest.raises(CommandError, match=r"missing\.secret does not exist"):
         run("bad", "--kafka-bootstrap", "k:9092", "--client-config", str(config))
 
 
@@ -171,7 +173,7 @@ def test_controller_and_bootstrap_are_exclusive_and_each_form_keeps_its_own_secr
         run("x", "--secret-env", "S")  # neither source
     with pytest.raises(CommandError, match="--secret-file or --secret-env"):
         run("x", "--controller", "http://c:1")
-    with pytest.raises(CommandError, match="sasl.password.ref"):
+    with pytest.raises(CommandError, match=r"sasl\.password\.ref"):
         run("x", "--kafka-bootstrap", "k:9092", "--secret-file", str(password_file))
     config = properties(tmp_path, "security.protocol=PLAINTEXT\n")
     with pytest.raises(CommandError, match="goes with --kafka-bootstrap"):
@@ -211,3 +213,27 @@ def test_an_agents_cluster_moved_to_kafka_is_audited_and_forgets_its_controller(
 def test_the_stored_names_are_accepted_in_a_properties_file_too(tmp_path):
     config = parse_client_config("security_protocol = ssl\nssl_cafile: ca.pem\n", base_dir=tmp_path)
     assert config == {"security_protocol": "SSL", "ssl_cafile": str(tmp_path / "ca.pem")}
+
+
+def test_make_run_registers_local_kafka_with_the_agents_secret_by_reference(tmp_path):
+    """config.run writes this client.properties for ``local-kafka``: SASL/PLAIN as ``strata``
+    with the simulated cluster's secret (its Kafka listeners' credentials), by reference."""
+    from config.run import local_kafka_client_config
+
+    secret = tmp_path / "secret"
+    secret.write_text("sim-secret-42\n")
+    config = properties(tmp_path, local_kafka_client_config(str(secret)))
+    run(
+        "local-kafka",
+        "--kafka-bootstrap",
+        "127.0.0.1:19092,127.0.0.1:19093",
+        "--client-config",
+        str(config),
+    )
+    kwargs = Cluster.objects.get(name="local-kafka").kafka_client_kwargs()
+    assert kwargs["security_protocol"] == "SASL_PLAINTEXT" and kwargs["sasl_mechanism"] == "PLAIN"
+    assert (kwargs["sasl_plain_username"], kwargs["sasl_plain_password"]) == (
+        "strata",
+        "sim-secret-42",
+    )
+    assert "sim-secret-42" not in config.read_text()
