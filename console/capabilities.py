@@ -18,6 +18,7 @@ from console.models import Cluster
 __all__ = [
     "CORDON",
     "KEYS",
+    "KIP963_GAUGES",
     "LINEAR_HASHING",
     "LOG_DIR_RESET",
     "PROBE_LATENCY",

@@ -185,3 +185,19 @@ def test_requests_a_kafka_cluster_cannot_run_are_shown_unsupported_with_why(
     ).content.decode()
     assert "Disable tiering (KIP-950) is not supported on cluster local: Tiered epoch" in form
     assert 'data-testid="submit-request"' not in form
+
+
+def test_metrics_leave_out_the_kip963_gauges_of_a_kafka_cluster_rather_than_export_zero(
+    viewer_client, synced
+):
+    agents = viewer_client.get("/metrics").content.decode()
+    assert 'strata_cluster_remote_copy_lag_bytes{cluster="local"}' in agents
+    assert re.search(
+        r'strata_topic_remote_log_size_bytes\{cluster="local",topic="orders"\}', agents
+    )
+    as_kafka(synced)
+    body = viewer_client.get("/metrics").content.decode()
+    assert 'strata_cluster_remote_copy_lag_bytes{cluster="local"}' not in body
+    assert 'strata_topic_remote_log_size_bytes{cluster="local"' not in body
+    assert 'strata_cluster_fenced_remote_bytes{cluster="local"}' in body  # not a KIP-963 gauge
+    assert 'strata_partitions{cluster="local",health="all"}' in body
