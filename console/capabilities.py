@@ -53,6 +53,7 @@ LABELS = {
 KEYS = tuple(LABELS)
 
 NOT_KNOWN_YET = "not known until the first sync"
+NOT_LEARNT = "not known: the last sync did not learn it from the brokers"
 
 #: Kafka's ListOffsets API key and the first version with KIP-1005's latest-tiered (-5);
 #: earliest-local (-4) came one version before.
@@ -113,10 +114,10 @@ class Capability:
         return "unknown" if not self.known else "supported" if self.supported else "unsupported"
 
 
-def _kafka_tiered_offsets(features: dict) -> Capability:
+def _kafka_tiered_offsets(features: dict, synced: bool) -> Capability:
     versions = features.get("api_versions")
     if versions is None:
-        return _unknown(TIERED_OFFSETS)
+        return _unknown(TIERED_OFFSETS, synced)
     span = versions.get(str(LIST_OFFSETS_API_KEY))
     if not span:
         return _no(TIERED_OFFSETS, "the brokers do not answer ListOffsets")
@@ -130,10 +131,10 @@ def _kafka_tiered_offsets(features: dict) -> Capability:
     )
 
 
-def _kafka_cordon(features: dict) -> Capability:
+def _kafka_cordon(features: dict, synced: bool) -> Capability:
     configs = features.get("broker_configs")
     if configs is None or "cordoned.log.dirs" not in configs:
-        return _unknown(CORDON)
+        return _unknown(CORDON, synced)
     if configs["cordoned.log.dirs"]:
         return _yes(CORDON)
     return _no(
@@ -151,8 +152,8 @@ def _no(key: str, reason: str) -> Capability:
     return Capability(key, LABELS[key], False, reason)
 
 
-def _unknown(key: str) -> Capability:
-    return Capability(key, LABELS[key], False, NOT_KNOWN_YET, known=False)
+def _unknown(key: str, synced: bool) -> Capability:
+    return Capability(key, LABELS[key], False, NOT_LEARNT if synced else NOT_KNOWN_YET, known=False)
 
 
 def capabilities(cluster: Cluster) -> list[Capability]:
@@ -160,14 +161,15 @@ def capabilities(cluster: Cluster) -> list[Capability]:
     if cluster.backend != ClusterBackend.KAFKA:
         return [_yes(key) for key in KEYS]
     features = cluster.backend_features or {}
+    synced = cluster.synced_at is not None
     out = []
     for key in KEYS:
         if key in KAFKA_NEVER:
             out.append(_no(key, KAFKA_NEVER[key]))
         elif key == TIERED_OFFSETS:
-            out.append(_kafka_tiered_offsets(features))
+            out.append(_kafka_tiered_offsets(features, synced))
         elif key == CORDON:
-            out.append(_kafka_cordon(features))
+            out.append(_kafka_cordon(features, synced))
     return out
 
 

@@ -4,6 +4,7 @@ a kafka cluster what Kafka as shipped does, the rest from what its first sync le
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from console import capabilities as caps
 from console.models import Cluster
@@ -42,6 +43,14 @@ def test_a_kafka_cluster_before_its_first_sync_says_what_is_not_known_yet():
     assert "never shipped KIP-253" in got["linear_hashing"].reason
     assert "JMX" in got["probe_latency"].reason
     assert "no call to restart a broker" in got["restart_control"].reason
+
+
+def test_what_a_sync_did_not_learn_is_not_called_waiting_for_the_first_sync():
+    c = kafka(api_versions={"2": [0, 9]})
+    c.synced_at = timezone.now()
+    cordon = caps.by_key(c)["cordon"]
+    assert cordon.status == "unknown"
+    assert cordon.reason == "not known: the last sync did not learn it from the brokers"
 
 
 def test_tiered_offsets_need_list_offsets_v9_as_kip_1005_adds_latest_tiered():
