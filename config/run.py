@@ -135,7 +135,8 @@ def _sim(*args: str) -> str:
 
 def _start_sim(port: str) -> None:
     """Start (or find running) the 3-broker, 2-dirs-per-broker simulated cluster, register it as
-    ``local`` and start a gentle demo load. Remote retention is Spark's job here (external
+    ``local`` (agents) and, through its Kafka listeners, ``local-kafka`` (kafka), and start a
+    gentle demo load. Remote retention is Spark's job here (external
     expiration), as the Spark issue asks of ``make run``."""
     say("Starting the simulated Kafka cluster (3 brokers x 2 log dirs) ...")
     link_log("sim", RUN_DIR / "sim" / "logs")
@@ -164,11 +165,50 @@ def _start_sim(port: str) -> None:
         urls["secret_file"],
     )
     _setup_log(registered)
+    kafka = _register_local_kafka(urls)
     _sim("demo-load", "--detach")
     say(
         f"Simulated cluster 'local' is up, with a demo load: controller {urls['controller']}, "
         f"brokers {', '.join(urls['brokers'].values())} (logs: {shown(LOG_DIR / 'sim')}/)"
     )
+    if kafka:
+        say(f"The same cluster is 'local-kafka' through its Kafka listeners: {kafka}")
+
+
+def local_kafka_client_config(secret_file: str) -> str:
+    """The client.properties of ``local-kafka``: the simulated brokers' Kafka listeners take
+    SASL/PLAIN as user ``strata`` with the agents' secret (broker_agent/README.md), named by
+    reference as any Kafka password is."""
+    return (
+        "# make run: the simulated cluster through its Kafka listeners\n"
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=PLAIN\n"
+        "sasl.username=strata\n"
+        f"sasl.password.ref={secret_file}\n"
+    )
+
+
+def _register_local_kafka(urls: dict) -> str | None:
+    """Register the simulated cluster a second time, through Kafka's protocol, as
+    ``local-kafka`` (issue #35: both backends side by side). Returns its bootstrap list, or
+    ``None`` when ``sim up`` printed none (a cluster without listeners)."""
+    bootstrap = urls.get("kafka_bootstrap")
+    if not bootstrap or not urls.get("secret_file"):
+        say("The simulated cluster has no Kafka listener: 'local-kafka' is not registered.")
+        return None
+    config = RUN_DIR / "local-kafka.properties"
+    config.write_text(local_kafka_client_config(str(Path(urls["secret_file"]).resolve())))
+    _setup_log(
+        _manage(
+            "register_cluster",
+            "local-kafka",
+            "--kafka-bootstrap",
+            bootstrap,
+            "--client-config",
+            str(config),
+        )
+    )
+    return bootstrap
 
 
 def production_env(run_dir: Path = RUN_DIR) -> bool:

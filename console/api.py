@@ -22,7 +22,7 @@ from ninja.errors import HttpError
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from accounts.roles import Role, has_role
-from console import health, history, ordering, selectors
+from console import capabilities, health, history, ordering, selectors
 from console.choices import BrokerState
 from console.models import Cluster, LogDir, Partition, Topic
 from console.sync.rows import TIER_METRICS
@@ -61,8 +61,11 @@ def _require_viewer(request: HttpRequest) -> None:
     summary="Liveness of database, Redis, Celery workers and the object store",
 )
 def get_health(request: HttpRequest) -> JsonResponse:
-    """200 when the database and Redis answer and at least one worker answered a ping, else 503."""
-    result = health.check()
+    """200 when the database and Redis answer and at least one worker answered a ping, else 503.
+    ``clusters``: each cluster's backend and last sync (``ok``, ``not synced yet``, or its
+    source's error code: ``Kafka bootstrap error: ...`` or ``controller error: ...``), shown and
+    not counted in ``status``."""
+    result = health.check(clusters=True)
     return JsonResponse(result.as_dict(), status=200 if result.ok else 503)
 
 
@@ -82,10 +85,27 @@ class StaleSource(Schema):
     last_good_at: datetime | None
 
 
+class CapabilityOut(Schema):
+    key: str = Field(
+        description="tiered_epoch, linear_hashing, log_dir_reset, cordon, tiered_offsets, "
+        "probe_latency or restart_control"
+    )
+    label: str
+    supported: bool
+    known: bool = Field(description="false until the first sync tells (then supported is false)")
+    reason: str = Field(description="why not, when not supported; empty otherwise")
+
+
 class ClusterOut(Schema):
     name: str
+    backend: str = Field(description="agents (controller + broker agents) or kafka")
     cluster_id: str
-    controller_url: str
+    controller_url: str = Field(description="agents backend; empty for kafka")
+    kafka_bootstrap: str = Field(description="kafka backend: host:port,...; empty for agents")
+    sync_error_source: str = Field(
+        description="what controller_error is the error of: 'controller' (agents) or "
+        "'Kafka bootstrap' (kafka)"
+    )
     synced_at: datetime | None
     sync_duration_ms: int | None
     metadata_version: int
@@ -105,6 +125,7 @@ class ClusterOut(Schema):
     under_replicated_partition_count: int
     under_min_isr_partition_count: int
     offline_replica_count: int
+    capabilities: list[CapabilityOut]
 
 
 class ClustersOut(Schema):
@@ -204,15 +225,25 @@ class Tiering(Schema):
     remote_bytes: int
     local_bytes: int
     tiering_acks: list[int]
-    remote_copy_lag_bytes: int = Field(description="KIP-963 RemoteCopyLagBytes (summed)")
-    remote_copy_lag_segments: int
-    remote_delete_lag_bytes: int = Field(description="KIP-963 RemoteDeleteLagBytes (summed)")
-    remote_delete_lag_segments: int
+    remote_copy_lag_bytes: int | None = Field(
+        description="KIP-963 RemoteCopyLagBytes (summed); null: not available for this cluster"
+    )
+    remote_copy_lag_segments: int | None
+    remote_delete_lag_bytes: int | None = Field(
+        description="KIP-963 RemoteDeleteLagBytes (summed); null: not available for this cluster"
+    )
+    remote_delete_lag_segments: int | None
     fenced_remote_bytes: int = Field(
         description="fenced by a delete-policy disablement, not purged yet"
     )
     fenced_remote_segments: int
-    remote_log_size_bytes: int = Field(description="KIP-963 RemoteLogSizeBytes (summed)")
+    remote_log_size_bytes: int | None = Field(
+        description="KIP-963 RemoteLogSizeBytes (summed); null: not available for this cluster"
+    )
+    not_available: str = Field(
+        "",
+        description="why the KIP-963 figures are null (a kafka cluster: they live in JMX)",
+    )
 
 
 class PartitionOut(Rows):
@@ -234,13 +265,13 @@ class PartitionOut(Rows):
     remote_log_end_offset: int
     remote_bytes: int
     local_bytes: int
-    remote_copy_lag_bytes: int
-    remote_copy_lag_segments: int
-    remote_delete_lag_bytes: int
-    remote_delete_lag_segments: int
+    remote_copy_lag_bytes: int | None = Field(description="KIP-963; null: not available")
+    remote_copy_lag_segments: int | None
+    remote_delete_lag_bytes: int | None = Field(description="KIP-963; null: not available")
+    remote_delete_lag_segments: int | None
     fenced_remote_bytes: int
     fenced_remote_segments: int
-    remote_log_size_bytes: int
+    remote_log_size_bytes: int | None = Field(description="KIP-963; null: not available")
 
     @computed_field(description="KIP-1005 earliest-local: the local log start offset")
     @property
@@ -397,8 +428,11 @@ def list_clusters(request: HttpRequest) -> dict:
         clusters.append(
             {
                 "name": c.name,
+                "backend": c.backend,
                 "cluster_id": c.cluster_id,
                 "controller_url": c.controller_url,
+                "kafka_bootstrap": c.kafka_bootstrap,
+                "sync_error_source": c.sync_error_label,
                 "synced_at": c.synced_at,
                 "sync_duration_ms": c.sync_duration_ms,
                 "metadata_version": c.metadata_version,
@@ -418,6 +452,7 @@ def list_clusters(request: HttpRequest) -> dict:
                 "under_replicated_partition_count": c.under_replicated_partition_count,
                 "under_min_isr_partition_count": c.under_min_isr_partition_count,
                 "offline_replica_count": c.offline_replica_count,
+                "capabilities": capabilities.capabilities(c),
             }
         )
     return {"synced_at": _oldest([c["synced_at"] for c in clusters]), "clusters": clusters}
@@ -507,6 +542,15 @@ def list_topics(request: HttpRequest, name: str, filters: Query[TopicFilters]) -
     }
 
 
+def _partitions(cluster: Cluster, rows) -> list:
+    """The page's partitions, their KIP-963 gauges null where the cluster cannot report them."""
+    nulls = capabilities.gauges_not_available(cluster)
+    if not nulls:
+        return list(rows)
+    nulls.pop("not_available")
+    return [PartitionOut.model_validate(p).model_copy(update=nulls) for p in rows]
+
+
 @read.get(
     "/clusters/{name}/topics/{topic}",
     response=TopicOut,
@@ -543,6 +587,7 @@ def get_topic(
             "local_bytes": t.local_bytes,
             "tiering_acks": t.tiering_acks,
             **{f: getattr(t, f) for f in TIER_METRICS},
+            **capabilities.gauges_not_available(cluster),
         },
         "initial_partition_count": t.initial_partition_count,
         "undeleted_partition_count": t.undeleted_partition_count,
@@ -550,7 +595,7 @@ def get_topic(
         "partition_count": t.partition_count,
         "partitions_page": parts.number,
         "partitions_page_size": parts.paginator.per_page,
-        "partitions": list(parts.object_list),
+        "partitions": _partitions(cluster, parts.object_list),
         "ordering": ordering.topic_ordering(t),
     }
 

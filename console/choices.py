@@ -18,10 +18,13 @@ from broker_agent.choices import (
 
 __all__ = [
     "BrokerState",
+    "ClusterBackend",
     "DisablePolicy",
+    "KafkaSecurityProtocol",
     "LogDirState",
     "ReplicaCell",
     "ReplicaState",
+    "SaslMechanism",
     "SyncTrigger",
     "TaskState",
     "TieredState",
@@ -58,6 +61,30 @@ class ClusterBackend:
     AGENTS = "agents"
     KAFKA = "kafka"
     ALL = (AGENTS, KAFKA)
+
+
+class KafkaSecurityProtocol:
+    """Kafka's ``security.protocol`` values (``org.apache.kafka.common.security.auth.
+    SecurityProtocol``): what a ``kafka`` cluster's client speaks to its bootstrap servers."""
+
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+    ALL = (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)
+    SASL = (SASL_PLAINTEXT, SASL_SSL)
+    TLS = (SSL, SASL_SSL)
+
+
+class SaslMechanism:
+    """The ``sasl.mechanism`` values Strata's Kafka client (kafka-python) authenticates with by
+    user and password (KIP-43 PLAIN, KIP-84 SCRAM); GSSAPI and OAUTHBEARER need no password and
+    are not offered."""
+
+    PLAIN = "PLAIN"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+    ALL = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
 
 
 class SyncTrigger:

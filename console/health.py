@@ -1,5 +1,8 @@
 """Liveness of the parts Strata needs: PostgreSQL, Redis, the Celery workers and the object store.
 
+Each registered cluster is listed with its backend and how its last sync went (``clusters``:
+the error of its source, "Kafka bootstrap error" or "controller error", by its code only).
+
 The object store (the remote tier's S3 bucket) is as the workers last probed it
 (:class:`console.models.ObjectStoreProbe`, written at each worker heartbeat): ``ok``,
 ``error: <reason> (since <time>)``, or ``unknown`` when no fresh probe exists. It is shown, not
@@ -31,7 +34,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from console.models import Heartbeat, ObjectStoreProbe
+from console.models import Cluster, Heartbeat, ObjectStoreProbe
 
 __all__ = [
     "WORKER_HEARTBEAT_PREFIX",
@@ -55,6 +58,8 @@ class Health:
     object_store_detail: str = ""
     #: what needs an operator without making Strata unavailable (see the module doc)
     warnings: tuple[str, ...] = ()
+    #: each cluster's backend and how its last sync went (see :func:`_clusters`)
+    clusters: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -68,6 +73,7 @@ class Health:
             "workers": self.workers,
             "object_store": self.object_store,
             "warnings": list(self.warnings),
+            "clusters": self.clusters,
             "version": self.version,
         }
 
@@ -149,7 +155,38 @@ def _warnings() -> tuple[str, ...]:
     return tuple(found)
 
 
-def check() -> Health:
+def _clusters() -> dict[str, dict[str, str]]:
+    """Per cluster its backend and ``sync``: ``ok``, ``not synced yet``, or the error of its
+    source named by backend and its code only, e.g. ``Kafka bootstrap error:
+    KafkaConnectionError (since ...)`` (the full message, which may name hosts, is on the
+    cluster's page). One query; shown, not counted in ``status``."""
+    out = {}
+    try:
+        rows = list(
+            Cluster.objects.only(
+                "name", "backend", "synced_at", "controller_error", "controller_error_at"
+            )
+        )
+    except Exception:  # the database is down: reported by ``database``
+        return {}
+    for c in rows:
+        if c.controller_error:
+            code = c.controller_error.split(":", 1)[0].strip() or "error"
+            since = (
+                f" (since {c.controller_error_at:%Y-%m-%d %H:%M:%S} UTC)"
+                if (c.controller_error_at)
+                else ""
+            )
+            sync = f"{c.sync_error_label} error: {code}{since}"
+        else:
+            sync = "ok" if c.synced_at else "not synced yet"
+        out[c.name] = {"backend": c.backend, "sync": sync}
+    return out
+
+
+def check(*, clusters: bool = False) -> Health:
+    """``clusters``: list each cluster's sync (``/api/v1/health``; the status panel, which shows
+    Strata itself, leaves them to the overview's cluster cards)."""
     database = _database()
     redis_state = _redis()
     # A worker without Redis receives no task, whatever its heartbeat says.
@@ -163,4 +200,5 @@ def check() -> Health:
         object_store=store,
         object_store_detail=store_detail,
         warnings=_warnings() if database == "ok" else (),
+        clusters=_clusters() if clusters and database == "ok" else {},
     )

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from console import capabilities
 from console.choices import BrokerState, LogDirState, TieredState
 from console.models import Broker, Cluster, LogDir, Topic
 from console.models.clusters import TOPIC_STATE_SUMS
@@ -191,6 +192,9 @@ class InventoryCollector(Collector):
             "Tiered topics without strata_topic_* series (beyond STRATA_METRICS_TOPIC_LIMIT).",
             labels=["cluster"],
         )
+        # KIP-963's gauges of a cluster that cannot report them (a kafka cluster: JMX only) are
+        # left out, never exported as 0 (console.capabilities).
+        no_gauges = {c.pk for c in clusters if capabilities.gauges_not_available(c)}
         sums: dict[int, dict] = {}
         for c in clusters:
             total = sums[c.pk] = dict.fromkeys(["topics", *fields], 0)
@@ -199,7 +203,8 @@ class InventoryCollector(Collector):
                     for key in total:
                         total[key] += figures.get(key) or 0
             for field, family in totals.items():
-                family.add_metric([c.name], total[field])
+                if c.pk not in no_gauges or field not in capabilities.KIP963_GAUGES:
+                    family.add_metric([c.name], total[field])
         families = {
             field: GaugeMetricFamily(f"strata_topic_{field}", help_, labels=["cluster", "topic"])
             for field, help_ in TIER_METRICS_HELP.items()
@@ -213,7 +218,8 @@ class InventoryCollector(Collector):
         for r in rows:
             per_cluster[r["cluster_id"]] = per_cluster.get(r["cluster_id"], 0) + 1
             for field, family in families.items():
-                family.add_metric([names[r["cluster_id"]], r["name"]], r[field])
+                if r["cluster_id"] not in no_gauges or field not in capabilities.KIP963_GAUGES:
+                    family.add_metric([names[r["cluster_id"]], r["name"]], r[field])
         for pk, name in names.items():
             omitted.add_metric([name], sums[pk]["topics"] - per_cluster.get(pk, 0))
         yield from totals.values()

@@ -111,7 +111,7 @@ def stale_sources(cluster: Cluster) -> list[dict]:
     if cluster.controller_error:
         out.append(
             {
-                "source": "controller",
+                "source": cluster.sync_error_label,
                 "error": cluster.controller_error,
                 "last_good_at": cluster.controller_last_good_at,
             }

@@ -8,6 +8,7 @@ app_name = "console"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("status/", views.system_status, name="system-status"),
+    path("clusters/<slug:cluster>/", views.cluster_detail, name="cluster-detail"),
     path("topics/", views.topics, name="topics"),
     path("topics/<slug:cluster>/<str:topic>/", views.topic_detail, name="topic-detail"),
     path("brokers/", views.brokers, name="brokers"),

@@ -1,4 +1,5 @@
-"""Console pages (read side): overview, topics, topic detail, brokers & disks, topology.
+"""Console pages (read side): overview, a cluster, topics, topic detail, brokers & disks,
+topology.
 
 Each page is one template with its live panel in a partial; an htmx request whose target is
 that panel gets the partial alone (the panel polls itself every few seconds). Every query here
@@ -18,7 +19,7 @@ from django.utils import timezone
 from accounts.roles import Role, has_role, require_role
 from audit import targets
 from audit.models import AuditEvent
-from console import charts, health, incidents, ordering, selectors
+from console import capabilities, charts, health, incidents, ordering, selectors
 from console.choices import LogDirState, TieredState
 from console.models import Broker, Cluster, Heartbeat, LogDir, Partition, Topic
 
@@ -74,6 +75,15 @@ def _workflow_url(kind: str, **params: object) -> str:
     return "/workflows/new?" + urlencode({"kind": kind, **params})
 
 
+def _action(c: Cluster, label: str, kind: str, **params: object) -> tuple[str, str, str]:
+    """A request button: (label, link, why not). A kind the cluster cannot run keeps its label
+    and gives the reason instead of a link (:func:`console.capabilities.kind_unsupported`)."""
+    missing = capabilities.kind_unsupported(c, kind)
+    if missing is not None:
+        return label.rstrip("…"), "", f"{missing.label}: {missing.reason}"
+    return label, _workflow_url(kind, cluster=c.name, **params), ""
+
+
 # -- overview ----------------------------------------------------------------------------------
 
 
@@ -91,6 +101,21 @@ def overview(request: HttpRequest) -> HttpResponse:
         context,
         {"clusters-live": "console/partials/overview_clusters.html"},
     )
+
+
+@require_role(Role.VIEWER)
+def cluster_detail(request: HttpRequest, cluster: str) -> HttpResponse:
+    """A cluster's registration (backend; bootstrap servers and client settings, or controller),
+    its last sync and the error of its source, and its capabilities with the reason for each it
+    lacks. Never raises before a first sync: every figure here is the row's own."""
+    c = selectors.get_cluster(cluster)
+    context = {
+        "cluster": c,
+        "capabilities": capabilities.capabilities(c),
+        "last_sync": c.sync_runs.first(),
+        "now": timezone.now(),
+    }
+    return render(request, "console/cluster_detail.html", context)
 
 
 def system_status(request: HttpRequest) -> HttpResponse:
@@ -188,6 +213,7 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "key": (key or "")[:MAX_KEY_CHARS],
         "max_key": MAX_KEY_CHARS,
         "can_request": can_request,
+        "caps": capabilities.by_key(c),
         "actions": _topic_actions(c, t) if can_request else [],
         "history": charts.topic_charts(t, request.GET.get("range")),
         "history_links": targets.history_links(targets.Target(targets.TOPIC, c.name, t.name)),
@@ -203,30 +229,20 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
     )
 
 
-def _topic_actions(c: Cluster, t: Topic) -> list[tuple[str, str]]:
+def _topic_actions(c: Cluster, t: Topic) -> list[tuple[str, str, str]]:
     actions = []
     if t.tiered_state == TieredState.ENABLED:
-        actions.append(
-            ("Disable tiering…", _workflow_url("disable_tiering", cluster=c.name, topic=t.name))
-        )
+        actions.append(_action(c, "Disable tiering…", "disable_tiering", topic=t.name))
     if t.tiered_state == TieredState.DISABLED:
-        actions.append(
-            ("Re-enable tiering…", _workflow_url("enable_tiering", cluster=c.name, topic=t.name))
-        )
+        actions.append(_action(c, "Re-enable tiering…", "enable_tiering", topic=t.name))
     # KIP-253: ``partitions`` is the new undeleted_partition_count, one more / one fewer.
     u = t.undeleted_partition_count
     actions.append(
-        (
-            "Expand partitions…",
-            _workflow_url("expand_partitions", cluster=c.name, topic=t.name, partitions=u + 1),
-        )
+        _action(c, "Expand partitions…", "expand_partitions", topic=t.name, partitions=u + 1)
     )
     if u > 1:
         actions.append(
-            (
-                "Shrink partitions…",
-                _workflow_url("shrink_partitions", cluster=c.name, topic=t.name, partitions=u - 1),
-            )
+            _action(c, "Shrink partitions…", "shrink_partitions", topic=t.name, partitions=u - 1)
         )
     return actions
 
@@ -245,7 +261,9 @@ def brokers(request: HttpRequest) -> HttpResponse:
             problems=request.GET.get("problems") == "1",
             paged=True,
         )
-        context.update(grid=grid, stale=selectors.stale_sources(cluster))
+        context.update(
+            grid=grid, stale=selectors.stale_sources(cluster), caps=capabilities.by_key(cluster)
+        )
         selected = _selected_dir(request, cluster, grid)
         context["incident"] = (
             incidents.incident(selected, request.GET.get("page"))
@@ -267,19 +285,21 @@ def brokers(request: HttpRequest) -> HttpResponse:
             }
         context["can_request"] = has_role(request.user, Role.OPERATOR)
         if selected is not None and context["can_request"]:
-            params = {
-                "cluster": cluster.name,
-                "broker": selected.broker.broker_id,
-                "log_dir": selected.name,
-            }
+            params = {"broker": selected.broker.broker_id, "log_dir": selected.name}
             context["incident_actions"] = [
-                (
+                _action(
+                    cluster,
                     "Recover log dir (replace disk)…",
-                    _workflow_url("recover_log_dir", **params, mode="replace"),
+                    "recover_log_dir",
+                    **params,
+                    mode="replace",
                 ),
-                (
+                _action(
+                    cluster,
                     "Remove log dir from config…",
-                    _workflow_url("recover_log_dir", **params, mode="remove"),
+                    "recover_log_dir",
+                    **params,
+                    mode="remove",
                 ),
             ]
     return _render(

@@ -47,10 +47,12 @@ def read_secret_ref(ref: str, cluster: str) -> bytes:
 
 
 class Cluster(models.Model):
-    """A Kafka cluster Strata watches: its controller and the secret its agents sign with.
+    """A Kafka cluster Strata watches, by its ``backend``: an ``agents`` cluster by its controller
+    and the secret its agents sign with, a ``kafka`` cluster by its bootstrap servers and client
+    settings (:mod:`console.kafka_client`).
 
-    ``secret_ref`` is a *reference*, never the secret: a file path (``/etc/strata/local.secret``)
-    or ``env:NAME`` for an environment variable. The sync keeps the cluster-wide aggregates below
+    ``secret_ref`` and ``sasl_password_ref`` are *references*, never secrets: a file path
+    (``/etc/strata/local.secret``) or ``env:NAME`` for an environment variable. The sync keeps the cluster-wide aggregates below
     up to date so that the overview never scans partitions.
     """
 
@@ -134,34 +136,32 @@ class Cluster(models.Model):
         """The agents' HMAC secret, read from where ``secret_ref`` points (never stored here)."""
         return read_secret_ref(self.secret_ref, self.name)
 
-    # Minimal versions for the kafka backend's sync (h3); h2's registration owns these names,
-    # the merge keeps one.
     def read_kafka_password(self) -> str | None:
-        """The SASL password, read from ``sasl_password_ref`` (a file path or ``env:NAME``, as
-        ``secret_ref``); None when the client settings name none."""
+        """The SASL password of a ``kafka`` cluster, read from where ``sasl_password_ref`` points
+        (never stored here); ``None`` without SASL."""
         ref = (self.kafka_client_config or {}).get("sasl_password_ref")
         if not ref:
             return None
         return read_secret_ref(ref, self.name).decode("utf-8", "surrogateescape")
 
-    def kafka_client_kwargs(self) -> dict:
-        """KafkaAdminClient settings of this cluster (bootstrap, security, SASL, TLS)."""
-        cfg = self.kafka_client_config or {}
-        kwargs = {
-            "bootstrap_servers": self.kafka_bootstrap,
-            "client_id": "strata",
-            "security_protocol": cfg.get("security_protocol", "PLAINTEXT"),
-        }
-        if cfg.get("sasl_mechanism"):
-            kwargs.update(
-                sasl_mechanism=cfg["sasl_mechanism"],
-                sasl_plain_username=cfg.get("sasl_username"),
-                sasl_plain_password=self.read_kafka_password(),
-            )
-        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-            if cfg.get(key):
-                kwargs[key] = cfg[key]
-        return kwargs
+    def kafka_client_kwargs(self) -> dict[str, object]:
+        """kafka-python ``KafkaAdminClient`` arguments for a ``kafka`` cluster (bootstrap
+        servers, security protocol, SASL user and password, TLS files, ``client_id="strata"``),
+        the password read now from its reference."""
+        from console.kafka_client import admin_client_kwargs
+
+        config = self.kafka_client_config or {}
+        return admin_client_kwargs(self.kafka_bootstrap, config, self.read_kafka_password())
+
+    @property
+    def is_kafka(self) -> bool:
+        return self.backend == ClusterBackend.KAFKA
+
+    @property
+    def sync_error_label(self) -> str:
+        """What the sync's source is called on pages and in health: the bootstrap servers of a
+        ``kafka`` cluster, the controller of an ``agents`` one (both write ``controller_error``)."""
+        return "Kafka bootstrap" if self.is_kafka else "controller"
 
 
 class SyncRun(models.Model):

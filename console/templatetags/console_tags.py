@@ -1,5 +1,5 @@
 """Template helpers of the console pages: data age, the KIP-950 offsets bar, bytes and usage
-bars."""
+bars, and what a cluster cannot run (for the workflows app's request form)."""
 
 from __future__ import annotations
 
@@ -218,3 +218,15 @@ def spark(c, label: str, name: str, short: str) -> SafeString:
 def spark_of(sparks: dict, log_dir) -> dict | None:
     """The disk grid's small charts of ``log_dir`` (``{"usage", "latency"}``)."""
     return sparks.get(log_dir.pk) if sparks and log_dir else None
+
+
+@register.simple_tag
+def kind_unsupported(cluster_name: str, kind_name: str):
+    """The capability workflow ``kind_name`` needs that cluster ``cluster_name`` lacks, else
+    ``None`` (also for an unknown cluster: the request's own check says so). One query; lets
+    the request form show a kind a cluster cannot run as unsupported, with why."""
+    from console import capabilities
+    from console.models import Cluster
+
+    cluster = Cluster.objects.filter(name=cluster_name).first() if cluster_name else None
+    return capabilities.kind_unsupported(cluster, kind_name) if cluster is not None else None

@@ -65,6 +65,8 @@ PINNED: dict[str, int] = {
     "/ [htmx clusters-live]": 9,
     # + the health warnings' one query (quarantined partitions in the latest Spark runs, #39)
     "/status/": 8,
+    # the cluster (session, user, roles, cluster, its last sync run)
+    "/clusters/local/": 5,
     "/topics/": 7,
     "/topics/?sort=-remote_bytes&tiered_state=ENABLED": 7,
     "/topics/?name=t&has_remote_data=false&sort=partitions&page=2&page_size=2": 7,
@@ -121,8 +123,9 @@ PINNED: dict[str, int] = {
     "/workflows/?state=past&kind=noop_check&page=2": 6,
     "/workflows/ [htmx wf-list]": 6,
     "/workflows/new/ as operator": 3,
-    "/workflows/new/?kind=disable_tiering&cluster=local&topic=t1 as operator": 10,
-    "/workflows/new/?kind=recover_log_dir&cluster=local&broker=2&log_dir=logdir-0&mode=replace as operator": 10,
+    # + the cluster, to show a kind it cannot run as unsupported (console.capabilities)
+    "/workflows/new/?kind=disable_tiering&cluster=local&topic=t1 as operator": 11,
+    "/workflows/new/?kind=recover_log_dir&cluster=local&broker=2&log_dir=logdir-0&mode=replace as operator": 11,
     "/workflows/running/": 4,
     "/workflows/driver/?cluster=local&topic=t1": 5,
     "/workflows/{wf_done}/": 8,
@@ -253,6 +256,7 @@ URLS = [
     Url("/"),
     Url("/", hx="clusters-live"),
     Url("/status/"),
+    Url("/clusters/local/"),
     Url("/topics/"),
     Url("/topics/?sort=-remote_bytes&tiered_state=ENABLED"),
     Url("/topics/?name=t&has_remote_data=false&sort=partitions&page=2&page_size=2"),

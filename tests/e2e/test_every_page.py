@@ -135,6 +135,7 @@ def world(tmp_path, viewer, operator, approver, second_approver, admin):
     return {
         "overview": "/",
         "system-status": "/status/",
+        "cluster": f"/clusters/{cluster.name}/",
         "topics": "/topics/",
         "topic": f"/topics/{cluster.name}/orders/",
         "brokers": "/brokers/?dir=2%3Alogdir-1",

@@ -49,6 +49,7 @@ def test_health_without_workers_is_503_and_names_each_part(client, no_broadcast)
         "workers",
         "object_store",
         "warnings",
+        "clusters",
         "version",
     }
     assert body["database"] == "ok" and body["redis"] == "ok" and body["workers"] == 0

@@ -233,7 +233,12 @@ def test_each_process_logs_to_its_file_and_the_terminal_shows_only_url_logins_an
     assert web.count('"GET /accounts/login/ HTTP/1.1" 200') == 3 and "Booting worker" in web
     assert " ready." in (logs / "worker.log").read_text()
     assert (logs / "sim" / "controller.log").exists() and (logs / "sim" / "broker-1.log").exists()
-    assert "register_cluster" in (logs / "setup.log").read_text()
+    setup = (logs / "setup.log").read_text()
+    assert "register_cluster" in setup
+    # the simulated cluster twice: its agents and its Kafka listeners (#35)
+    assert "Registered cluster local (agents" in setup
+    assert "Registered cluster local-kafka (kafka, Kafka bootstrap 127.0.0.1:" in setup
+    assert "The same cluster is 'local-kafka' through its Kafka listeners" in text
     every_log = "".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))
     assert not any(pw in every_log for pw in passwords.values())
 
