@@ -360,9 +360,10 @@ class SyntheticCluster:
     def leader(self, i: int) -> int:
         return ((i + self.leader_pos[i]) % self.brokers) + 1
 
-    def isr(self, i: int) -> list[int]:
+    def isr(self, i: int, replicas: list[int] | None = None) -> list[int]:
+        """Partition ``i``'s ISR (``replicas``: its :meth:`replicas`, if the caller has them)."""
         m = self.isr_mask[i]
-        return [r for k, r in enumerate(self.replicas(i)) if m >> k & 1]
+        return [r for k, r in enumerate(replicas or self.replicas(i)) if m >> k & 1]
 
     def tiered(self, t: int) -> bool:
         return t % 2 == 0

@@ -39,7 +39,8 @@ from kafka.protocol.api_key import ApiKey
 from broker_agent.choices import ErrorCode
 from broker_agent.client import AgentError
 from broker_agent.kafka_wire import APIS, start_listener
-from broker_agent.kafka_wire.groups import coordinator
+from broker_agent.kafka_wire.cluster import live_brokers
+from broker_agent.kafka_wire.groups import coordinator_among
 from broker_agent.synthetic import DIR_TOTAL_BYTES, DIR_USABLE_BYTES
 
 if TYPE_CHECKING:
@@ -136,12 +137,13 @@ class _Partitions(Sequence):
 
     def _entry(self, i: int) -> dict:
         c = self._c
+        replicas = c.replicas(i)
         return {
             "partition": c.locate(i)[1],
             "leader": c.leader(i),
             "leader_epoch": c.leader_epoch[i],
-            "replicas": c.replicas(i),
-            "isr": c.isr(i),
+            "replicas": replicas,
+            "isr": c.isr(i, replicas),
             "offline_replicas": [],
         }
 
@@ -372,14 +374,14 @@ class SyntheticKafka:
 
     def coordinated_by(self, b: int) -> list[int]:
         """The synthetic groups broker ``b`` coordinates (Kafka's rule:
-        :func:`broker_agent.kafka_wire.groups.coordinator`), computed once for all brokers."""
+        :func:`broker_agent.kafka_wire.groups.coordinator_among`), computed once for all brokers."""
         with self._coordinated_lock:
             if self._coordinated is None:
                 groups = self.cluster.groups
                 out: dict[int, list[int]] = {}
-                any_broker = self.brokers[1]
+                brokers = live_brokers(self.brokers[1])  # all of them: none is ever fenced
                 for g in range(groups.count if groups is not None else 0):
-                    node = coordinator(any_broker, groups.name(g))
+                    node = coordinator_among(brokers, groups.name(g))
                     out.setdefault(node[0], []).append(g)
                 self._coordinated = out
             return self._coordinated.get(b, [])
