@@ -75,15 +75,18 @@ def test_describe_cluster_and_topics_over_kafka_are_the_synthetic_controllers_me
         fleet.cli("churn", "--fraction", "0.3", "--seed", "5")
         after = _wire_view(a.describe_topics())
         assert after == _agents_view(fleet) != before
-        # configs: the topic's tiering as Kafka 3.9 spells it, from the controller's state
-        names = [t.name for t in md.topics]
-        described = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
-        for t in md.topics:
-            configs = described["topic"][t.name]
-            expected = kafka39.configs_for_state(t.tiered_state)[kafka39.REMOTE_STORAGE_ENABLE]
-            assert configs.get(kafka39.REMOTE_STORAGE_ENABLE, {"value": "false"})["value"] == (
-                expected
-            )
+        # configs: the topic's tiering as Kafka 3.9 spells it, from the controller's state,
+        # also once a KIP-950 disablement has started over HTTP
+        disabled = fleet.controller.start_disable(f"synthetic.topic-{TOPICS - 1:04d}", "delete")
+        assert disabled.tiered_state == "DISABLING"
+        for t in fleet.controller.metadata().topics:
+            [configs] = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t.name)])[
+                "topic"
+            ].values()
+            expected = kafka39.configs_for_state(t.tiered_state, t.disable_policy)
+            for name in (kafka39.REMOTE_STORAGE_ENABLE, kafka39.REMOTE_LOG_DELETE_ON_DISABLE):
+                value = configs.get(name, {"value": "false"})["value"]  # a default: not listed
+                assert value == expected.get(name, "false"), (t.name, name)
     # every broker lists the read calls it answers, and only those
     for port in ports.values():
         versions = ask(port, ApiVersionsRequest(), 3, ApiVersionsResponse)
