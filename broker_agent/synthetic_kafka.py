@@ -18,7 +18,8 @@ lazily per request (nothing per partition is kept: the fleet is 1,000,000 partit
 - ``log_dirs``: ``logdir-N`` at ``/synthetic/broker-B/logdir-N``, always online, with the
   HTTP API's total / usable bytes;
 - ``tiering``: the KIP-950 state the broker applied (``SyntheticTiering.brokers``); ``remote``:
-  a store with no segments (a lookup by time finds nothing: the fleet keeps no records);
+  a store with no segments (a lookup by time finds nothing: the fleet keeps no records) and
+  ``remote_log_end_offset`` -1;
 - ``controller``: the synthetic groups (``SyntheticGroups``) as the coordinator's views.
 
 Only the read calls are served (:data:`READ_APIS`): ApiVersions lists exactly those, and a
@@ -346,10 +347,10 @@ class SyntheticBroker:
     def log_dir_info(self, d: _LogDir) -> dict:
         return {"path": d.path, "total_bytes": DIR_TOTAL_BYTES, "usable_bytes": DIR_USABLE_BYTES}
 
-    def _remote_view(self, _replica) -> dict:
+    def remote_log_end_offset(self, _replica) -> int:
         """Nothing of a synthetic partition is in remote storage (its snapshot's
         ``remote_log_end_offset`` is -1 too)."""
-        return {"remote_log_end_offset": -1}
+        return -1
 
 
 class SyntheticKafka:

@@ -90,7 +90,7 @@ def _offset(broker, r, spec: int) -> tuple[int, int, int, int]:
         if not _remote_enabled(broker, r.topic):
             return 0, -1, -1, -1
         try:
-            offset = broker._remote_view(r)["remote_log_end_offset"]
+            offset = broker.remote_log_end_offset(r)
         except RemoteStorageError:
             return Errors.KafkaStorageError.errno, -1, -1, -1
         if offset < 0:
