@@ -209,7 +209,7 @@ def read_cluster(data: str) -> dict:
 
 def kafka_bootstrap(c: dict) -> str | None:
     """The brokers' Kafka listeners as a bootstrap list (``host:port,...``), or ``None`` for a
-    cluster without them (synthetic mode)."""
+    cluster without them."""
     listeners = [
         f"127.0.0.1:{b['kafka_port']}"
         for _, b in sorted(c["brokers"].items())
@@ -324,6 +324,9 @@ def run_synthetic(args) -> None:
         nonce_path=nonce_file(args.data, "synthetic") if getattr(args, "data", None) else None,
         fleet_partitions=getattr(args, "fleet_partitions", None),
         groups=getattr(args, "groups", None),
+        kafka_listeners=[(args.host, int(p)) for p in args.kafka_ports.split(",") if p]
+        if getattr(args, "kafka_ports", None)
+        else None,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

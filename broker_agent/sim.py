@@ -96,6 +96,7 @@ def cmd_up(args) -> int:
                 c["brokers"][str(i)] = {
                     "port": ctl_port,
                     "url": f"http://{host}:{ctl_port}/brokers/{i}",
+                    "kafka_port": ports[args.brokers + i],  # served by the synthetic process
                 }
         else:
             for i in range(1, args.brokers + 1):
@@ -106,7 +107,7 @@ def cmd_up(args) -> int:
                     "kafka_port": ports[args.brokers + i],
                 }
         write_json(path, c)
-    if c["mode"] != "synthetic" and not all(b.get("kafka_port") for b in c["brokers"].values()):
+    if not all(b.get("kafka_port") for b in c["brokers"].values()):
         # a manifest from before the Kafka listeners gets them now (free ports)
         for b, port in zip(c["brokers"].values(), free_ports(len(c["brokers"])), strict=True):
             b.setdefault("kafka_port", port)
@@ -143,6 +144,11 @@ def cmd_up(args) -> int:
                         else []
                     ),
                     *(["--groups", str(s["groups"])] if s.get("groups") is not None else []),
+                    "--kafka-ports",
+                    ",".join(
+                        str(b["kafka_port"])
+                        for _, b in sorted(c["brokers"].items(), key=lambda kv: int(kv[0]))
+                    ),
                     "--data",
                     data,
                 ],
@@ -150,6 +156,10 @@ def cmd_up(args) -> int:
             )
         if not wait_health(c["controller"]["url"], 120):
             print(json.dumps({"error": "synthetic cluster did not answer"}), file=sys.stderr)
+            return 1
+        if not wait_health(c["controller"]["url"], 10, until="kafka_listener_serving"):
+            # a synthetic process started before the listeners: `sim down` and `up` again
+            print(json.dumps({"error": "synthetic Kafka listeners not serving"}), file=sys.stderr)
             return 1
         print(json.dumps(cluster_urls(c)))
         return 0
@@ -522,6 +532,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="consumer groups (default: 20,000 with --fleet-partitions, else none)",
+    )
+    s.add_argument(
+        "--kafka-ports",
+        default="",
+        help="comma-separated Kafka listener ports, one per broker id from 1 (empty: none)",
     )
     s.add_argument("--data", default=None, help="where to keep the replay cache (nonces)")
     s.set_defaults(func=lambda a: run_synthetic(a) or 0)

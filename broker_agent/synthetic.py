@@ -71,10 +71,18 @@ from broker_agent.models import (
 from broker_agent.ordering import first_ancestor_within
 from broker_agent.web import ApiError
 
-__all__ = ["FLEET_MIX", "SyntheticCluster", "fleet_topic_sizes", "gzip_bytes"]
+__all__ = [
+    "DIR_TOTAL_BYTES",
+    "DIR_USABLE_BYTES",
+    "FLEET_MIX",
+    "SyntheticCluster",
+    "fleet_topic_sizes",
+    "gzip_bytes",
+]
 
-_DIR_TOTAL = 4 << 40
-_DIR_USABLE = 2 << 40
+#: Every synthetic log dir's KIP-827 total / usable bytes (the HTTP and Kafka paths alike).
+DIR_TOTAL_BYTES = 4 << 40
+DIR_USABLE_BYTES = 2 << 40
 _CACHE_BYTES = 256 << 20
 
 
@@ -352,9 +360,10 @@ class SyntheticCluster:
     def leader(self, i: int) -> int:
         return ((i + self.leader_pos[i]) % self.brokers) + 1
 
-    def isr(self, i: int) -> list[int]:
+    def isr(self, i: int, replicas: list[int] | None = None) -> list[int]:
+        """Partition ``i``'s ISR (``replicas``: its :meth:`replicas`, if the caller has them)."""
         m = self.isr_mask[i]
-        return [r for k, r in enumerate(self.replicas(i)) if m >> k & 1]
+        return [r for k, r in enumerate(replicas or self.replicas(i)) if m >> k & 1]
 
     def tiered(self, t: int) -> bool:
         return t % 2 == 0
@@ -482,8 +491,8 @@ class SyntheticCluster:
     def _dir_json(self, b: int, d: int) -> str:
         return (
             f'{{"name":"logdir-{d}","path":"/synthetic/broker-{b}/logdir-{d}",'
-            f'"state":"{LogDirState.ONLINE}","total_bytes":{_DIR_TOTAL},'
-            f'"usable_bytes":{_DIR_USABLE},"probe_latency_ms":1.0,"error":null,'
+            f'"state":"{LogDirState.ONLINE}","total_bytes":{DIR_TOTAL_BYTES},'
+            f'"usable_bytes":{DIR_USABLE_BYTES},"probe_latency_ms":1.0,"error":null,'
             f'"replica_count":{self.dir_counts[b][d]},"offline_replica_count":0}}'
         )
 

@@ -17,6 +17,7 @@ from broker_agent.models import SNAPSHOT_TSV_MEDIA_TYPE, AlterPartitionCountRequ
 from broker_agent.signing import audience_of
 from broker_agent.synthetic import SyntheticCluster, fleet_topic_sizes
 from broker_agent.synthetic_groups import DEFAULT_FLEET_GROUPS, SyntheticGroups
+from broker_agent.synthetic_kafka import SyntheticKafka
 from broker_agent.synthetic_tiering import install_tiering_routes
 from broker_agent.web import PUBLIC_PATHS, ApiError, install
 
@@ -36,11 +37,14 @@ def create_app(
     nonce_path: str | None = None,
     fleet_partitions: int | None = None,
     groups: int | None = None,
+    kafka_listeners: list[tuple[str, int]] | None = None,
 ) -> FastAPI:
     """The synthetic cluster's app: ``topics`` x ``partitions_per_topic``, or with
     ``fleet_partitions`` the fleet layout (:func:`fleet_topic_sizes`) of that many partitions;
     ``groups`` consumer groups (default: :data:`DEFAULT_FLEET_GROUPS` in the fleet layout, none
-    otherwise; with none ``/v1/groups`` answers 404, as a controller without a coordinator)."""
+    otherwise; with none ``/v1/groups`` answers 404, as a controller without a coordinator).
+    ``kafka_listeners``: ``(host, port)`` of each broker's Kafka listener, by broker id
+    (:mod:`broker_agent.synthetic_kafka`), opened before the app answers."""
     cluster = SyntheticCluster(
         cluster_id,
         brokers,
@@ -55,6 +59,8 @@ def create_app(
     if groups > 0:
         cluster.groups = SyntheticGroups(cluster, groups)
 
+    kafka = SyntheticKafka(cluster, secret, kafka_listeners) if kafka_listeners else None
+
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         async def ticker():
@@ -63,7 +69,11 @@ def create_app(
                 await asyncio.to_thread(cluster.tick)
 
         task = asyncio.create_task(ticker()) if tick_interval > 0 else None
+        if kafka is not None:
+            await kafka.start()
         yield
+        if kafka is not None:
+            kafka.close()
         if task:
             task.cancel()
 
@@ -108,6 +118,7 @@ def create_app(
             "partitions": cluster.n,
             "version": cluster.version,
             "metadata_version": cluster.metadata_version,
+            "kafka_listener_serving": kafka is not None and len(kafka.servers) == brokers,
         }
 
     @app.get("/v1/metadata")

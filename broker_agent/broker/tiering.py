@@ -103,6 +103,12 @@ class TieringMixin:
         state = self.topics.get(topic, {}).get("tiered_state", TieredState.NONE)
         return state != TieredState.NONE or topic in self.tiering
 
+    def remote_log_end_offset(self, r: Replica) -> int:
+        """The highest offset of ``r``'s partition in remote storage (-1: none), as ListOffsets
+        LATEST_TIERED answers it (:mod:`broker_agent.kafka_wire.offsets`). Raises
+        :class:`RemoteStorageError` as :meth:`_remote_view`."""
+        return self._remote_view(r)["remote_log_end_offset"]
+
     def _remote_view(self, r: Replica) -> dict:
         """The partition's remote log as this broker's cache of the store knows it. Raises
         :class:`RemoteStorageError` only before the partition's first successful read."""

@@ -32,7 +32,7 @@ from broker_agent.client import AgentError
 from broker_agent.kafka_wire.api import Api
 from broker_agent.kafka_wire.cluster import live_brokers
 
-__all__ = ["APIS", "OFFSETS_TOPIC_PARTITIONS", "coordinator", "java_hash"]
+__all__ = ["APIS", "OFFSETS_TOPIC_PARTITIONS", "coordinator", "coordinator_among", "java_hash"]
 
 #: Kafka's ``offsets.topic.num.partitions`` default.
 OFFSETS_TOPIC_PARTITIONS = 50
@@ -48,7 +48,14 @@ def java_hash(s: str) -> int:
 
 def coordinator(broker, group_id: str) -> tuple[int, str, int] | None:
     """``(id, host, port)`` of the group's coordinator, or ``None`` with no live broker."""
-    brokers = live_brokers(broker)
+    return coordinator_among(live_brokers(broker), group_id)
+
+
+def coordinator_among(
+    brokers: list[tuple[int, str, int]], group_id: str
+) -> tuple[int, str, int] | None:
+    """:func:`coordinator` among ``brokers`` (:func:`.cluster.live_brokers`), for a caller that
+    places many groups at once (the synthetic fleet's 20,000)."""
     if not brokers:
         return None
     partition = (java_hash(group_id) & 0x7FFFFFFF) % OFFSETS_TOPIC_PARTITIONS

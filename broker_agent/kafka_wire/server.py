@@ -38,7 +38,7 @@ from broker_agent.kafka_wire import (
 )
 from broker_agent.kafka_wire.api import Api
 
-__all__ = ["APIS", "respond", "start_listener"]
+__all__ = ["APIS", "api_versions", "respond", "start_listener"]
 
 log = logging.getLogger("broker_agent.kafka_wire")
 
@@ -46,17 +46,22 @@ log = logging.getLogger("broker_agent.kafka_wire")
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 
 
-def _api_versions(_broker, _request, _version):
+def api_versions(apis: dict) -> ApiVersionsResponse:
+    """ApiVersions' answer for a listener that implements ``apis``."""
     return ApiVersionsResponse(
         error_code=0,
         api_keys=[
             ApiVersionsResponse.ApiVersion(
                 api_key=int(key), min_version=api.min_version, max_version=api.max_version
             )
-            for key, api in sorted(APIS.items())
+            for key, api in sorted(apis.items())
         ],
         throttle_time_ms=0,
     )
+
+
+def _api_versions(_broker, _request, _version):
+    return api_versions(APIS)
 
 
 #: api key -> :class:`Api`: exactly what ApiVersions advertises.
@@ -72,16 +77,19 @@ APIS: dict[int, Api] = {
 }
 
 
-def respond(broker, payload: bytes, session: dict) -> bytes | None:
+def respond(broker, payload: bytes, session: dict, apis: dict | None = None) -> bytes | None:
     """The framed response to one request (``payload``: the request without its size), or
     ``None`` to close the connection. ``session``: the connection's SASL state (:mod:`.sasl`;
-    ``close`` set: close the connection after this answer)."""
+    ``close`` set: close the connection after this answer). ``apis``: what this listener
+    implements (default :data:`APIS`; the synthetic fleet answers a subset) - ApiVersions lists
+    exactly those."""
+    apis = APIS if apis is None else apis
     header = RequestHeader.decode(io.BytesIO(payload), flexible=False)
     key, version = header.request_api_key, header.request_api_version
-    api = APIS.get(key)
+    api = apis.get(key)
     if api is None or not api.min_version <= version <= api.max_version:
         if key == ApiKey.ApiVersions:  # KIP-511: answer at v0 with the versions we have
-            resp = _api_versions(broker, None, 0)
+            resp = api_versions(apis)
             resp.error_code = Errors.UnsupportedVersionError.errno
             return _encode(resp, 0, header.correlation_id)
         log.info(
@@ -102,6 +110,8 @@ def respond(broker, payload: bytes, session: dict) -> bytes | None:
         log.info("api_key=%s before SASL authentication from %r: closing", key, header.client_id)
         return None
     request = api.request.decode(payload, version=version, header=True)
+    if key == ApiKey.ApiVersions:
+        return _encode(api_versions(apis), version, header.correlation_id)
     return _encode(api.handle(broker, request, version), version, header.correlation_id)
 
 
@@ -111,7 +121,9 @@ def _encode(resp, version: int, correlation_id: int) -> bytes:
     return bytes(resp.encode(header=True, framed=True))
 
 
-async def _serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _serve(
+    broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, apis: dict | None
+) -> None:
     session: dict = {}
     try:
         while True:
@@ -121,7 +133,7 @@ async def _serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWri
                 break
             payload = await reader.readexactly(size)
             try:
-                out = await asyncio.to_thread(respond, broker, payload, session)
+                out = await asyncio.to_thread(respond, broker, payload, session, apis)
             except Exception:
                 log.exception("Kafka request failed: closing the connection")
                 break
@@ -137,9 +149,10 @@ async def _serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWri
         writer.close()
 
 
-async def start_listener(broker, host: str, port: int) -> asyncio.Server:
-    """Listen on ``host:port`` for Kafka clients of ``broker`` (until the server is closed)."""
-    server = await asyncio.start_server(lambda r, w: _serve(broker, r, w), host, port)
+async def start_listener(broker, host: str, port: int, apis: dict | None = None) -> asyncio.Server:
+    """Listen on ``host:port`` for Kafka clients of ``broker`` (until the server is closed),
+    answering ``apis`` (default :data:`APIS`)."""
+    server = await asyncio.start_server(lambda r, w: _serve(broker, r, w, apis), host, port)
     log.info("Kafka listener of broker %s on %s:%s", broker.broker_id, host, port)
     return server
 
