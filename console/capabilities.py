@@ -20,6 +20,7 @@ __all__ = [
     "KEYS",
     "KIP963_GAUGES",
     "LINEAR_HASHING",
+    "LOG_DIRS",
     "LOG_DIR_RESET",
     "PROBE_LATENCY",
     "RESTART_CONTROL",
@@ -40,6 +41,7 @@ CORDON = "cordon"
 TIERED_OFFSETS = "tiered_offsets"
 PROBE_LATENCY = "probe_latency"
 RESTART_CONTROL = "restart_control"
+LOG_DIRS = "log_dirs"
 
 LABELS = {
     TIERED_EPOCH: "Tiered epoch and per-broker acknowledgements (KIP-950)",
@@ -49,6 +51,7 @@ LABELS = {
     TIERED_OFFSETS: "Tiered offsets: earliest-local and latest-tiered (ListOffsets -4 / -5)",
     PROBE_LATENCY: "Log dir probe latency and KIP-963 remote-tier gauges",
     RESTART_CONTROL: "Broker restart from Strata",
+    LOG_DIRS: "Log dirs, their state and replica sizes (DescribeLogDirs, KIP-113 / KIP-827)",
 }
 KEYS = tuple(LABELS)
 
@@ -58,6 +61,7 @@ NOT_LEARNT = "not known: the last sync did not learn it from the brokers"
 #: Kafka's ListOffsets API key and the first version with KIP-1005's latest-tiered (-5);
 #: earliest-local (-4) came one version before.
 LIST_OFFSETS_API_KEY = 2
+DESCRIBE_LOG_DIRS_API_KEY = 35
 LIST_OFFSETS_TIERED_VERSION = 9
 
 #: What Kafka as released does not do, whatever the brokers' version.
@@ -122,12 +126,32 @@ def _kafka_tiered_offsets(features: dict, synced: bool) -> Capability:
     if not span:
         return _no(TIERED_OFFSETS, "the brokers do not answer ListOffsets")
     if span[1] >= LIST_OFFSETS_TIERED_VERSION:
+        refused = features.get("tiered_offsets_refused")
+        if refused:
+            return _no(
+                TIERED_OFFSETS,
+                f"the brokers advertise ListOffsets v{span[1]} but the last sync could not read "
+                f"earliest-local / latest-tiered offsets ({refused})",
+            )
         return _yes(TIERED_OFFSETS)
     return _no(
         TIERED_OFFSETS,
         f"the brokers answer ListOffsets up to v{span[1]}: earliest-local (-4) and "
         f"latest-tiered (-5) offsets need v{LIST_OFFSETS_TIERED_VERSION} (KIP-1005), so the "
         "remote and local ranges of a partition cannot be told apart",
+    )
+
+
+def _kafka_log_dirs(features: dict, synced: bool) -> Capability:
+    versions = features.get("api_versions")
+    if versions is None:
+        return _unknown(LOG_DIRS, synced)
+    if str(DESCRIBE_LOG_DIRS_API_KEY) in versions:
+        return _yes(LOG_DIRS)
+    return _no(
+        LOG_DIRS,
+        "the brokers do not answer DescribeLogDirs: no log dir, its state or a replica's size "
+        "can be read, and replicas are listed from Metadata alone",
     )
 
 
@@ -170,6 +194,8 @@ def capabilities(cluster: Cluster) -> list[Capability]:
             out.append(_kafka_tiered_offsets(features, synced))
         elif key == CORDON:
             out.append(_kafka_cordon(features, synced))
+        elif key == LOG_DIRS:
+            out.append(_kafka_log_dirs(features, synced))
     return out
 
 

@@ -58,13 +58,18 @@ OFFSET_SPECS = {EARLIEST: 0, LATEST: 0, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 #: Topics per DescribeConfigs request (a fleet's topics in a few requests, not one each).
 CONFIG_TOPICS_PER_REQUEST = 2000
 #: What a sync cannot do without (ApiVersions of the bootstrap broker); DescribeCluster,
-#: ListGroups and OffsetFetch are optional (Metadata stands in for the first, no groups else).
+#: DescribeLogDirs, ListGroups and OffsetFetch are optional (Metadata stands in for the first;
+#: without the second a broker's dirs are not available and its replicas come from Metadata
+#: alone, as on Tansu; without the last two there are no groups).
 REQUIRED_APIS = {
     ApiKey.Metadata: "Metadata",
     ApiKey.DescribeConfigs: "DescribeConfigs",
-    ApiKey.DescribeLogDirs: "DescribeLogDirs",
     ApiKey.ListOffsets: "ListOffsets",
 }
+#: The offset specs asked in a second round, after the others are in: a broker that
+#: advertises ListOffsets v9 may still drop the connection on them (Tansu 0.6 does), which
+#: must not cost the earliest and latest offsets asked on the same connection.
+TIERED_SPECS = (EARLIEST_LOCAL, LATEST_TIERED)
 TOPIC, BROKER = 2, 4  # Kafka's ConfigResource.Type codes
 DEFAULT_CONFIG = 5  # DescribeConfigsResponse.ConfigSource
 READ_UNCOMMITTED = 0
@@ -85,8 +90,9 @@ def uuid_text(value: uuid.UUID | None) -> str:
 class BrokerRead:
     """One broker's own answers: its log dirs, its configs and its leaders' offsets."""
 
-    log_dirs: list = dataclasses.field(default_factory=list)
-    """DescribeLogDirs results (kafka-python structs)."""
+    log_dirs: list | None = dataclasses.field(default_factory=list)
+    """DescribeLogDirs results (kafka-python structs); None where the cluster has no
+    DescribeLogDirs."""
     configs: dict[str, str] = dataclasses.field(default_factory=dict)
     offsets: dict[tuple[str, int], dict[int, int]] = dataclasses.field(default_factory=dict)
     """(topic, partition) -> spec -> offset, of the partitions this broker leads."""
@@ -105,6 +111,8 @@ class ClusterRead:
     api_versions: dict[int, tuple[int, int]]
     per_broker: dict[int, BrokerRead]
     broker_errors: dict[int, str]
+    tiered_offsets_refused: str | None = None
+    """Why the -4 / -5 offsets could not be read although ListOffsets advertises them."""
 
 
 def _error(code: int, message: str | None = None) -> Exception:
@@ -218,37 +226,64 @@ def _offsets_requests(led: list[tuple[str, int]], high: int) -> dict[int, ListOf
 
 
 async def _broker_reads(manager, broker_ids, leaders, api_versions):
-    """Every broker's DescribeLogDirs, DescribeConfigs and ListOffsets, all sent at once."""
+    """Every broker's DescribeLogDirs, DescribeConfigs and ListOffsets -2 / -1, all sent at
+    once; then the -4 / -5 offsets (:data:`TIERED_SPECS`) of the brokers that answered."""
     high = api_versions[ApiKey.ListOffsets][1]
+    has_dirs = ApiKey.DescribeLogDirs in api_versions
     futures = {}
+    tiered = {}
     for bid in broker_ids:
-        futures[(bid, "dirs")] = _send(manager, DescribeLogDirsRequest(topics=None), bid)
+        if has_dirs:
+            futures[(bid, "dirs")] = _send(manager, DescribeLogDirsRequest(topics=None), bid)
         futures[(bid, "configs")] = _send(
             manager, DescribeConfigsRequest(resources=[(BROKER, str(bid), None)]), bid
         )
         led = leaders.get(bid, [])
         if led:
             for spec, req in _offsets_requests(led, high).items():
-                futures[(bid, spec)] = _send(manager, req, bid)
+                if spec in TIERED_SPECS:
+                    tiered[(bid, spec)] = req
+                else:
+                    futures[(bid, spec)] = _send(manager, req, bid)
     answers = await _gather(futures)
     reads: dict[int, BrokerRead] = {}
     errors: dict[int, str] = {}
     for bid in broker_ids:
         try:
-            reads[bid] = _broker_read(bid, answers)
+            reads[bid] = _broker_read(bid, answers, has_dirs)
         except Exception as exc:  # this broker fails alone, as an agent that does not answer
             errors[bid] = f"{type(exc).__name__}: {exc}"
-    return reads, errors
+    second = await _gather(
+        {key: _send(manager, req, key[0]) for key, req in tiered.items() if key[0] in reads}
+    )
+    refused = None
+    for (bid, spec), resp in second.items():
+        if isinstance(resp, Exception):
+            refused = f"broker {bid} failed ListOffsets {spec}: {type(resp).__name__}: {resp}"
+            continue
+        _take_offsets(reads[bid], spec, resp)
+    return reads, errors, refused
 
 
-def _broker_read(bid: int, answers: dict) -> BrokerRead:
+def _take_offsets(read: BrokerRead, spec: int, resp) -> None:
+    for t in resp.topics:
+        for p in t.partitions:
+            if p.error_code:  # e.g. leadership moved since Metadata: unknown this sync
+                continue
+            read.offsets.setdefault((t.name, p.partition_index), {})[spec] = p.offset
+
+
+def _broker_read(bid: int, answers: dict, has_dirs: bool) -> BrokerRead:
     read = BrokerRead()
-    dirs = answers[(bid, "dirs")]
-    if isinstance(dirs, Exception):
-        raise dirs
-    if getattr(dirs, "error_code", 0):
-        raise _error(dirs.error_code)
-    read.log_dirs = list(dirs.results)
+    if has_dirs:
+        dirs = answers[(bid, "dirs")]
+        if isinstance(dirs, Exception):
+            raise dirs
+        if getattr(dirs, "error_code", 0):
+            raise _error(dirs.error_code)
+        read.log_dirs = list(dirs.results)
+    else:
+        read.log_dirs = None
     configs = answers[(bid, "configs")]
     if isinstance(configs, Exception):
         raise configs
@@ -260,11 +295,7 @@ def _broker_read(bid: int, answers: dict) -> BrokerRead:
             continue
         if isinstance(resp, Exception):
             raise resp
-        for t in resp.topics:
-            for p in t.partitions:
-                if p.error_code:  # e.g. leadership moved since Metadata: unknown this sync
-                    continue
-                read.offsets.setdefault((t.name, p.partition_index), {})[spec] = p.offset
+        _take_offsets(read, spec, resp)
     return read
 
 
@@ -295,7 +326,9 @@ async def read_cluster(admin) -> ClusterRead:
     configs_f = manager.call_soon(
         _topic_configs, manager, [t.name for t in topics], sorted(brokers)
     )
-    per_broker, errors = await _broker_reads(manager, sorted(brokers), leaders, api_versions)
+    per_broker, errors, refused = await _broker_reads(
+        manager, sorted(brokers), leaders, api_versions
+    )
     topic_configs = await configs_f
     return ClusterRead(
         cluster_id=cluster_id or metadata.cluster_id or "",
@@ -306,6 +339,7 @@ async def read_cluster(admin) -> ClusterRead:
         api_versions=api_versions,
         per_broker=per_broker,
         broker_errors=errors,
+        tiered_offsets_refused=refused,
     )
 
 

@@ -116,6 +116,7 @@ def backend_features(read: ClusterRead) -> dict:
         "broker_configs": {
             CORDONED_LOG_DIRS: any(CORDONED_LOG_DIRS in b.configs for b in read.per_broker.values())
         },
+        "tiered_offsets_refused": read.tiered_offsets_refused,
     }
 
 
@@ -180,6 +181,8 @@ class KafkaClusterSource:
             return made[-1]
 
         servers = self.client.get("bootstrap_servers", "")
+        if not isinstance(servers, str):  # kafka-python takes a list too
+            servers = ",".join(servers)
         try:
             return KafkaAdminClient(
                 **{
@@ -377,7 +380,7 @@ class KafkaClusterSource:
         hosted: dict[tuple[str, int], tuple[str, int]] = {}  # replica -> (dir, size)
         dirs = []
         failed = []
-        for d in mine.log_dirs:
+        for d in mine.log_dirs or ():
             if d.error_code:
                 failed.append(d.log_dir)
                 continue
@@ -408,7 +411,7 @@ class KafkaClusterSource:
         for topic, tid, tiered, p in self._assigned.get(broker_id, ()):
             key = (topic, p.partition_index)
             is_offline = broker_id in (p.offline_replicas or [])
-            if key not in hosted and not is_offline:
+            if key not in hosted and not is_offline and mine.log_dirs is not None:
                 continue  # not on this broker's disks yet (being created)
             offsets = read.per_broker.get(p.leader_id)
             offsets = offsets.offsets.get(key, {}) if offsets is not None else {}

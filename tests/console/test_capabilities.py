@@ -79,3 +79,23 @@ def test_kip_963_gauges_of_a_kafka_cluster_are_null_with_the_reason_never_zero()
     gauges = caps.gauges_not_available(kafka())
     assert gauges["remote_copy_lag_bytes"] is None and gauges["remote_log_size_bytes"] is None
     assert "JMX" in gauges["not_available"]
+
+
+def test_a_kafka_cluster_without_describe_log_dirs_or_readable_tiered_offsets_says_why():
+    """Tansu 0.6 lacks DescribeLogDirs and drops the connection on ListOffsets -4 / -5 though it
+    advertises v9: the sync records both and the capabilities say so."""
+    cluster = Cluster.objects.create(
+        name="peer",
+        backend="kafka",
+        kafka_bootstrap="peer:9092",
+        synced_at=timezone.now(),
+        backend_features={
+            "api_versions": {"2": [0, 9], "3": [0, 12]},
+            "broker_configs": {"cordoned.log.dirs": False},
+            "tiered_offsets_refused": "broker 1 failed ListOffsets -4: KafkaConnectionError",
+        },
+    )
+    got = caps.by_key(cluster)
+    assert not got[caps.LOG_DIRS].supported and "DescribeLogDirs" in got[caps.LOG_DIRS].reason
+    assert not got[caps.TIERED_OFFSETS].supported
+    assert "could not read" in got[caps.TIERED_OFFSETS].reason

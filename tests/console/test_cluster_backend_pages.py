@@ -44,7 +44,7 @@ def test_the_overview_and_the_cluster_page_show_each_clusters_backend(viewer_cli
     assert backends == [("local", "agents"), ("prod", "kafka")]
     page = viewer_client.get("/clusters/local/").content.decode()
     assert 'data-testid="controller-url"><code>http://127.0.0.1:1</code>' in page
-    assert page.count('data-status="supported"') == 7
+    assert page.count('data-status="supported"') == 8
 
 
 def test_a_kafka_cluster_page_never_raises_before_its_first_sync(viewer_client):
@@ -123,6 +123,7 @@ def test_the_clusters_api_gives_backend_bootstrap_and_capabilities(viewer_client
         "tiered_offsets",
         "probe_latency",
         "restart_control",
+        "log_dirs",
     }
     assert (
         by_key["tiered_offsets"]["supported"] is False
