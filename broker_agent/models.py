@@ -261,6 +261,11 @@ class TieringCommandRequest(_Model):
 
 class AlterPartitionCountRequest(_Model):
     undeleted_partition_count: int = Field(ge=1, le=100_000)
+    increase_only: bool = False
+    """Kafka's CreatePartitions: a count that does not grow is INVALID_PARTITIONS (this API
+    also shrinks, KIP-253, and takes the current count as done)."""
+    validate_only: bool = False
+    """Every check, nothing changed (CreatePartitions' ``validate_only``)."""
 
 
 class JoinGroupRequest(_Model):

@@ -34,6 +34,7 @@ from broker_agent.kafka_wire import (
     groups,
     logdirs,
     offsets,
+    partitions,
     sasl,
 )
 from broker_agent.kafka_wire.api import Api
@@ -68,6 +69,7 @@ APIS: dict[int, Api] = {
     **logdirs.APIS,
     **offsets.APIS,
     **groups.APIS,
+    **partitions.APIS,
     **sasl.APIS,
 }
 
