@@ -260,6 +260,7 @@ def test_api_versions_lists_only_what_the_broker_implements_and_anything_else_cl
         9: (2, 8),  # OffsetFetch
         37: (0, 3),  # CreatePartitions
         43: (0, 2),  # ElectLeaders (v1+: election type)
+        34: (1, 2),  # AlterReplicaLogDirs
     }
     # KIP-511: an ApiVersions the broker does not know is answered at v0 with the list
     too_new = ask(port, ApiVersionsRequest(), 4, ApiVersionsResponse, secret=b"")

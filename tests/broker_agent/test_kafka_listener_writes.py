@@ -5,17 +5,32 @@ broker through :func:`ask`), with Kafka 3.9's answers."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from kafka import TopicPartitionReplica
+from kafka.errors import (
+    KafkaStorageError,
+    LogDirNotFoundError,
+    NoError,
+    ReplicaNotAvailableError,
+    UnknownTopicOrPartitionError,
+)
 from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 
+from broker_agent.choices import LogDirState
+
 from .conftest import Load, wait_until
-from .test_kafka_listener import FAST, admin, ask, kafka_ports
+from .test_kafka_listener import FAST, _alter, admin, ask, kafka_ports
+from .test_log_dir_failure import _break_dir
 
 pytestmark = pytest.mark.integration
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REQUEST = 0, 3, 37, 42
 PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 80, 83, 84
 PREFERRED, UNCLEAN = 0, 1
+SET, DELETE, BROKER = 0, 1, 4
+THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
 
 
 def _created(response) -> dict:
@@ -136,3 +151,93 @@ def test_elect_leaders_preferred_and_unclean_as_kafka_decides_them(sim_factory):
     assert _elect(port, UNCLEAN, "orders") == NONE
     part = sim.partition("orders")
     assert (part.leader, part.isr) == (other, [other])
+
+
+def _hosted(a, broker_id: int, topic: str) -> dict[str, list[tuple[bool, int]]]:
+    """DescribeLogDirs of one broker: dir path -> ``(is_future, offset_lag)`` of ``topic``-0."""
+    [answer] = a.describe_log_dirs(brokers=[broker_id])
+    return {
+        d["log_dir"]: [
+            (p["is_future_key"], p["offset_lag"])
+            for t in d["topics"]
+            if t["name"] == topic
+            for p in t["partitions"]
+            if p["partition_index"] == 0
+        ]
+        for d in answer["log_dirs"]
+    }
+
+
+def test_alter_replica_log_dirs_moves_a_replica_through_a_future_replica_under_produce_load(
+    sim_factory,
+):
+    sim = sim_factory(2, 2, *FAST)
+    sim.controller.create_topic("orders", 1, 2)
+    sim.controller.create_topic("solo", 1, 1)
+    wait_until(
+        lambda: all(len(sim.partition(t).created) == n for t, n in (("orders", 2), ("solo", 1))),
+        20,
+        what="replicas created",
+    )
+    leader = sim.partition("orders").leader
+    port = kafka_ports(sim)[leader]
+    paths = {d.name: d.path for d in sim.agent(leader).snapshot().log_dirs}
+    source = sim.replica(leader, "orders").log_dir
+    [target] = [name for name in paths if name != source]
+    here = TopicPartitionReplica("orders", 0, leader)
+    with Load(sim, "orders") as load, admin(sim) as a:
+        load.wait_acked(400)
+        # Kafka's quota on the copy, so the move is seen under way: the load writes faster
+        assert _alter(port, str(leader), [(THROTTLE, SET, "1000")], resource_type=BROKER) == (
+            NONE,
+            None,
+        )
+        assert a.alter_replica_log_dirs({here: paths[target]}) == {here: NoError}
+        wait_until(
+            lambda: (
+                (hosted := _hosted(a, leader, "orders"))[paths[source]] == [(False, 0)]
+                and len(hosted[paths[target]]) == 1
+                and hosted[paths[target]][0][0]  # is_future
+                and hosted[paths[target]][0][1] > 0  # its copy is behind the current log
+            ),
+            20,
+            what="the future replica on the target dir",
+        )
+        assert sim.replica(leader, "orders").log_dir == source  # still served from there
+        load.wait_acked(100)
+        assert _alter(port, str(leader), [(THROTTLE, DELETE, None)], resource_type=BROKER)[0] == 0
+        wait_until(lambda: sim.replica(leader, "orders").log_dir == target, 30, what="the swap")
+        assert _hosted(a, leader, "orders") == {paths[source]: [], paths[target]: [(False, 0)]}
+        load.wait_acked(100)
+    load.verify_exactly_once()  # nothing lost or doubled across the swap
+    assert not os.path.exists(os.path.join(paths[source], "orders-0"))
+    assert os.listdir(paths[target]).count("orders-0") == 1
+    assert not [n for n in os.listdir(paths[target]) if n.endswith("-future")]
+
+    solo_host = sim.partition("solo").leader
+    other = next(b for b in (1, 2) if b != solo_host)
+    other_dir = next(d.path for d in sim.agent(other).snapshot().log_dirs)
+    with admin(sim) as a:
+        answers = a.alter_replica_log_dirs(
+            {
+                TopicPartitionReplica("orders", 0, leader): "/no/such/dir",
+                TopicPartitionReplica("solo", 0, other): other_dir,  # hosted elsewhere
+                TopicPartitionReplica("nope", 0, other): other_dir,
+            }
+        )
+    assert answers == {
+        TopicPartitionReplica("orders", 0, leader): LogDirNotFoundError,
+        TopicPartitionReplica("solo", 0, other): ReplicaNotAvailableError,
+        TopicPartitionReplica("nope", 0, other): UnknownTopicOrPartitionError,
+    }
+    _break_dir(paths[source])  # KIP-112's failure: the folder replaced by a file
+    wait_until(
+        lambda: (
+            {d.name: d.state for d in sim.agent(leader).snapshot().log_dirs}[source]
+            == LogDirState.OFFLINE
+        ),
+        20,
+        what="the source dir failed",
+    )
+    with admin(sim) as a:
+        assert a.alter_replica_log_dirs({here: paths[source]}) == {here: KafkaStorageError}
