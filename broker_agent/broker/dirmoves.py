@@ -191,7 +191,9 @@ class ReplicaDirMover:
         with b.lock, r.cond, src.lock:
             if r.log is not src or self.futures.get((move.topic, move.partition)) is not move:
                 return False
-            if self._copy_some(src, fut, CHUNK_BYTES) or fut.log_end_offset != src.log_end_offset:
+            while self._copy_some(src, fut, CHUNK_BYTES):
+                pass  # the last batches: no append can come in while the log's lock is held
+            if fut.log_end_offset != src.log_end_offset:
                 return False
             final = os.path.join(b.log_dirs[move.dir_name].path, f"{move.topic}-{move.partition}")
             with fut.lock:
