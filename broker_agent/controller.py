@@ -54,6 +54,7 @@ from broker_agent.models import (
     partition_keys,
     validate_topic_name,
 )
+from broker_agent.reassignment import install_reassignment_routes, maybe_complete
 from broker_agent.sim_controls import install_sim_routes
 from broker_agent.topic_configs import check_local_retention, is_compacted, validate_topic_configs
 from broker_agent.web import ApiError, install
@@ -626,6 +627,7 @@ class Controller:
         if isr != part["isr"]:
             part["isr"] = isr
             part["partition_epoch"] += 1
+            maybe_complete(part)  # KIP-455: the ISR change that brings the target in sync
             self._bump(t)
         return part
 
@@ -800,6 +802,9 @@ def create_app(
     install_group_routes(app, lambda: c().groups)
     install_election_routes(
         app, lambda: c().topics, lambda t, p: c()._offline_replicas(t, p), lambda *t: c()._bump(*t)
+    )
+    install_reassignment_routes(
+        app, lambda: c().topics, lambda: set(c().brokers), lambda *t: c()._bump(*t)
     )
     if sim_data:  # the simulated cluster's process controls (broker_agent.sim_controls)
         install_sim_routes(app, sim_data, lambda bid: anyio.from_thread.run_sync(c().fence, bid))

@@ -97,6 +97,10 @@ class PartitionMetadata(_Model):
     leader_epoch_before_deletion: dict[str, int] = {}
     """KIP-253 leaderEpochBeforeDeletion; non-empty iff the partition is marked for deletion."""
     marked_for_deletion: bool = False
+    adding_replicas: list[int] = []
+    """KIP-455: replicas a reassignment under way is adding (they are in ``replicas``)."""
+    removing_replicas: list[int] = []
+    """KIP-455: replicas a reassignment under way will remove once the target is in sync."""
 
 
 class TopicMetadata(_Model):

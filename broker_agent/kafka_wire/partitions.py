@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import urllib.parse
 
-import httpx
 import kafka.errors as Errors
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
@@ -42,40 +41,10 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.api_key import ApiKey
 
-from broker_agent.choices import ErrorCode
-from broker_agent.client import AgentError
 from broker_agent.kafka_wire.api import Api
+from broker_agent.kafka_wire.forward import forward, kafka_errno
 
-__all__ = ["APIS", "kafka_errno"]
-
-#: the controller's error names -> Kafka error codes
-_CODES = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: Errors.UnknownTopicOrPartitionError.errno,
-    ErrorCode.INVALID_PARTITIONS: Errors.InvalidPartitionsError.errno,
-    ErrorCode.PARTITIONS_MARKED_FOR_DELETION: Errors.InvalidPartitionsError.errno,
-    ErrorCode.INVALID_REPLICATION_FACTOR: Errors.InvalidReplicationFactorError.errno,
-    ErrorCode.INVALID_REQUEST: Errors.InvalidRequestError.errno,
-    ErrorCode.ELECTION_NOT_NEEDED: Errors.ElectionNotNeededError.errno,
-    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: Errors.PreferredLeaderNotAvailableError.errno,
-    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: Errors.EligibleLeadersNotAvailableError.errno,
-}
-
-
-def kafka_errno(error: str | None) -> int:
-    """Kafka's error code for a controller error name (``None``: no error)."""
-    if error is None:
-        return 0
-    return _CODES.get(error, Errors.UnknownError.errno)
-
-
-def _forward(broker, method: str, path: str, body: dict) -> tuple[int, str | None, dict]:
-    """One call to the controller: ``(kafka error code, message, answer)``."""
-    try:
-        return 0, None, broker.controller.request(method, path, body=body, retries=1, timeout=30)
-    except AgentError as exc:
-        return kafka_errno(exc.error), exc.message or None, {}
-    except httpx.HTTPError as exc:
-        return Errors.RequestTimedOutError.errno, f"the controller did not answer: {exc}", {}
+__all__ = ["APIS"]
 
 
 def _create_one(broker, topic, validate_only: bool) -> tuple[int, str | None]:
@@ -85,7 +54,7 @@ def _create_one(broker, topic, validate_only: bool) -> tuple[int, str | None]:
             "the simulated controller places new partitions itself: manual assignments are "
             "not supported",
         )
-    code, message, _ = _forward(
+    code, message, _ = forward(
         broker,
         "POST",
         f"/v1/topics/{urllib.parse.quote(topic.name, safe='')}/partition-count",
@@ -124,7 +93,7 @@ def _elect_leaders(broker, request, version):
         if asked is None
         else [{"topic": t.topic, "partitions": list(t.partitions)} for t in asked],
     }
-    code, message, answer = _forward(broker, "POST", "/v1/partitions/elect-leaders", body)
+    code, message, answer = forward(broker, "POST", "/v1/partitions/elect-leaders", body)
     T = ElectLeadersResponse.ReplicaElectionResult
     P = T.PartitionResult
     if code:  # the controller refused the request or did not answer: every partition says so

@@ -35,6 +35,7 @@ from broker_agent.kafka_wire import (
     logdirs,
     offsets,
     partitions,
+    reassign,
     sasl,
 )
 from broker_agent.kafka_wire.api import Api
@@ -70,6 +71,7 @@ APIS: dict[int, Api] = {
     **offsets.APIS,
     **groups.APIS,
     **partitions.APIS,
+    **reassign.APIS,
     **sasl.APIS,
 }
 

@@ -261,6 +261,8 @@ def test_api_versions_lists_only_what_the_broker_implements_and_anything_else_cl
         37: (0, 3),  # CreatePartitions
         43: (0, 2),  # ElectLeaders (v1+: election type)
         34: (1, 2),  # AlterReplicaLogDirs
+        45: (0, 0),  # AlterPartitionReassignments (v0: Kafka 3.9)
+        46: (0, 0),  # ListPartitionReassignments
     }
     # KIP-511: an ApiVersions the broker does not know is answered at v0 with the list
     too_new = ask(port, ApiVersionsRequest(), 4, ApiVersionsResponse, secret=b"")

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from kafka import TopicPartitionReplica
+from kafka import TopicPartition, TopicPartitionReplica
 from kafka.errors import (
+    InvalidReplicationAssignmentError,
     KafkaStorageError,
     LogDirNotFoundError,
     NoError,
+    NoReassignmentInProgressError,
     ReplicaNotAvailableError,
     UnknownTopicOrPartitionError,
 )
@@ -241,3 +243,78 @@ def test_alter_replica_log_dirs_moves_a_replica_through_a_future_replica_under_p
     )
     with admin(sim) as a:
         assert a.alter_replica_log_dirs({here: paths[source]}) == {here: KafkaStorageError}
+
+
+def test_partition_reassignment_adds_catches_up_and_drops_replicas_under_produce_load(sim_factory):
+    sim = sim_factory(3, 1, *FAST)
+    sim.controller.create_topic("orders", 1, 2)
+    sim.controller.create_topic("other", 1, 1)
+    old_leader, kept = sim.partition("orders").replicas
+    [added] = [b for b in (1, 2, 3) if b not in (old_leader, kept)]
+    tp = TopicPartition("orders", 0)
+    with Load(sim, "orders") as load:
+        load.wait_acked(100)
+        # the broker being added is down: the reassignment waits for it, as in Kafka
+        sim.cli("kill-broker", str(added))
+        with admin(sim) as a:
+            assert a.alter_partition_reassignments({tp: [added, kept]}) == {tp: None}
+            ongoing = a.list_partition_reassignments()
+            refused = a.alter_partition_reassignments(
+                {
+                    TopicPartition("other", 0): None,  # none under way
+                    TopicPartition("other", 1): [kept],
+                    TopicPartition("nope", 0): [kept],
+                }
+            )
+            twice = a.alter_partition_reassignments({TopicPartition("other", 0): [kept, kept]})
+            unknown = a.alter_partition_reassignments({TopicPartition("other", 0): [99]})
+        assert ongoing == {
+            tp: {
+                "replicas": [added, kept, old_leader],
+                "adding_replicas": [added],
+                "removing_replicas": [old_leader],
+            }
+        }
+        assert refused == {
+            TopicPartition("other", 0): NoReassignmentInProgressError,
+            TopicPartition("other", 1): UnknownTopicOrPartitionError,
+            TopicPartition("nope", 0): UnknownTopicOrPartitionError,
+        }
+        assert twice == unknown == {TopicPartition("other", 0): InvalidReplicationAssignmentError}
+        part = sim.partition("orders")
+        assert (part.leader, part.replicas) == (old_leader, [added, kept, old_leader])
+        load.wait_acked(100)  # the partition keeps serving meanwhile
+
+        sim.cli("start-broker", str(added))  # its replica is created and catches up
+        with admin(sim) as a:
+            wait_until(lambda: a.list_partition_reassignments() == {}, 30, what="completed")
+        part = sim.partition("orders")
+        assert (part.replicas, part.adding_replicas, part.removing_replicas) == (
+            [added, kept],
+            [],
+            [],
+        )
+        assert sorted(part.isr) == sorted([added, kept])
+        assert part.leader == added  # the removed leader's successor: the first target in sync
+        wait_until(lambda: sim.replica(old_leader, "orders") is None, 20, what="replica dropped")
+        load.wait_acked(100)
+    load.verify_exactly_once()
+
+    # a cancelled reassignment takes out the replicas it was adding and keeps the others
+    sim.cli("kill-broker", str(old_leader))
+    wait_until(
+        lambda: (
+            not next(
+                b for b in sim.controller.metadata().brokers if b.broker_id == old_leader
+            ).alive
+        ),
+        20,
+        what="the killed broker fenced (clients then find the live ones)",
+    )
+    with admin(sim) as a:
+        assert a.alter_partition_reassignments({tp: [old_leader, kept]}) == {tp: None}
+        assert a.list_partition_reassignments([tp])[tp]["adding_replicas"] == [old_leader]
+        assert a.alter_partition_reassignments({tp: None}) == {tp: None}
+        assert a.list_partition_reassignments() == {}
+    part = sim.partition("orders")
+    assert sorted(part.replicas) == sorted([added, kept]) and part.leader == added
