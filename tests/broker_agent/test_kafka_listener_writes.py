@@ -122,10 +122,25 @@ def test_elect_leaders_preferred_and_unclean_as_kafka_decides_them(sim_factory):
         ("orders", [])
     ]
 
+    # the ISR shrinks to the preferred replica, which then dies: no clean leader is left
+    sim.cli("kill-broker", str(other))
+    wait_until(lambda: sim.partition("orders").isr == [preferred], 20, what="ISR shrunk")
     sim.cli("kill-broker", str(preferred))
-    wait_until(lambda: sim.partition("orders").leader == other, 20, what="failover")
-    assert _elect(port, PREFERRED, "orders") == PREFERRED_LEADER_NOT_AVAILABLE
-    assert _elect(port, UNCLEAN, "orders") == ELECTION_NOT_NEEDED  # it has a leader
+    wait_until(lambda: sim.partition("orders").leader == -1, 20, what="leaderless")
+    assert _elect(port, UNCLEAN, "orders") == ELIGIBLE_LEADERS_NOT_AVAILABLE  # none online
+    sim.cli("start-broker", str(other))
+    wait_until(
+        lambda: other not in sim.partition("orders").offline_replicas,
+        20,
+        what="the out-of-sync replica back online",
+    )
+    assert sim.partition("orders").leader == -1  # never elected by itself (no unclean default)
+    assert _elect(port, UNCLEAN, "orders") == NONE
+    part = sim.partition("orders")
+    assert (part.leader, part.isr) == (other, [other])
+    assert _elect(port, UNCLEAN, "orders") == ELECTION_NOT_NEEDED  # it has a leader now
+    assert _elect(port, PREFERRED, "orders") == PREFERRED_LEADER_NOT_AVAILABLE  # still down
+
     sim.cli("start-broker", str(preferred))
     wait_until(
         lambda: preferred in sim.partition("orders").isr, 30, what="the preferred replica in ISR"
@@ -136,23 +151,6 @@ def test_elect_leaders_preferred_and_unclean_as_kafka_decides_them(sim_factory):
     assert resp.replica_election_results[0].partition_result[0].error_code == NONE
     part = sim.partition("orders")
     assert (part.leader, part.leader_epoch) == (preferred, epoch + 1)
-
-    # the ISR shrinks to the preferred replica, which then dies: no clean leader is left
-    sim.cli("kill-broker", str(other))
-    wait_until(lambda: sim.partition("orders").isr == [preferred], 20, what="ISR shrunk")
-    sim.cli("kill-broker", str(preferred))
-    wait_until(lambda: sim.partition("orders").leader == -1, 20, what="leaderless")
-    assert _elect(port, UNCLEAN, "orders") == ELIGIBLE_LEADERS_NOT_AVAILABLE  # none online
-    sim.cli("start-broker", str(other))
-    wait_until(
-        lambda: other not in sim.controller.metadata().topics[0].partitions[0].offline_replicas,
-        20,
-        what="the out-of-sync replica back online",
-    )
-    assert sim.partition("orders").leader == -1  # never elected by itself (no unclean default)
-    assert _elect(port, UNCLEAN, "orders") == NONE
-    part = sim.partition("orders")
-    assert (part.leader, part.isr) == (other, [other])
 
 
 def _hosted(a, broker_id: int, topic: str) -> dict[str, list[tuple[bool, int]]]:
