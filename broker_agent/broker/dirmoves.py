@@ -99,8 +99,8 @@ class ReplicaDirMover:
                 return None
             if not all(x.good for x in b.log_dirs.values()):
                 return ErrorCode.KAFKA_STORAGE_ERROR
-            fut = PartitionLog(d, topic, partition, src.topic_id, 1 << 62)
-            fut.path = os.path.join(d.path, f"{topic}-{partition}.{uuid.uuid4().hex}-future")
+            folder = f"{topic}-{partition}.{uuid.uuid4().hex}-future"
+            fut = PartitionLog(d, topic, partition, src.topic_id, 1 << 62, folder=folder)
             try:
                 fut.create()
             except StorageError:
@@ -115,9 +115,6 @@ class ReplicaDirMover:
             daemon=True,
         ).start()
         return None
-
-    def future_of(self, topic: str, partition: int) -> FutureReplica | None:
-        return self.futures.get((topic, partition))
 
     # -- the copy ------------------------------------------------------------------------------
 
@@ -195,7 +192,6 @@ class ReplicaDirMover:
                 pass  # the last batches: no append can come in while the log's lock is held
             if fut.log_end_offset != src.log_end_offset:
                 return False
-            final = os.path.join(b.log_dirs[move.dir_name].path, f"{move.topic}-{move.partition}")
             with fut.lock:
                 for seg in fut.closed_segments():  # retention ran on the current log
                     if seg.last_offset < src.local_log_start_offset:
@@ -205,12 +201,7 @@ class ReplicaDirMover:
                 fut.leader_epochs = list(src.leader_epochs)
                 fut.producers = {k: list(v) for k, v in src.producers.items()}
                 fut.segment_bytes = src.segment_bytes
-                fut._io(lambda: os.rename(fut.path, final))
-                fut.path = final
-                for seg in fut.segments:
-                    seg.path = os.path.join(final, os.path.basename(seg.path))
-                fut._write_checkpoints()
-                fut.checkpoint_high_watermark()
+                fut.rename()
             r.log, r.dir_name = fut, move.dir_name
             del self.futures[(move.topic, move.partition)]
             with contextlib.suppress(StorageError):
