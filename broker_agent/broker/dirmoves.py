@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from broker_agent.broker.state import log
 from broker_agent.choices import ErrorCode
+from broker_agent.models import partition_key
 from broker_agent.storage import LogDir, PartitionLog, StorageError
 
 __all__ = ["FutureReplica", "ReplicaDirMover", "dir_of"]
@@ -71,8 +72,8 @@ class ReplicaDirMover:
         In Kafka's order: a path that is no configured dir is LOG_DIR_NOT_FOUND, an offline
         destination KAFKA_STORAGE_ERROR; a move under way to another dir is abandoned; an
         offline replica is KAFKA_STORAGE_ERROR; a partition this broker does not host is
-        REPLICA_NOT_AVAILABLE (UNKNOWN_TOPIC_OR_PARTITION when the cluster has no such
-        partition); the replica's own dir (or a move already going there) is done; a broker
+        REPLICA_NOT_AVAILABLE, and the dir is remembered for its replica should one be assigned
+        here (UNKNOWN_TOPIC_OR_PARTITION when the cluster has no such partition); the replica's own dir (or a move already going there) is done; a broker
         with any offline dir creates no future replica (KAFKA_STORAGE_ERROR), so one partition
         never gets future logs in two dirs."""
         b = self.broker
@@ -90,6 +91,9 @@ class ReplicaDirMover:
             if r is None:
                 parts = b.topics.get(topic, {}).get("partitions", [])
                 if any(p["partition"] == partition for p in parts):
+                    # Kafka's preferred log dir: a replica assigned here later (a reassignment
+                    # adding this broker) is created on that dir
+                    b.planned_dirs[partition_key(topic, partition)] = d.name
                     return ErrorCode.REPLICA_NOT_AVAILABLE
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             src = r.log

@@ -216,7 +216,9 @@ def test_alter_replica_log_dirs_moves_a_replica_through_a_future_replica_under_p
 
     solo_host = sim.partition("solo").leader
     other = next(b for b in (1, 2) if b != solo_host)
-    other_dir = next(d.path for d in sim.agent(other).snapshot().log_dirs)
+    other_dirs = {d.name: d.path for d in sim.agent(other).snapshot().log_dirs}
+    busy = sim.replica(other, "orders").log_dir  # where placement would not put a new replica
+    other_dir = other_dirs[busy]
     with admin(sim) as a:
         answers = a.alter_replica_log_dirs(
             {
@@ -230,6 +232,13 @@ def test_alter_replica_log_dirs_moves_a_replica_through_a_future_replica_under_p
         TopicPartitionReplica("solo", 0, other): ReplicaNotAvailableError,
         TopicPartitionReplica("nope", 0, other): UnknownTopicOrPartitionError,
     }
+    # REPLICA_NOT_AVAILABLE remembered the dir: a reassignment adding the replica puts it there
+    solo = TopicPartition("solo", 0)
+    with admin(sim) as a:
+        assert a.alter_partition_reassignments({solo: [solo_host, other]}) == {solo: None}
+        wait_until(lambda: a.list_partition_reassignments() == {}, 30, what="solo reassigned")
+    assert sim.replica(other, "solo").log_dir == busy
+
     _break_dir(paths[source])  # KIP-112's failure: the folder replaced by a file
     wait_until(
         lambda: (
