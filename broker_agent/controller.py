@@ -31,6 +31,7 @@ from broker_agent.choices import (
     TopicConfig,
 )
 from broker_agent.client import AgentClient
+from broker_agent.elections import install_election_routes
 from broker_agent.groups import GroupCoordinator, install_group_routes
 from broker_agent.hashing import murmur2, partition_for_key, to_positive
 from broker_agent.metadata_rows import METADATA_TSV_HELP, metadata_tsv
@@ -53,6 +54,7 @@ from broker_agent.models import (
     partition_keys,
     validate_topic_name,
 )
+from broker_agent.reassignment import install_reassignment_routes, maybe_complete
 from broker_agent.sim_controls import install_sim_routes
 from broker_agent.topic_configs import check_local_retention, is_compacted, validate_topic_configs
 from broker_agent.web import ApiError, install
@@ -493,6 +495,15 @@ class Controller:
         t = self.topic(name)
         u, target = t["undeleted_partition_count"], req.undeleted_partition_count
         parts = t["partitions"]
+        if req.increase_only and target <= u:  # ReplicationControlManager.createPartitions
+            raise ApiError(
+                400,
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic already has {u} partition(s)."
+                if target == u
+                else f"The topic {name} currently has {u} partition(s); {target} would not be "
+                "an increase.",
+            )
         if target == u:
             return t
         if target > u:
@@ -508,6 +519,8 @@ class Controller:
             rf = len(parts[0]["replicas"])
             if rf > len(alive):
                 raise ApiError(400, ErrorCode.INVALID_REPLICATION_FACTOR, "not enough live brokers")
+            if req.validate_only:
+                return t
             after_creation = {str(p): v["leader_epoch"] for p, v in parts.items()}
             for v in parts.values():
                 v["leader_epoch"] += 1
@@ -524,6 +537,8 @@ class Controller:
                     ErrorCode.INVALID_PARTITIONS,
                     f"cannot shrink below initial_partition_count {t['initial_partition_count']}",
                 )
+            if req.validate_only:
+                return t
             before_deletion = {str(p): parts[p]["leader_epoch"] for p in range(target)}
             for p in range(target, u):
                 if p in parts and not parts[p]["leader_epoch_before_deletion"]:
@@ -612,6 +627,7 @@ class Controller:
         if isr != part["isr"]:
             part["isr"] = isr
             part["partition_epoch"] += 1
+            maybe_complete(part)  # KIP-455: the ISR change that brings the target in sync
             self._bump(t)
         return part
 
@@ -784,6 +800,12 @@ def create_app(
         return {"producer_id": c().allocate_producer_id()}
 
     install_group_routes(app, lambda: c().groups)
+    install_election_routes(
+        app, lambda: c().topics, lambda t, p: c()._offline_replicas(t, p), lambda *t: c()._bump(*t)
+    )
+    install_reassignment_routes(
+        app, lambda: c().topics, lambda: set(c().brokers), lambda *t: c()._bump(*t)
+    )
     if sim_data:  # the simulated cluster's process controls (broker_agent.sim_controls)
         install_sim_routes(app, sim_data, lambda bid: anyio.from_thread.run_sync(c().fence, bid))
     return app

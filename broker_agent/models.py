@@ -97,6 +97,10 @@ class PartitionMetadata(_Model):
     leader_epoch_before_deletion: dict[str, int] = {}
     """KIP-253 leaderEpochBeforeDeletion; non-empty iff the partition is marked for deletion."""
     marked_for_deletion: bool = False
+    adding_replicas: list[int] = []
+    """KIP-455: replicas a reassignment under way is adding (they are in ``replicas``)."""
+    removing_replicas: list[int] = []
+    """KIP-455: replicas a reassignment under way will remove once the target is in sync."""
 
 
 class TopicMetadata(_Model):
@@ -261,6 +265,11 @@ class TieringCommandRequest(_Model):
 
 class AlterPartitionCountRequest(_Model):
     undeleted_partition_count: int = Field(ge=1, le=100_000)
+    increase_only: bool = False
+    """Kafka's CreatePartitions: a count that does not grow is INVALID_PARTITIONS (this API
+    also shrinks, KIP-253, and takes the current count as done)."""
+    validate_only: bool = False
+    """Every check, nothing changed (CreatePartitions' ``validate_only``)."""
 
 
 class JoinGroupRequest(_Model):

@@ -283,14 +283,22 @@ class PartitionLog:
     """
 
     def __init__(
-        self, log_dir: LogDir, topic: str, partition: int, topic_id: str, segment_bytes: int
+        self,
+        log_dir: LogDir,
+        topic: str,
+        partition: int,
+        topic_id: str,
+        segment_bytes: int,
+        folder: str | None = None,
     ):
+        """``folder``: the replica's folder in its dir, ``<topic>-<partition>`` unless given
+        (a future replica's, until :meth:`rename`)."""
         self.log_dir = log_dir
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
         self.segment_bytes = segment_bytes
-        self.path = os.path.join(log_dir.path, f"{topic}-{partition}")
+        self.path = os.path.join(log_dir.path, folder or f"{topic}-{partition}")
         self.lock = threading.RLock()
         self.segments: list[Segment] = []
         self.log_start_offset = 0
@@ -355,6 +363,18 @@ class PartitionLog:
         with self.lock:
             self._io(lambda: shutil.rmtree(self.path, ignore_errors=False))
             self.deleted = True
+
+    def rename(self) -> None:
+        """Give the replica's folder its partition name, ``<topic>-<partition>`` in the same dir
+        (a future replica swapped in, KIP-113); the segments follow, checkpoints are written."""
+        path = os.path.join(self.log_dir.path, f"{self.topic}-{self.partition}")
+        with self.lock:
+            self._io(lambda: os.rename(self.path, path))
+            self.path = path
+            for seg in self.segments:
+                seg.path = os.path.join(path, os.path.basename(seg.path))
+            self._write_checkpoints()
+            self.checkpoint_high_watermark()
 
     def _io(self, fn: Callable[[], object]):
         """:meth:`LogDir.io` for this log's files; a deleted log fails alone, not its dir."""

@@ -11,7 +11,8 @@ Threads (all daemons, one process per broker):
 - events: pushes signed webhook events; drops them after a few attempts when nobody listens.
 
 Where it lives: :mod:`.state` (Replica), :mod:`.logdirs`, :mod:`.metadata`, :mod:`.partitions`,
-:mod:`.replication`, :mod:`.tiering`, :mod:`.snapshot`; this module builds the broker from
+:mod:`.replication`, :mod:`.tiering`, :mod:`.snapshot`, :mod:`.dirmoves` (a composed part,
+not a mixin); this module builds the broker from
 them and starts its threads.
 """
 
@@ -24,6 +25,7 @@ import threading
 import time
 import uuid
 
+from broker_agent.broker.dirmoves import ReplicaDirMover
 from broker_agent.broker.logdirs import LogDirsMixin
 from broker_agent.broker.metadata import MetadataMixin
 from broker_agent.broker.partitions import PartitionIOMixin
@@ -145,6 +147,8 @@ class Broker(
         for d in self.log_dirs.values():
             d.capacity_bytes = log_dir_capacity_bytes
             d.cordoned = d.name in cordoned
+        #: replicas moving between this broker's dirs (AlterReplicaLogDirs)
+        self.dir_mover = ReplicaDirMover(self)
 
     def start(self) -> None:
         self._load_tiering()

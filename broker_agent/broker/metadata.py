@@ -148,6 +148,7 @@ class MetadataMixin:
                     with r.log.lock:
                         r.log.set_leader_epoch_start(r.leader_epoch, r.log.log_end_offset)
                     r.follower_leo = {}
+                    r.pending_isr = []
                     r.caught_up_ms = {b: time.monotonic() * 1000 for b in r.isr}
                     r.became_leader_ms = time.monotonic() * 1000
                 else:

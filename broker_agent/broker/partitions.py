@@ -63,7 +63,8 @@ class PartitionIOMixin:
             return
         with r.cond:
             leo = plog.log_end_offset
-            others = [r.follower_leo.get(b, 0) for b in r.isr if b != self.broker_id]
+            maximal = {*r.isr, *(b for b in r.pending_isr if b in r.replicas)}
+            others = [r.follower_leo.get(b, 0) for b in maximal if b != self.broker_id]
             hw = min([leo, *others])
             if hw > plog.high_watermark:
                 plog.high_watermark = hw

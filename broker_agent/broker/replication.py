@@ -91,6 +91,7 @@ class ReplicationMixin:
 
     def _propose_isr(self, r: Replica, isr: list[int]) -> None:
         r.isr_inflight = True
+        r.pending_isr = list(isr)
         body = {
             "topic": r.topic,
             "partition": r.partition,
@@ -106,11 +107,15 @@ class ReplicationMixin:
                     "POST", "/v1/partitions/alter-isr", body=body, retries=1
                 )
                 with self.lock:
+                    # a newer leader epoch: the controller moved leadership in this change (a
+                    # reassignment completed); the pending ISR holds until the metadata says so
                     if part["leader_epoch"] == r.leader_epoch:
                         r.isr, r.partition_epoch = part["isr"], part["partition_epoch"]
+                        r.pending_isr = []
                         self._update_hw(r)
             except (AgentError, httpx.HTTPError) as exc:
                 log.info("AlterPartition %s-%s failed: %s", r.topic, r.partition, exc)
+                r.pending_isr = []
             finally:
                 r.isr_inflight = False
 

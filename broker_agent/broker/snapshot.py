@@ -41,6 +41,10 @@ class SnapshotMixin:
                 r.log.size_bytes
                 for r in list(self.replicas.values())
                 if r.dir_name == d.name and r.log is not None
+            ) + sum(  # a replica being moved here (AlterReplicaLogDirs) takes room already
+                f.log.size_bytes
+                for f in list(self.dir_mover.futures.values())
+                if f.dir_name == d.name
             )
             total = d.capacity_bytes
             free = max(0, min(free, d.capacity_bytes - used))

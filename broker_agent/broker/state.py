@@ -60,6 +60,11 @@ class Replica:
         self.became_leader_ms = 0.0
         self.needs_truncation = True
         self.isr_inflight = False
+        #: the ISR a pending AlterPartition asks for (Kafka's ``maximalIsr``): the high
+        #: watermark waits for a joining follower too, so a record acknowledged meanwhile is on
+        #: every replica the controller may elect from the new ISR (a reassignment completed
+        #: by that very change makes the joining replica leader)
+        self.pending_isr: list[int] = []
         self.last_size_bytes: int | None = None
         self.cond = threading.Condition(threading.RLock())
 

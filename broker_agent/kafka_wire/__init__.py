@@ -8,11 +8,16 @@ request header and dispatches by api key and version to one handler module per c
 
 - :mod:`.cluster`: ApiVersions' list, Metadata, DescribeCluster (the broker's metadata cache);
 - :mod:`.configs`: DescribeConfigs (topic configs with their source, a few broker configs);
-- :mod:`.alter_configs`: IncrementalAlterConfigs on topics, validated as Kafka 3.9 does;
-- :mod:`.logdirs`: DescribeLogDirs (this broker's own dirs and replicas);
+- :mod:`.alter_configs`: IncrementalAlterConfigs on topics, validated as Kafka 3.9 does, and
+  the broker's one dynamic config (the AlterReplicaLogDirs copy quota);
+- :mod:`.logdirs`: DescribeLogDirs (this broker's own dirs and replicas, future ones too) and
+  AlterReplicaLogDirs (a move through a future replica, :mod:`broker_agent.broker.dirmoves`);
 - :mod:`.offsets`: ListOffsets (-2 / -1 / -4 / -5 from the leader's own log), by time in
   :mod:`.timestamps`;
 - :mod:`.groups`: FindCoordinator, ListGroups, OffsetFetch (the groups this broker coordinates);
+- :mod:`.partitions`: CreatePartitions and ElectLeaders, and :mod:`.reassign`: Alter /
+  ListPartitionReassignments, forwarded to the controller (:mod:`.forward`) as a KRaft broker
+  forwards them to the active controller;
 - :mod:`.sasl`: SaslHandshake, SaslAuthenticate (SASL/PLAIN with the cluster secret, required).
 
 ApiVersions lists exactly the (api key, version range) pairs of :data:`.server.APIS`; a request

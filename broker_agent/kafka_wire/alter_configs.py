@@ -22,8 +22,12 @@ tiering (``remote.log.copy.disable=true``, ``remote.storage.enable=false`` with
 cluster disables tiering through KIP-950's acknowledged steps (``sim disable-tiering`` or the
 console's workflow), which Kafka 3.9's single config change does not carry.
 
-Broker resources: the broker has no dynamic configs; any change is INVALID_REQUEST ("Cannot
-update these configs dynamically"), a name other than its own id INVALID_REQUEST too.
+Broker resources: one dynamic config, Kafka's per-broker quota
+``replica.alter.log.dirs.io.max.bytes.per.second`` (the copy rate of AlterReplicaLogDirs'
+moves; SET a long >= 0, DELETE lifts it; kept in the broker's memory, not across a restart);
+any other key is INVALID_REQUEST ("Cannot update these configs dynamically"), a name other than
+the broker's own id INVALID_REQUEST too, and so are the cluster-wide defaults (``""``), which the
+simulated brokers do not share.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from broker_agent import kafka39
 from broker_agent.choices import ErrorCode, TieredState, TopicConfig
 from broker_agent.client import AgentError
 from broker_agent.kafka_wire.api import Api
-from broker_agent.kafka_wire.configs import BROKER, TOPIC, topic_configs
+from broker_agent.kafka_wire.configs import ALTER_LOG_DIRS_THROTTLE, BROKER, TOPIC, topic_configs
 from broker_agent.topic_configs import check_local_retention, is_compacted, validate_topic_configs
 from broker_agent.web import ApiError
 
@@ -162,6 +166,32 @@ def _alter_topic(broker, resource, validate_only: bool) -> None:
         ) from None
 
 
+def _alter_broker(broker, resource, validate_only: bool) -> None:
+    others = sorted(c.name for c in resource.configs if c.name != ALTER_LOG_DIRS_THROTTLE)
+    if others:
+        raise _invalid_request(f"Cannot update these configs dynamically: Set({', '.join(others)})")
+    if not resource.configs:
+        return
+    if resource.resource_name == "":
+        raise _invalid_request("cluster-wide broker defaults are not kept by the simulated brokers")
+    [c] = resource.configs  # duplicates were refused
+    if c.config_operation == DELETE:
+        value = None
+    elif c.config_operation == SET:
+        try:
+            value = int(c.value)
+        except (TypeError, ValueError):
+            value = -1
+        if value < 0:
+            raise _invalid_config(
+                f"Invalid value {c.value} for configuration {c.name}: a long of at least 0"
+            )
+    else:
+        raise _invalid_request(f"Config value append or subtract is not allowed: {c.name}")
+    if not validate_only:
+        broker.dir_mover.throttle_bytes_per_s = value
+
+
 def _alter(broker, resource, validate_only: bool) -> tuple[int, str | None]:
     try:
         names = [c.name for c in resource.configs]
@@ -175,9 +205,7 @@ def _alter(broker, resource, validate_only: bool) -> tuple[int, str | None]:
                     f"Unexpected broker id, expected {broker.broker_id} or empty string, but "
                     f"received {resource.resource_name}"
                 )
-            if names:
-                listed = ", ".join(sorted(names))
-                raise _invalid_request(f"Cannot update these configs dynamically: Set({listed})")
+            _alter_broker(broker, resource, validate_only)
         else:
             raise _invalid_request(f"Unsupported resource type: {resource.resource_type}")
     except _Refused as exc:

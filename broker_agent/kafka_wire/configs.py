@@ -12,7 +12,9 @@ UNKNOWN_TOPIC_OR_PARTITION.
 Brokers: the resource name must be this broker's id (INVALID_REQUEST otherwise, as Kafka);
 ``""`` (the cluster-wide dynamic defaults) has none here. A few static configs are described
 (``broker.id``, ``log.dirs``, ``log.segment.bytes``, ``replica.lag.time.max.ms``,
-``remote.log.storage.system.enable``), source STATIC_BROKER_CONFIG.
+``remote.log.storage.system.enable``), source STATIC_BROKER_CONFIG, and the one dynamic
+broker config, ``replica.alter.log.dirs.io.max.bytes.per.second``, once set (source
+DYNAMIC_BROKER_CONFIG).
 
 ``include_synonyms`` lists each config's own entry as its only synonym (the broker-level
 synonyms such as ``log.retention.ms`` are not modelled).
@@ -30,7 +32,7 @@ from broker_agent import kafka39
 from broker_agent.choices import TieredState, TopicConfig
 from broker_agent.kafka_wire.api import Api
 
-__all__ = ["APIS", "ConfigSource", "topic_configs"]
+__all__ = ["ALTER_LOG_DIRS_THROTTLE", "APIS", "ConfigSource", "topic_configs"]
 
 TOPIC, BROKER = 2, 4  # Kafka's ConfigResource.Type codes
 
@@ -39,6 +41,7 @@ class ConfigSource:
     """Kafka's ``DescribeConfigsResponse.ConfigSource`` codes."""
 
     DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
 
@@ -61,6 +64,7 @@ _TYPES = {
     "log.segment.bytes": 3,
     "replica.lag.time.max.ms": 5,
     "remote.log.storage.system.enable": 1,
+    "replica.alter.log.dirs.io.max.bytes.per.second": 5,
 }
 
 #: The sim's KIP-950 names, replaced on the wire by Kafka 3.9's (kafka39.configs_for_state).
@@ -93,10 +97,18 @@ def topic_configs(t: dict) -> list[tuple[str, str, int]]:
     return sorted(out)
 
 
+#: Kafka's per-broker quota on moving replicas between dirs (the one dynamic broker config
+#: here; :mod:`broker_agent.broker.dirmoves`)
+ALTER_LOG_DIRS_THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
+
+
 def _broker_configs(broker) -> list[tuple[str, str, int]]:
     static = ConfigSource.STATIC_BROKER_CONFIG
     dirs = ",".join(os.path.abspath(d.path) for d in broker.log_dirs.values())
+    throttle = broker.dir_mover.throttle_bytes_per_s
+    dynamic = ConfigSource.DYNAMIC_BROKER_CONFIG
     return [
+        *([(ALTER_LOG_DIRS_THROTTLE, str(throttle), dynamic)] if throttle is not None else []),
         ("broker.id", str(broker.broker_id), static),
         ("log.dirs", dirs, static),
         ("log.segment.bytes", str(broker.segment_bytes), static),

@@ -8,16 +8,29 @@
 - a good dir: KIP-827 total / usable bytes (v4+; the capacity the broker was given, if any,
   as its snapshot reports it) and, per replica on it (the requested partitions, or all when
   ``topics`` is null), its size, its offset lag (``max(high watermark - log end offset, 0)``,
-  Kafka's ``getLogEndOffsetLag``) and ``is_future`` (false: no replica is being moved between
-  dirs); a topic with no requested partition on the dir is left out.
+  Kafka's ``getLogEndOffsetLag``) and ``is_future`` false; a replica being moved here from
+  another dir of the broker is listed too, ``is_future`` true, its lag how far its copy is
+  behind the current log; a topic with no requested partition on the dir is left out.
+
+AlterReplicaLogDirs (KIP-113, Kafka's ``ReplicaManager.alterReplicaLogDirs``), answered by the
+broker that hosts the replicas: each one is moved to the dir at the path given, through a
+future replica (:mod:`broker_agent.broker.dirmoves`, which has the rules and the error codes:
+LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR, REPLICA_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION).
+The answer says the move started; DescribeLogDirs shows it going and done.
 """
 
 from __future__ import annotations
 
 import kafka.errors as Errors
-from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
+from kafka.protocol.admin import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+)
 from kafka.protocol.api_key import ApiKey
 
+from broker_agent.choices import ErrorCode
 from broker_agent.kafka_wire.api import Api
 
 __all__ = ["APIS"]
@@ -65,6 +78,20 @@ def _describe_log_dirs(broker, request, _version):
                         is_future_key=False,
                     )
                 )
+            for (topic, p), move in sorted(broker.dir_mover.futures.items()):
+                r = broker.replicas.get((topic, p))
+                if move.dir_name != d.name or r is None or r.log is None:
+                    continue
+                if wanted is not None and (topic, p) not in wanted:
+                    continue
+                by_topic.setdefault(topic, []).append(
+                    P(
+                        partition_index=p,
+                        partition_size=move.log.size_bytes,
+                        offset_lag=max(r.log.log_end_offset - move.log.log_end_offset, 0),
+                        is_future_key=True,
+                    )
+                )
             results.append(
                 R(
                     error_code=0,
@@ -77,7 +104,35 @@ def _describe_log_dirs(broker, request, _version):
     return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)
 
 
+#: the mover's answers -> Kafka error codes
+_CODES = {
+    ErrorCode.LOG_DIR_NOT_FOUND: Errors.LogDirNotFoundError.errno,
+    ErrorCode.KAFKA_STORAGE_ERROR: Errors.KafkaStorageError.errno,
+    ErrorCode.REPLICA_NOT_AVAILABLE: Errors.ReplicaNotAvailableError.errno,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: Errors.UnknownTopicOrPartitionError.errno,
+}
+
+
+def _alter_replica_log_dirs(broker, request, _version):
+    AR = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
+    AP = AR.AlterReplicaLogDirPartitionResult
+    by_topic: dict[str, list] = {}
+    for d in request.dirs:
+        for t in d.topics:
+            for p in t.partitions:
+                error = broker.dir_mover.alter(t.name, p, d.path)
+                code = 0 if error is None else _CODES.get(error, Errors.UnknownError.errno)
+                by_topic.setdefault(t.name, []).append(AP(partition_index=p, error_code=code))
+    return AlterReplicaLogDirsResponse(
+        throttle_time_ms=0,
+        results=[AR(topic_name=t, partitions=ps) for t, ps in by_topic.items()],
+    )
+
+
 APIS = {
+    ApiKey.AlterReplicaLogDirs: Api(
+        AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 1, 2, _alter_replica_log_dirs
+    ),
     ApiKey.DescribeLogDirs: Api(
         DescribeLogDirsRequest, DescribeLogDirsResponse, 1, 4, _describe_log_dirs
     ),

@@ -34,6 +34,8 @@ from broker_agent.kafka_wire import (
     groups,
     logdirs,
     offsets,
+    partitions,
+    reassign,
     sasl,
 )
 from broker_agent.kafka_wire.api import Api
@@ -73,6 +75,8 @@ APIS: dict[int, Api] = {
     **logdirs.APIS,
     **offsets.APIS,
     **groups.APIS,
+    **partitions.APIS,
+    **reassign.APIS,
     **sasl.APIS,
 }
 
