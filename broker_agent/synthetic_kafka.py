@@ -258,6 +258,13 @@ class _BrokerTiering(Mapping):
         return len(self._applied())
 
 
+class _NoDirMoves:
+    """A fleet moves no replica between dirs: no future replica, no throttle set."""
+
+    futures: dict = {}
+    throttle_bytes_per_s = None
+
+
 class _NoRemoteSegments:
     """The remote store of a fleet that tiers nothing: no segment to search by time."""
 
@@ -337,6 +344,7 @@ class SyntheticBroker:
             for d in range(c.log_dirs)
         }
         self.remote = _NoRemoteSegments()
+        self.dir_mover = _NoDirMoves()
         self.segment_bytes = SEGMENT_BYTES
         self.replica_lag_time_max_ms = REPLICA_LAG_TIME_MAX_MS
 
