@@ -170,7 +170,7 @@ class LogDir:
         """Simulated disk size (``--log-dir-capacity-bytes``): usable space is what the
         replicas on this dir leave of it (never more than the real free space)."""
         self.probe_delay_ms = 0.0
-        """Test hook only (``STRATA_AGENT_TEST_HOOKS=1``): latency injected into each probe."""
+        """Latency injected into each probe (set only by the tests' agent entry point)."""
         self._on_failure = on_failure
         self._lock = threading.Lock()
 
