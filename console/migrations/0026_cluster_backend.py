@@ -4,40 +4,57 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('console', '0025_logdir_cordoned'),
+        ("console", "0025_logdir_cordoned"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='cluster',
-            name='backend',
-            field=models.CharField(choices=[('agents', 'agents'), ('kafka', 'kafka')], db_default='agents', default='agents', help_text="agents: controller + broker agents over HTTP; kafka: Kafka's own protocol.", max_length=16),
+            model_name="cluster",
+            name="backend",
+            field=models.CharField(
+                choices=[("agents", "agents"), ("kafka", "kafka")],
+                db_default="agents",
+                default="agents",
+                help_text="agents: controller + broker agents over HTTP; kafka: Kafka's own protocol.",
+                max_length=16,
+            ),
         ),
         migrations.AddField(
-            model_name='cluster',
-            name='backend_features',
-            field=models.JSONField(blank=True, default=dict, help_text="What the sync learnt the cluster supports (kafka backend: each API's version range from ApiVersions, broker configs such as cordoned.log.dirs); read by console.capabilities."),
+            model_name="cluster",
+            name="backend_features",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="What the sync learnt the cluster supports (kafka backend: each API's version range from ApiVersions, broker configs such as cordoned.log.dirs); read by console.capabilities.",
+            ),
         ),
         migrations.AddField(
-            model_name='cluster',
-            name='kafka_bootstrap',
-            field=models.CharField(blank=True, help_text='host:port[,host:port...] (kafka backend).', max_length=1000),
+            model_name="cluster",
+            name="kafka_bootstrap",
+            field=models.CharField(
+                blank=True, help_text="host:port[,host:port...] (kafka backend).", max_length=1000
+            ),
         ),
         migrations.AddField(
-            model_name='cluster',
-            name='kafka_client_config',
-            field=models.JSONField(blank=True, default=dict, help_text='Kafka client settings (kafka backend): security_protocol, sasl_mechanism, sasl_username, sasl_password_ref (a file path or env:NAME, never the password), ssl_cafile, ssl_certfile, ssl_keyfile.'),
+            model_name="cluster",
+            name="kafka_client_config",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="Kafka client settings (kafka backend): security_protocol, sasl_mechanism, sasl_username, sasl_password_ref (a file path or env:NAME, never the password), ssl_cafile, ssl_certfile, ssl_keyfile.",
+            ),
         ),
         migrations.AlterField(
-            model_name='cluster',
-            name='controller_url',
+            model_name="cluster",
+            name="controller_url",
             field=models.URLField(blank=True, max_length=500),
         ),
         migrations.AlterField(
-            model_name='cluster',
-            name='secret_ref',
-            field=models.CharField(blank=True, help_text='A file path, or env:NAME (agents backend).', max_length=500),
+            model_name="cluster",
+            name="secret_ref",
+            field=models.CharField(
+                blank=True, help_text="A file path, or env:NAME (agents backend).", max_length=500
+            ),
         ),
     ]
