@@ -30,7 +30,7 @@ from audit.choices import AuditContext, AuditOutcome
 __all__ = ["AuditEvent", "ChainVerification"]
 
 
-class AuditEventQuerySet(models.QuerySet):
+class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
     def for_workflow(self, workflow_id: int) -> AuditEventQuerySet:
         return self.filter(workflow_id=workflow_id)
 
@@ -102,6 +102,10 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.action} by {self.actor_name}"
+
+    #: The page of the event's target, set by the pages that list events (``audit.views``);
+    #: not stored.
+    target_url: str | None = None
 
     @property
     def target_label(self) -> str:

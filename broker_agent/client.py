@@ -714,7 +714,7 @@ class Consumer:
         while True:
             md = self.controller.metadata()
             t = next((x for x in md.topics if x.name == topic), None)
-            part = t and next((p for p in t.partitions if p.partition == partition), None)
+            part = next((p for p in t.partitions if p.partition == partition), None) if t else None
             try:
                 if part is None or part.leader < 0:
                     raise AgentError(503, ErrorCode.NOT_LEADER_OR_FOLLOWER, "no leader")
