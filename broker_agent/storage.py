@@ -407,10 +407,6 @@ class PartitionLog:
                 return base, last_off
         return None
 
-    def last_sequence(self, producer_id: int) -> int | None:
-        history = self.producers.get(producer_id)
-        return history[-1][1] if history else None
-
     def append(self, batch: Batch, *, assign_offsets: bool) -> Batch:
         """Append one batch (leader: assign offsets; follower: keep the leader's offsets)."""
         with self.lock:
