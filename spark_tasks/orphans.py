@@ -199,17 +199,25 @@ def run(
     return summary
 
 
+def _window_ms(text: str) -> int:
+    """``--older-than``: a duration of at least 1h (younger objects may be uploads in flight)."""
+    window = jobkit.parse_duration_ms(text)
+    if window < MIN_WINDOW_MS:
+        raise argparse.ArgumentTypeError(
+            "must be at least 1h: younger objects may be uploads in flight"
+        )
+    return window
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Find (and delete) unreferenced remote objects.")
     parser.add_argument("--inventory", required=True)
     parser.add_argument("--remote-root", required=True)
-    parser.add_argument("--older-than", type=jobkit.parse_duration_ms, default=DEFAULT_WINDOW)
+    parser.add_argument("--older-than", type=_window_ms, default=DEFAULT_WINDOW)
     parser.add_argument("--now-ms", type=int, default=None)
     jobkit.add_delete_arguments(parser)
     jobkit.add_common_arguments(parser)
     args = jobkit.parse_delete_job_arguments(parser, argv)
-    if args.older_than < MIN_WINDOW_MS:
-        parser.error("--older-than must be at least 1h: younger objects may be uploads in flight")
     spark = jobkit.session(JOB, args.master)
     try:
         run(
