@@ -14,7 +14,7 @@ import dj_database_url
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from broker_agent.signing import read_secret, read_secret_file
+from broker_agent.signing import read_secret_file
 from config.env import env_bool, env_float, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -41,10 +41,11 @@ _LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 # (manage.py create_user, verify_audit) runs with make run's key and loopback hosts, as it reads
 # its audit key below.
 _MAKE_RUN_KEY = RUN_DIR / "secret-key"
-_BESIDE_MAKE_RUN = not DEBUG and read_secret("SECRET_KEY") is None and _MAKE_RUN_KEY.is_file()
-SECRET_KEY = env_secret("SECRET_KEY", _INSECURE_DEV_KEY if DEBUG else "") or (
-    (read_secret_file(str(_MAKE_RUN_KEY)) or "") if _BESIDE_MAKE_RUN else ""
-)
+_BESIDE_MAKE_RUN = not DEBUG and not env_secret("SECRET_KEY") and _MAKE_RUN_KEY.is_file()
+if _BESIDE_MAKE_RUN:
+    SECRET_KEY = read_secret_file(str(_MAKE_RUN_KEY)) or ""
+else:
+    SECRET_KEY = env_secret("SECRET_KEY", _INSECURE_DEV_KEY if DEBUG else "")
 if not SECRET_KEY:
     raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off")
 
