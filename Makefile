@@ -50,6 +50,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy  # files and strictness: pyproject.toml [tool.mypy]
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

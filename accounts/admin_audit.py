@@ -48,7 +48,7 @@ def _remember_access(user_pk: int | None) -> None:
             stash["users"][user_pk] = access_snapshot(found)
 
 
-def _recalled_access(user_pk: int) -> dict | None:
+def _recalled_access(user_pk: int) -> dict[str, Any] | None:
     stash = getattr(connection, _BEFORE_ATTR, None)
     if stash is None or not connection.in_atomic_block or stash["txid"] != _transaction_id():
         return None
@@ -74,7 +74,9 @@ def _user_m2m_senders() -> list[Any]:
     return [model.groups.through, model.user_permissions.through]
 
 
-def _on_admin_log_entry(sender: Any, instance: Any, created: bool, raw: bool = False, **kw: Any):
+def _on_admin_log_entry(
+    sender: Any, instance: Any, created: bool, raw: bool = False, **kw: Any
+) -> None:
     """The admin writes its change log entry last, inside the transaction of the change."""
     from django.contrib.admin.models import ADDITION, CHANGE
 

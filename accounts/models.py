@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import secrets
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 __all__ = ["ApiToken", "hash_token"]
 
@@ -19,8 +24,8 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-class ApiTokenQuerySet(models.QuerySet):
-    def usable(self, now=None) -> ApiTokenQuerySet:
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def usable(self, now: dt.datetime | None = None) -> ApiTokenQuerySet:
         """Tokens that authenticate now: not revoked, not expired, of an active user."""
         now = now or timezone.now()
         return self.filter(revoked_at__isnull=True, user__is_active=True).filter(
@@ -61,7 +66,9 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.user})"
 
     @classmethod
-    def new(cls, user, name: str = "", expires_at=None) -> tuple[ApiToken, str]:
+    def new(
+        cls, user: User, name: str = "", expires_at: dt.datetime | None = None
+    ) -> tuple[ApiToken, str]:
         """An unsaved token and its value (only the value's SHA-256 is kept)."""
         raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
         token = cls(

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
 
 __all__ = ["Role", "has_role", "require_role", "user_roles"]
 
@@ -28,20 +29,24 @@ class Role:
     CHOICES = [(r, r.capitalize()) for r in ALL]
 
 
-def user_roles(user: AbstractBaseUser | AnonymousUser) -> set[str]:
+#: Where :func:`user_roles` keeps a user object's roles (the object lives for one request).
+_ROLES_CACHE = "_strata_roles"
+
+
+def user_roles(user: User | AnonymousUser) -> set[str]:
     """The roles a user holds, cached on the user object for the request."""
     if not user or not user.is_authenticated:
         return set()
-    cached = getattr(user, "_strata_roles", None)
+    cached: set[str] | None = getattr(user, _ROLES_CACHE, None)
     if cached is None:
         cached = set(user.groups.filter(name__in=Role.ALL).values_list("name", flat=True))
         if user.is_superuser:
             cached.add(Role.ADMIN)
-        user._strata_roles = cached
+        setattr(user, _ROLES_CACHE, cached)
     return cached
 
 
-def has_role(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:
+def has_role(user: User | AnonymousUser, role: str) -> bool:
     """True when ``user`` may act as ``role``: admin may act as every role; everyone may view."""
     roles = user_roles(user)
     if not roles:
@@ -54,7 +59,7 @@ def require_role(role: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         @wraps(view)
-        def wrapped(request, *args: Any, **kwargs: Any) -> Any:
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             if not has_role(request.user, role):
                 raise PermissionDenied(f"This needs the {role} role.")
             return view(request, *args, **kwargs)

@@ -57,7 +57,9 @@ def on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 
 
 @receiver(user_login_failed, dispatch_uid="strata_audit_login_failed")
-def on_login_failed(sender: Any, credentials: dict, request: Any = None, **kwargs: Any) -> None:
+def on_login_failed(
+    sender: Any, credentials: dict[str, Any], request: Any = None, **kwargs: Any
+) -> None:
     username = str(credentials.get("username", ""))[:150]  # the password is already masked
     locked = bool(getattr(request, "axes_locked_out", False))
     record_denial(

@@ -9,6 +9,8 @@ A bad filter answers 400 ``{"error": "INVALID_REQUEST", "message": ...}``; ``wor
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
@@ -42,17 +44,15 @@ class AuditParams(Schema):
 
 
 @router.get("/audit", summary="Audit events, newest first; page with before=<next_before>")
-def list_audit(request: HttpRequest, params: Query[AuditParams]) -> dict:
+def list_audit(request: HttpRequest, params: Query[AuditParams]) -> dict[str, Any]:
     try:
         qs, _ = filter_audit(params.dict())
         events, next_before = page_by_seq(qs, params.dict(), max(1, min(MAX_LIMIT, params.limit)))
     except InvalidFilter as exc:
-        err = HttpError(400, exc.message)
-        err.code = "INVALID_REQUEST"
-        raise err from None
+        raise HttpError(400, exc.message) from None  # INVALID_REQUEST (config.api)
     return {"items": [audit_event_out(e) for e in events], "next_before": next_before}
 
 
 @router.get("/audit/verify", summary="Verify the audit hash chain")
-def verify_audit(request: HttpRequest) -> dict:
+def verify_audit(request: HttpRequest) -> dict[str, Any]:
     return verify_chain().as_dict()

@@ -200,21 +200,20 @@ def _read_local(
             continue
         number = int(match.group(1)) if match else None
         cp, problem = parse(raw, path.name, number, keys)
-        if problem:
-            problems.append(problem)
-        elif cp is not None and cp.n is None:
-            if cp.seq != int(old.group(1)):
-                problems.append(f"{path.name}: signature does not match (forged or edited)")
-            else:
-                legacy.append(cp)
-        elif cp is not None:
+        if cp is None:
+            problems.append(problem or f"{path.name}: unreadable checkpoint")
+        elif cp.n is not None:
             numbered[cp.n] = cp
+        elif old is not None and cp.seq == int(old.group(1)):  # legacy: the name says its seq
+            legacy.append(cp)
+        else:
+            problems.append(f"{path.name}: signature does not match (forged or edited)")
     return numbered, legacy, problems
 
 
 def spans(numbers: list[int]) -> str:
     """``#3``, ``#3..#5`` or ``#3, #7..#9``: a set of checkpoint numbers, readably."""
-    out: list[str] = []
+    out: list[tuple[int, int]] = []
     for n in sorted(numbers):
         if out and out[-1][1] == n - 1:
             out[-1] = (out[-1][0], n)

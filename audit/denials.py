@@ -125,7 +125,7 @@ def flush_repeated_denials() -> int:
     r = _client()
     written = 0
     for raw in r.smembers(_PENDING):
-        kind = raw.decode()
+        kind = raw.decode() if isinstance(raw, bytes) else raw  # redis-py types either
         if r.exists(DENIAL_KEY_PREFIX + "open:" + kind):
             continue  # its window is still open; repeats keep counting
         with r.pipeline(transaction=True) as pipe:

@@ -30,11 +30,6 @@ from audit.choices import AuditContext, AuditOutcome
 __all__ = ["AuditEvent", "ChainVerification"]
 
 
-class AuditEventQuerySet(models.QuerySet):
-    def for_workflow(self, workflow_id: int) -> AuditEventQuerySet:
-        return self.filter(workflow_id=workflow_id)
-
-
 class AuditEvent(models.Model):
     seq = models.BigIntegerField(unique=True, help_text="1, 2, 3, ... in append order.")
     created_at = models.DateTimeField(db_index=True)
@@ -75,8 +70,6 @@ class AuditEvent(models.Model):
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64, unique=True)
 
-    objects = AuditEventQuerySet.as_manager()
-
     class Meta:
         # The table keeps the name it had when the model lived in ``workflows``: moving the app
         # moved no row (migrations audit 0001 / workflows 0003 move the model's state only).
@@ -102,6 +95,10 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.action} by {self.actor_name}"
+
+    #: The page of the event's target, set by the pages that list events (``audit.views``);
+    #: not stored.
+    target_url: str | None = None
 
     @property
     def target_label(self) -> str:

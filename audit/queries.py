@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import django_filters
 from django import forms
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -36,6 +36,8 @@ __all__ = [
     "parse_when",
     "text_param",
 ]
+
+_M = TypeVar("_M", bound=Model)
 
 
 class InvalidFilter(ValueError):
@@ -66,6 +68,7 @@ def parse_when(raw: str, end_of_day: bool = False) -> dt.datetime | None:
         # A plain date first: parse_datetime also reads "2026-11-24" (as midnight), which made
         # "until" a day exclude that very day.
         day = parse_date(raw) if len(raw) == 10 else None
+        value: dt.datetime | None
         if day is not None:
             value = dt.datetime.combine(day, dt.time.max if end_of_day else dt.time.min)
         else:
@@ -160,10 +163,10 @@ class AuditFilter(django_filters.FilterSet):
         model = AuditEvent
         fields: list[str] = []
 
-    def together(self, qs: QuerySet, name: str, value: Any) -> QuerySet:
+    def together(self, qs: QuerySet[AuditEvent], name: str, value: Any) -> QuerySet[AuditEvent]:
         return qs  # see filter_queryset
 
-    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+    def filter_queryset(self, queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
         data = self.form.cleaned_data
         since, until = data.get("since"), data.get("until")
         if since and until and since > until:
@@ -190,8 +193,8 @@ class AuditFilter(django_filters.FilterSet):
 
 
 def apply_filterset(
-    filterset_class: type[django_filters.FilterSet], params: Any, queryset: QuerySet
-) -> tuple[QuerySet, dict[str, str]]:
+    filterset_class: type[django_filters.FilterSet], params: Any, queryset: QuerySet[_M]
+) -> tuple[QuerySet[_M], dict[str, str]]:
     """``queryset`` filtered by ``params`` (a QueryDict or dict) through ``filterset_class``;
     returns it with the filters that were applied (their text, for the page's form and links).
     A value the filter's form refuses raises :class:`InvalidFilter` naming the filter."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import TYPE_CHECKING
 
 from celery import shared_task
 from django.db import connection, transaction
@@ -15,6 +16,9 @@ from audit.denials import flush_repeated_denials
 from audit.keys import AuditKey, signing_key
 from audit.models import ChainVerification
 from audit.trail import verify_chain
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 __all__ = [
     "checkpoint_head",
@@ -97,7 +101,7 @@ def write_checkpoint() -> str:
     return f"{outcome} {seq or ''}".strip()
 
 
-def request_verification(user: object | None) -> tuple[ChainVerification, bool]:
+def request_verification(user: User | None) -> tuple[ChainVerification, bool]:
     """The verification a request asked for: the one already queued or running if any (one at a
     time), else a new row, sent to a worker when it commits. Returns ``(row, created)``."""
     with transaction.atomic():

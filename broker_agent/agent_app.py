@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 from typing import Annotated, Literal
 
 from fastapi import Body, FastAPI, Query
@@ -50,14 +49,14 @@ def create_app(
     it advertises), the only target a request signed for it may name. ``nonce_path`` keeps the
     replay cache across restarts (see :func:`broker_agent.web.install`). ``kafka_listener``
     (``(host, port)``): the broker also answers Kafka's protocol there
-    (:mod:`broker_agent.kafka_wire`), on the same event loop."""
-    state: dict = {}
+    (:mod:`broker_agent.kafka_wire`), on the same event loop. The running broker is
+    ``app.state.broker``."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         b = broker_factory()
         b.start()
-        state["b"] = b
+        _app.state.broker = b
         opening = None
         if kafka_listener is not None:
             from broker_agent.kafka_wire import open_when_caught_up
@@ -83,7 +82,7 @@ def create_app(
     install(app, secret, audience=audience, nonce_path=nonce_path)
 
     def b():
-        return state["b"]
+        return app.state.broker
 
     @app.get("/v1/health")
     def health() -> dict:
@@ -165,26 +164,6 @@ def create_app(
         ``LAST_LOG_DIR``. Then LogDirReset re-creates the replicas on the planned good dirs.
         ``dry_run=true`` answers the plan (or the refusal) and changes nothing."""
         return b().remove_log_dir(name, dry_run)
-
-    if os.environ.get("STRATA_AGENT_TEST_HOOKS") == "1":
-
-        @app.put("/v1/test/log-dirs/{name}/probe-delay", include_in_schema=False)
-        def probe_delay(name: str, body: Annotated[dict, Body()]) -> dict:
-            """Test-only: inject latency into every probe of a dir (DEGRADED tests)."""
-            delay = body.get("delay_ms") if isinstance(body, dict) else None
-            if not isinstance(delay, int | float) or not 0 <= delay <= 60_000:
-                raise ApiError(400, ErrorCode.INVALID_REQUEST, "delay_ms: 0..60000")
-            return b().set_probe_delay(name, float(delay))
-
-        @app.put("/v1/test/copier-paused", include_in_schema=False)
-        def copier_paused(body: Annotated[dict, Body()]) -> dict:
-            """Test-only: hold every copier of this broker (a copier that cannot keep up, or a
-            remote store it cannot reach) while tiering stays ENABLED: copy lag grows."""
-            paused = body.get("paused") if isinstance(body, dict) else None
-            if not isinstance(paused, bool):
-                raise ApiError(400, ErrorCode.INVALID_REQUEST, "paused: true or false")
-            b().copier_paused = paused
-            return {"copier_paused": paused}
 
     @app.post("/v1/log-dir-reset")
     def log_dir_reset() -> dict:

@@ -45,7 +45,8 @@ class CleanupPolicy:
 
 
 class RemoteSegmentState:
-    """KIP-405 RemoteLogSegmentState, as written in the remote store metadata records."""
+    """KIP-405 RemoteLogSegmentState, as written in the remote store metadata records and in the
+    inventory the Spark jobs read (``spark_tasks.schema``; this module ships in their zip)."""
 
     COPY_SEGMENT_STARTED = "COPY_SEGMENT_STARTED"
     COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"

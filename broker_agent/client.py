@@ -18,7 +18,8 @@ import json
 import ssl
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, Self, TypeVar
 from urllib.parse import urlencode
 
 import httpx
@@ -36,6 +37,7 @@ from broker_agent.models import (
     BrokerSnapshot,
     ClusterMetadata,
     CommandResult,
+    FetchedRecord,
     FetchResponse,
     GroupAssignment,
     GroupView,
@@ -51,9 +53,11 @@ from broker_agent.signing import audience_of, sign_headers
 
 __all__ = ["AgentClient", "AgentError", "Consumer", "ControllerClient", "Producer"]
 
+_T = TypeVar("_T")
+
 
 @contextlib.contextmanager
-def _gc_paused():
+def _gc_paused() -> Iterator[None]:
     """Parse large answers (200,000 partitions) with the cyclic GC paused: the millions of
     short-lived objects otherwise trigger collections that cost more than the parse itself."""
     was = gc.isenabled()
@@ -68,7 +72,7 @@ def _gc_paused():
 class AgentError(Exception):
     """A non-2xx answer: ``status``, KIP ``error`` code and ``message``."""
 
-    def __init__(self, status: int, error: str, message: str, body: dict | None = None):
+    def __init__(self, status: int, error: str, message: str, body: dict[str, Any] | None = None):
         super().__init__(f"{status} {error}: {message}")
         self.status = status
         self.error = error
@@ -110,10 +114,10 @@ class _SignedClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def signed_headers(self, method: str, target: str, body: bytes = b"") -> dict[str, str]:
@@ -127,17 +131,19 @@ class _SignedClient:
         method: str,
         path: str,
         *,
-        params: dict | None = None,
+        params: dict[str, Any] | None = None,
         body: object | None = None,
         retries: int | None = None,
         timeout: float | None = None,
         raw: bool = False,
-    ):
+    ) -> Any:
+        """The JSON answer (``raw``: the ``httpx.Response``); a non-2xx answer raises
+        :class:`AgentError`."""
         query = {k: v for k, v in (params or {}).items() if v is not None}
         url = self.base_url + path + (f"?{urlencode(query)}" if query else "")
         content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
 
-        def _once():
+        def _once() -> httpx.Response:
             req = self._http.build_request(
                 method,
                 url,
@@ -178,7 +184,7 @@ class _SignedClient:
 class ControllerClient(_SignedClient):
     """The simulated controller's API (cluster metadata, KRaft stand-in)."""
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         return self.request("GET", "/v1/health")
 
     def metadata(
@@ -213,7 +219,11 @@ class ControllerClient(_SignedClient):
         return TopicMetadata.model_validate(self.request("GET", f"/v1/topics/{name}"))
 
     def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: dict | None = None
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, Any] | None = None,
     ) -> TopicMetadata:
         return TopicMetadata.model_validate(
             self.request(
@@ -230,7 +240,7 @@ class ControllerClient(_SignedClient):
         )
 
     def alter_configs(
-        self, topic: str, configs: dict, expected_tiered_epoch: int | None = None
+        self, topic: str, configs: dict[str, Any], expected_tiered_epoch: int | None = None
     ) -> TopicMetadata:
         return TopicMetadata.model_validate(
             self.request(
@@ -271,7 +281,7 @@ class ControllerClient(_SignedClient):
             )
         )
 
-    def ack_disable(self, topic: str, broker_id: int, tiered_epoch: int) -> dict:
+    def ack_disable(self, topic: str, broker_id: int, tiered_epoch: int) -> dict[str, Any]:
         return self.request(
             "POST",
             f"/v1/topics/{topic}/tiering/ack",
@@ -287,13 +297,13 @@ class ControllerClient(_SignedClient):
             )
         )
 
-    def partition_for_key(self, topic: str, key: str) -> dict:
+    def partition_for_key(self, topic: str, key: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/topics/{topic}/partition-for-key", params={"key": key})
 
-    def log_dir_reset(self, broker_id: int) -> dict:
+    def log_dir_reset(self, broker_id: int) -> dict[str, Any]:
         return self.request("POST", f"/v1/brokers/{broker_id}/log-dir-reset")
 
-    def sim_controls(self) -> dict:
+    def sim_controls(self) -> dict[str, Any]:
         """The simulated cluster's process controls (``{"restart_broker": true}``); ``{}``
         from a controller that offers none (it answers 404)."""
         try:
@@ -303,7 +313,7 @@ class ControllerClient(_SignedClient):
                 return {}
             raise
 
-    def restart_broker(self, broker_id: int, expected_incarnation: str | None) -> dict:
+    def restart_broker(self, broker_id: int, expected_incarnation: str | None) -> dict[str, Any]:
         """Restart a simulated broker's process unless it no longer runs
         ``expected_incarnation`` (restarted since): ``broker_agent.sim_controls``."""
         return self.request(
@@ -332,7 +342,9 @@ class ControllerClient(_SignedClient):
     def group(self, group: str) -> GroupView:
         return GroupView.model_validate(self.request("GET", f"/v1/groups/{group}"))
 
-    def join_group(self, group: str, topics: list[str], member_id: str | None = None):
+    def join_group(
+        self, group: str, topics: list[str], member_id: str | None = None
+    ) -> GroupAssignment:
         return GroupAssignment.model_validate(
             self.request(
                 "POST",
@@ -346,12 +358,12 @@ class ControllerClient(_SignedClient):
             self.request("POST", f"/v1/groups/{group}/heartbeat", body={"member_id": member_id})
         )
 
-    def leave_group(self, group: str, member_id: str) -> dict:
+    def leave_group(self, group: str, member_id: str) -> dict[str, Any]:
         return self.request("POST", f"/v1/groups/{group}/leave", body={"member_id": member_id})
 
     def commit_offsets(
         self, group: str, member_id: str, generation: int, offsets: dict[str, dict[int, int]]
-    ) -> dict:
+    ) -> dict[str, Any]:
         return self.request(
             "POST",
             f"/v1/groups/{group}/commit",
@@ -364,7 +376,12 @@ class ControllerClient(_SignedClient):
             },
         )
 
-    def wait_for(self, predicate, timeout: float = 30.0, interval: float = 0.1):
+    def wait_for(
+        self,
+        predicate: Callable[[ClusterMetadata], _T],
+        timeout: float = 30.0,
+        interval: float = 0.1,
+    ) -> _T:
         """Poll metadata until ``predicate(metadata)`` is truthy; return its value."""
         deadline = time.monotonic() + timeout
         last = None
@@ -382,7 +399,7 @@ class ControllerClient(_SignedClient):
 class AgentClient(_SignedClient):
     """One broker agent's API."""
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         return self.request("GET", "/v1/health")
 
     def snapshot(self, since: int | None = None) -> BrokerSnapshot:
@@ -474,7 +491,7 @@ class AgentClient(_SignedClient):
             )
         )
 
-    def log_dir_reset(self) -> dict:
+    def log_dir_reset(self) -> dict[str, Any]:
         return self.request("POST", "/v1/log-dir-reset")
 
     def recreate_status(self) -> RecreateStatus:
@@ -484,7 +501,7 @@ class AgentClient(_SignedClient):
         self,
         topic: str,
         partition: int,
-        records: list[dict],
+        records: list[dict[str, Any]],
         *,
         producer_id: int = -1,
         base_sequence: int = -1,
@@ -533,7 +550,7 @@ class AgentClient(_SignedClient):
         leader_epoch: int,
         *,
         undeleted_partition_count: int | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """OffsetsForLeaderEpoch on the leader: ``{leader_epoch, end_offset}``."""
         params = {"leader_epoch": leader_epoch}
         if undeleted_partition_count is not None:
@@ -545,10 +562,12 @@ class AgentClient(_SignedClient):
             retries=0,
         )
 
-    def roll(self, topic: str, partition: int) -> dict:
+    def roll(self, topic: str, partition: int) -> dict[str, Any]:
         return self.request("POST", f"/v1/partitions/{topic}/{partition}/roll")
 
-    def publish_log_start_offset(self, topic: str, partition: int, log_start_offset: int) -> dict:
+    def publish_log_start_offset(
+        self, topic: str, partition: int, log_start_offset: int
+    ) -> dict[str, Any]:
         return self.request(
             "POST",
             f"/v1/partitions/{topic}/{partition}/log-start-offset",
@@ -583,7 +602,7 @@ class AgentClient(_SignedClient):
             for r in self.request("GET", "/v1/remote/partition-states", params={"topic": topic})
         ]
 
-    def set_expiration_mode(self, mode: str) -> dict:
+    def set_expiration_mode(self, mode: str) -> dict[str, Any]:
         return self.request("PUT", "/v1/remote/expiration-mode", body={"mode": mode})
 
 
@@ -631,7 +650,7 @@ class Producer:
             return next(self._rr) % u
         return partition_for_key(key.encode(), n, u)
 
-    def send(self, topic: str, records: list[dict]) -> list[tuple[int, int]]:
+    def send(self, topic: str, records: list[dict[str, Any]]) -> list[tuple[int, int]]:
         """Send ``records`` (dicts with key / value); return (partition, offset) per record once
         every one is acknowledged by all in-sync replicas."""
         results: list[tuple[int, int] | None] = [None] * len(records)
@@ -662,7 +681,9 @@ class Producer:
         time.sleep(0.05)
         self.refresh()
 
-    def _send_batch(self, t: TopicMetadata, partition: int, batch: list[dict], deadline: float):
+    def _send_batch(
+        self, t: TopicMetadata, partition: int, batch: list[dict[str, Any]], deadline: float
+    ) -> list[int]:
         key = (t.name, partition)
         seq = self.sequences.get(key, 0)
         while True:
@@ -714,7 +735,7 @@ class Consumer:
         while True:
             md = self.controller.metadata()
             t = next((x for x in md.topics if x.name == topic), None)
-            part = t and next((p for p in t.partitions if p.partition == partition), None)
+            part = next((p for p in t.partitions if p.partition == partition), None) if t else None
             try:
                 if part is None or part.leader < 0:
                     raise AgentError(503, ErrorCode.NOT_LEADER_OR_FOLLOWER, "no leader")
@@ -729,13 +750,13 @@ class Consumer:
 
     def read_partition(
         self, topic: str, partition: int, start: int | None = None, until: int | None = None
-    ):
+    ) -> list[FetchedRecord]:
         """All records from ``start`` (default: log start) to the high watermark (or ``until``).
 
         From the log start: a fetch at 0 is out of range once retention or a delete-policy
         disablement moved the log start offset up; the answer names it and reading goes on from
         there (it used to raise). A start below the log start does the same."""
-        out = []
+        out: list[FetchedRecord] = []
         offset = 0 if start is None else start
         while True:
             try:
@@ -752,6 +773,6 @@ class Consumer:
             if offset >= target:
                 return out
 
-    def read_topic(self, topic: str) -> dict[int, list]:
+    def read_topic(self, topic: str) -> dict[int, list[FetchedRecord]]:
         t = self.controller.topic(topic)
         return {p.partition: self.read_partition(topic, p.partition) for p in t.partitions}

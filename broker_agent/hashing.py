@@ -96,7 +96,7 @@ def parent_partition(q: int, initial_partition_count: int) -> int:
 
 def partitions_split_from(
     parent: int, initial_partition_count: int, undeleted_partition_count: int
-):
+) -> list[int]:
     """Children of ``parent`` among the partitions that exist (used by consumers, KIP-253 4.2)."""
     return [
         q

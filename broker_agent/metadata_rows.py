@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from broker_agent.models import ClusterMetadata, TopicMetadata, tsv_value
 
@@ -75,7 +76,7 @@ METADATA_TSV_HELP = (
 )
 
 
-def metadata_topic_row(topic: dict, partition_rows: Sequence[str]) -> str:
+def metadata_topic_row(topic: dict[str, Any], partition_rows: Sequence[str]) -> str:
     """The row of ``topic`` (its fields by :data:`METADATA_TOPIC_COLUMNS`, ``digest`` aside)
     with the digest of that row and of ``partition_rows``, the topic's rows in answer order."""
     row = "\t".join(tsv_value(topic[c]) for c in METADATA_TOPIC_COLUMNS[:-1])
@@ -95,7 +96,9 @@ def _partition_rows(topic: TopicMetadata) -> list[str]:
     ]
 
 
-def metadata_rows_body(envelope: dict, topics: Iterable[tuple[dict, Sequence[str]]]) -> bytes:
+def metadata_rows_body(
+    envelope: dict[str, Any], topics: Iterable[tuple[dict[str, Any], Sequence[str]]]
+) -> bytes:
     """A ``format=tsv`` answer: ``envelope`` (the answer's fields but ``topics``, JSON-ready)
     as line 1 with the column lists and topic count, then a row per topic of ``topics`` (its
     fields without partitions, and its partitions' rows), then all their partition rows."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -544,7 +544,7 @@ class RecreateStatus(_Model):
 
     total: int
     in_sync: int
-    replicas: list[dict]
+    replicas: list[dict[str, Any]]
 
 
 class LogDirRemovalReplica(_Model):
@@ -721,7 +721,10 @@ GROUP_TSV_COLUMNS = (
 
 
 def group_changes_tsv(
-    version: int, full: bool, groups: Iterable[tuple[str, int, int]], rows: Iterable[tuple]
+    version: int,
+    full: bool,
+    groups: Iterable[tuple[str, int, int]],
+    rows: Iterable[tuple[Any, ...]],
 ) -> bytes:
     """The coordinator's answer in ``format=tsv``. Line 1 is one line of JSON: ``version`` (ask
     ``since`` it next time), ``full`` (true: these are all the groups, any other is gone; false:
@@ -746,7 +749,7 @@ def group_tsv_head(version: int, full: bool, groups: Iterable[tuple[str, int, in
     return json.dumps(head, separators=(",", ":"))
 
 
-def split_group_tsv(body: bytes) -> tuple[dict, memoryview] | None:
+def split_group_tsv(body: bytes) -> tuple[dict[str, Any], memoryview] | None:
     """A groups ``format=tsv`` answer as (its head, the position rows as they came); ``None``
     when ``body`` is the JSON list instead (a controller that predates the format). Raises
     ``ValueError`` for an envelope that is not one."""

@@ -15,13 +15,19 @@ import socket
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import httpx
 
 from broker_agent.signing import audience_of, load_secret, read_secret_file
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 __all__ = [
     "DEFAULT_DATA",
+    "SIM_MODULE_ENV",
+    "broker_app",
     "cluster_urls",
     "controller_client",
     "data_secret",
@@ -36,6 +42,7 @@ __all__ = [
     "run_controller",
     "run_synthetic",
     "running_pid",
+    "serve_broker",
     "setup_logging",
     "spawn",
     "start_broker",
@@ -46,6 +53,10 @@ __all__ = [
 
 
 DEFAULT_DATA = ".run/sim"
+#: The module the cluster's processes run as (``python -m``): ``broker_agent`` unless this names
+#: another, such as the tests' entry point that adds their test-only endpoints
+#: (``tests/broker_agent/agent_hooks.py``). Inherited by every process, so restarts keep it.
+SIM_MODULE_ENV = "STRATA_SIM_MODULE"
 
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,7 +136,7 @@ def _pid_alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat") as fh:
             if fh.read().split(")")[-1].split()[0] == "Z":
                 return False
-        return b"broker_agent" in cmd
+        return b"broker_agent" in cmd or (os.environ.get(SIM_MODULE_ENV) or "").encode() in cmd
     except FileNotFoundError:
         return False
 
@@ -147,7 +158,7 @@ def spawn(data: str, name: str, args: list[str], extra_env: dict[str, str]) -> i
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     logf = open(os.path.join(data, "logs", f"{name}.log"), "ab")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker_agent", *args],
+        [sys.executable, "-m", os.environ.get(SIM_MODULE_ENV) or "broker_agent", *args],
         stdout=logf,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -270,17 +281,19 @@ def run_controller(args) -> None:
 
 
 def run_broker(args) -> None:
-    import uvicorn
+    serve_broker(broker_app(args), args)
 
+
+def broker_app(args) -> FastAPI:
+    """The agent app of the broker ``args`` describe (``python -m broker_agent broker``)."""
     from broker_agent.agent_app import create_app
     from broker_agent.broker import Broker
 
-    setup_logging()
     secret = load_secret()
     names = [f"logdir-{i}" for i in range(args.log_dirs)]
     url = f"http://{args.host}:{args.port}"
     kafka_port = getattr(args, "kafka_port", None)
-    app = create_app(
+    return create_app(
         lambda: Broker(
             broker_id=args.id,
             data_dir=args.data,
@@ -303,6 +316,12 @@ def run_broker(args) -> None:
         nonce_path=nonce_file(args.data, f"broker-{args.id}"),
         kafka_listener=(args.host, kafka_port) if kafka_port else None,
     )
+
+
+def serve_broker(app: FastAPI, args) -> None:
+    import uvicorn
+
+    setup_logging()
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", limit_concurrency=500)
 
 

@@ -152,12 +152,12 @@ def segment_within_leader_epochs(
     return end_offset < log_end_offset
 
 
-def _epochs(seg: dict) -> tuple[tuple[int, int], ...]:
+def _epochs(seg: dict[str, Any]) -> tuple[tuple[int, int], ...]:
     return tuple((e["epoch"], e["start_offset"]) for e in seg["segment_leader_epochs"])
 
 
 def plan_expiration(
-    segments: Sequence[dict],
+    segments: Sequence[dict[str, Any]],
     *,
     log_start_offset: int,
     log_end_offset: int,
@@ -167,7 +167,7 @@ def plan_expiration(
     local_untiered_bytes: int,
     now_ms: int,
     purge_below_tiered_epoch: int = 0,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The agent's own expiration pass (internal mode): the remote segments (metadata records)
     it deletes now, oldest first - Kafka's ``RLMExpirationTask.cleanupExpiredRemoteLogSegments``
     with the rules the Spark planner applies (``spark_tasks.rules``, DESIGN "Remote retention").
@@ -209,7 +209,7 @@ def plan_expiration(
         )
         breach = max(0, counted - retention_bytes)
     cleanup_until = retention_cleanup_until(now_ms, retention_ms)
-    doomed: list[dict] = []
+    doomed: list[dict[str, Any]] = []
     for seg in live:
         if seg["state"] == RemoteSegmentState.COPY_SEGMENT_STARTED:
             break

@@ -68,6 +68,7 @@ import secrets
 import threading
 import time
 from collections.abc import Collection, Mapping
+from typing import TextIO
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -241,7 +242,7 @@ class NonceCache:
         self._lock = threading.Lock()
         self._next_prune = 0.0
         self._path = path
-        self._file = None
+        self._file: TextIO | None = None
         self._lines = 0
         if path:
             self._load(path)

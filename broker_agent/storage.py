@@ -170,7 +170,7 @@ class LogDir:
         """Simulated disk size (``--log-dir-capacity-bytes``): usable space is what the
         replicas on this dir leave of it (never more than the real free space)."""
         self.probe_delay_ms = 0.0
-        """Test hook only (``STRATA_AGENT_TEST_HOOKS=1``): latency injected into each probe."""
+        """Latency injected into each probe (set only by the tests' agent entry point)."""
         self._on_failure = on_failure
         self._lock = threading.Lock()
 
@@ -426,10 +426,6 @@ class PartitionLog:
             if first == base_sequence:
                 return base, last_off
         return None
-
-    def last_sequence(self, producer_id: int) -> int | None:
-        history = self.producers.get(producer_id)
-        return history[-1][1] if history else None
 
     def append(self, batch: Batch, *, assign_offsets: bool) -> Batch:
         """Append one batch (leader: assign offsets; follower: keep the leader's offsets)."""

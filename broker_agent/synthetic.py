@@ -256,10 +256,6 @@ class SyntheticCluster:
 
     # -- state -------------------------------------------------------------------------------
 
-    def topic_of(self, i: int) -> int:
-        """The topic of partition index ``i``."""
-        return self._topic_of[i]
-
     def locate(self, i: int) -> tuple[int, int]:
         """(topic, partition number) of partition index ``i``."""
         t = self._topic_of[i]

@@ -14,12 +14,15 @@ import dj_database_url
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
+from broker_agent.signing import read_secret_file
 from config.env import env_bool, env_float, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = Path(env_str("STRATA_RUN_DIR", str(BASE_DIR / ".run")))
 
-DEBUG = env_bool("DEBUG", True)
+# Off unless asked for (``DEBUG=1``: ``make dev``, the test suite's settings): a process started
+# without it gets the production hardening below.
+DEBUG = env_bool("DEBUG", False)
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/strata"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -33,11 +36,20 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = STRATA_MAX_BODY_BYTES
 STRATA_VERSION = "0.1.0"
 
 _INSECURE_DEV_KEY = "strata-insecure-development-key-do-not-use-in-production-0123456789"
-SECRET_KEY = env_secret("SECRET_KEY", _INSECURE_DEV_KEY if DEBUG else "")
+_LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
+# Neither DEBUG nor a key, but the key make run generated exists: a shell beside make run
+# (manage.py create_user, verify_audit) runs with make run's key and loopback hosts, as it reads
+# its audit key below.
+_MAKE_RUN_KEY = RUN_DIR / "secret-key"
+_BESIDE_MAKE_RUN = not DEBUG and not env_secret("SECRET_KEY") and _MAKE_RUN_KEY.is_file()
+if _BESIDE_MAKE_RUN:
+    SECRET_KEY = read_secret_file(str(_MAKE_RUN_KEY)) or ""
+else:
+    SECRET_KEY = env_secret("SECRET_KEY", _INSECURE_DEV_KEY if DEBUG else "")
 if not SECRET_KEY:
     raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off")
 
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", _LOOPBACK_HOSTS if DEBUG or _BESIDE_MAKE_RUN else [])
 if not DEBUG and not ALLOWED_HOSTS:
     raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is off")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])

@@ -71,11 +71,11 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker_agent.choices import ErrorCode
+from broker_agent.choices import ErrorCode, RemoteSegmentState
 from broker_agent.client import AgentClient, AgentError, ControllerClient
 from broker_agent.models import ClusterMetadata
 from spark_tasks.remote import NotConfigured, PartitionLogStart, RemoteMetadata, SegmentRef
-from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA, SegmentState
+from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA
 
 __all__ = [
     "AgentRemoteMetadata",
@@ -430,11 +430,14 @@ class AgentRemoteMetadata:
                 return "gone"
             if exc.error == ErrorCode.INVALID_STATE_TRANSITION:
                 # DELETE_SEGMENT_STARTED refused only when already DELETE_SEGMENT_FINISHED.
-                return "past" if state == SegmentState.DELETE_SEGMENT_STARTED else "refused"
+                return "past" if state == RemoteSegmentState.DELETE_SEGMENT_STARTED else "refused"
             raise
 
     def mark_segments(self, state: str, segments: list[SegmentRef]) -> None:
-        if state not in (SegmentState.DELETE_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_FINISHED):
+        if state not in (
+            RemoteSegmentState.DELETE_SEGMENT_STARTED,
+            RemoteSegmentState.DELETE_SEGMENT_FINISHED,
+        ):
             raise ValueError(f"Strata only marks deletions, not {state}")
         outcomes = self._parallel(self._mark_one, [(state, s) for s in segments])
         refused = [s for s, o in zip(segments, outcomes, strict=True) if o == "refused"]

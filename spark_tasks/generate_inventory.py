@@ -40,15 +40,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from broker_agent.choices import DisablePolicy, RemoteSegmentState, TieredState
 from broker_agent.objectstore import ObjectStoreConfig, S3Location
-from spark_tasks.schema import (
-    EPOCH_ENTRY,
-    INVENTORY_SCHEMA,
-    PARTITION_STATE_SCHEMA,
-    DisablePolicy,
-    SegmentState,
-    TieredState,
-)
+from spark_tasks.schema import EPOCH_ENTRY, INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA
 
 __all__ = ["DEFAULT_REMOTE_ROOT", "generate"]
 
@@ -60,12 +54,7 @@ PUT_THREADS = 32
 RECORDS_PER_SEGMENT = 1000
 SEGMENT_INTERVAL_MS = 60_000
 BATCH_ROWS = 500_000
-STATE_CODES = (
-    SegmentState.COPY_SEGMENT_STARTED,
-    SegmentState.COPY_SEGMENT_FINISHED,
-    SegmentState.DELETE_SEGMENT_STARTED,
-    SegmentState.DELETE_SEGMENT_FINISHED,
-)
+STATE_CODES = RemoteSegmentState.ALL
 CSS, CSF, DSS, DSF = range(4)
 
 

@@ -37,12 +37,15 @@ __all__ = [
     "REFUSED_OUTSIDE_STORE",
     "OutsideStore",
     "add_common_arguments",
+    "add_delete_arguments",
     "add_store_root_argument",
     "check_inside_store",
     "delete_planned_objects",
     "ensure_inside_store",
+    "parse_delete_job_arguments",
     "parse_duration_ms",
     "refuse",
+    "require_store_root",
     "session",
     "unlink_paths",
     "write_summary",
@@ -493,6 +496,33 @@ def add_store_root_argument(parser: argparse.ArgumentParser, *, required: bool) 
         "one (quarantined/) and clean the rest, a plan given to delete_objects or orphans that "
         "names one fails the run before any delete",
     )
+
+
+def add_delete_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--dry-run`` and ``--store-root`` of a job that plans deletes (retention, purge,
+    orphans); parse them with :func:`parse_delete_job_arguments`."""
+    parser.add_argument("--dry-run", action="store_true")
+    add_store_root_argument(parser, required=False)
+
+
+def require_store_root(dry_run: bool, store_root: str | None) -> None:
+    """Deletes stay inside the remote store, so a run that deletes needs the store's root from
+    configuration; a dry run deletes nothing and may go without. ``ValueError`` otherwise."""
+    if not dry_run and not store_root:
+        raise ValueError("--store-root is required unless --dry-run: deletes stay inside the store")
+
+
+def parse_delete_job_arguments(
+    parser: argparse.ArgumentParser, argv: list[str] | None
+) -> argparse.Namespace:
+    """``parser``'s arguments (see :func:`add_delete_arguments`), refused as a usage error (exit
+    2) before any Spark session when :func:`require_store_root` says no."""
+    args = parser.parse_args(argv)
+    try:
+        require_store_root(args.dry_run, args.store_root)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
 
 
 DELETE_TASKS_CONF = "spark.strata.delete.tasks"

@@ -41,8 +41,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks import jobkit, store
-from spark_tasks.schema import PLAN_SCHEMA, PlanReason, SegmentState
+from spark_tasks.schema import PLAN_SCHEMA, PlanReason
 
 JOB = "orphans"
 MIN_WINDOW_MS = 3_600_000
@@ -98,8 +99,7 @@ def run(
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
-    if not dry_run and not store_root:
-        raise ValueError("deleting needs the remote store's root (store_root)")
+    jobkit.require_store_root(dry_run, store_root)
     started = time.monotonic()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     root = store.store_root(remote_root)
@@ -129,7 +129,7 @@ def run(
 
     refs = (
         spark.read.parquet(inventory)
-        .filter(F.col("state") != SegmentState.DELETE_SEGMENT_FINISHED)
+        .filter(F.col("state") != RemoteSegmentState.DELETE_SEGMENT_FINISHED)
         .filter(F.col("object_path").isNotNull())
         .select(F.col("object_path").alias("key"))
         .distinct()
@@ -199,20 +199,25 @@ def run(
     return summary
 
 
+def _window_ms(text: str) -> int:
+    """``--older-than``: a duration of at least 1h (younger objects may be uploads in flight)."""
+    window = jobkit.parse_duration_ms(text)
+    if window < MIN_WINDOW_MS:
+        raise argparse.ArgumentTypeError(
+            "must be at least 1h: younger objects may be uploads in flight"
+        )
+    return window
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Find (and delete) unreferenced remote objects.")
     parser.add_argument("--inventory", required=True)
     parser.add_argument("--remote-root", required=True)
-    parser.add_argument("--older-than", type=jobkit.parse_duration_ms, default=DEFAULT_WINDOW)
+    parser.add_argument("--older-than", type=_window_ms, default=DEFAULT_WINDOW)
     parser.add_argument("--now-ms", type=int, default=None)
-    parser.add_argument("--dry-run", action="store_true")
-    jobkit.add_store_root_argument(parser, required=False)
+    jobkit.add_delete_arguments(parser)
     jobkit.add_common_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.older_than < MIN_WINDOW_MS:
-        parser.error("--older-than must be at least 1h: younger objects may be uploads in flight")
-    if not args.dry_run and not args.store_root:
-        parser.error("--store-root is required unless --dry-run: deletes stay inside the store")
+    args = jobkit.parse_delete_job_arguments(parser, argv)
     spark = jobkit.session(JOB, args.master)
     try:
         run(

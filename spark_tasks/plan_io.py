@@ -27,8 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks import rules, vector_rules
-from spark_tasks.schema import EPOCH_ENTRY, SegmentState
+from spark_tasks.schema import EPOCH_ENTRY
 
 __all__ = [
     "SEGMENT_COLUMNS",
@@ -124,7 +125,7 @@ def partition_from_row(row: dict[str, Any]) -> rules.PartitionState:
 
 
 #: ``state`` as a code through the shuffle (index into this tuple); see _narrow_segment_columns.
-STATE_BY_CODE = SegmentState.ALL
+STATE_BY_CODE = RemoteSegmentState.ALL
 _NARROWED = ("state", "segment_leader_epochs")
 
 

@@ -105,8 +105,7 @@ def run_plan_job(
     ``quarantined``) and every other partition is planned and deleted as usual. This happens at
     planning time, before the Celery task publishes log start offsets or marks segments.
     """
-    if not dry_run and not store_root:
-        raise ValueError("deleting needs the remote store's root (store_root)")
+    jobkit.require_store_root(dry_run, store_root)
     started = time.monotonic()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     out_dir = jobkit.prepare_out(out)

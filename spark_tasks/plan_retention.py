@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks import rules, vector_rules
 from spark_tasks.plan_io import (
     STATE_BY_CODE,
@@ -50,7 +51,6 @@ from spark_tasks.schema import (
     PARTITIONS_OUT_SCHEMA,
     PLAN_SCHEMA,
     PlanReason,
-    SegmentState,
     spark_ddl,
 )
 
@@ -157,7 +157,7 @@ def _retention_planner(states, outcomes, now_ms: int, in_flight_ms: int):
     return plan_group
 
 
-_DSS_CODE = STATE_BY_CODE.index(SegmentState.DELETE_SEGMENT_STARTED)
+_DSS_CODE = STATE_BY_CODE.index(RemoteSegmentState.DELETE_SEGMENT_STARTED)
 
 
 def _retry_without_state(table: pa.Table) -> pa.Table:
@@ -288,7 +288,7 @@ def _retention_plan(spark, inv, partitions: str, now_ms: int, in_flight_ms: int)
         .filter(
             F.col("_pid").isNull()
             | (
-                ~F.col("state").eqNullSafe(SegmentState.DELETE_SEGMENT_FINISHED)
+                ~F.col("state").eqNullSafe(RemoteSegmentState.DELETE_SEGMENT_FINISHED)
                 & (F.coalesce(F.col("tiered_epoch"), F.lit(0)) >= F.col("_fence"))
             )
         )

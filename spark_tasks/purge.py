@@ -23,12 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Purge remote data below a disablement's epoch.")
     parser.add_argument("--inventory", required=True)
     parser.add_argument("--partitions", required=True)
-    parser.add_argument("--dry-run", action="store_true")
-    jobkit.add_store_root_argument(parser, required=False)
+    jobkit.add_delete_arguments(parser)
     jobkit.add_common_arguments(parser)
-    args = parser.parse_args(argv)
-    if not args.dry_run and not args.store_root:
-        parser.error("--store-root is required unless --dry-run: deletes stay inside the store")
+    args = jobkit.parse_delete_job_arguments(parser, argv)
     spark = jobkit.session(JOB, args.master)
     try:
         run_plan_job(

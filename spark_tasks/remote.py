@@ -32,8 +32,8 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow.dataset as ds
 
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks.jobkit import DeleteOutcome
-from spark_tasks.schema import SegmentState
 
 __all__ = [
     "BATCH",
@@ -164,7 +164,7 @@ def mark_planned(backend: RemoteMetadata, out_dir: Path) -> int:
             SegmentRef(t, int(p), s)
             for t, p, s in zip(cols["topic"], cols["partition"], cols["segment_id"], strict=True)
         ]
-        backend.mark_segments(SegmentState.DELETE_SEGMENT_STARTED, refs)
+        backend.mark_segments(RemoteSegmentState.DELETE_SEGMENT_STARTED, refs)
         done += len(refs)
     return done
 
@@ -178,6 +178,6 @@ def mark_deleted(backend: RemoteMetadata, out_dir: Path) -> int:
             SegmentRef(t, int(p), s)
             for t, p, s in zip(cols["topic"], cols["partition"], cols["segment_id"], strict=True)
         ]
-        backend.mark_segments(SegmentState.DELETE_SEGMENT_FINISHED, refs)
+        backend.mark_segments(RemoteSegmentState.DELETE_SEGMENT_FINISHED, refs)
         done += len(refs)
     return done

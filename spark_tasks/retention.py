@@ -37,14 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         default=rules.DEFAULT_IN_FLIGHT_MS,
         help="COPY_SEGMENT_STARTED younger than this is an upload in flight (default 1 h)",
     )
-    parser.add_argument("--dry-run", action="store_true")
-    jobkit.add_store_root_argument(parser, required=False)
+    jobkit.add_delete_arguments(parser)
     jobkit.add_common_arguments(parser)
-    args = parser.parse_args(argv)
+    args = jobkit.parse_delete_job_arguments(parser, argv)
     if args.in_flight_ms < 0:
         parser.error("--in-flight-ms must be >= 0")
-    if not args.dry_run and not args.store_root:
-        parser.error("--store-root is required unless --dry-run: deletes stay inside the store")
     spark = jobkit.session(JOB, args.master)
     try:
         run_plan_job(

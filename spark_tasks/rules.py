@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from broker_agent.choices import RemoteSegmentState
 from broker_agent.remote_retention import (
     epoch_map,
     expired_by_time,
@@ -61,7 +62,7 @@ from broker_agent.remote_retention import (
     retention_cleanup_until,
     segment_within_leader_epochs,
 )
-from spark_tasks.schema import PlanReason, SegmentState
+from spark_tasks.schema import PlanReason
 
 __all__ = [
     "DEFAULT_IN_FLIGHT_MS",
@@ -90,7 +91,7 @@ class Segment:
     max_timestamp_ms: int
     size_bytes: int
     leader_epochs: EpochEntries  # (epoch, start_offset) pairs
-    state: str = SegmentState.COPY_SEGMENT_FINISHED
+    state: str = RemoteSegmentState.COPY_SEGMENT_FINISHED
     event_timestamp_ms: int = 0
     tiered_epoch: int = 0
     object_path: str = ""
@@ -157,7 +158,7 @@ def plan_retention(
     live = [
         s
         for s in segments
-        if s.state != SegmentState.DELETE_SEGMENT_FINISHED and s.tiered_epoch >= fence
+        if s.state != RemoteSegmentState.DELETE_SEGMENT_FINISHED and s.tiered_epoch >= fence
     ]
     if not live:
         return PartitionPlan([], lso)
@@ -185,14 +186,17 @@ def plan_retention(
     # Size data (buildRetentionSizeData).
     breach: int | None = None
     if partition.retention_bytes >= 0 and lineage:
-        finished = [s for s in live if s.state == SegmentState.COPY_SEGMENT_FINISHED]
+        finished = [s for s in live if s.state == RemoteSegmentState.COPY_SEGMENT_FINISHED]
         estimate = partition.local_untiered_bytes + sum(s.size_bytes for s in finished)
         if estimate > partition.retention_bytes:
             seen: set[str] = set()
             remote = 0
             for epoch in lineage:
                 for seg in by_epoch.get(epoch, ()):
-                    if seg.state != SegmentState.COPY_SEGMENT_FINISHED or seg.segment_id in seen:
+                    if (
+                        seg.state != RemoteSegmentState.COPY_SEGMENT_FINISHED
+                        or seg.segment_id in seen
+                    ):
                         continue
                     seen.add(seg.segment_id)
                     if valid(seg):
@@ -224,12 +228,12 @@ def plan_retention(
             if not can_process:
                 break
             if (
-                seg.state == SegmentState.COPY_SEGMENT_STARTED
+                seg.state == RemoteSegmentState.COPY_SEGMENT_STARTED
                 and now_ms - seg.event_timestamp_ms < in_flight_ms
             ):
                 can_process = False
                 continue
-            if seg.state == SegmentState.DELETE_SEGMENT_STARTED:
+            if seg.state == RemoteSegmentState.DELETE_SEGMENT_STARTED:
                 plan(seg, PlanReason.DELETE_RETRY)
                 continue
             if seg.segment_id in planned:
@@ -265,7 +269,7 @@ def plan_retention(
                 if all(int(e) < earliest for e, _ in seg.leader_epochs):
                     reason = (
                         PlanReason.DELETE_RETRY
-                        if seg.state == SegmentState.DELETE_SEGMENT_STARTED
+                        if seg.state == RemoteSegmentState.DELETE_SEGMENT_STARTED
                         else PlanReason.UNREFERENCED
                     )
                     planned[seg.segment_id] = PlannedDeletion(seg, reason)
@@ -295,12 +299,12 @@ def plan_purge(partition: PartitionState, segments: Sequence[Segment]) -> Partit
     deletions = [
         PlannedDeletion(s, PlanReason.PURGE_DISABLED)
         for s in segments
-        if s.tiered_epoch < below and s.state != SegmentState.DELETE_SEGMENT_FINISHED
+        if s.tiered_epoch < below and s.state != RemoteSegmentState.DELETE_SEGMENT_FINISHED
     ]
     # The log start offset moves up to the local log start (KIP-950), but never past a readable
     # segment tiered at or after the fence (a purge after a re-enable must not cut those off).
     floor = partition.local_log_start_offset
     for s in segments:
-        if s.tiered_epoch >= below and s.state == SegmentState.COPY_SEGMENT_FINISHED:
+        if s.tiered_epoch >= below and s.state == RemoteSegmentState.COPY_SEGMENT_FINISHED:
             floor = min(floor, s.start_offset)
     return PartitionPlan(deletions, max(lso, floor))

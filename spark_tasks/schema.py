@@ -1,7 +1,8 @@
 """The Spark job contract (DESIGN.md, "Spark job contract"): Parquet schemas and their constants.
 
 Imported by the job modules under ``spark-submit`` and by the generator, so it depends on pyarrow
-only (no Django, no PySpark).
+only (no Django, no PySpark). The KIP-405 / KIP-950 states the columns hold are the broker's own
+(:mod:`broker_agent.choices`, shipped in the job zip): one definition for the agent and the jobs.
 """
 
 from __future__ import annotations
@@ -16,49 +17,9 @@ __all__ = [
     "PARTITION_STATE_SCHEMA",
     "PLAN_SCHEMA",
     "QUARANTINE_SCHEMA",
-    "DisablePolicy",
     "PlanReason",
     "QuarantineReason",
-    "SegmentState",
-    "TieredState",
 ]
-
-
-class SegmentState:
-    """Kafka's ``RemoteLogSegmentState`` (KIP-405), as written in the inventory's ``state``."""
-
-    COPY_SEGMENT_STARTED = "COPY_SEGMENT_STARTED"
-    COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
-    DELETE_SEGMENT_STARTED = "DELETE_SEGMENT_STARTED"
-    DELETE_SEGMENT_FINISHED = "DELETE_SEGMENT_FINISHED"
-
-    ALL = (
-        COPY_SEGMENT_STARTED,
-        COPY_SEGMENT_FINISHED,
-        DELETE_SEGMENT_STARTED,
-        DELETE_SEGMENT_FINISHED,
-    )
-    #: States whose object may still exist in the remote store.
-    LIVE = (COPY_SEGMENT_STARTED, COPY_SEGMENT_FINISHED, DELETE_SEGMENT_STARTED)
-
-
-class TieredState:
-    """KIP-950 topic tiering states."""
-
-    ENABLED = "ENABLED"
-    DISABLING = "DISABLING"
-    DISABLED = "DISABLED"
-
-    ALL = (ENABLED, DISABLING, DISABLED)
-
-
-class DisablePolicy:
-    """KIP-950 disablement policies."""
-
-    RETAIN = "retain"
-    DELETE = "delete"
-
-    ALL = (RETAIN, DELETE)
 
 
 class PlanReason:

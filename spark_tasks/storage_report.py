@@ -19,8 +19,8 @@ import argparse
 import time
 from typing import Any
 
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks import jobkit
-from spark_tasks.schema import SegmentState
 
 JOB = "storage_report"
 COLUMNS = (
@@ -43,7 +43,7 @@ def run(spark, inventory: str, partitions: str, out: str, now_ms: int | None) ->
     out_dir = jobkit.prepare_out(out)
     inv = spark.read.parquet(inventory)
     remote = (
-        inv.filter(F.col("state") == SegmentState.COPY_SEGMENT_FINISHED)
+        inv.filter(F.col("state") == RemoteSegmentState.COPY_SEGMENT_FINISHED)
         .groupBy("cluster", "topic")
         .agg(
             F.sum("size_bytes").cast("bigint").alias("bytes"),

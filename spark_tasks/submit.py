@@ -108,8 +108,9 @@ def _package_zip(work_dir: Path) -> Path:
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(PACKAGE_DIR.glob("*.py")):
             zf.write(path, f"spark_tasks/{path.name}")
-        # the object store's location rules and client (standard library and boto3 only), and
-        # the remote-retention rules the planners share with the agent (standard library only)
+        # the KIP-405 / KIP-950 states (choices), the object store's location rules and client
+        # (standard library and boto3 only), and the remote-retention rules the planners share
+        # with the agent (standard library only)
         for name in ("__init__.py", "choices.py", "objectstore.py", "remote_retention.py"):
             zf.write(PACKAGE_DIR.parent / "broker_agent" / name, f"broker_agent/{name}")
     return target

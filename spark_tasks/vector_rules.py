@@ -45,9 +45,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_agent.choices import RemoteSegmentState
 from broker_agent.remote_retention import expired_by_time, retention_cleanup_until
 from spark_tasks import rules
-from spark_tasks.schema import PlanReason, SegmentState
+from spark_tasks.schema import PlanReason
 
 __all__ = ["REASONS", "STATE_NAMES", "VectorPlan", "numpy_column", "plan_retention_columns"]
 
@@ -81,22 +82,22 @@ def numpy_column(col: pa.ChunkedArray | pa.Array, default: int | None = None) ->
     return col.to_numpy(zero_copy_only=False)
 
 
-#: ``SegmentState.ALL`` as Arrow: a state code indexes it (here and in the retention shuffle).
-STATE_NAMES = pa.array(SegmentState.ALL, pa.string())
+#: ``RemoteSegmentState.ALL`` as Arrow: a state code indexes it (here and in the retention shuffle).
+STATE_NAMES = pa.array(RemoteSegmentState.ALL, pa.string())
 _DSF, _CSF, _CSS, _DSS = (
-    SegmentState.ALL.index(state)
+    RemoteSegmentState.ALL.index(state)
     for state in (
-        SegmentState.DELETE_SEGMENT_FINISHED,
-        SegmentState.COPY_SEGMENT_FINISHED,
-        SegmentState.COPY_SEGMENT_STARTED,
-        SegmentState.DELETE_SEGMENT_STARTED,
+        RemoteSegmentState.DELETE_SEGMENT_FINISHED,
+        RemoteSegmentState.COPY_SEGMENT_FINISHED,
+        RemoteSegmentState.COPY_SEGMENT_STARTED,
+        RemoteSegmentState.DELETE_SEGMENT_STARTED,
     )
 )
 _OTHER_STATE, _NULL_STATE = -1, -2
 
 
 def _state_codes(state: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """``state`` as indices into ``SegmentState.ALL``; -1 for another string, -2 for null."""
+    """``state`` as indices into ``RemoteSegmentState.ALL``; -1 for another string, -2 for null."""
     codes = numpy_column(pc.index_in(state, value_set=STATE_NAMES), _OTHER_STATE).astype(np.int8)
     if state.null_count:
         codes[numpy_column(pc.is_null(state))] = _NULL_STATE
@@ -118,7 +119,7 @@ def plan_retention_columns(
     The retention job's shuffle carries ``state`` and ``segment_leader_epochs`` in a narrow form
     (``plan_io._narrow_segment_columns``); when every row of a group is in its common form, the
     job passes them as they are instead of the two columns, which the table may then lack:
-    ``state_codes``, the index of each row's ``state`` in ``SegmentState.ALL`` (no null), and
+    ``state_codes``, the index of each row's ``state`` in ``RemoteSegmentState.ALL`` (no null), and
     ``single_epochs``, the epoch and start offset of each row's one leader-epoch entry (no
     null)."""
     n = table.num_rows

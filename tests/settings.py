@@ -1,7 +1,13 @@
 """Settings of the test suite (and of the workers and commands it starts): production settings
-plus the test-only app (``noop_check``, the fault injector)."""
+plus the test-only app (``noop_check``, the fault injector), read with ``DEBUG=1`` unless the
+environment says otherwise (the development key and loopback hosts; pytest-django still runs each
+test with ``settings.DEBUG`` off). The variable is set, not passed: the processes the suite
+starts read the same."""
 
+import os
 from pathlib import Path
+
+os.environ.setdefault("DEBUG", "1")
 
 from config.env import env_str
 from config.settings import *  # noqa: F403

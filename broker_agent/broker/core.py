@@ -101,7 +101,7 @@ class Broker(
         self._probe_history: dict[str, collections.deque[float]] = {}
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.task_interval = task_interval
-        self.copier_paused = False  # test hook only (STRATA_AGENT_TEST_HOOKS=1)
+        self.copier_paused = False  # set only by the tests' agent entry point
         self.controller = ControllerClient(controller_url, secret, retries=0, timeout=10)
         self.remote = RemoteStore(
             S3Location.parse(remote_store_uri(cluster_id, remote_store)), cluster_id

@@ -317,7 +317,7 @@ class LogDirsMixin:
         return dict(plan, removed=True)
 
     def set_probe_delay(self, name: str, delay_ms: float) -> dict:
-        """Test hook (``STRATA_AGENT_TEST_HOOKS=1`` only): slow every probe of a dir down."""
+        """Slow every probe of a dir down (the tests' agent entry point drives it)."""
         d = self._dir(name)
         d.probe_delay_ms = delay_ms
         return {"log_dir": name, "probe_delay_ms": delay_ms}

@@ -23,11 +23,6 @@ TOPIC_STATE_SUMS = (
 )
 
 
-class ClusterQuerySet(models.QuerySet):
-    def by_name(self, name: str) -> Cluster:
-        return self.get(name=name)
-
-
 def read_secret_ref(ref: str, cluster: str) -> bytes:
     """A cluster's agent secret from a reference: ``env:NAME`` (the variable ``NAME``, else the
     file named by ``NAME_FILE``, as every Strata secret is read) or the path of a file (its
@@ -119,8 +114,6 @@ class Cluster(models.Model):
         blank=True,
         help_text="Per KIP-950 tiered state: its topics ('topics') and their TOPIC_STATE_SUMS.",
     )
-
-    objects = ClusterQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

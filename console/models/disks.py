@@ -111,7 +111,3 @@ class LogDir(models.Model):
     def used_of(total_bytes: int, usable_bytes: int) -> int:
         """Bytes used of a dir with these total and usable bytes (its rows read as tuples)."""
         return max(total_bytes - usable_bytes, 0)
-
-    @property
-    def used_percent(self) -> float:
-        return 100.0 * self.used_bytes / self.total_bytes if self.total_bytes else 0.0

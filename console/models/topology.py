@@ -126,10 +126,6 @@ class Topic(TierMetrics):
         return self.remote_bytes > 0 or self.remote_segments > 0
 
     @property
-    def expanded_or_shrunk(self) -> bool:
-        return self.previous_undeleted_partition_count is not None
-
-    @property
     def is_internal(self) -> bool:
         """Kafka's ``Topic.isInternal`` (``__consumer_offsets``, ``__transaction_state``,
         ``__share_group_state``): shown with an "internal" badge on the topic list and page."""

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from broker_agent import processes
 from broker_agent.client import AgentClient, AgentError, Consumer, ControllerClient, Producer
+
+from . import agent_hooks
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -99,6 +102,12 @@ class Sim:
         for a in self._agents.values():
             a.close()
         self.controller.close()
+
+
+@pytest.fixture
+def agent_test_hooks(monkeypatch) -> None:
+    """Clusters started after it serve the test-only endpoints (:mod:`.agent_hooks`)."""
+    monkeypatch.setenv(processes.SIM_MODULE_ENV, agent_hooks.MODULE)
 
 
 @pytest.fixture

@@ -23,8 +23,7 @@ def _set_probe_delay(agent, name: str, delay_ms: int) -> dict:
     )
 
 
-def test_a_dir_whose_probe_is_far_slower_than_its_peers_is_degraded(sim_factory, monkeypatch):
-    monkeypatch.setenv("STRATA_AGENT_TEST_HOOKS", "1")
+def test_a_dir_whose_probe_is_far_slower_than_its_peers_is_degraded(sim_factory, agent_test_hooks):
     sim = sim_factory(1, 3, "--probe-interval", "0.2")
     sim.controller.create_topic("slow", 3, 1)
     agent = sim.agent(1)
@@ -103,7 +102,7 @@ def test_cordon_only_stops_new_replicas_on_the_dir_and_its_replicas_keep_serving
     broker = next(b for b in sim.controller.metadata().brokers if b.broker_id == 1)
     assert broker.offline_log_directory_count == 0
     assert next(d for d in broker.log_dirs if d.name == target).cordoned
-    # unknown dirs, and the test hooks (off without STRATA_AGENT_TEST_HOOKS=1), are 404
+    # unknown dirs, and the test hooks (only the tests' entry point has them, agent_hooks), are 404
     with pytest.raises(AgentError) as exc:
         agent.cordon_log_dir("no-such-dir")
     assert exc.value.status == 404 and exc.value.error == ErrorCode.NOT_FOUND

@@ -17,8 +17,9 @@ def _copier_paused(agent, paused: bool) -> None:
     agent.request("PUT", "/v1/test/copier-paused", body={"paused": paused})
 
 
-def test_copy_lag_grows_while_the_copier_cannot_keep_up_and_drains_after(sim_factory, monkeypatch):
-    monkeypatch.setenv("STRATA_AGENT_TEST_HOOKS", "1")
+def test_copy_lag_grows_while_the_copier_cannot_keep_up_and_drains_after(
+    sim_factory, agent_test_hooks
+):
     sim = sim_factory(3, 1)
     leader = _setup(sim)
     r = sim.replica(leader, "tiered")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks.rules import PartitionState, Segment
-from spark_tasks.schema import PlanReason, SegmentState
+from spark_tasks.schema import PlanReason
 
 NOW = 1_700_000_000_000
 HOUR = 3_600_000
 R = PlanReason
-S = SegmentState
+S = RemoteSegmentState
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,14 +8,15 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
+from broker_agent.choices import RemoteSegmentState
 from broker_agent.models import ClusterMetadata
 from spark_tasks import agent_remote
 from spark_tasks.agent_remote import AgentRemoteMetadata, Limits
 from spark_tasks.remote import PartitionLogStart, SegmentRef
-from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA, SegmentState
+from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA
 
 CONTROLLER = "http://controller"
-ORDER = list(SegmentState.ALL)
+ORDER = list(RemoteSegmentState.ALL)
 
 
 def _segment(i: int) -> dict:
@@ -31,7 +32,7 @@ def _segment(i: int) -> dict:
         "size_bytes": 100,
         "segment_leader_epochs": [{"epoch": 0, "start_offset": 0}],
         "tiered_epoch": 0,
-        "state": SegmentState.COPY_SEGMENT_FINISHED,
+        "state": RemoteSegmentState.COPY_SEGMENT_FINISHED,
         "object_path": f"s3://strata-remote/data/t-tid/{i % 2}/s{i}.log",
         "event_timestamp_ms": 1,
     }
@@ -96,8 +97,8 @@ class FakeCluster:
                 return httpx.Response(200, json={**row, "state": target})
             if ORDER.index(target) <= ORDER.index(current):
                 return httpx.Response(409, json={"error": "INVALID_STATE_TRANSITION"})
-            if target == SegmentState.DELETE_SEGMENT_FINISHED and current != (
-                SegmentState.DELETE_SEGMENT_STARTED
+            if target == RemoteSegmentState.DELETE_SEGMENT_FINISHED and current != (
+                RemoteSegmentState.DELETE_SEGMENT_STARTED
             ):
                 return httpx.Response(409, json={"error": "INVALID_STATE_TRANSITION"})
             self.states[sid] = target
@@ -216,19 +217,21 @@ def test_log_start_offsets_go_to_the_leader_and_only_upwards(adapter, fake, tmp_
 
 def test_marking_twice_is_a_no_op_and_past_states_are_left_alone(adapter, fake):
     refs = [SegmentRef("t", i % 2, f"s{i}") for i in range(6)]
-    adapter.mark_segments(SegmentState.DELETE_SEGMENT_STARTED, refs)
-    adapter.mark_segments(SegmentState.DELETE_SEGMENT_STARTED, refs)
-    adapter.mark_segments(SegmentState.DELETE_SEGMENT_FINISHED, refs[:3])
+    adapter.mark_segments(RemoteSegmentState.DELETE_SEGMENT_STARTED, refs)
+    adapter.mark_segments(RemoteSegmentState.DELETE_SEGMENT_STARTED, refs)
+    adapter.mark_segments(RemoteSegmentState.DELETE_SEGMENT_FINISHED, refs[:3])
     # A rerun after a crash marks the whole plan again: the finished ones are past it.
-    adapter.mark_segments(SegmentState.DELETE_SEGMENT_STARTED, refs)
-    adapter.mark_segments(SegmentState.DELETE_SEGMENT_FINISHED, refs)
-    assert {fake.states[r.segment_id] for r in refs} == {SegmentState.DELETE_SEGMENT_FINISHED}
-    adapter.mark_segments(SegmentState.DELETE_SEGMENT_FINISHED, [SegmentRef("t", 0, "gone")])
+    adapter.mark_segments(RemoteSegmentState.DELETE_SEGMENT_STARTED, refs)
+    adapter.mark_segments(RemoteSegmentState.DELETE_SEGMENT_FINISHED, refs)
+    assert {fake.states[r.segment_id] for r in refs} == {RemoteSegmentState.DELETE_SEGMENT_FINISHED}
+    adapter.mark_segments(RemoteSegmentState.DELETE_SEGMENT_FINISHED, [SegmentRef("t", 0, "gone")])
 
 
 def test_finishing_a_delete_that_never_started_is_refused(adapter):
     with pytest.raises(RuntimeError, match="refused DELETE_SEGMENT_FINISHED"):
-        adapter.mark_segments(SegmentState.DELETE_SEGMENT_FINISHED, [SegmentRef("t", 0, "s0")])
+        adapter.mark_segments(
+            RemoteSegmentState.DELETE_SEGMENT_FINISHED, [SegmentRef("t", 0, "s0")]
+        )
 
 
 def test_unknown_cluster_refuses_on_use_not_on_lookup(db):

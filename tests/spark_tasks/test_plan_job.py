@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks.plan_io import (
     STATE_BY_CODE,
     InvalidInventory,
@@ -22,7 +23,7 @@ from spark_tasks.plan_io import (
 )
 from spark_tasks.plan_retention import _KeyedOutcomes, _retention_planner
 from spark_tasks.rules import plan_retention
-from spark_tasks.schema import PLAN_SCHEMA, PlanReason, SegmentState
+from spark_tasks.schema import PLAN_SCHEMA, PlanReason
 from tests.spark_tasks.kafka_cases import CASES
 from tests.spark_tasks.test_retention_properties import HOUR, NOW
 from tests.spark_tasks.test_vector_rules import _table, stressed
@@ -229,7 +230,7 @@ def test_retention_udf_retries_only_started_deletes_of_segments_without_state():
     started = [
         (i, r)
         for i, r in enumerate(table.to_pylist())
-        if r["state"] == SegmentState.DELETE_SEGMENT_STARTED
+        if r["state"] == RemoteSegmentState.DELETE_SEGMENT_STARTED
     ]
     assert started
     assert out.schema == PLAN_SCHEMA
@@ -256,9 +257,9 @@ def test_retention_udf_counts_segments_without_state():
     group = group.set_column(0, "_pid", pa.nulls(group.num_rows, pa.int32()))
     group = group.append_column("_key", pa.nulls(group.num_rows, pa.string()))
     out = udf(group)
-    assert not any(s.state == SegmentState.DELETE_SEGMENT_STARTED for s in CASES[0].segments), (
-        "the case has no started delete"
-    )
+    assert not any(
+        s.state == RemoteSegmentState.DELETE_SEGMENT_STARTED for s in CASES[0].segments
+    ), "the case has no started delete"
     assert out.num_rows == 0
     assert acc.value == {None: (group.num_rows, 0, 0)}
 

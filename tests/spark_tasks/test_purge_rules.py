@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from broker_agent.choices import DisablePolicy, RemoteSegmentState
 from spark_tasks import rules
-from spark_tasks.schema import DisablePolicy, PlanReason, SegmentState
+from spark_tasks.schema import PlanReason
 
 
 def _segment(sid: str, start: int, end: int, tiered_epoch: int, state=None) -> rules.Segment:
@@ -14,13 +15,13 @@ def _segment(sid: str, start: int, end: int, tiered_epoch: int, state=None) -> r
         max_timestamp_ms=0,
         size_bytes=100,
         leader_epochs=((0, start),),
-        state=state or SegmentState.COPY_SEGMENT_FINISHED,
+        state=state or RemoteSegmentState.COPY_SEGMENT_FINISHED,
         tiered_epoch=tiered_epoch,
     )
 
 
 FENCED = [_segment("a", 0, 99, 0), _segment("b", 100, 199, 0)]
-DONE = _segment("c", 200, 249, 0, SegmentState.DELETE_SEGMENT_FINISHED)
+DONE = _segment("c", 200, 249, 0, RemoteSegmentState.DELETE_SEGMENT_FINISHED)
 RETIERED = [_segment("d", 300, 399, 1), _segment("e", 400, 499, 1)]
 
 

@@ -14,10 +14,11 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks.audit import SparkAuditAction
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.quarantine_report import QuarantineAction
-from spark_tasks.schema import PARTITION_STATE_SCHEMA, SegmentState
+from spark_tasks.schema import PARTITION_STATE_SCHEMA
 from spark_tasks.tasks import execute_run
 from tests import s3util
 from tests.spark_tasks import tiny_store
@@ -92,8 +93,8 @@ def test_one_bad_record_quarantines_its_partition_and_the_rest_of_the_cluster_is
         (tiny_store.TOPIC, 1, 300),
         (tiny_store.TOPIC, 2, 300),
     ]
-    started = set(RecordingBackend.marked[SegmentState.DELETE_SEGMENT_STARTED])
-    finished = set(RecordingBackend.marked[SegmentState.DELETE_SEGMENT_FINISHED])
+    started = set(RecordingBackend.marked[RemoteSegmentState.DELETE_SEGMENT_STARTED])
+    finished = set(RecordingBackend.marked[RemoteSegmentState.DELETE_SEGMENT_FINISHED])
     assert started == finished == _clean_segment_ids()
 
     summary = run.output_summary

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks.rules import (
     PartitionPlan,
     PartitionState,
@@ -16,7 +17,7 @@ from spark_tasks.rules import (
     is_within_leader_epochs,
     plan_retention,
 )
-from spark_tasks.schema import PlanReason, SegmentState
+from spark_tasks.schema import PlanReason
 
 
 def apply_plan(
@@ -26,7 +27,7 @@ def apply_plan(
     DELETE_SEGMENT_FINISHED and the log start offset is the plan's."""
     gone = plan.segment_ids
     after = [
-        dataclasses.replace(s, state=SegmentState.DELETE_SEGMENT_FINISHED)
+        dataclasses.replace(s, state=RemoteSegmentState.DELETE_SEGMENT_FINISHED)
         if s.segment_id in gone
         else s
         for s in segments
@@ -54,18 +55,18 @@ def partitions(draw, wellformed: bool = False):
     retry = draw(st.integers(0, n - dead))
     for i in range(n):
         epoch = max(e for e, b in enumerate(bounds) if b <= i) * 2
-        state = SegmentState.COPY_SEGMENT_FINISHED
+        state = RemoteSegmentState.COPY_SEGMENT_FINISHED
         if i < dead:
-            state = SegmentState.DELETE_SEGMENT_FINISHED
+            state = RemoteSegmentState.DELETE_SEGMENT_FINISHED
         elif i < dead + retry:
-            state = SegmentState.DELETE_SEGMENT_STARTED
+            state = RemoteSegmentState.DELETE_SEGMENT_STARTED
         event = NOW - draw(st.integers(0, 3 * HOUR))
         epochs = ((epoch, i * records),)
         start, end = i * records, i * records + records - 1
         if not wellformed and draw(st.booleans()):
             choice = draw(st.integers(0, 2))
             if choice == 0:
-                state = SegmentState.COPY_SEGMENT_STARTED
+                state = RemoteSegmentState.COPY_SEGMENT_STARTED
             elif choice == 1:
                 epochs = ((epoch + 1, i * records),)
             else:
@@ -84,7 +85,7 @@ def partitions(draw, wellformed: bool = False):
         )
     if n and dead + retry < n and draw(st.booleans()):
         segs[-1] = dataclasses.replace(
-            segs[-1], state=SegmentState.COPY_SEGMENT_STARTED, event_timestamp_ms=NOW - 1000
+            segs[-1], state=RemoteSegmentState.COPY_SEGMENT_STARTED, event_timestamp_ms=NOW - 1000
         )
     lso = (dead + retry) * records
     head = [
@@ -108,7 +109,7 @@ def _counted(part, segs):
     return part.local_untiered_bytes + sum(
         s.size_bytes
         for s in segs
-        if s.state == SegmentState.COPY_SEGMENT_FINISHED
+        if s.state == RemoteSegmentState.COPY_SEGMENT_FINISHED
         and is_within_leader_epochs(s, part.log_end_offset, lineage)
     )
 
@@ -123,9 +124,9 @@ def test_never_deletes_what_kafka_keeps(data):
     earliest = min((e for e, _ in part.leader_epochs), default=None)
     for d in plan.deletions:
         s = d.segment
-        assert s.state != SegmentState.DELETE_SEGMENT_FINISHED
+        assert s.state != RemoteSegmentState.DELETE_SEGMENT_FINISHED
         if d.reason == PlanReason.DELETE_RETRY:
-            assert s.state == SegmentState.DELETE_SEGMENT_STARTED
+            assert s.state == RemoteSegmentState.DELETE_SEGMENT_STARTED
         elif d.reason == PlanReason.RETENTION_TIME:
             # isSegmentBreachedByRetentionTime: maxTimestampMs <= now - retention.ms
             assert part.retention_ms >= 0 and NOW - s.max_timestamp_ms >= part.retention_ms
@@ -144,7 +145,7 @@ def test_never_deletes_what_kafka_keeps(data):
         # take one, as Kafka's does).
         if d.reason in PlanReason.MOVES_LOG_START:
             assert not (
-                s.state == SegmentState.COPY_SEGMENT_STARTED
+                s.state == RemoteSegmentState.COPY_SEGMENT_STARTED
                 and NOW - s.event_timestamp_ms < 3_600_000
             )
     assert plan.new_log_start_offset >= part.log_start_offset

@@ -15,14 +15,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks import rules
 from spark_tasks.generate_inventory import generate
 from spark_tasks.plan_job import partition_from_row, segments_from_table
-from spark_tasks.schema import (
-    INVENTORY_SCHEMA,
-    PARTITION_STATE_SCHEMA,
-    SegmentState,
-)
+from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA
 from spark_tasks.submit import spark_submit
 from tests import s3util
 from tests.spark_tasks.kafka_cases import CASES, NOW
@@ -83,7 +80,7 @@ def _case_tables(root: str):
     # A partition no live leader reports: segments, no state row. Retention finishes its started
     # delete (delete_retry) and judges nothing else of it.
     for j, state in enumerate(
-        (SegmentState.DELETE_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
+        (RemoteSegmentState.DELETE_SEGMENT_STARTED, RemoteSegmentState.COPY_SEGMENT_FINISHED)
     ):
         inv.append(
             {
@@ -183,7 +180,7 @@ def _python_plans(gen_dir: Path, planner, *, retry_without_state: bool = False):
         with_state = {(r["cluster"], r["topic"], r["partition"]) for r in parts}
         for r in inv.to_pylist():
             key = (r["cluster"], r["topic"], r["partition"])
-            if key not in with_state and r["state"] == SegmentState.DELETE_SEGMENT_STARTED:
+            if key not in with_state and r["state"] == RemoteSegmentState.DELETE_SEGMENT_STARTED:
                 plans.setdefault(key[1:], {})[r["segment_id"]] = "delete_retry"
     for row in parts:
         key = (row["topic"], row["partition"])
@@ -269,7 +266,7 @@ def test_dry_run_deletes_nothing(generated, retention_first):
         v["segments"]
         for t in generated["counts"]["topics"].values()
         for s, v in t.items()
-        if s != SegmentState.DELETE_SEGMENT_FINISHED
+        if s != RemoteSegmentState.DELETE_SEGMENT_FINISHED
     )
     assert objects == live
 
@@ -285,7 +282,7 @@ def test_second_run_deletes_nothing(generated, retention_first, workspace):
     inv = pq.read_table(gen / "inventory")
     state = pc.if_else(
         pc.is_in(inv["segment_id"], pa.array(sorted(planned))),
-        pa.scalar(SegmentState.DELETE_SEGMENT_FINISHED),
+        pa.scalar(RemoteSegmentState.DELETE_SEGMENT_FINISHED),
         inv["state"],
     )
     inv = inv.set_column(inv.schema.get_field_index("state"), "state", state)
@@ -349,7 +346,7 @@ def test_purge_plans_below_the_epoch_and_deletes_the_objects(generated, workspac
         r
         for r in inv
         if r["tiered_epoch"] >= 1
-        and r["state"] != SegmentState.DELETE_SEGMENT_FINISHED
+        and r["state"] != RemoteSegmentState.DELETE_SEGMENT_FINISHED
         and not r["topic"].startswith(("kafka-", "leaderless"))  # cases: no objects written
     ]
     assert kept and all(r["object_path"] in stored for r in kept)
@@ -361,7 +358,7 @@ def test_orphans_finds_only_old_unreferenced_objects(generated, workspace):
     beside = next(
         r["object_path"]
         for r in inv
-        if r["topic"] == "topic-0000" and r["state"] == SegmentState.COPY_SEGMENT_FINISHED
+        if r["topic"] == "topic-0000" and r["state"] == RemoteSegmentState.COPY_SEGMENT_FINISHED
     )
     # A killed upload: its object written, its metadata record never. S3 keeps the time an
     # object was written (LastModified, whole seconds) and cannot be told another, so the

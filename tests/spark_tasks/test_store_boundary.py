@@ -221,3 +221,37 @@ def test_delete_objects_refuses_a_plan_with_one_row_outside_the_store(db, backen
     assert "delete_objects refused" in run.error and "seg-3" in run.error
     assert "victim.log" in run.error
     assert s3util.exists(victim) and all(s3util.exists(p) for p in backend.store.inside)
+
+
+# --- a run that deletes names the store: one rule for retention, purge and orphans -------------
+
+
+@pytest.mark.parametrize(
+    ("job", "argv"),
+    [
+        ("retention", ["--inventory", "i", "--partitions", "p"]),
+        ("purge", ["--inventory", "i", "--partitions", "p"]),
+        ("orphans", ["--inventory", "i", "--remote-root", "s3://b/r"]),
+    ],
+)
+def test_a_deleting_job_without_store_root_is_a_usage_error_before_spark(job, argv, capsys):
+    module = __import__(f"spark_tasks.{job}", fromlist=["main"])
+    with mock.patch.object(jobkit, "session") as session, pytest.raises(SystemExit) as exit_:
+        module.main([*argv, "--out", "o"])
+    assert exit_.value.code == 2
+    assert "--store-root is required unless --dry-run" in capsys.readouterr().err
+    session.assert_not_called()
+
+
+def test_the_job_functions_refuse_to_delete_without_store_root_but_plan_a_dry_run():
+    from spark_tasks import orphans
+    from spark_tasks.plan_job import PlanKind, run_plan_job
+
+    with pytest.raises(ValueError, match="required unless --dry-run"):
+        run_plan_job(None, PlanKind.RETENTION, "i", "p", "o", dry_run=False, store_root=None)
+    with pytest.raises(ValueError, match="required unless --dry-run"):
+        orphans.run(
+            None, "i", "s3://b/r", "o", older_than_ms=0, now_ms=None, dry_run=False, store_root=None
+        )
+    jobkit.require_store_root(True, None)  # a dry run deletes nothing
+    jobkit.require_store_root(False, "s3://b/r")

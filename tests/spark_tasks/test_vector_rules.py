@@ -14,9 +14,10 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_agent.choices import RemoteSegmentState
 from spark_tasks.plan_job import segments_from_table
 from spark_tasks.rules import PartitionState, Segment, plan_retention
-from spark_tasks.schema import INVENTORY_SCHEMA, SegmentState
+from spark_tasks.schema import INVENTORY_SCHEMA
 from spark_tasks.vector_rules import plan_retention_columns
 from tests.spark_tasks.kafka_cases import CASES
 from tests.spark_tasks.test_retention_properties import HOUR, NOW, partitions
@@ -81,7 +82,7 @@ def stressed(draw):
                     max_timestamp_ms=NOW - draw(st.integers(0, 20 * HOUR)),
                     size_bytes=draw(st.integers(0, 5000)),
                     leader_epochs=((low - draw(st.integers(0, 2)), 0),),
-                    state=draw(st.sampled_from(SegmentState.ALL)),
+                    state=draw(st.sampled_from(RemoteSegmentState.ALL)),
                     event_timestamp_ms=NOW - draw(st.integers(0, 3 * HOUR)),
                 )
             )
@@ -127,7 +128,7 @@ def test_vector_planner_declines_outside_its_domain():
     assert not _check(part, [one, dataclasses.replace(one, start_offset=100)])  # duplicate id
     assert not _check(dataclasses.replace(part, leader_epochs=()), [one])
     # Outside the domain only among DELETE_SEGMENT_FINISHED segments: still answered.
-    dead = dataclasses.replace(two_epochs, state=SegmentState.DELETE_SEGMENT_FINISHED)
+    dead = dataclasses.replace(two_epochs, state=RemoteSegmentState.DELETE_SEGMENT_FINISHED)
     assert _check(part, [one, dead])
 
 

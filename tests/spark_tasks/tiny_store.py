@@ -20,8 +20,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from broker_agent.choices import RemoteSegmentState
 from broker_agent.objectstore import S3Location
-from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA, SegmentState
+from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA
 from tests import s3util
 
 CLUSTER = "lab"
@@ -65,7 +66,7 @@ def _segment(segment_id: str, i: int, object_path: str, partition: int = 0) -> d
         "size_bytes": 1000 + i,
         "segment_leader_epochs": [{"epoch": 0, "start_offset": 0}],
         "tiered_epoch": 0,
-        "state": SegmentState.COPY_SEGMENT_FINISHED,
+        "state": RemoteSegmentState.COPY_SEGMENT_FINISHED,
         "object_path": object_path,
         "event_timestamp_ms": NOW - 3_600_000,
     }

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_agent.client import AgentClient, ControllerClient, Producer
+from tests.broker_agent import agent_hooks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,7 +98,7 @@ class Sim:
         path.mkdir()
 
     def set_probe_delay(self, broker_id: int, name: str, delay_ms: float) -> None:
-        """Test hook (``STRATA_AGENT_TEST_HOOKS=1``): slow every probe down → DEGRADED."""
+        """Test hook (:mod:`tests.broker_agent.agent_hooks`): slow every probe down → DEGRADED."""
         with self.agent(broker_id) as a:
             a.request("PUT", f"/v1/test/log-dirs/{name}/probe-delay", body={"delay_ms": delay_ms})
 
@@ -105,12 +106,13 @@ class Sim:
         self.controller.close()
 
 
-def _cli(data: Path, *args: str, timeout: float = 60, env: dict[str, str] | None = None) -> str:
+def _cli(data: Path, *args: str, timeout: float = 60) -> str:
+    """``sim ARGS``; every process it starts or restarts serves the test hooks (agent_hooks)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_AGENT_SECRET")}
     proc = subprocess.run(
         [sys.executable, "-m", "broker_agent", "sim", *args, "--data", str(data)],
         cwd=ROOT,
-        env={**base, **(env or {})},
+        env={**base, **agent_hooks.ENV},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -135,7 +137,7 @@ def sim_cluster(
     args += ["--probe-interval", "0.5", "--session-timeout-ms", "3000", *extra]
     sim = None
     try:
-        out = _cli(data, *args, timeout=120, env={"STRATA_AGENT_TEST_HOOKS": "1"})
+        out = _cli(data, *args, timeout=120)
         sim = Sim(data, json.loads(out.strip().splitlines()[-1]))
         yield sim
     finally:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.actions import do_change_user, do_create_user
 from accounts.roles import Role
@@ -17,7 +18,7 @@ class Command(BaseCommand):
         "one. Audited: one event per change (user created, role changed or password set)."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         parser.add_argument("--role", required=True, choices=Role.ALL)
         parser.add_argument(
@@ -26,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--email", default="")
 
     def handle(
-        self, *args, name: str, role: str, password: str | None, email: str, **options
+        self, *args: Any, name: str, role: str, password: str | None, email: str, **options: Any
     ) -> None:
         generated = password is None
         password = password or secrets.token_urlsafe(12)

@@ -6,9 +6,10 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from accounts.actions import do_change_user, do_create_user
@@ -27,10 +28,10 @@ DEMO_USERS = [
 class Command(BaseCommand):
     help = "Create the demo users (one per role) and print their logins."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--file", required=True, help="JSON file holding the demo passwords.")
 
-    def handle(self, *args, file: str, **options) -> None:
+    def handle(self, *args: Any, file: str, **options: Any) -> None:
         path = Path(file)
         saved = json.loads(path.read_text()) if path.exists() else {}
         User = get_user_model()

@@ -3,8 +3,10 @@ valid N days (default 90; ``--no-expiry`` for none). Audited."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.actions import TOKEN_DEFAULT_DAYS, do_issue_token
 
@@ -12,7 +14,7 @@ from accounts.actions import TOKEN_DEFAULT_DAYS, do_issue_token
 class Command(BaseCommand):
     help = "Issue an API token for a user; send it as 'Authorization: Bearer <token>'. Shown once."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="The user's username.")
         parser.add_argument("--label", default="", help="What the token is for.")
         parser.add_argument(
@@ -25,7 +27,9 @@ class Command(BaseCommand):
             "--no-expiry", action="store_true", help="A token that never expires (revoke it)."
         )
 
-    def handle(self, *args, name: str, label: str, days: int, no_expiry: bool, **options) -> None:
+    def handle(
+        self, *args: Any, name: str, label: str, days: int, no_expiry: bool, **options: Any
+    ) -> None:
         user = get_user_model().objects.filter(username=name, is_active=True).first()
         if user is None:
             raise CommandError(

@@ -3,7 +3,9 @@ Each revocation is audited (``config.token_revoked``)."""
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.actions import do_revoke_token
 from accounts.models import ApiToken
@@ -12,12 +14,14 @@ from accounts.models import ApiToken
 class Command(BaseCommand):
     help = "Revoke an API token by the prefix shown on the tokens page, or all of a user's."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("prefix", nargs="?", help="The token's prefix, e.g. strata_AbCd.")
         parser.add_argument("--user", help="With --all: every token of this user.")
         parser.add_argument("--all", action="store_true", help="Every live token of --user.")
 
-    def handle(self, *args, prefix: str | None, user: str | None, all: bool, **options) -> None:
+    def handle(
+        self, *args: Any, prefix: str | None, user: str | None, all: bool, **options: Any
+    ) -> None:
         if all:
             if not user:
                 raise CommandError("--all needs --user NAME.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.tasks import checkpoint_head
@@ -15,7 +17,7 @@ class Command(BaseCommand):
         "checkpoint or the checkpoint series do not verify, or the store refuses the write."
     )
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         outcome, seq = checkpoint_head()
         if outcome == "broken":
             raise CommandError(

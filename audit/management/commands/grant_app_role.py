@@ -17,8 +17,9 @@ Refuses when ``ROLE`` is the current user or a superuser: the point is a role wi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from psycopg import sql
 
@@ -33,13 +34,15 @@ class Command(BaseCommand):
         "SELECT on the audit table. Run as the owner of the tables, after migrate."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("role", help="Role name, e.g. strata_app.")
         parser.add_argument(
             "--password-file", type=Path, help="File holding the role's password (first line)."
         )
 
-    def handle(self, *args, role: str, password_file: Path | None = None, **options) -> None:
+    def handle(
+        self, *args: Any, role: str, password_file: Path | None = None, **options: Any
+    ) -> None:
         password = password_file.read_text().splitlines()[0].strip() if password_file else None
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT current_user, current_database(), current_schema()")

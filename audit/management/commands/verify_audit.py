@@ -11,8 +11,9 @@ what was checked."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from audit.trail import VerifyResult, verify_chain
 
@@ -25,7 +26,7 @@ class Command(BaseCommand):
         "newest checkpoint missing)."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
         parser.add_argument(
             "--head",
@@ -33,7 +34,9 @@ class Command(BaseCommand):
             "events removed from the end of the log.",
         )
 
-    def handle(self, *args, json: bool = False, head: str | None = None, **options) -> None:
+    def handle(
+        self, *args: Any, json: bool = False, head: str | None = None, **options: Any
+    ) -> None:
         result = verify_chain()
         problem = None
         if result.ok and head:
@@ -93,7 +96,7 @@ def _failures(result: VerifyResult) -> list[str]:
     return lines
 
 
-def external_line(external: dict | None) -> str:
+def external_line(external: dict[str, Any] | None) -> str:
     """What the external series is and whether its retention is enforced, in one line."""
     if external is None:
         return (
@@ -115,5 +118,5 @@ def external_line(external: dict | None) -> str:
     )
 
 
-def _json(value) -> str:
+def _json(value: Any) -> str:
     return json.dumps(value)
