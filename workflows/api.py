@@ -97,8 +97,8 @@ def _request_model(kind: WorkflowKind[Any, Any]) -> type[BaseModel]:
             f"{title}Request",
             __base__=_RequestCommon,
             __doc__=f"{kind.label}: {kind.description}",
-            kind=(Literal[kind.name], ...),  # type: ignore[valid-type]
-            params=(
+            kind=(Literal[kind.name], ...),  # type: ignore[arg-type]  # built at run time
+            params=(  # type: ignore[arg-type]
                 kind.params_model | None,
                 PydanticField(None, description="The kind's parameters (or the flat aliases)."),
             ),
@@ -133,7 +133,8 @@ class WorkflowRequestIn(Schema):
         cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
         models = tuple(_request_model(k) for k in all_kinds(include_hidden=True))
-        one_of = Annotated[Union[models], PydanticField(discriminator="kind")]  # noqa: UP007
+        union = Union[models]  # type: ignore[valid-type]  # noqa: UP007 (a tuple of types)
+        one_of = Annotated[union, PydanticField(discriminator="kind")]
         schema = handler(TypeAdapter(one_of).core_schema)
         return {**schema, "description": "One schema per kind, chosen by `kind`."}
 

@@ -313,6 +313,7 @@ class _Run:
                     fields=("approved_at",),
                 )
                 return False
+            refusal: WorkflowError | None
             if outcome.plan is None and outcome.refusal is None:
                 wf.plan_attempts += 1
                 if wf.break_glass and now - (wf.approved_at or now) >= approval_ttl():

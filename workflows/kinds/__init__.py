@@ -18,7 +18,7 @@ A kind is a subclass of :class:`WorkflowKind` decorated with :func:`register`::
         def target(self, params: DisableParams) -> str:        # what it holds while open
             return f"topic:{params.topic}"
 
-        def plan(self, params: DisableParams) -> Plan:          # run by a worker, never a request
+        def plan(self, params: DisableParams) -> Plan[DisablePlan]:  # in a worker, never a request
             return Plan(DisablePlan(...), information={...})    # or raise Refusal / PlanUnavailable
 
         def steps(self, params: DisableParams, plan: DisablePlan) -> list[StepDef]:

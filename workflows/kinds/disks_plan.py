@@ -8,7 +8,7 @@ are in :mod:`workflows.kinds.disks`.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from typing_extensions import TypedDict
 
@@ -46,8 +46,8 @@ __all__ = [
 class RecoveryMode:
     """KIP-112 "the disk gets fixed": replace the bad disk, or remove the dir from the config."""
 
-    REPLACE = "replace"
-    REMOVE = "remove"
+    REPLACE: Final = "replace"
+    REMOVE: Final = "remove"
     ALL = (REPLACE, REMOVE)
 
 
@@ -56,8 +56,8 @@ class RestartVia:
     controller advertises ``restart_broker`` on ``GET /v1/sim/controls``), or an operator who
     confirms it in the console (any cluster without that control)."""
 
-    SIM = "sim"
-    MANUAL = "manual"
+    SIM: Final = "sim"
+    MANUAL: Final = "manual"
 
 
 class RecoverParams(Params):

@@ -432,8 +432,8 @@ def _check_plan(ctx: ReviewedContext) -> None:
     if sha != ctx.plan.plan_sha256:
         raise Refusal(
             ErrorCode.PLAN_CHANGED,
-            f"The plan of Spark run #{ctx.plan['spark_run']} changed since it was approved "
-            f"({ctx.plan['plan_sha256'][:12]} → {sha[:12]}).",
+            f"The plan of Spark run #{ctx.plan.spark_run} changed since it was approved "
+            f"({ctx.plan.plan_sha256[:12]} → {sha[:12]}).",
             409,
         )
 
