@@ -378,7 +378,7 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
         try:
             wf = actions.do_request_workflow(
                 actor=request.user,
-                kind=kind.name,
+                kind=preview.kind.name,
                 params=raw,
                 reason=data.get("reason", ""),
                 break_glass=bool(data.get("break_glass")),

@@ -20,6 +20,7 @@ Refused actions change nothing and leave a ``denied`` audit event (who tried wha
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -100,10 +101,7 @@ def _audited_refusals(action: str) -> Callable:
                     wf_id=workflow_id,
                 ) from None
 
-        wrapped.__name__ = fn.__name__
-        wrapped.__doc__ = fn.__doc__
-        wrapped.__wrapped__ = fn
-        return wrapped
+        return functools.update_wrapper(wrapped, fn)
 
     return decorator
 

@@ -272,7 +272,7 @@ def plan_recovery(params: RecoverParams) -> Plan[RecoverPlan]:
         for x in rows
         if x["under_min_isr_after_replacement"]
     ]
-    restart = RestartVia.SIM if can_restart else RestartVia.MANUAL
+    restart: Literal["sim", "manual"] = RestartVia.SIM if can_restart else RestartVia.MANUAL
     steps = ["cordon_log_dir"]
     steps += (
         ["confirm_disk_replaced", "uncordon_log_dir"]
