@@ -53,11 +53,11 @@ def user(name, role):
 op, ap = user("bench-operator", "operator"), user("bench-approver", "approver")
 n = int(sys.argv[1])
 for i in range(n):
-    wf = do_request_workflow(acting_user=op, kind="noop_check", context=AuditContext.CLI,
+    wf = do_request_workflow(actor=op, kind="noop_check", context=AuditContext.CLI,
         params={"cluster": "bench", "label": f"bench-{i}", "brokers": 2, "mode": "plain"})
     engine.run(wf.pk)  # its planning, in-process: no worker runs while the queue is filled
     wf.refresh_from_db()
-    do_approve_workflow(wf.pk, acting_user=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
+    do_approve_workflow(wf.pk, actor=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
 print("queued", n)
 """
 
@@ -84,13 +84,13 @@ cluster, _ = Cluster.objects.get_or_create(
     name="bench-tiering", defaults={"controller_url": urls["controller"], "secret_ref": secret_file})
 do_sync_cluster(cluster)
 t0 = time.monotonic()
-wf = do_request_workflow(acting_user=op, kind="disable_tiering", context=AuditContext.CLI,
+wf = do_request_workflow(actor=op, kind="disable_tiering", context=AuditContext.CLI,
     params={"cluster": "bench-tiering", "topic": topic, "policy": "retain"})
 while Workflow.objects.values_list("state", flat=True).get(pk=wf.pk) == WorkflowState.PLANNING:
     time.sleep(0.05)  # the worker plans it
 t_plan = time.monotonic() - t0
 wf.refresh_from_db()
-do_approve_workflow(wf.pk, acting_user=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
+do_approve_workflow(wf.pk, actor=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
 t_approved = time.monotonic()
 while Workflow.objects.values_list("state", flat=True).get(pk=wf.pk) not in WorkflowState.TERMINAL:
     time.sleep(0.1)
@@ -197,13 +197,13 @@ def user(name, role):
     return u
 op, ap = user("bench-operator", "operator"), user("bench-approver", "approver")
 t0 = time.monotonic()
-wf = do_request_workflow(acting_user=op, kind="disable_tiering", context=AuditContext.CLI,
+wf = do_request_workflow(actor=op, kind="disable_tiering", context=AuditContext.CLI,
     params={"cluster": cluster, "topic": topic, "policy": "retain"})
 while Workflow.objects.values_list("state", flat=True).get(pk=wf.pk) == WorkflowState.PLANNING:
     time.sleep(0.05)  # the worker plans it
 t_plan = time.monotonic() - t0
 wf.refresh_from_db()
-do_approve_workflow(wf.pk, acting_user=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
+do_approve_workflow(wf.pk, actor=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
 t_approved = time.monotonic()
 while Workflow.objects.values_list("state", flat=True).get(pk=wf.pk) not in WorkflowState.TERMINAL:
     time.sleep(0.1)

@@ -50,7 +50,7 @@ def user(name, role):
     return u
 op, ap = user("bench-operator", "operator"), user("bench-approver", "approver")
 t0 = time.monotonic()
-wf = do_request_workflow(acting_user=op, kind=kind, context=AuditContext.CLI, params=params)
+wf = do_request_workflow(actor=op, kind=kind, context=AuditContext.CLI, params=params)
 while Workflow.objects.values_list("state", flat=True).get(pk=wf.pk) == WorkflowState.PLANNING:
     time.sleep(0.05)  # the worker plans it
 t_plan = time.monotonic() - t0
@@ -58,7 +58,7 @@ wf.refresh_from_db()
 if wf.state != WorkflowState.PENDING_APPROVAL:
     print(json.dumps({"state": wf.state, "error": wf.error_message, "plan_seconds": t_plan}))
     sys.exit(0)
-do_approve_workflow(wf.pk, acting_user=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
+do_approve_workflow(wf.pk, actor=ap, plan_hash=wf.plan_hash, context=AuditContext.CLI)
 t_approved = time.monotonic()
 while Workflow.objects.values_list("state", flat=True).get(pk=wf.pk) not in WorkflowState.TERMINAL:
     time.sleep(0.1)

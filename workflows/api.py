@@ -20,19 +20,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Annotated, Any, Literal, Union
 
 from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
+from pydantic import BaseModel, GetJsonSchemaHandler, TypeAdapter, create_model
 from pydantic import Field as PydanticField
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from audit.choices import AuditContext
 from workflows import actions
+from workflows.actions.workflows import MAX_REASON
 from workflows.errors import ErrorCode, WorkflowError
-from workflows.kinds import FLAT_REQUEST_FIELDS, all_kinds
+from workflows.kinds import FLAT_REQUEST_FIELDS, WorkflowKind, all_kinds
 from workflows.models import Workflow
 from workflows.output import workflow_out
 from workflows.queries import filter_workflows, with_decisions
@@ -57,19 +62,59 @@ def _api_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def _params_schema(schema: dict[str, Any]) -> None:
-    """OpenAPI: ``params`` is one of the registered kinds' parameter schemas."""
-    schema.clear()
-    schema.update(
-        description="The kind's parameters (see GET /workflows/kinds). The flat fields below "
-        "are accepted as aliases of the built-in kinds' parameters.",
-        anyOf=[k.params_schema() for k in all_kinds(include_hidden=True)] + [{"type": "null"}],
-    )
+#: The request fields every kind shares besides its parameters.
+class _RequestCommon(BaseModel):
+    reason: str = PydanticField("", max_length=MAX_REASON)
+    break_glass: bool = False
+    break_glass_reason: str = PydanticField("", max_length=MAX_REASON)
+    expected_plan_hash: str | None = None
+
+
+_REQUEST_MODELS: dict[type[WorkflowKind[Any, Any]], type[BaseModel]] = {}
+
+
+def _constrained(info: FieldInfo) -> Any:
+    """A parameter's type with its bounds (``Annotated[int, Ge(1), ...]``)."""
+    return Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+
+
+def _request_model(kind: WorkflowKind[Any, Any]) -> type[BaseModel]:
+    """The documented request body of one kind: ``kind``, ``params`` (the kind's
+    :class:`~workflows.kinds.Params` model) and the flat aliases of the parameters it takes."""
+    model = _REQUEST_MODELS.get(type(kind))
+    if model is None:
+        declared = kind.params_model.model_fields
+        aliases: dict[str, Any] = {
+            name: (
+                _constrained(declared[name]) | None,
+                PydanticField(None, title=declared[name].title, description=f"= params.{name}"),
+            )
+            for name in FLAT_REQUEST_FIELDS
+            if name in declared
+        }
+        title = "".join(part.capitalize() for part in kind.name.split("_"))
+        model = create_model(
+            f"{title}Request",
+            __base__=_RequestCommon,
+            __doc__=f"{kind.label}: {kind.description}",
+            kind=(Literal[kind.name], ...),  # type: ignore[arg-type]  # built at run time
+            params=(  # type: ignore[arg-type]
+                kind.params_model | None,
+                PydanticField(None, description="The kind's parameters (or the flat aliases)."),
+            ),
+            **aliases,
+        )
+        _REQUEST_MODELS[type(kind)] = model
+    return model
 
 
 class WorkflowRequestIn(Schema):
+    """A workflow request. Documented as one schema per kind (``kind`` chooses it); read
+    leniently here and validated by the kind's own model (:meth:`WorkflowKind.clean`), so that
+    the API, the form and the CLI refuse a bad request with the same code and message."""
+
     kind: Any = None
-    params: Any = PydanticField(default=None, json_schema_extra=_params_schema)
+    params: Any = None
     cluster: Any = None
     topic: Any = None
     policy: Any = None
@@ -82,6 +127,16 @@ class WorkflowRequestIn(Schema):
     break_glass: bool = False
     break_glass_reason: Any = ""
     expected_plan_hash: str | None = None
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        models = tuple(_request_model(k) for k in all_kinds(include_hidden=True))
+        union = Union[models]  # type: ignore[valid-type]  # noqa: UP007 (a tuple of types)
+        one_of = Annotated[union, PydanticField(discriminator="kind")]
+        schema = handler(TypeAdapter(one_of).core_schema)
+        return {**schema, "description": "One schema per kind, chosen by `kind`."}
 
 
 class DecisionIn(Schema):
@@ -171,7 +226,7 @@ def preview_workflow(request: HttpRequest, body: WorkflowRequestIn) -> dict:
 @_api_errors
 def request_workflow(request: HttpRequest, body: WorkflowRequestIn) -> Status:
     wf = actions.do_request_workflow(
-        acting_user=request.user,
+        actor=request.user,
         kind=body.kind,
         params=_params(body),
         reason=body.reason,
@@ -206,7 +261,7 @@ def get_workflow(request: HttpRequest, workflow_id: int) -> dict:
 def approve_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) -> dict:
     actions.do_approve_workflow(
         workflow_id,
-        acting_user=request.user,
+        actor=request.user,
         plan_hash=body.plan_hash,
         comment=body.comment,
         context=AuditContext.API,
@@ -219,7 +274,7 @@ def approve_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) -
 def reject_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) -> dict:
     actions.do_reject_workflow(
         workflow_id,
-        acting_user=request.user,
+        actor=request.user,
         plan_hash=body.plan_hash,
         comment=body.comment,
         context=AuditContext.API,
@@ -234,7 +289,7 @@ def reject_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) ->
 @_api_errors
 def cancel_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> dict:
     actions.do_cancel_workflow(
-        workflow_id, acting_user=request.user, comment=body.comment, context=AuditContext.API
+        workflow_id, actor=request.user, comment=body.comment, context=AuditContext.API
     )
     return workflow_out(_load(workflow_id), steps=True)
 
@@ -243,6 +298,6 @@ def cancel_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> 
 @_api_errors
 def confirm_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> dict:
     actions.do_confirm_step(
-        workflow_id, acting_user=request.user, comment=body.comment, context=AuditContext.API
+        workflow_id, actor=request.user, comment=body.comment, context=AuditContext.API
     )
     return workflow_out(_load(workflow_id), steps=True)

@@ -55,25 +55,24 @@ from django.utils import timezone
 
 from audit import targets, trail
 from audit.choices import AuditContext, AuditOutcome
-from workflows.actions.workflows import record_ready, workflow_snapshot
 from workflows.choices import AuditAction, StepState, WorkflowState
 from workflows.errors import ErrorCode, WorkflowError
-from workflows.kinds import StepDef, StepResult, get_kind
-from workflows.models import StepLog, Workflow, WorkflowStep
+from workflows.events import record_change, record_ready, workflow_snapshot
+from workflows.kinds import get_kind
+from workflows.models import Workflow, WorkflowStep
 from workflows.planning import (
     PLAN_FIELDS,
     PlanOutcome,
     adopt_plan,
     approval_ttl,
     compute_plan,
-    record_change,
     void_for_plan_change,
 )
 from workflows.queue import backoff_seconds, enqueue_run
+from workflows.steps import StepContext, StepResult
 
 __all__ = [
     "LeaseLost",
-    "StepContext",
     "backoff_seconds",
     "reconcile",
     "run",
@@ -107,44 +106,6 @@ _PLAN_FIELDS = ("parameters", "plan", "plan_information", "plan_diff")
 
 def _lease_delta() -> dt.timedelta:
     return dt.timedelta(seconds=settings.STRATA_WORKFLOW_LEASE_SECONDS)
-
-
-class StepContext:
-    """What a step function gets: the workflow, its step row, params, plan and helpers."""
-
-    def __init__(self, run: _Run, step: WorkflowStep, definition: StepDef) -> None:
-        self._run = run
-        self.workflow = run.wf
-        self.step = step
-        self.definition = definition
-        self.params: dict[str, Any] = run.wf.parameters
-        self.plan: dict[str, Any] = run.wf.plan
-
-    @property
-    def idempotency_key(self) -> str:
-        return self.step.idempotency_key
-
-    @property
-    def confirmed(self) -> bool:
-        return self.step.confirmed_at is not None
-
-    def output_of(self, name: str, broker: int | None = None) -> dict[str, Any]:
-        row = self.workflow.steps.filter(name=name, broker=broker).values("output").first()
-        return row["output"] if row else {}
-
-    def progress(self, done: int, total: int | None = None, unit: str | None = None) -> None:
-        """Record progress (autocommit, visible at once) and renew the lease."""
-        fields: dict[str, Any] = {"progress_done": done, "updated_at": timezone.now()}
-        if total is not None:
-            fields["progress_total"] = total
-        if unit is not None:
-            fields["progress_unit"] = unit
-        WorkflowStep.objects.filter(pk=self.step.pk).update(**fields)
-        self._run.renew()
-
-    def log(self, message: str, level: str = "info") -> None:
-        """A step log line, written outside the step's transaction (kept on rollback)."""
-        StepLog.objects.create(workflow=self.workflow, step=self.step, level=level, message=message)
 
 
 class _Run:
@@ -266,7 +227,7 @@ class _Run:
                     fields=(*PLAN_FIELDS, "approved_at"),
                 )
                 if ready:
-                    record_ready(wf, acting_user=None, context=AuditContext.WORKER)
+                    record_ready(wf, actor=None, context=AuditContext.WORKER)
                     _schedule(wf.pk, 0)
                 return wf.state
             if outcome.refusal is not None:
@@ -352,6 +313,7 @@ class _Run:
                     fields=("approved_at",),
                 )
                 return False
+            refusal: WorkflowError | None
             if outcome.plan is None and outcome.refusal is None:
                 wf.plan_attempts += 1
                 if wf.break_glass and now - (wf.approved_at or now) >= approval_ttl():
@@ -411,7 +373,7 @@ class _Run:
                     ),
                 )
                 return False
-            definitions = kind.steps(wf.parameters, wf.plan)
+            definitions = kind.steps(kind.read_params(wf.parameters), kind.read_plan(wf.plan))
             WorkflowStep.objects.bulk_create(
                 [
                     WorkflowStep(
@@ -476,7 +438,8 @@ class _Run:
         kind = get_kind(self.wf.kind)
         # Each step row finds its definition by name (and broker, for a fan-out), never by
         # position: a row always runs the function it was created for.
-        definitions = {(d.name, d.broker): d for d in kind.steps(self.wf.parameters, self.wf.plan)}
+        params, plan = kind.read_params(self.wf.parameters), kind.read_plan(self.wf.plan)
+        definitions = {(d.name, d.broker): d for d in kind.steps(params, plan)}
         while True:
             step = (
                 WorkflowStep.objects.filter(workflow_id=self.wf.pk)
@@ -506,7 +469,7 @@ class _Run:
             if not self.claim_step(step):
                 continue
             step_boundary.send(_Run, workflow=self.wf, step=step, when="before")
-            ctx = StepContext(self, step, definition)
+            ctx = StepContext(self.wf, step, definition, params=params, plan=plan, renew=self.renew)
             try:
                 result = definition.run(ctx) or StepResult.done()
             except LeaseLost:
@@ -764,14 +727,11 @@ def reconcile(now: dt.datetime | None = None) -> list[int]:
                 continue
             dead_owner = wf.lease_owner
             Workflow.objects.filter(pk=pk).update(lease_owner="", lease_expires_at=None)
-            trail.record(
+            record_change(
+                wf,
                 AuditAction.WORKFLOW_RESUMED,
-                actor=None,
+                {"lease_owner": dead_owner},
                 context=AuditContext.BEAT,
-                target_type="workflow",
-                target_id=pk,
-                workflow=pk,
-                before={"lease_owner": dead_owner},
                 after={"lease_owner": ""},
                 extra={"reason": "lease expired", "current_step": wf.current_step},
             )

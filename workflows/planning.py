@@ -2,8 +2,8 @@
 wait for approval. Runs in workers only (the engine's ``_Run.plan`` / ``_Run.start`` and the beat
 task ``refresh_plans``); a web request never computes a plan.
 
-A plan is two parts (``workflows.kinds.Plan``): the actions, hashed and approved, and the
-information, shown with its age and never hashed. See DESIGN.md "Approvals and audit".
+A plan is two parts (``workflows.kinds.Plan``): the actions (the kind's typed model, stored as
+its JSON), hashed and approved, and the information, shown with its age and never hashed. See DESIGN.md "Approvals and audit".
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit import trail
-from audit.choices import AuditContext, AuditOutcome
+from audit.choices import AuditContext
 from audit.queries import diff
 from console.sync import inventory_missing
-from workflows.actions.workflows import workflow_snapshot
 from workflows.choices import AuditAction, WorkflowState
 from workflows.errors import WorkflowError
-from workflows.kinds import Plan, PlanUnavailable, get_kind, plan_hash
+from workflows.events import record_change, workflow_snapshot
+from workflows.kinds import PlanUnavailable, get_kind, plan_hash
 from workflows.kinds.commands import is_unreachable
 from workflows.models import Workflow
 
@@ -35,7 +35,6 @@ __all__ = [
     "adopt_plan",
     "approval_ttl",
     "compute_plan",
-    "record_change",
     "refresh_pending_plans",
     "void_for_plan_change",
 ]
@@ -48,12 +47,20 @@ def approval_ttl() -> dt.timedelta:
 
 
 @dataclasses.dataclass(frozen=True)
+class StoredPlan:
+    """A computed plan as the workflow row stores it: the actions' JSON and the information."""
+
+    actions: dict[str, Any]
+    information: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
 class PlanOutcome:
     """What computing a plan gave: a plan (actions normalised, their hash), a refusal, or the
     reason it could not be computed now (``unavailable``: the cluster did not answer;
     ``error``: anything else, retried a few times)."""
 
-    plan: Plan | None = None
+    plan: StoredPlan | None = None
     actions_hash: str = ""
     refusal: WorkflowError | None = None
     unavailable: str = ""
@@ -69,7 +76,7 @@ def compute_plan(wf: Workflow) -> PlanOutcome:
             "are missing after a database restart); the next sync restores it"
         )
     try:
-        plan = kind.plan(wf.parameters)
+        plan = kind.plan(kind.read_params(wf.parameters))
     except PlanUnavailable as exc:
         return PlanOutcome(unavailable=exc.message)
     except WorkflowError as exc:
@@ -79,9 +86,9 @@ def compute_plan(wf: Workflow) -> PlanOutcome:
             return PlanOutcome(unavailable=f"{type(exc).__name__}: {str(exc)[:300]}")
         log.warning("planning %s failed", wf, exc_info=True)
         return PlanOutcome(error=f"{type(exc).__name__}: {str(exc)[:300]}")
-    actions = trail.normalise(plan.actions)
-    plan = Plan(actions=actions, information=trail.normalise(plan.information))
-    return PlanOutcome(plan=plan, actions_hash=plan_hash(kind.name, wf.parameters, actions))
+    actions = trail.normalise(plan.actions.dump())
+    stored = StoredPlan(actions=actions, information=trail.normalise(plan.information))
+    return PlanOutcome(plan=stored, actions_hash=plan_hash(kind.name, wf.parameters, actions))
 
 
 def adopt_plan(wf: Workflow, outcome: PlanOutcome, now: dt.datetime) -> list[dict[str, Any]]:
@@ -95,30 +102,6 @@ def adopt_plan(wf: Workflow, outcome: PlanOutcome, now: dt.datetime) -> list[dic
 
 
 PLAN_FIELDS = ("plan", "plan_hash", "plan_information", "plan_information_at", "plan_attempts")
-
-
-def record_change(
-    wf: Workflow,
-    action: str,
-    before: dict[str, Any],
-    *,
-    outcome: str = AuditOutcome.SUCCESS,
-    extra: dict[str, Any] | None = None,
-    context: str = AuditContext.WORKER,
-) -> None:
-    """The audit event of a change of ``wf`` made by the engine (inside its transaction)."""
-    trail.record(
-        action,
-        actor=None,
-        context=context,
-        target_type="workflow",
-        target_id=wf.pk,
-        workflow=wf,
-        before=before,
-        after=workflow_snapshot(wf),
-        outcome=outcome,
-        extra=extra or {},
-    )
 
 
 def void_for_plan_change(wf: Workflow, changes: list[dict[str, Any]], now: dt.datetime) -> int:

@@ -52,6 +52,10 @@ LIST_PARTIAL_ID = "wf-list"
 AUDIT_PAGE_SIZE = 50
 TIMELINE_LIMIT = 200
 EXPORT_CHUNK = 2000
+#: What the request form posts besides the kind's parameters.
+FORM_CONTROLS = frozenset(
+    {"kind", "check", "reason", "break_glass", "break_glass_reason", "csrfmiddlewaretoken"}
+)
 
 
 # --- workflows ---------------------------------------------------------------------------
@@ -233,7 +237,7 @@ def workflow_approve(request: HttpRequest, pk: int) -> HttpResponse:
             if decision == ApprovalDecision.APPROVE:
                 actions.do_approve_workflow(
                     wf.pk,
-                    acting_user=request.user,
+                    actor=request.user,
                     plan_hash=request.POST.get("plan_hash"),
                     comment=request.POST.get("comment", ""),
                     context=AuditContext.WEB,
@@ -242,7 +246,7 @@ def workflow_approve(request: HttpRequest, pk: int) -> HttpResponse:
             elif decision == "reject":
                 actions.do_reject_workflow(
                     wf.pk,
-                    acting_user=request.user,
+                    actor=request.user,
                     plan_hash=request.POST.get("plan_hash"),
                     comment=request.POST.get("comment", ""),
                     context=AuditContext.WEB,
@@ -278,7 +282,7 @@ def _simple_action(request: HttpRequest, pk: int, action: Any, done: str) -> Htt
     try:
         action(
             pk,
-            acting_user=request.user,
+            actor=request.user,
             comment=request.POST.get("comment", ""),
             context=AuditContext.WEB,
         )
@@ -360,8 +364,10 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
             kind = get_kind(kind_name)
         except Refusal as exc:
             error, status = exc.message, 400
-    # The form posts the kind's own fields (and the cluster); anything else is not sent on.
+    # The kind's fields (and the cluster), and any other parameter a link or a hand-typed URL
+    # sends, which the kind refuses in the words the API and the CLI use (a misspelt one).
     names = ["cluster", *(f.name for f in kind.fields)] if kind is not None else ["cluster"]
+    names += [n for n in data if n not in names and n not in FORM_CONTROLS]
     raw = {name: data.get(name) or None for name in names}
     if kind is not None and (request.method == "POST" or raw.get("cluster")):
         try:
@@ -371,8 +377,8 @@ def workflow_new(request: HttpRequest) -> HttpResponse:
     if not checking and preview is not None:
         try:
             wf = actions.do_request_workflow(
-                acting_user=request.user,
-                kind=kind.name,
+                actor=request.user,
+                kind=preview.kind.name,
                 params=raw,
                 reason=data.get("reason", ""),
                 break_glass=bool(data.get("break_glass")),

@@ -506,13 +506,13 @@ def _workflows(users: dict, size: Size) -> dict:
         rejected = request_noop(operator, f"rejected-{i}", **n)
         do_reject_workflow(
             rejected.pk,
-            acting_user=users["bert-approver"],
+            actor=users["bert-approver"],
             plan_hash=rejected.plan_hash,
             comment="not now",
             context=AuditContext.CLI,
         )
         cancelled = request_noop(operator, f"cancelled-{i}", **n)
-        do_cancel_workflow(cancelled.pk, acting_user=operator, comment="", context=AuditContext.CLI)
+        do_cancel_workflow(cancelled.pk, actor=operator, comment="", context=AuditContext.CLI)
         out["wf_gate"] = approve(request_noop(operator, f"gate-{i}", mode="gate", **n), approver)
         engine.run(out["wf_gate"].pk)
         out["wf_pending"] = request_noop(operator, f"pending-{i}", **n)

@@ -93,13 +93,13 @@ def world(tmp_path, viewer, operator, approver, second_approver, admin):
     rejected = request_noop(operator, "rejected")
     do_reject_workflow(
         rejected.pk,
-        acting_user=second_approver,
+        actor=second_approver,
         plan_hash=rejected.plan_hash,
         comment="not now",
         context=AuditContext.CLI,
     )
     cancelled = request_noop(operator, "cancelled")
-    do_cancel_workflow(cancelled.pk, acting_user=operator, comment="", context=AuditContext.CLI)
+    do_cancel_workflow(cancelled.pk, actor=operator, comment="", context=AuditContext.CLI)
 
     now = timezone.now()
     plan = tmp_path / "run" / "plan"  # a dry run's plan, as the retention job writes it

@@ -20,18 +20,29 @@ so a step run twice would be visible.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 from django.db import transaction
 
 from audit import targets, trail
 from audit.choices import AuditContext
 from audit.models import AuditEvent
-from workflows.kinds import Field, Plan, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import (
+    Actions,
+    Params,
+    Plan,
+    StepDef,
+    StepResult,
+    WorkflowKind,
+    choice,
+    integer,
+    register,
+    text,
+)
 from workflows.models import Workflow
 
 if TYPE_CHECKING:
-    from workflows.engine import StepContext
+    from workflows.steps import StepContext
 
 APPLIED = "noop_check.applied"
 
@@ -47,19 +58,43 @@ class TransientNoopError(RuntimeError):
     """The simulated transient failure of mode ``flaky``."""
 
 
-def check(ctx: StepContext) -> None:
-    total = ctx.plan["units"]
+class NoopParams(Params):
+    label: str = text("Label", help="Any name; the workflow's target (noop:<label>).")
+    brokers: int = integer(
+        "Pseudo-brokers", ge=1, le=50, default=2, help="How many per-broker apply steps."
+    )
+    mode: Literal["plain", "gate", "flaky"] = choice(  # NoopMode.ALL
+        "Mode",
+        default=NoopMode.PLAIN,
+        help="gate: wait for a human confirmation; flaky: retry each apply once.",
+    )
+
+
+class NoopPlan(Actions):
+    summary: str
+    brokers: list[int]
+    units: int
+    mode: Literal["plain", "gate", "flaky"]
+    steps: list[str]
+
+
+if TYPE_CHECKING:
+    NoopContext = StepContext[NoopParams, NoopPlan]
+
+
+def check(ctx: NoopContext) -> None:
+    total = ctx.plan.units
     for done in range(0, total + 1, max(1, total // 5)):
         ctx.progress(done, total, "units")
     ctx.progress(total, total, "units")
 
 
-def gate(ctx: StepContext) -> StepResult:
+def gate(ctx: NoopContext) -> StepResult:
     return StepResult.done({"confirmed_by": ctx.step.confirmed_by_id})
 
 
-def apply(ctx: StepContext) -> StepResult:
-    if ctx.plan["mode"] == NoopMode.FLAKY and ctx.step.attempts == 1:
+def apply(ctx: NoopContext) -> StepResult:
+    if ctx.plan.mode == NoopMode.FLAKY and ctx.step.attempts == 1:
         raise TransientNoopError("simulated transient failure (mode flaky, first attempt)")
     with transaction.atomic():
         # The workflow row lock serialises two runs of the same step (a zombie and its successor).
@@ -72,7 +107,7 @@ def apply(ctx: StepContext) -> StepResult:
                 APPLIED,
                 actor=None,
                 context=AuditContext.WORKER,
-                **targets.broker(ctx.params["cluster"], ctx.step.broker),
+                **targets.broker(ctx.params.cluster, ctx.step.broker),
                 workflow=ctx.workflow,
                 after={"applied": True},
                 extra={"idempotency_key": ctx.idempotency_key},
@@ -81,7 +116,7 @@ def apply(ctx: StepContext) -> StepResult:
     return StepResult.done({"already_applied": exists})
 
 
-def verify(ctx: StepContext) -> StepResult:
+def verify(ctx: NoopContext) -> StepResult:
     keys = list(ctx.workflow.steps.filter(name="apply").values_list("idempotency_key", flat=True))
     counts = {
         key: AuditEvent.objects.filter(action=APPLIED, extra__idempotency_key=key).count()
@@ -94,7 +129,7 @@ def verify(ctx: StepContext) -> StepResult:
 
 
 @register
-class NoopCheck(WorkflowKind):
+class NoopCheck(WorkflowKind[NoopParams, NoopPlan]):
     name = "noop_check"
     label = "Framework self-test (no cluster)"
     description = (
@@ -103,47 +138,29 @@ class NoopCheck(WorkflowKind):
     )
     hidden = True
     needs_cluster = False
-    fields = (
-        Field("label", "Label", help="Any name; the workflow's target (noop:<label>)."),
-        Field(
-            "brokers",
-            "Pseudo-brokers",
-            "int",
-            required=False,
-            default=2,
-            min_value=1,
-            max_value=50,
-            help="How many per-broker apply steps.",
-        ),
-        Field.choice(
-            "mode",
-            NoopMode.ALL,
-            default=NoopMode.PLAIN,
-            help="gate: wait for a human confirmation; flaky: retry each apply once.",
-        ),
-    )
+    params_model, actions_model = NoopParams, NoopPlan
 
-    def target(self, params: dict[str, Any]) -> str:
-        return f"noop:{params['label']}"
+    def target(self, params: NoopParams) -> str:
+        return f"noop:{params.label}"
 
-    def plan(self, params: dict[str, Any]) -> Plan:
-        brokers = list(range(params["brokers"]))
-        steps = ["check", *(["confirm"] if params["mode"] == NoopMode.GATE else [])]
+    def plan(self, params: NoopParams) -> Plan[NoopPlan]:
+        brokers = list(range(params.brokers))
+        steps = ["check", *(["confirm"] if params.mode == NoopMode.GATE else [])]
         steps += [f"apply@{b}" for b in brokers] + ["verify"]
         return Plan(
-            actions={
-                "summary": f"Self-test over {len(brokers)} pseudo-brokers; changes nothing.",
-                "brokers": brokers,
-                "units": 10 * len(brokers),
-                "mode": params["mode"],
-                "steps": steps,
-            },
+            NoopPlan(
+                summary=f"Self-test over {len(brokers)} pseudo-brokers; changes nothing.",
+                brokers=brokers,
+                units=10 * len(brokers),
+                mode=params.mode,
+                steps=steps,
+            ),
             information={"note": "a self-test: nothing drifts"},
         )
 
-    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
-        steps = [StepDef("check", check, label="Check", unit="units", total=plan["units"])]
-        if plan["mode"] == NoopMode.GATE:
+    def steps(self, params: NoopParams, plan: NoopPlan) -> list[StepDef]:
+        steps = [StepDef("check", check, label="Check", unit="units", total=plan.units)]
+        if plan.mode == NoopMode.GATE:
             steps.append(
                 StepDef(
                     "confirm",
@@ -155,7 +172,7 @@ class NoopCheck(WorkflowKind):
             )
         steps += [
             StepDef("apply", apply, label=f"Apply on {b}", broker=b, unit="effects", total=1)
-            for b in plan["brokers"]
+            for b in plan.brokers
         ]
         steps.append(StepDef("verify", verify, label="Verify exactly-once"))
         return steps

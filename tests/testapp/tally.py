@@ -8,22 +8,42 @@ Each ``increment`` step writes one ``tally_check.incremented`` audit event per i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 
 from audit import trail
 from audit.choices import AuditContext
 from audit.models import AuditEvent
-from workflows.kinds import Field, Plan, StepDef, StepResult, WorkflowKind, register
+from workflows.kinds import (
+    Actions,
+    Params,
+    Plan,
+    StepDef,
+    StepResult,
+    WorkflowKind,
+    integer,
+    register,
+    text,
+)
 
 if TYPE_CHECKING:
-    from workflows.engine import StepContext
+    from workflows.steps import StepContext
 
 INCREMENTED = "tally_check.incremented"
 
 
-def increment(ctx: StepContext) -> StepResult:
+class TallyParams(Params):
+    counter: str = text("Counter", help="What is counted; the workflow's target.")
+    increments: int = integer("Increments", ge=1, le=5)
+
+
+class TallyPlan(Actions):
+    increments: int
+    steps: list[str]
+
+
+def increment(ctx: StepContext[TallyParams, TallyPlan]) -> StepResult:
     key = ctx.step.idempotency_key
     with transaction.atomic():
         if not AuditEvent.objects.filter(action=INCREMENTED, target_id=key).exists():
@@ -33,33 +53,30 @@ def increment(ctx: StepContext) -> StepResult:
                 target_type="tally",
                 target_id=key,
                 workflow=ctx.workflow,
-                after={"counter": ctx.params["counter"], "n": ctx.definition.params["n"]},
+                after={"counter": ctx.params.counter, "n": ctx.definition.params["n"]},
             )
     return StepResult.done({"n": ctx.definition.params["n"]})
 
 
 @register
-class TallyCheck(WorkflowKind):
+class TallyCheck(WorkflowKind[TallyParams, TallyPlan]):
     name = "tally_check"
     label = "Tally (test kind)"
     description = "Counts to increments, one audited step each; touches no cluster."
     hidden = True
     needs_cluster = False
     approvals = 2
-    fields = (
-        Field("counter", "Counter", help="What is counted; the workflow's target."),
-        Field("increments", "Increments", "int", min_value=1, max_value=5),
-    )
+    params_model, actions_model = TallyParams, TallyPlan
 
-    def target(self, params: dict[str, Any]) -> str:
-        return f"tally:{params['counter']}"
+    def target(self, params: TallyParams) -> str:
+        return f"tally:{params.counter}"
 
-    def plan(self, params: dict[str, Any]) -> Plan:
-        n = params["increments"]
-        return Plan(actions={"increments": n, "steps": [f"increment {i}" for i in range(n)]})
+    def plan(self, params: TallyParams) -> Plan[TallyPlan]:
+        n = params.increments
+        return Plan(TallyPlan(increments=n, steps=[f"increment {i}" for i in range(n)]))
 
-    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+    def steps(self, params: TallyParams, plan: TallyPlan) -> list[StepDef]:
         return [
             StepDef(f"increment_{i}", increment, label=f"Increment {i}", params={"n": i})
-            for i in range(plan["increments"])
+            for i in range(plan.increments)
         ]

@@ -33,7 +33,7 @@ def request_noop(
     """A ``noop_check`` request, planned (as a worker would) unless ``plan=False``."""
     plan = kw.pop("plan", True)
     wf = do_request_workflow(
-        acting_user=user,
+        actor=user,
         kind="noop_check",
         params={"cluster": cluster, "label": label, "brokers": brokers, "mode": mode},
         reason=kw.pop("reason", "self-test"),
@@ -54,9 +54,7 @@ def wait_planned(workflow_id: int, timeout: float = 90) -> Workflow:
 
 
 def approve(wf: Workflow, user) -> Workflow:
-    return do_approve_workflow(
-        wf.pk, acting_user=user, plan_hash=wf.plan_hash, context=AuditContext.CLI
-    )
+    return do_approve_workflow(wf.pk, actor=user, plan_hash=wf.plan_hash, context=AuditContext.CLI)
 
 
 @pytest.fixture

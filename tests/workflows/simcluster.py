@@ -172,7 +172,7 @@ def wait_plan_stable(kind_name: str, params: dict[str, Any], timeout: float = 30
     last: list[str] = []
 
     def stable() -> dict | None:
-        plan = kind.plan(params).actions
+        plan = kind.plan(kind.read_params(params)).actions.dump()
         h = plan_hash(kind_name, params, plan)
         same = bool(last) and last[-1] == h
         last.append(h)

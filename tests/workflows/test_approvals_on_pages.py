@@ -68,7 +68,7 @@ def test_list_and_page_count_only_the_approvals_that_count_in_every_state(
     # rejected after one approval: the approval counted, the rejection does not
     rejected = request_noop(operator, "rejected")
     approve(rejected, approver)
-    do_reject_workflow(rejected.pk, acting_user=admin, comment="not now", context=AuditContext.CLI)
+    do_reject_workflow(rejected.pk, actor=admin, comment="not now", context=AuditContext.CLI)
     expected[rejected.pk] = "1 / 2"
 
     # succeeded a day ago: its approvals counted when it was approved, and still read so
@@ -160,7 +160,7 @@ def test_an_approver_whose_approval_expired_is_offered_the_decision_again(
 
 def test_a_rejecter_sees_when_they_rejected(client, operator, approver):
     wf = request_noop(operator)
-    do_reject_workflow(wf.pk, acting_user=approver, comment="wrong topic", context=AuditContext.CLI)
+    do_reject_workflow(wf.pk, actor=approver, comment="wrong topic", context=AuditContext.CLI)
     client.force_login(approver)
     page = client.get(f"/workflows/{wf.pk}/").content.decode()
     assert 'data-testid="my-decision">You rejected this plan at' in page

@@ -45,8 +45,9 @@ def _ctx(user, cluster: str, params: dict, plan: dict | None = None, broker: int
     return types.SimpleNamespace(
         workflow=wf,
         step=step,
-        params=wf.parameters,
-        plan=wf.plan,
+        # the steps read the typed parameters and plan; these tests give the attributes they read
+        params=types.SimpleNamespace(**wf.parameters),
+        plan=types.SimpleNamespace(**wf.plan),
         idempotency_key=step.idempotency_key,
         log=lambda *a, **k: None,
     )

@@ -91,7 +91,7 @@ def test_the_list_follows_a_run_and_stops_polling_once_it_ended(
     badge = page.locator(f"#wf-list tr:has(a[href='/workflows/{wf.pk}/']) span.badge").first
     expect(badge).to_have_text("Waiting")
     expect(page.locator("#wf-list[hx-trigger]")).to_have_count(1)
-    do_confirm_step(wf.pk, acting_user=operator, context=AuditContext.CLI)
+    do_confirm_step(wf.pk, actor=operator, context=AuditContext.CLI)
     engine.run(wf.pk)  # the rest of the run, as a worker would
     expect(badge).to_have_text("Succeeded", timeout=20_000)
     expect(page.locator("#wf-list[hx-trigger]")).to_have_count(0)

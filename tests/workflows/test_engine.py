@@ -240,7 +240,8 @@ def test_a_changed_plan_voids_approvals_and_returns_to_pending(
 
     def drifted(self, params):
         plan = original(self, params)
-        return Plan({**plan.actions, "summary": "the cluster changed"}, plan.information)
+        changed = plan.actions.model_copy(update={"summary": "the cluster changed"})
+        return Plan(changed, plan.information)
 
     monkeypatch.setattr(noop.NoopCheck, "plan", drifted)
     assert engine.run(wf.pk) == WorkflowState.PENDING_APPROVAL

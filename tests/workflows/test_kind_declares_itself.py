@@ -5,11 +5,16 @@ planning, two approvals, execution."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from audit.models import AuditEvent
 from tests.workflows.conftest import planned
 from workflows import engine
+from workflows.kinds import all_kinds
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
@@ -78,11 +83,38 @@ def test_flat_fields_are_aliases_and_must_agree_with_params(api, operator):
     assert clash.status_code == 400 and "given twice" in clash.json()["message"]
 
 
-def test_the_openapi_document_and_the_kinds_list_show_each_kinds_params(api, viewer):
+def _typed(prop: dict) -> bool:
+    """A JSON Schema property that says what it holds (``{}`` is pydantic's ``Any``)."""
+    if "type" in prop or "const" in prop or "enum" in prop or "$ref" in prop:
+        return True
+    parts = prop.get("anyOf") or prop.get("allOf") or prop.get("oneOf")
+    return bool(parts) and all(_typed(p) for p in parts)
+
+
+def test_the_openapi_document_types_each_kinds_request_in_a_schema_of_its_own(api, viewer):
     schema = api(viewer).get("/openapi.json").json()
-    request = schema["components"]["schemas"]["WorkflowRequestIn"]["properties"]["params"]
-    by_title = {s.get("title"): s for s in request["anyOf"]}
-    tally = by_title["tally_check parameters"]
+    components = schema["components"]["schemas"]
+
+    def resolve(ref: str) -> dict:
+        return components[ref.removeprefix("#/components/schemas/")]
+
+    for path in ("/api/v1/workflows", "/api/v1/workflows/preview"):
+        body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        assert body["schema"] == {"$ref": "#/components/schemas/WorkflowRequestIn"}
+    request = components["WorkflowRequestIn"]
+    assert request["discriminator"]["propertyName"] == "kind"
+    mapping = request["discriminator"]["mapping"]
+    assert set(mapping) == {k.name for k in all_kinds(include_hidden=True)}
+    assert len(set(mapping.values())) == len(mapping)  # one schema per kind
+    assert [o["$ref"] for o in request["oneOf"]] == list(mapping.values())
+    for kind, ref in mapping.items():
+        one = resolve(ref)
+        assert one["properties"]["kind"]["const"] == kind
+        params = resolve(one["properties"]["params"]["anyOf"][0]["$ref"])
+        assert params["additionalProperties"] is False
+        for name, prop in {**one["properties"], **params["properties"]}.items():
+            assert _typed(prop), (kind, name, prop)
+    tally = resolve(resolve(mapping["tally_check"])["properties"]["params"]["anyOf"][0]["$ref"])
     assert tally["properties"]["increments"] == {
         "title": "Increments",
         "type": "integer",
@@ -90,6 +122,34 @@ def test_the_openapi_document_and_the_kinds_list_show_each_kinds_params(api, vie
         "maximum": 5,
     }
     assert set(tally["required"]) == {"cluster", "counter", "increments"}
-    assert "disable_tiering parameters" in by_title
+    disable = resolve(mapping["disable_tiering"])["properties"]
+    assert {"topic", "policy", "cluster"} <= set(disable) and "broker" not in disable
+    assert disable["policy"]["anyOf"][0]["enum"] == ["retain", "delete"]
     kinds = {k["kind"]: k for k in api(viewer).get("/workflows/kinds").json()}
-    assert kinds["tally_check"]["params_schema"] == tally
+    assert kinds["tally_check"]["params_schema"] == {**tally, "title": "tally_check parameters"}
+
+
+def test_a_misspelt_param_is_refused_alike_by_the_api_the_form_and_the_cli(api, client, operator):
+    message = "INVALID_REQUEST: lable does not apply to noop_check."
+    body = {"kind": "noop_check", "cluster": "lab", "params": {"lable": "x"}}
+    for path in ("/workflows/preview", "/workflows"):
+        answer = api(operator).post(path, body)
+        assert answer.status_code == 400
+        assert f"{answer.json()['error']}: {answer.json()['message']}" == message
+    client.force_login(operator)
+    page = client.get("/workflows/new/", {"kind": "noop_check", "cluster": "lab", "lable": "x"})
+    assert page.status_code == 400 and message in page.content.decode()
+    with pytest.raises(CommandError) as refused:
+        call_command(
+            "request_workflow",
+            "noop_check",
+            "--as",
+            operator.username,
+            "--cluster",
+            "lab",
+            "--param",
+            "lable=x",
+            stdout=io.StringIO(),
+        )
+    assert str(refused.value) == message
+    assert not Workflow.objects.exists()

@@ -118,12 +118,16 @@ def test_a_cluster_without_the_sim_restart_control_gets_a_manual_restart_gate():
     """#36: where the worker cannot restart the broker, the restart is a human gate an
     operator confirms (audited who / when; no worker waits); with the control, a worker step."""
     kind = get_kind("recover_log_dir")
-    params = {"cluster": "c", "broker": 1, "log_dir": "d0", "mode": "remove"}
-    manual = {s.name: s for s in kind.steps(params, {"restart": "manual"})}
+    params = kind.read_params({"cluster": "c", "broker": 1, "log_dir": "d0", "mode": "remove"})
+
+    def restart_by(who: str):  # the steps read only who restarts the broker
+        return kind.actions_model.model_construct(restart=who)
+
+    manual = {s.name: s for s in kind.steps(params, restart_by("manual"))}
     assert (
         manual["restart_broker"].gate and "Restart broker 1" in manual["restart_broker"].gate_prompt
     )
-    sim = {s.name: s for s in kind.steps(params, {"restart": "sim"})}
+    sim = {s.name: s for s in kind.steps(params, restart_by("sim"))}
     assert not sim["restart_broker"].gate
     assert list(sim) == ["cordon_log_dir", "remove_log_dir", "restart_broker",
                          "recreate_replicas", "verify"]  # fmt: skip

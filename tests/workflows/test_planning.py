@@ -168,7 +168,7 @@ def test_changed_actions_at_start_void_approvals_and_keep_the_diff(operator, app
 
     def broker_joined(self, params):
         p = original(self, params)
-        return Plan({**p.actions, "brokers": [0, 1, 2]}, p.information)
+        return Plan(p.actions.model_copy(update={"brokers": [0, 1, 2]}), p.information)
 
     monkeypatch.setattr(noop.NoopCheck, "plan", broker_joined)
     assert engine.run(wf.pk) == WorkflowState.PENDING_APPROVAL
@@ -205,7 +205,7 @@ def test_refreshing_a_pending_plan_whose_actions_changed_voids_approvals(
     monkeypatch.setattr(
         noop.NoopCheck,
         "plan",
-        lambda self, p: Plan({**original(self, p).actions, "mode": "gate"}, {}),
+        lambda self, p: Plan(original(self, p).actions.model_copy(update={"mode": "gate"}), {}),
     )
     assert planning.refresh_pending_plans(now=timezone.now() + dt.timedelta(seconds=1)) == [wf.pk]
     wf.refresh_from_db()

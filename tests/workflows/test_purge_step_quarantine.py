@@ -49,8 +49,8 @@ def _purge_step(user, run: SparkJobRun):
     ctx = types.SimpleNamespace(
         workflow=wf,
         step=step,
-        params=wf.parameters,
-        plan={},
+        params=types.SimpleNamespace(**wf.parameters),  # the purge step reads only the cluster
+        plan=types.SimpleNamespace(),
         idempotency_key=step.idempotency_key,
         log=lambda message, level="info": logged.append(message),
         progress=lambda *a, **k: None,

@@ -11,7 +11,7 @@ import types
 import pytest
 
 from broker_agent.choices import LogDirState
-from workflows.kinds import disks
+from workflows.kinds import disks, get_kind
 from workflows.kinds.disks_plan import DiskRefusal
 from workflows.models import Workflow, WorkflowStep
 
@@ -33,8 +33,8 @@ def _ctx(user, mode: str):
     return types.SimpleNamespace(
         workflow=wf,
         step=step,
-        params=wf.parameters,
-        plan=wf.plan,
+        params=get_kind(wf.kind).read_params(wf.parameters),
+        plan=types.SimpleNamespace(**wf.plan),  # the restart step reads no plan
         idempotency_key=step.idempotency_key,
         log=lambda *a, **k: None,
     )

@@ -299,7 +299,7 @@ def test_the_list_counts_approvals_as_the_workflow_page_does(client, operator, a
     approved = approve(request_noop(operator, "approved"), approver)
     rejected = approve(request_noop(operator, "rejected", brokers=3), approver)
     Workflow.objects.filter(pk=rejected.pk).update(state=WorkflowState.PENDING_APPROVAL)
-    do_reject_workflow(rejected.pk, acting_user=admin, comment="not now", context=AuditContext.CLI)
+    do_reject_workflow(rejected.pk, actor=admin, comment="not now", context=AuditContext.CLI)
     client.force_login(operator)
     listing = client.get("/workflows/").content.decode()
     for wf in (pending, approved, rejected):

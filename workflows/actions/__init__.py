@@ -1,5 +1,5 @@
 """State changes of the write side: every one is a ``do_*`` function with a keyword-only
-``acting_user``, run in one transaction together with its audit event (Zulip's actions)."""
+``actor``, run in one transaction together with its audit event (Zulip's actions)."""
 
 from workflows.actions.workflows import (
     do_approve_workflow,

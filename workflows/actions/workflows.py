@@ -20,6 +20,7 @@ Refused actions change nothing and leave a ``denied`` audit event (who tried wha
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -28,13 +29,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.roles import Role, has_role
-from audit import trail
 from audit.choices import AuditOutcome
 from audit.denials import record_denial
 from console.models import Cluster
 from workflows.choices import ApprovalDecision, AuditAction, StepState, WorkflowState
 from workflows.errors import ErrorCode, WorkflowError
-from workflows.kinds import get_kind
+from workflows.events import record_change, record_ready, workflow_snapshot
+from workflows.kinds import Params, get_kind
 from workflows.models import Approval, Workflow, WorkflowStep
 from workflows.queue import enqueue_run
 
@@ -46,29 +47,16 @@ __all__ = [
     "do_reject_workflow",
     "do_request_workflow",
     "preview_plan",
-    "record_ready",
-    "workflow_snapshot",
 ]
 
 MAX_REASON = 2000
-
-
-def workflow_snapshot(wf: Workflow) -> dict[str, Any]:
-    """The fields an audit event's before/after shows for a workflow."""
-    return {
-        "state": wf.state,
-        "plan_hash": wf.plan_hash,
-        "current_step": wf.current_step,
-        "approvals_required": wf.approvals_required,
-        "break_glass": wf.break_glass,
-    }
 
 
 def _refused(
     exc: WorkflowError,
     action: str,
     *,
-    acting_user: Any,
+    actor: Any,
     context: str | None,
     wf_id: Any = None,
     extra: dict[str, Any] | None = None,
@@ -80,7 +68,7 @@ def _refused(
     record_denial(
         action,
         error=exc.code,
-        actor=acting_user if getattr(acting_user, "is_authenticated", False) else None,
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
         context=context,
         target_type="workflow" if wf_id else "",
         target_id=str(wf_id or "")[:255],
@@ -108,15 +96,12 @@ def _audited_refusals(action: str) -> Callable:
                 raise _refused(
                     exc,
                     action,
-                    acting_user=kwargs.get("acting_user"),
+                    actor=kwargs.get("actor"),
                     context=kwargs.get("context"),
                     wf_id=workflow_id,
                 ) from None
 
-        wrapped.__name__ = fn.__name__
-        wrapped.__doc__ = fn.__doc__
-        wrapped.__wrapped__ = fn
-        return wrapped
+        return functools.update_wrapper(wrapped, fn)
 
     return decorator
 
@@ -143,18 +128,20 @@ class RequestPreview:
 
     def __init__(self, kind_name: str, raw: dict[str, Any]) -> None:
         self.kind = get_kind(kind_name)
-        self.params = self.kind.clean(raw)
-        cluster = self.params["cluster"]
+        #: The request as the kind's model, and as stored (``Workflow.parameters``).
+        self.request: Params = self.kind.clean(raw)
+        self.params = self.kind.dump_params(self.request)
+        cluster = self.request.cluster
         if self.kind.needs_cluster and not Cluster.objects.filter(name=cluster).exists():
             raise WorkflowError(ErrorCode.INVALID_REQUEST, f"Unknown cluster {cluster!r}.")
-        self.target = self.kind.target(self.params)
-        self.approvals_required = self.kind.approvals_required(self.params)
+        self.target = self.kind.target(self.request)
+        self.approvals_required = self.kind.approvals_required(self.request)
         self.conflict = Workflow.objects.open().filter(cluster=cluster, target=self.target).first()
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind.name,
-            "cluster": self.params["cluster"],
+            "cluster": self.request.cluster,
             "target": self.target,
             "params": self.params,
             "plan": None,
@@ -173,7 +160,7 @@ def preview_plan(kind_name: Any, raw: dict[str, Any]) -> RequestPreview:
 @_audited_refusals(AuditAction.WORKFLOW_REQUESTED)
 def do_request_workflow(
     *,
-    acting_user: Any,
+    actor: Any,
     kind: Any,
     params: dict[str, Any],
     reason: Any = "",
@@ -188,14 +175,14 @@ def do_request_workflow(
     (``approved`` for break-glass or a kind that needs no approval), or to ``refused``.
     ``expected_plan_hash``, when given, must equal the actions' hash the worker computes, else
     the workflow is refused with ``PLAN_CHANGED``."""
-    if not has_role(acting_user, Role.OPERATOR):
+    if not has_role(actor, Role.OPERATOR):
         raise WorkflowError(
             ErrorCode.FORBIDDEN, "Requesting a workflow needs the operator role.", 403
         )
     reason = _clean_text(reason, "reason")
     break_glass_reason = _clean_text(break_glass_reason, "break_glass_reason")
     if break_glass:
-        if not has_role(acting_user, Role.ADMIN):
+        if not has_role(actor, Role.ADMIN):
             raise WorkflowError(ErrorCode.FORBIDDEN, "Break-glass needs the admin role.", 403)
         if not break_glass_reason:
             raise WorkflowError(
@@ -212,25 +199,24 @@ def do_request_workflow(
         with transaction.atomic():
             wf = Workflow.objects.create(
                 kind=preview.kind.name,
-                cluster=preview.params["cluster"],
+                cluster=preview.request.cluster,
                 target=preview.target,
                 parameters=preview.params,
                 state=WorkflowState.PLANNING,
                 expected_plan_hash=(expected_plan_hash or "")[:64],
-                requester=acting_user,
+                requester=actor,
                 reason=reason,
                 approvals_required=preview.approvals_required,
                 break_glass=bool(break_glass),
                 break_glass_reason=break_glass_reason if break_glass else "",
                 created_at=now,
             )
-            trail.record(
+            record_change(
+                wf,
                 AuditAction.WORKFLOW_REQUESTED,
-                actor=acting_user,
+                None,
+                actor=actor,
                 context=context,
-                target_type="workflow",
-                target_id=wf.pk,
-                workflow=wf,
                 after={**workflow_snapshot(wf), "kind": wf.kind, "params": wf.parameters},
                 extra={
                     "cluster": wf.cluster,
@@ -244,7 +230,7 @@ def do_request_workflow(
     except IntegrityError:
         existing = (
             Workflow.objects.open()
-            .filter(cluster=preview.params["cluster"], target=preview.target)
+            .filter(cluster=preview.request.cluster, target=preview.target)
             .first()
         )
         if existing is None:
@@ -260,25 +246,6 @@ def _conflict(existing: Workflow) -> WorkflowError:
         f"{existing.cluster}/{existing.target}.",
         409,
         workflow_id=existing.pk,
-    )
-
-
-def record_ready(wf: Workflow, *, acting_user: Any, context: str | None) -> None:
-    """Audit: enough valid approvals (or break-glass / no approval needed): ``approved``."""
-    trail.record(
-        AuditAction.WORKFLOW_READY,
-        actor=acting_user,
-        context=context,
-        target_type="workflow",
-        target_id=wf.pk,
-        workflow=wf,
-        before={"state": WorkflowState.PENDING_APPROVAL},
-        after=workflow_snapshot(wf),
-        extra={
-            "break_glass": wf.break_glass,
-            "break_glass_reason": wf.break_glass_reason,
-            "approvers": list(wf.valid_approvals().values_list("approver__username", flat=True)),
-        },
     )
 
 
@@ -302,14 +269,14 @@ def _void_expired(wf: Workflow, now: dt.datetime) -> int:
     ).update(voided_at=now, void_reason="expired")
 
 
-def _check_decider(wf: Workflow, acting_user: Any, plan_hash_: Any, now: dt.datetime) -> None:
+def _check_decider(wf: Workflow, actor: Any, plan_hash_: Any, now: dt.datetime) -> None:
     """Refuse a decision the rules forbid. Expired approvals are voided first, so an approver
     whose approval aged out may decide again (approve anew or reject)."""
-    if not has_role(acting_user, settings.STRATA_APPROVER_ROLE):
+    if not has_role(actor, settings.STRATA_APPROVER_ROLE):
         raise WorkflowError(
             ErrorCode.FORBIDDEN, "Deciding on a workflow needs the approver role.", 403
         )
-    if wf.requester_id == acting_user.pk:
+    if wf.requester_id == actor.pk:
         raise WorkflowError(
             ErrorCode.SELF_APPROVAL_FORBIDDEN,
             "Nobody approves or rejects their own request (cancel it instead).",
@@ -328,7 +295,7 @@ def _check_decider(wf: Workflow, acting_user: Any, plan_hash_: Any, now: dt.date
             409,
         )
     _void_expired(wf, now)
-    if wf.approvals.filter(approver=acting_user, voided_at__isnull=True).exists():
+    if wf.approvals.filter(approver=actor, voided_at__isnull=True).exists():
         raise WorkflowError(ErrorCode.ALREADY_DECIDED, "You already decided on this workflow.", 409)
 
 
@@ -337,7 +304,7 @@ def do_approve_workflow(
     workflow_id: Any,
     /,
     *,
-    acting_user: Any,
+    actor: Any,
     plan_hash: Any,
     comment: Any = "",
     context: str | None = None,
@@ -351,11 +318,11 @@ def do_approve_workflow(
     now = timezone.now()
     with transaction.atomic():
         wf = _locked(workflow_id)
-        _check_decider(wf, acting_user, plan_hash, now)
+        _check_decider(wf, actor, plan_hash, now)
         before = workflow_snapshot(wf)
         approval = Approval.objects.create(
             workflow=wf,
-            approver=acting_user,
+            approver=actor,
             decision=ApprovalDecision.APPROVE,
             plan_hash=plan_hash,
             comment=comment,
@@ -367,15 +334,12 @@ def do_approve_workflow(
             wf.state = WorkflowState.APPROVED
             wf.approved_at = now
             wf.save(update_fields=["state", "approved_at", "updated_at"])
-        trail.record(
+        record_change(
+            wf,
             AuditAction.WORKFLOW_APPROVED,
-            actor=acting_user,
+            before,
+            actor=actor,
             context=context,
-            target_type="workflow",
-            target_id=wf.pk,
-            workflow=wf,
-            before=before,
-            after=workflow_snapshot(wf),
             extra={
                 "approval_id": approval.pk,
                 "plan_hash": plan_hash,
@@ -385,7 +349,7 @@ def do_approve_workflow(
             },
         )
         if ready:
-            record_ready(wf, acting_user=acting_user, context=context)
+            record_ready(wf, actor=actor, context=context)
             enqueue_run(wf.pk)
     return wf
 
@@ -395,7 +359,7 @@ def do_reject_workflow(
     workflow_id: Any,
     /,
     *,
-    acting_user: Any,
+    actor: Any,
     plan_hash: Any = None,
     comment: Any = "",
     context: str | None = None,
@@ -408,7 +372,7 @@ def do_reject_workflow(
     now = timezone.now()
     with transaction.atomic():
         wf = _locked(workflow_id)
-        _check_decider(wf, acting_user, plan_hash or None, now)
+        _check_decider(wf, actor, plan_hash or None, now)
         if not comment:  # after the decider checks: who may not decide hears that first
             raise WorkflowError(
                 ErrorCode.INVALID_REQUEST,
@@ -417,7 +381,7 @@ def do_reject_workflow(
         before = workflow_snapshot(wf)
         Approval.objects.create(
             workflow=wf,
-            approver=acting_user,
+            approver=actor,
             decision=ApprovalDecision.REJECT,
             plan_hash=wf.plan_hash,
             comment=comment,
@@ -426,15 +390,12 @@ def do_reject_workflow(
         wf.state = WorkflowState.REJECTED
         wf.finished_at = now
         wf.save(update_fields=["state", "finished_at", "updated_at"])
-        trail.record(
+        record_change(
+            wf,
             AuditAction.WORKFLOW_REJECTED,
-            actor=acting_user,
+            before,
+            actor=actor,
             context=context,
-            target_type="workflow",
-            target_id=wf.pk,
-            workflow=wf,
-            before=before,
-            after=workflow_snapshot(wf),
             extra={"comment": comment, "plan_hash": wf.plan_hash},
         )
     return wf
@@ -442,7 +403,7 @@ def do_reject_workflow(
 
 @_audited_refusals(AuditAction.WORKFLOW_CANCELLED)
 def do_cancel_workflow(
-    workflow_id: Any, /, *, acting_user: Any, comment: Any = "", context: str | None = None
+    workflow_id: Any, /, *, actor: Any, comment: Any = "", context: str | None = None
 ) -> Workflow:
     """Cancel a workflow: before execution starts, the requester or an admin; once it runs or
     waits, an admin only, with a reason (the comment).
@@ -458,8 +419,8 @@ def do_cancel_workflow(
     now = timezone.now()
     with transaction.atomic():
         wf = _locked(workflow_id)
-        is_admin = has_role(acting_user, Role.ADMIN)
-        if not (wf.requester_id == acting_user.pk or is_admin):
+        is_admin = has_role(actor, Role.ADMIN)
+        if not (wf.requester_id == actor.pk or is_admin):
             raise WorkflowError(
                 ErrorCode.FORBIDDEN, "Only the requester or an admin may cancel.", 403
             )
@@ -503,30 +464,22 @@ def do_cancel_workflow(
                 "updated_at",
             ]
         )
-        trail.record(
-            AuditAction.WORKFLOW_CANCELLED,
-            actor=acting_user,
-            context=context,
-            target_type="workflow",
-            target_id=wf.pk,
-            workflow=wf,
-            before=before,
-            after=workflow_snapshot(wf),
-            extra=extra,
+        record_change(
+            wf, AuditAction.WORKFLOW_CANCELLED, before, actor=actor, context=context, extra=extra
         )
     return wf
 
 
 @_audited_refusals(AuditAction.WORKFLOW_CONFIRMED)
 def do_confirm_step(
-    workflow_id: Any, /, *, acting_user: Any, comment: Any = "", context: str | None = None
+    workflow_id: Any, /, *, actor: Any, comment: Any = "", context: str | None = None
 ) -> Workflow:
     """Pass the human gate the workflow waits at (an operator confirms, e.g. disk replaced)."""
     comment = _clean_text(comment, "comment")
     now = timezone.now()
     with transaction.atomic():
         wf = _locked(workflow_id)
-        if not has_role(acting_user, Role.OPERATOR):
+        if not has_role(actor, Role.OPERATOR):
             raise WorkflowError(ErrorCode.FORBIDDEN, "Confirming needs the operator role.", 403)
         step = (
             WorkflowStep.objects.select_for_update()
@@ -541,7 +494,7 @@ def do_confirm_step(
                 409,
             )
         before = workflow_snapshot(wf)
-        step.confirmed_by = acting_user
+        step.confirmed_by = actor
         step.confirmed_at = now
         step.state = StepState.PENDING
         step.save(update_fields=["confirmed_by", "confirmed_at", "state", "updated_at"])
@@ -559,15 +512,12 @@ def do_confirm_step(
                 "updated_at",
             ]
         )
-        trail.record(
+        record_change(
+            wf,
             AuditAction.WORKFLOW_CONFIRMED,
-            actor=acting_user,
+            before,
+            actor=actor,
             context=context,
-            target_type="workflow",
-            target_id=wf.pk,
-            workflow=wf,
-            before=before,
-            after=workflow_snapshot(wf),
             extra={"step": step.name, "position": step.position, "comment": comment},
         )
         enqueue_run(wf.pk)

@@ -2,21 +2,28 @@
 
 A kind is a subclass of :class:`WorkflowKind` decorated with :func:`register`::
 
+    class DisableParams(Params):                               # the request, typed
+        topic: str = text("Topic", max_length=249)
+        policy: Literal["retain", "delete"] = choice("Policy", default="retain")
+
+    class DisablePlan(Actions):                                # the approved actions, typed
+        brokers: list[int]
+
     @register
-    class DisableTiering(WorkflowKind):
+    class DisableTiering(WorkflowKind[DisableParams, DisablePlan]):
         name = "disable_tiering"
         label = "Disable tiering"
-        fields = (Field.topic(), Field.choice("policy", ("retain", "delete"), default="retain"))
+        params_model, actions_model = DisableParams, DisablePlan
 
-        def target(self, params: dict) -> str:                 # what it holds while open
-            return f"topic:{params['topic']}"
+        def target(self, params: DisableParams) -> str:        # what it holds while open
+            return f"topic:{params.topic}"
 
-        def plan(self, params: dict) -> Plan:                  # run by a worker, never a request
-            return Plan(actions={...}, information={...})      # or raise Refusal / PlanUnavailable
+        def plan(self, params: DisableParams) -> Plan[DisablePlan]:  # in a worker, never a request
+            return Plan(DisablePlan(...), information={...})    # or raise Refusal / PlanUnavailable
 
-        def steps(self, params: dict, plan: dict) -> list[StepDef]:
+        def steps(self, params: DisableParams, plan: DisablePlan) -> list[StepDef]:
             return [StepDef("start_disablement", start),
-                    *[StepDef("disable_remote_topic", ack, broker=b) for b in plan["brokers"]],
+                    *[StepDef("disable_remote_topic", ack, broker=b) for b in plan.brokers],
                     StepDef("finish", finish)]
 
 A step function takes a :class:`StepContext` and returns ``None`` / ``StepResult.done(output)``
@@ -27,8 +34,9 @@ the step with exponential backoff up to ``max_attempts``. Step functions run *ou
 transaction and must be idempotent: a worker killed after the effect but before the engine
 recorded it runs the step again (use ``ctx.idempotency_key`` on agent commands).
 
-``params`` always holds ``cluster`` and the kind's cleaned fields. A plan is two dicts
-(DESIGN.md "Approvals and audit"):
+``params`` always holds ``cluster`` and the kind's cleaned fields; steps read them as
+``ctx.params.topic`` and the actions as ``ctx.plan.brokers`` (:mod:`workflows.kinds.schema`).
+A plan is two parts (DESIGN.md "Approvals and audit"):
 
 - **actions** — what the steps will do: topic and topic id, brokers, policy, tiered epoch
   before / after, partitions, dirs, the digest of a Spark plan, and booleans such as "the
@@ -49,40 +57,61 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
+import pydantic
 from django.conf import settings
 
 from audit.trail import canonical_json, normalise
-from broker_agent.models import TOPIC_NAME_MAX_LENGTH
 from workflows.errors import ErrorCode, WorkflowError
-
-if TYPE_CHECKING:
-    from workflows.engine import StepContext
+from workflows.kinds.schema import (
+    CLUSTER_FIELD,
+    CLUSTER_NAME_MAX_LENGTH,
+    MAX_TEXT,
+    Actions,
+    Field,
+    Params,
+    Refusal,
+    choice,
+    form_fields,
+    integer,
+    text,
+)
+from workflows.steps import StepContext, StepDef, StepFunction, StepResult
 
 __all__ = [
+    "CLUSTER_FIELD",
+    "CLUSTER_NAME_MAX_LENGTH",
     "FLAT_REQUEST_FIELDS",
+    "MAX_TEXT",
+    "Actions",
+    "AnyContext",
     "Field",
+    "Params",
     "Plan",
     "PlanUnavailable",
     "Refusal",
     "ReviewRow",
+    "StepContext",
     "StepDef",
+    "StepFunction",
     "StepResult",
     "WorkflowKind",
     "all_kinds",
     "approvals_required",
+    "choice",
     "find_kind",
     "get_kind",
+    "integer",
     "plan_hash",
     "register",
     "size_text",
+    "text",
 ]
 
 #: The flat request fields the stable API and CLI accept besides ``params`` (aliases of the
 #: built-in kinds' parameters: ``topic`` = ``params.topic``). A new kind needs none of them: its
-#: :class:`Field` list is its schema, and requests pass its parameters in ``params``.
+#: :class:`Params` model is its schema, and requests pass its parameters in ``params``.
 FLAT_REQUEST_FIELDS = (
     "cluster",
     "topic",
@@ -93,17 +122,6 @@ FLAT_REQUEST_FIELDS = (
     "partitions",
     "spark_run",
 )
-#: The longest text a field takes unless it says otherwise (``Field.max_length``).
-MAX_TEXT = 255
-#: console's ``Cluster.name`` (a slug of at most 100 characters).
-CLUSTER_NAME_MAX_LENGTH = 100
-
-
-class Refusal(WorkflowError):
-    """A pre-flight refusal: a clear code (KIP codes where they apply) and nothing changed."""
-
-    def __init__(self, code: str, message: str, status: int = 400) -> None:
-        super().__init__(code, message, status)
 
 
 class PlanUnavailable(WorkflowError):
@@ -114,11 +132,18 @@ class PlanUnavailable(WorkflowError):
         super().__init__(ErrorCode.BROKER_NOT_AVAILABLE, message, 503)
 
 
+#: A step context of any kind (helpers shared by kinds read ``cluster`` and the step only).
+AnyContext = StepContext[Params, Actions]
+
+P = TypeVar("P", bound=Params)
+A = TypeVar("A", bound=Actions)
+
+
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class Plan(Generic[A]):
     """A kind's plan: ``actions`` (hashed, approved) and ``information`` (drifts, shown)."""
 
-    actions: dict[str, Any]
+    actions: A
     information: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -143,155 +168,16 @@ def size_text(n: Any) -> str:
     return filesizeformat(n).replace("\xa0", " ") if isinstance(n, int) else "?"
 
 
-@dataclasses.dataclass(frozen=True)
-class Field:
-    """A request field a kind uses: drives validation, the request form and the API docs.
-
-    A kind's inputs are a tuple of these rather than a pydantic model (decision recorded for
-    #12): one declaration renders the HTML request form (label, help, choices, bounds), cleans
-    a request from the form and the API alike with the same error codes, and gives the OpenAPI
-    schema (:meth:`json_schema`, :meth:`WorkflowKind.params_schema`). A pydantic model would
-    give the last two and need a second declaration for the form."""
-
-    name: str
-    label: str
-    type: str = "str"  # str | int | choice
-    required: bool = True
-    choices: tuple[str, ...] = ()
-    default: Any = None
-    min_value: int | None = None
-    max_value: int | None = None
-    help: str = ""
-    max_length: int = MAX_TEXT  # of a text; the request form's inputs stop there too
-
-    @classmethod
-    def topic(cls, **kw: Any) -> Field:
-        kw.setdefault("max_length", TOPIC_NAME_MAX_LENGTH)  # Kafka's limit for a topic name
-        return cls("topic", kw.pop("label", "Topic"), **kw)
-
-    @classmethod
-    def choice(cls, name: str, choices: tuple[str, ...], **kw: Any) -> Field:
-        return cls(
-            name,
-            kw.pop("label", name.replace("_", " ").capitalize()),
-            "choice",
-            choices=choices,
-            **kw,
-        )
-
-    def json_schema(self) -> dict[str, Any]:
-        """The field as JSON Schema (the OpenAPI document shows each kind's parameters)."""
-        schema: dict[str, Any] = {"title": self.label}
-        if self.type == "int":
-            schema["type"] = "integer"
-            if self.min_value is not None:
-                schema["minimum"] = self.min_value
-            if self.max_value is not None:
-                schema["maximum"] = self.max_value
-        else:
-            schema.update(type="string", minLength=1, maxLength=self.max_length)
-            if self.type == "choice":
-                schema["enum"] = list(self.choices)
-        if self.default is not None:
-            schema["default"] = self.default
-        if self.help:
-            schema["description"] = self.help
-        return schema
-
-    def clean(self, raw: Any) -> Any:
-        if raw is None or raw == "":
-            if self.default is not None:
-                return self.default
-            if self.required:
-                raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} is required.")
-            return None
-        if self.type == "int":
-            if isinstance(raw, bool):
-                raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} must be an integer.")
-            try:
-                value = int(str(raw).strip())
-            except ValueError:
-                raise Refusal(
-                    ErrorCode.INVALID_REQUEST, f"{self.name} must be an integer."
-                ) from None
-            if self.min_value is not None and value < self.min_value:
-                raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} must be ≥ {self.min_value}.")
-            if self.max_value is not None and value > self.max_value:
-                raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} must be ≤ {self.max_value}.")
-            return value
-        if not isinstance(raw, str | int) or isinstance(raw, bool):
-            raise Refusal(ErrorCode.INVALID_REQUEST, f"{self.name} must be a string.")
-        value = str(raw).strip()
-        if not value or len(value) > self.max_length or any(ord(c) < 32 for c in value):
-            raise Refusal(
-                ErrorCode.INVALID_REQUEST,
-                f"{self.name} must be 1 to {self.max_length:,} printable characters"
-                + (f" (it has {len(value):,})." if len(value) > self.max_length else "."),
-            )
-        if self.type == "choice" and value not in self.choices:
-            raise Refusal(
-                ErrorCode.INVALID_REQUEST,
-                f"{self.name} must be one of {', '.join(self.choices)} (got {value!r}).",
-            )
-        return value
-
-
-CLUSTER_FIELD = Field("cluster", "Cluster", max_length=CLUSTER_NAME_MAX_LENGTH)
-
-
-@dataclasses.dataclass(frozen=True)
-class StepResult:
-    status: str  # done | wait | fail
-    output: dict[str, Any] = dataclasses.field(default_factory=dict)
-    reason: str = ""
-    retry_in: float | None = None
-    code: str = ""
-
-    DONE: ClassVar[str] = "done"
-    WAIT: ClassVar[str] = "wait"
-    FAIL: ClassVar[str] = "fail"
-
-    @classmethod
-    def done(cls, output: dict[str, Any] | None = None) -> StepResult:
-        return cls(cls.DONE, output=output or {})
-
-    @classmethod
-    def wait(cls, reason: str, retry_in: float | None = 10.0) -> StepResult:
-        """Park the workflow in ``waiting`` (shown on its page); run the step again after
-        ``retry_in`` seconds (an unreachable broker)."""
-        return cls(cls.WAIT, reason=reason, retry_in=retry_in)
-
-    @classmethod
-    def fail(cls, code: str, message: str) -> StepResult:
-        return cls(cls.FAIL, code=code, reason=message)
-
-
-StepFunction = Callable[["StepContext"], "StepResult | None"]
-
-
-@dataclasses.dataclass(frozen=True)
-class StepDef:
-    """One step of a kind's plan. ``name`` (with ``broker`` for a per-broker fan-out) is unique
-    among the kind's steps: the engine finds a step row's definition by it, never by position."""
-
-    name: str
-    run: StepFunction
-    label: str = ""
-    broker: int | None = None
-    gate: bool = False  # wait for a human confirmation (POST .../confirm) before running
-    gate_prompt: str = ""
-    max_attempts: int = 5
-    unit: str = ""  # progress unit: bytes, segments, replicas ...
-    total: int | None = None
-    params: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-class WorkflowKind:
+class WorkflowKind(Generic[P, A]):
     """Base class of a workflow kind; see the module docstring."""
 
     name: ClassVar[str]
     label: ClassVar[str]
     description: ClassVar[str] = ""
+    #: The request's parameters and the plan's actions, typed (``P`` and ``A``).
+    params_model: ClassVar[type[Params]] = Params
+    actions_model: ClassVar[type[Actions]] = Actions
+    #: The form's view of ``params_model`` (derived; all fields but ``cluster``).
     fields: ClassVar[tuple[Field, ...]] = ()
     #: Hidden kinds are not offered in the request form's kind picker (still requestable).
     hidden: ClassVar[bool] = False
@@ -302,8 +188,13 @@ class WorkflowKind:
     #: it with ``STRATA_APPROVAL_POLICY`` (see :func:`approvals_required`).
     approvals: ClassVar[int | None] = None
 
-    def clean(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """Validate and normalise request parameters; refuse parameters the kind does not take."""
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.fields = form_fields(cls.params_model)
+
+    def clean(self, raw: dict[str, Any]) -> P:
+        """Validate request parameters into the kind's model, with the same messages from the
+        API, the form and the CLI; refuse parameters the kind does not take."""
         used = {f.name for f in self.fields}
         extra = sorted(
             str(k)
@@ -315,60 +206,75 @@ class WorkflowKind:
                 ErrorCode.INVALID_REQUEST,
                 f"{', '.join(extra)} does not apply to {self.name}.",
             )
-        params = {"cluster": CLUSTER_FIELD.clean(raw.get("cluster"))}
+        values = {"cluster": CLUSTER_FIELD.clean(raw.get("cluster"))}
         for field in self.fields:
             value = field.clean(raw.get(field.name))
             if value is not None:
-                params[field.name] = value
-        return params
+                values[field.name] = value
+        try:
+            return self.read_params(values)
+        except pydantic.ValidationError as exc:  # a constraint Field.clean does not know
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+            )
+            raise Refusal(ErrorCode.INVALID_REQUEST, problems) from None
+
+    def read_params(self, stored: dict[str, Any]) -> P:
+        """A workflow's ``parameters`` column as the kind's model."""
+        return cast(P, self.params_model.model_validate(stored))
+
+    def read_plan(self, stored: dict[str, Any]) -> A:
+        """A workflow's ``plan`` column (the actions) as the kind's model."""
+        return cast(A, self.actions_model.model_validate(stored))
+
+    @staticmethod
+    def dump_params(params: Params) -> dict[str, Any]:
+        """The parameters as stored (and hashed): the fields that have a value."""
+        return params.model_dump(mode="json", exclude_none=True)
 
     @classmethod
     def params_schema(cls) -> dict[str, Any]:
         """The kind's parameters as JSON Schema (``cluster`` and its fields)."""
-        fields = (CLUSTER_FIELD, *cls.fields)
-        return {
-            "title": f"{cls.name} parameters",
-            "type": "object",
-            "properties": {f.name: f.json_schema() for f in fields},
-            "required": [f.name for f in fields if f.required and f.default is None],
-            "additionalProperties": False,
-        }
+        return {**cls.params_model.model_json_schema(), "title": f"{cls.name} parameters"}
 
-    def target(self, params: dict[str, Any]) -> str:
+    def target(self, params: P) -> str:
         raise NotImplementedError
 
-    def plan(self, params: dict[str, Any]) -> Plan:
+    def plan(self, params: P) -> Plan[A]:
         """The plan (runs in a worker); raise :class:`Refusal` or :class:`PlanUnavailable`."""
         raise NotImplementedError
 
-    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+    def steps(self, params: P, plan: A) -> list[StepDef]:
         """The steps for ``plan`` = the plan's *actions*."""
         raise NotImplementedError
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
         """The plan as an approver reads it (``plan_summary`` on the approve and workflow pages
-        and in the API), from its ``actions`` and ``information``. Default: one row per step."""
+        and in the API), from its stored ``actions`` and ``information``. Default: one row per
+        step."""
         return [ReviewRow(what=str(step)) for step in actions.get("steps", [])]
 
-    def approvals_for(self, params: dict[str, Any]) -> int:
+    def approvals_for(self, params: P) -> int:
         """The kind's own count for ``params`` (before any site policy)."""
         return self.approvals if self.approvals is not None else settings.STRATA_APPROVALS_DEFAULT
 
-    def approvals_required(self, params: dict[str, Any]) -> int:
+    def approvals_required(self, params: P) -> int:
         return approvals_required(self.name, params)
 
 
-_REGISTRY: dict[str, WorkflowKind] = {}
+_REGISTRY: dict[str, WorkflowKind[Any, Any]] = {}
+
+K = TypeVar("K", bound=type[WorkflowKind[Any, Any]])
 
 
-def register(cls: type[WorkflowKind]) -> type[WorkflowKind]:
+def register(cls: K) -> K:
     if cls.name in _REGISTRY and type(_REGISTRY[cls.name]) is not cls:
         raise ValueError(f"workflow kind {cls.name!r} is registered twice")
     _REGISTRY[cls.name] = cls()
     return cls
 
 
-def get_kind(name: Any) -> WorkflowKind:
+def get_kind(name: object) -> WorkflowKind[Any, Any]:
     kind = _REGISTRY.get(name) if isinstance(name, str) else None
     if kind is None:
         known = ", ".join(sorted(k for k, v in _REGISTRY.items() if not v.hidden))
@@ -376,30 +282,37 @@ def get_kind(name: Any) -> WorkflowKind:
     return kind
 
 
-def find_kind(name: str) -> WorkflowKind | None:
+def find_kind(name: str) -> WorkflowKind[Any, Any] | None:
     """The registered kind called ``name``, or None (a row of a kind this version lacks)."""
     return _REGISTRY.get(name)
 
 
-def all_kinds(include_hidden: bool = False) -> list[WorkflowKind]:
+def all_kinds(include_hidden: bool = False) -> list[WorkflowKind[Any, Any]]:
     return sorted(
         (k for k in _REGISTRY.values() if include_hidden or not k.hidden), key=lambda k: k.name
     )
 
 
-def approvals_required(kind: str, params: dict[str, Any]) -> int:
+def approvals_required(kind: str, params: Params | dict[str, Any]) -> int:
     """How many approvals a request of ``kind`` with ``params`` needs: the site's
     ``settings.STRATA_APPROVAL_POLICY[kind]`` when it has one (its first matching
     ``"param=value"`` override, else its ``approvals``), else what the kind declares
-    (:meth:`WorkflowKind.approvals_for`)."""
+    (:meth:`WorkflowKind.approvals_for`).
+
+    ``params`` may be a few of the kind's parameters (the others at their defaults): the rule
+    reads only those it names, e.g. ``{"policy": "delete"}`` for a disablement's count."""
+    declared = get_kind(kind)
+    if isinstance(params, dict):  # not validated: a rule's inputs, not a request
+        params = declared.params_model.model_construct(**params)
     policy = settings.STRATA_APPROVAL_POLICY.get(kind, {})
+    values = WorkflowKind.dump_params(params)
     for condition, count in policy.get("when", {}).items():
         key, _, value = condition.partition("=")
-        if key in params and str(params[key]) == value:
+        if key in values and str(values[key]) == value:
             return int(count)
     if "approvals" in policy:
         return int(policy["approvals"])
-    return get_kind(kind).approvals_for(params)
+    return declared.approvals_for(params)
 
 
 def plan_hash(kind: str, params: dict[str, Any], actions: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import httpx
 from django.db import transaction
@@ -30,12 +30,9 @@ from audit.choices import AuditContext, AuditOutcome
 from audit.models import AuditEvent
 from broker_agent.client import AgentError
 from workflows.errors import ErrorCode
-from workflows.kinds import PlanUnavailable, Refusal, StepResult
+from workflows.kinds import AnyContext, PlanUnavailable, Refusal, StepResult
 from workflows.kinds.cluster_access import Unreachable
 from workflows.models import Workflow
-
-if TYPE_CHECKING:
-    from workflows.engine import StepContext
 
 __all__ = [
     "Unreachable",
@@ -51,7 +48,7 @@ __all__ = [
 ]
 
 
-def applied_before(ctx: StepContext, action: str, key: str | None = None) -> dict[str, Any] | None:
+def applied_before(ctx: AnyContext, action: str, key: str | None = None) -> dict[str, Any] | None:
     """The ``after`` of the successful ``action`` under ``key`` (default: this step's
     idempotency key), if it was already applied."""
     row = (
@@ -67,7 +64,7 @@ def applied_before(ctx: StepContext, action: str, key: str | None = None) -> dic
     return None if row is None else (row["after"] or {})
 
 
-def applied_keys(ctx: StepContext, action: str, keys: list[str]) -> set[str]:
+def applied_keys(ctx: AnyContext, action: str, keys: list[str]) -> set[str]:
     """Which of ``keys`` already have a successful ``action`` recorded in this workflow."""
     return set(
         AuditEvent.objects.filter(
@@ -80,7 +77,7 @@ def applied_keys(ctx: StepContext, action: str, keys: list[str]) -> set[str]:
 
 
 def record_command(
-    ctx: StepContext,
+    ctx: AnyContext,
     action: str,
     *,
     target_type: str,
@@ -122,7 +119,7 @@ def record_command(
     return True
 
 
-def _command_extra(ctx: StepContext, extra: dict[str, Any] | None, key: str) -> dict[str, Any]:
+def _command_extra(ctx: AnyContext, extra: dict[str, Any] | None, key: str) -> dict[str, Any]:
     """A command event's ``extra``: the caller's, with the command's key, step and attempt."""
     return {
         **(extra or {}),
@@ -132,7 +129,7 @@ def _command_extra(ctx: StepContext, extra: dict[str, Any] | None, key: str) -> 
     }
 
 
-def record_successes(ctx: StepContext, action: str, commands: list[dict[str, Any]]) -> int:
+def record_successes(ctx: AnyContext, action: str, commands: list[dict[str, Any]]) -> int:
     """Audit several successful commands sent on behalf of other steps (a fan-out's
     acknowledgements as they arrive) in one transaction: each, like :func:`record_command`,
     once per its ``key``. Each command is a dict of ``target_type``, ``target_id``,
@@ -171,7 +168,7 @@ def record_successes(ctx: StepContext, action: str, commands: list[dict[str, Any
 
 
 def run_command(
-    ctx: StepContext,
+    ctx: AnyContext,
     action: str,
     call: Callable[[], dict[str, Any]],
     *,
@@ -218,7 +215,7 @@ def is_unreachable(exc: BaseException) -> bool:
 
 
 def unreachable_wait(
-    ctx: StepContext, exc: BaseException, cap: float = 15.0, who: str | None = None
+    ctx: AnyContext, exc: BaseException, cap: float = 15.0, who: str | None = None
 ) -> StepResult:
     """The step waits (shown on the workflow page) and runs again after an exponential
     backoff capped at ``cap`` seconds, without limit: an unreachable broker is the normal case
@@ -256,14 +253,17 @@ def preflight_reads(cluster: str) -> Iterator[None]:
         ) from exc
 
 
+C = TypeVar("C", bound=AnyContext)
+
+
 def waits_when_unreachable(
-    fn: Callable[[StepContext], StepResult | None], retry_in: float = 5.0
-) -> Callable[[StepContext], StepResult | None]:
+    fn: Callable[[C], StepResult | None], retry_in: float = 5.0
+) -> Callable[[C], StepResult | None]:
     """A step that *waits* (:func:`unreachable_wait`, backoff capped at ``retry_in`` s) while
     :func:`is_unreachable` says so, instead of burning its retries on a transient error."""
 
     @functools.wraps(fn)
-    def step(ctx: StepContext) -> StepResult | None:
+    def step(ctx: C) -> StepResult | None:
         try:
             return fn(ctx)
         except Exception as exc:

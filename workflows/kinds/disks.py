@@ -82,7 +82,6 @@ from broker_agent.choices import LogDirState, ReplicaState
 from broker_agent.client import AgentError
 from broker_agent.models import ClusterMetadata, partition_key
 from workflows.kinds import (
-    Field,
     Plan,
     ReviewRow,
     StepDef,
@@ -100,6 +99,8 @@ from workflows.kinds.commands import (
 )
 from workflows.kinds.disks_plan import (
     DiskRefusal,
+    RecoverParams,
+    RecoverPlan,
     RecoveryMode,
     RestartVia,
     partitions_by_key,
@@ -109,7 +110,9 @@ from workflows.kinds.disks_plan import (
 from workflows.kinds.verification import VERIFY_RECORDS
 
 if TYPE_CHECKING:
-    from workflows.engine import StepContext
+    from workflows.steps import StepContext
+
+    RecoverContext = StepContext[RecoverParams, RecoverPlan]
 
 __all__ = ["DiskAction", "DiskRefusal", "RecoverLogDir", "RecoveryMode", "plan_recovery"]
 
@@ -147,10 +150,10 @@ def _dir_state(cluster: str, broker: int, name: str) -> dict[str, Any]:
 
 
 @waits_when_unreachable
-def cordon_log_dir(ctx: StepContext) -> StepResult:
+def cordon_log_dir(ctx: RecoverContext) -> StepResult:
     """Cordon (KIP-1066 ``cordoned.log.dirs``): no new replica lands on the dir; its replicas
     keep serving and its state is unchanged."""
-    cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
+    cluster, broker, name = ctx.params.cluster, ctx.params.broker, ctx.params.log_dir
 
     def call() -> dict[str, Any]:
         with agent(cluster, broker) as a:
@@ -166,16 +169,16 @@ def cordon_log_dir(ctx: StepContext) -> StepResult:
     return StepResult.done({"state": after.get("state"), "applied_now": now})
 
 
-def confirm_disk_replaced(ctx: StepContext) -> StepResult:
+def confirm_disk_replaced(ctx: RecoverContext) -> StepResult:
     """The human gate: the engine runs this only after an operator confirmed."""
     return StepResult.done({"confirmed_by": ctx.step.confirmed_by_id})
 
 
 @waits_when_unreachable
-def uncordon_log_dir(ctx: StepContext) -> StepResult:
+def uncordon_log_dir(ctx: RecoverContext) -> StepResult:
     """Lift the cordon of the replaced disk, so the broker re-creates its replicas there when
     it restarts (the operator's edit of ``cordoned.log.dirs``)."""
-    cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
+    cluster, broker, name = ctx.params.cluster, ctx.params.broker, ctx.params.log_dir
 
     def call() -> dict[str, Any]:
         with agent(cluster, broker) as a:
@@ -191,7 +194,7 @@ def uncordon_log_dir(ctx: StepContext) -> StepResult:
     return StepResult.done({"cordoned": after.get("cordoned"), "applied_now": now})
 
 
-def _incarnation_seen(ctx: StepContext, cluster: str, broker: int) -> str | None:
+def _incarnation_seen(ctx: RecoverContext, cluster: str, broker: int) -> str | None:
     """The broker's incarnation before this step first asked for a restart: read once and
     audited, so a run after a worker SIGKILL asks the control to restart that incarnation only
     (a restart already done is not done twice)."""
@@ -213,10 +216,10 @@ def _incarnation_seen(ctx: StepContext, cluster: str, broker: int) -> str | None
 
 
 @waits_when_unreachable
-def restart_broker(ctx: StepContext) -> StepResult:
+def restart_broker(ctx: RecoverContext) -> StepResult:
     """Restart the broker process through the simulated cluster's control (Kafka brings a
     failed dir back only at restart), at most once; then check the dir it restarted with."""
-    cluster, broker = ctx.params["cluster"], ctx.params["broker"]
+    cluster, broker = ctx.params.cluster, ctx.params.broker
     seen = _incarnation_seen(ctx, cluster, broker)
 
     def call() -> dict[str, Any]:
@@ -233,17 +236,17 @@ def restart_broker(ctx: StepContext) -> StepResult:
     return _after_restart(ctx, {"incarnation": after.get("incarnation"), "applied_now": now})
 
 
-def confirm_broker_restarted(ctx: StepContext) -> StepResult:
+def confirm_broker_restarted(ctx: RecoverContext) -> StepResult:
     """The manual restart (a cluster the worker cannot restart): the engine runs this only
     after an operator confirmed it in the console."""
     return _after_restart(ctx, {"confirmed_by": ctx.step.confirmed_by_id})
 
 
-def _after_restart(ctx: StepContext, output: dict[str, Any]) -> StepResult:
-    cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
+def _after_restart(ctx: RecoverContext, output: dict[str, Any]) -> StepResult:
+    cluster, broker, name = ctx.params.cluster, ctx.params.broker, ctx.params.log_dir
     state = _dir_state(cluster, broker, name)
     output["log_dir_state"] = state["state"]
-    if ctx.params["mode"] == RecoveryMode.REPLACE and state["state"] not in LogDirState.GOOD:
+    if ctx.params.mode == RecoveryMode.REPLACE and state["state"] not in LogDirState.GOOD:
         return StepResult.fail(
             DiskRefusal.LOG_DIR_STILL_OFFLINE,
             f"{name} on broker {broker} is {state['state']} after the restart "
@@ -253,10 +256,10 @@ def _after_restart(ctx: StepContext, output: dict[str, Any]) -> StepResult:
 
 
 @waits_when_unreachable
-def remove_log_dir(ctx: StepContext) -> StepResult:
+def remove_log_dir(ctx: RecoverContext) -> StepResult:
     """KIP-112 option 2: remove the bad dir from the broker's config, effective when it
     restarts (the agent re-checks the space and refuses ``INSUFFICIENT_SPACE`` with its plan)."""
-    cluster, broker, name = ctx.params["cluster"], ctx.params["broker"], ctx.params["log_dir"]
+    cluster, broker, name = ctx.params.cluster, ctx.params.broker, ctx.params.log_dir
     before = _dir_state(cluster, broker, name)
 
     def call() -> dict[str, Any]:
@@ -292,18 +295,18 @@ def remove_log_dir(ctx: StepContext) -> StepResult:
     )
 
 
-def _planned_keys(ctx: StepContext, md: ClusterMetadata) -> list[str]:
+def _planned_keys(ctx: RecoverContext, md: ClusterMetadata) -> list[str]:
     """The plan's replicas that still exist on this broker (a partition may be gone since)."""
-    broker, parts = ctx.params["broker"], partitions_by_key(md)
-    keys = [partition_key(r["topic"], r["partition"]) for r in ctx.plan["replicas"]]
+    broker, parts = ctx.params.broker, partitions_by_key(md)
+    keys = [partition_key(r["topic"], r["partition"]) for r in ctx.plan.replicas]
     return [k for k in keys if k in parts and broker in parts[k][1].replicas]
 
 
 @waits_when_unreachable
-def recreate_replicas(ctx: StepContext) -> StepResult:
+def recreate_replicas(ctx: RecoverContext) -> StepResult:
     """Follow re-creation (``/v1/recreate-status``), progress in bytes against the leaders'
     local size, until every replica is ONLINE and back in the ISR."""
-    cluster, broker = ctx.params["cluster"], ctx.params["broker"]
+    cluster, broker = ctx.params.cluster, ctx.params.broker
     with controller(cluster) as ctl:
         md = ctl.metadata()
     keys = _planned_keys(ctx, md)
@@ -337,7 +340,7 @@ def recreate_replicas(ctx: StepContext) -> StepResult:
     )
 
 
-def _verify_producer_id(ctx: StepContext, cluster: str, broker: int) -> int:
+def _verify_producer_id(ctx: RecoverContext, cluster: str, broker: int) -> int:
     """The producer id of this workflow's verify batches: allocated by the controller once and
     kept in the audit log, so a re-run (after a failed attempt or a crash) sends the same
     (producer id, sequence 0) and the leader's duplicate check appends nothing twice."""
@@ -405,10 +408,10 @@ def _round_trip(
 
 
 @waits_when_unreachable
-def verify(ctx: StepContext) -> StepResult:
+def verify(ctx: RecoverContext) -> StepResult:
     """OfflineReplicaCount (KIP-112 metric) of the broker is 0, and a produce / consume round
     trip on the affected partitions loses nothing."""
-    cluster, broker = ctx.params["cluster"], ctx.params["broker"]
+    cluster, broker = ctx.params.cluster, ctx.params.broker
     prior = applied_before(ctx, DiskAction.VERIFY_PRODUCE)
     if prior is not None:
         return StepResult.done({**prior, "applied_now": False})
@@ -456,7 +459,7 @@ def verify(ctx: StepContext) -> StepResult:
 
 
 @register
-class RecoverLogDir(WorkflowKind):
+class RecoverLogDir(WorkflowKind[RecoverParams, RecoverPlan]):
     name = "recover_log_dir"
     label = "Recover a log dir (KIP-112)"
     description = (
@@ -466,29 +469,19 @@ class RecoverLogDir(WorkflowKind):
         "nothing was lost."
     )
     approvals = 1
+    params_model, actions_model = RecoverParams, RecoverPlan
 
-    fields = (
-        Field("broker", "Broker", "int", min_value=0, max_value=2**31 - 1, help="Broker id."),
-        Field("log_dir", "Log dir", help="The log dir's name, e.g. logdir-0."),
-        Field.choice(
-            "mode",
-            RecoveryMode.ALL,
-            default=RecoveryMode.REPLACE,
-            help="replace: a new disk at the same path (human gate); remove: drop the dir from "
-            "the broker's config (needs room on the good dirs, two approvals). Either way the "
-            "broker then restarts: Kafka brings a failed dir back only at a restart.",
-        ),
-    )
-
-    def approvals_for(self, params: dict[str, Any]) -> int:
+    def approvals_for(self, params: RecoverParams) -> int:
         """Two approvals to remove a dir from the broker's configuration, else one."""
-        return 2 if params.get("mode") == RecoveryMode.REMOVE else self.approvals
+        if params.mode == RecoveryMode.REMOVE:
+            return 2
+        return super().approvals_for(params)
 
-    def target(self, params: dict[str, Any]) -> str:
+    def target(self, params: RecoverParams) -> str:
         # One recovery per broker at a time: LogDirReset is broker-wide.
-        return f"broker:{params['broker']}"
+        return f"broker:{params.broker}"
 
-    def plan(self, params: dict[str, Any]) -> Plan:
+    def plan(self, params: RecoverParams) -> Plan[RecoverPlan]:
         return plan_recovery(params)
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
@@ -561,9 +554,9 @@ class RecoverLogDir(WorkflowKind):
         ]
         return rows
 
-    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
-        broker, name = params["broker"], params["log_dir"]
-        if plan.get("restart") == RestartVia.SIM:
+    def steps(self, params: RecoverParams, plan: RecoverPlan) -> list[StepDef]:
+        broker, name = params.broker, params.log_dir
+        if plan.restart == RestartVia.SIM:
             restart = StepDef("restart_broker", restart_broker, label=f"Restart broker {broker}")
         else:
             restart = StepDef(
@@ -577,7 +570,7 @@ class RecoverLogDir(WorkflowKind):
                 ),
             )
         steps = [StepDef("cordon_log_dir", cordon_log_dir, label=f"Cordon {name}")]
-        if params["mode"] == RecoveryMode.REPLACE:
+        if params.mode == RecoveryMode.REPLACE:
             steps += [
                 StepDef(
                     "confirm_disk_replaced",

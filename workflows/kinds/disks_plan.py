@@ -8,7 +8,9 @@ are in :mod:`workflows.kinds.disks`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final, Literal
+
+from typing_extensions import TypedDict
 
 from broker_agent.choices import ErrorCode as AgentErrorCode
 from broker_agent.choices import LogDirState, ReplicaState, TopicConfig
@@ -20,20 +22,16 @@ from broker_agent.models import (
     partition_key,
 )
 from broker_agent.placement import leader_sizes, place_replicas
-from workflows.kinds import (
-    Plan,
-    Refusal,
-)
+from workflows.kinds import Actions, Params, Plan, Refusal, choice, integer, text
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (
     preflight_reads,
 )
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = [
     "DiskRefusal",
+    "RecoverParams",
+    "RecoverPlan",
     "RecoveryMode",
     "RestartVia",
     "partitions_by_key",
@@ -48,8 +46,8 @@ __all__ = [
 class RecoveryMode:
     """KIP-112 "the disk gets fixed": replace the bad disk, or remove the dir from the config."""
 
-    REPLACE = "replace"
-    REMOVE = "remove"
+    REPLACE: Final = "replace"
+    REMOVE: Final = "remove"
     ALL = (REPLACE, REMOVE)
 
 
@@ -58,8 +56,43 @@ class RestartVia:
     controller advertises ``restart_broker`` on ``GET /v1/sim/controls``), or an operator who
     confirms it in the console (any cluster without that control)."""
 
-    SIM = "sim"
-    MANUAL = "manual"
+    SIM: Final = "sim"
+    MANUAL: Final = "manual"
+
+
+class RecoverParams(Params):
+    broker: int = integer("Broker", ge=0, le=2**31 - 1, help="Broker id.")
+    log_dir: str = text("Log dir", help="The log dir's name, e.g. logdir-0.")
+    # RecoveryMode.ALL
+    mode: Literal["replace", "remove"] = choice(
+        "Mode",
+        default="replace",
+        help="replace: a new disk at the same path (human gate); remove: drop the dir from "
+        "the broker's config (needs room on the good dirs, two approvals). Either way the "
+        "broker then restarts: Kafka brings a failed dir back only at a restart.",
+    )
+
+
+class ReplicaRef(TypedDict):
+    topic: str
+    partition: int
+
+
+class GoodDir(TypedDict):
+    name: str
+    fits: bool
+
+
+class RecoverPlan(Actions):
+    summary: str
+    broker: int
+    log_dir: str
+    mode: Literal["replace", "remove"]
+    restart: Literal["sim", "manual"]  # RestartVia
+    replica_count: int
+    replicas: list[ReplicaRef]
+    steps: list[str]
+    good_log_dirs: list[GoodDir] | None = None  # mode remove: where the replicas go
 
 
 class DiskRefusal:
@@ -129,13 +162,13 @@ def space_refusal(needed: int, good: list[dict[str, Any]], unplaced: int, total:
 # --- pre-flight -----------------------------------------------------------------------------
 
 
-def plan_recovery(params: dict[str, Any]) -> Plan:
+def plan_recovery(params: RecoverParams) -> Plan[RecoverPlan]:
     """The plan of ``recover_log_dir`` (see the module docstring): refuse, or the plan.
 
     Reads the controller's metadata, the broker's snapshot (and for an OFFLINE dir its removal
     plan) and the leaders' snapshots for the sizes to re-create; changes nothing."""
-    cluster, broker = params["cluster"], params["broker"]
-    name, mode = params["log_dir"], params["mode"]
+    cluster, broker = params.cluster, params.broker
+    name, mode = params.log_dir, params.mode
     with preflight_reads(cluster):
         with controller(cluster) as ctl:
             md = ctl.metadata()
@@ -239,7 +272,7 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
         for x in rows
         if x["under_min_isr_after_replacement"]
     ]
-    restart = RestartVia.SIM if can_restart else RestartVia.MANUAL
+    restart: Literal["sim", "manual"] = RestartVia.SIM if can_restart else RestartVia.MANUAL
     steps = ["cordon_log_dir"]
     steps += (
         ["confirm_disk_replaced", "uncordon_log_dir"]
@@ -253,24 +286,26 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
         else "remove it from the broker's configuration"
     )
     who = "the worker restarts" if restart == RestartVia.SIM else "an operator restarts"
-    actions: dict[str, Any] = {
-        "summary": (
+    good_dirs: dict[str, Any] = {}
+    if mode == RecoveryMode.REMOVE:
+        good_dirs["good_log_dirs"] = [
+            GoodDir(name=g["name"], fits=g["fits"]) for g in good if "fits" in g
+        ]
+    actions = RecoverPlan(
+        summary=(
             f"Recover {name} on broker {broker} by {mode}: cordon it, {how}, {who} broker "
             f"{broker}, re-create {len(rows)} replica(s) from their leaders and verify "
             "OfflineReplicaCount = 0 and a produce / consume round trip."
         ),
-        "broker": broker,
-        "log_dir": name,
-        "mode": mode,
-        "restart": restart,
-        "replica_count": len(rows),
-        "replicas": [{"topic": x["topic"], "partition": x["partition"]} for x in rows],
-        "steps": steps,
-    }
-    if mode == RecoveryMode.REMOVE:
-        actions["good_log_dirs"] = [
-            {"name": g["name"], "fits": g["fits"]} for g in good if "fits" in g
-        ]
+        broker=broker,
+        log_dir=name,
+        mode=mode,
+        restart=restart,
+        replica_count=len(rows),
+        replicas=[ReplicaRef(topic=x["topic"], partition=x["partition"]) for x in rows],
+        steps=steps,
+        **good_dirs,
+    )
     information: dict[str, Any] = {
         "log_dir_state": state,
         "still_serving": state == LogDirState.DEGRADED,
@@ -286,7 +321,7 @@ def plan_recovery(params: dict[str, Any]) -> Plan:
             f"{len(leader_lost)} partition(s) have no other in-sync replica; their data is "
             "only on this dir."
         )
-    return Plan(actions=actions, information=information)
+    return Plan(actions, information)
 
 
 # --- steps ------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db import transaction
 from django.urls import reverse
@@ -56,7 +56,9 @@ from spark_tasks.plan_digest import plan_digest
 from spark_tasks.quarantine_report import quarantined_count
 from workflows.errors import ErrorCode
 from workflows.kinds import (
-    Field,
+    Actions,
+    AnyContext,
+    Params,
     Plan,
     Refusal,
     ReviewRow,
@@ -64,6 +66,7 @@ from workflows.kinds import (
     StepResult,
     WorkflowKind,
     approvals_required,
+    integer,
     register,
     size_text,
 )
@@ -71,7 +74,7 @@ from workflows.kinds.commands import record_command
 from workflows.models import Workflow
 
 if TYPE_CHECKING:
-    from workflows.engine import StepContext
+    from workflows.steps import StepContext
 
 __all__ = [
     "OrphanSweep",
@@ -101,7 +104,7 @@ class SparkStepAction:
 # --- shared step helpers ---------------------------------------------------------------------
 
 
-def _queued_run(ctx: StepContext, key: str) -> SparkJobRun | None:
+def _queued_run(ctx: AnyContext, key: str) -> SparkJobRun | None:
     event = (
         AuditEvent.objects.filter(
             workflow_id=ctx.workflow.pk,
@@ -124,7 +127,7 @@ def _attempt_key(key: str, attempt: int) -> str:
     return key if attempt == 0 else f"{key}:resubmit-{attempt}"
 
 
-def _latest_run(ctx: StepContext, key: str) -> tuple[int, SparkJobRun | None]:
+def _latest_run(ctx: AnyContext, key: str) -> tuple[int, SparkJobRun | None]:
     """The step's latest queued run and its attempt number (0 = the first), or (0, None)."""
     found: tuple[int, SparkJobRun | None] = (0, None)
     for attempt in range(LOST_RUN_RESUBMITS + 1):
@@ -136,7 +139,7 @@ def _latest_run(ctx: StepContext, key: str) -> tuple[int, SparkJobRun | None]:
 
 
 def _queue_once(
-    ctx: StepContext, key: str, job: str, arguments: dict[str, Any], dry_run: bool
+    ctx: AnyContext, key: str, job: str, arguments: dict[str, Any], dry_run: bool
 ) -> SparkJobRun:
     """Queue the run of ``key`` unless it is queued already (under the workflow's row lock, with
     its ``spark.run_queued_by_workflow`` audit event in the same transaction)."""
@@ -151,7 +154,7 @@ def _queue_once(
             job,
             arguments,
             dry_run=dry_run,
-            cluster=ctx.params["cluster"],
+            cluster=ctx.params.cluster,
             requested_by=None,
             audit_context=AuditContext.WORKER,
             workflow_id=ctx.workflow.pk,
@@ -171,7 +174,7 @@ def _queue_once(
 
 
 def follow_spark_run(
-    ctx: StepContext, job: str, arguments: dict[str, Any], *, dry_run: bool
+    ctx: AnyContext, job: str, arguments: dict[str, Any], *, dry_run: bool
 ) -> StepResult:
     """Queue ``job`` once for this step, then follow it to the end.
 
@@ -229,7 +232,7 @@ def follow_spark_run(
 QUARANTINE_NAMED_IN_STEP = 20
 
 
-def _report_quarantine(ctx: StepContext, job: str, run: SparkJobRun) -> list[str]:
+def _report_quarantine(ctx: AnyContext, job: str, run: SparkJobRun) -> list[str]:
     """The partitions ``run`` quarantined (issue #39: their remote-log metadata names objects
     outside the store, so their cleanup was refused while the rest went on), logged on the step
     and returned as ``topic-partition`` names for its output; [] when there were none."""
@@ -264,29 +267,49 @@ def _small(summary: dict[str, Any]) -> dict[str, Any]:
 # --- the reviewed plan ---------------------------------------------------------------------
 
 
-class _ReviewedPlanKind(WorkflowKind):
-    """A kind that executes the plan of one succeeded dry run of ``job``."""
-
-    job: str
-    fields = (
-        Field(
-            "spark_run",
-            "Dry run #",
-            "int",
-            min_value=1,
-            max_value=2**62,
-            help="The succeeded dry run whose plan was reviewed (Spark jobs page).",
-        ),
+class ReviewedPlanParams(Params):
+    spark_run: int = integer(
+        "Dry run #",
+        ge=1,
+        le=2**62,
+        help="The succeeded dry run whose plan was reviewed (Spark jobs page).",
     )
 
-    def target(self, params: dict[str, Any]) -> str:
+
+class ReviewedPlan(Actions):
+    """What a reviewed dry run's execution deletes: fixed by the plan's digest and size."""
+
+    summary: str
+    spark_run: int
+    job: str
+    plan_dir: str
+    plan_rows: int
+    plan_bytes: int | None
+    plan_sha256: str
+    by_reason: dict[str, dict[str, int]] | None  # per reason: segments, bytes
+    steps: list[str]
+
+
+if TYPE_CHECKING:
+    ReviewedContext = StepContext[ReviewedPlanParams, ReviewedPlan]
+
+
+class _ReviewedPlanKind(WorkflowKind[ReviewedPlanParams, ReviewedPlan]):
+    """A kind that executes the plan of one succeeded dry run of ``job``."""
+
+    job: ClassVar[str]
+    #: The steps' names, in order (the plan lists them before the steps exist).
+    step_names: ClassVar[tuple[str, ...]]
+    params_model, actions_model = ReviewedPlanParams, ReviewedPlan
+
+    def target(self, params: ReviewedPlanParams) -> str:
         # One execution of this job per cluster at a time: two would delete the same objects.
         return f"spark:{self.job}"
 
-    def dry_run(self, params: dict[str, Any]) -> SparkJobRun:
-        run = SparkJobRun.objects.filter(pk=params["spark_run"]).first()
+    def dry_run(self, params: ReviewedPlanParams) -> SparkJobRun:
+        run = SparkJobRun.objects.filter(pk=params.spark_run).first()
         if run is None:
-            raise Refusal(ErrorCode.INVALID_REQUEST, f"No Spark run #{params['spark_run']}.")
+            raise Refusal(ErrorCode.INVALID_REQUEST, f"No Spark run #{params.spark_run}.")
         if run.job != self.job:
             raise Refusal(
                 ErrorCode.INVALID_REQUEST,
@@ -299,10 +322,10 @@ class _ReviewedPlanKind(WorkflowKind):
                 ErrorCode.INVALID_REQUEST,
                 f"Spark run #{run.pk} is {run.state}; only a succeeded dry run has a plan.",
             )
-        if (run.cluster or "") != params["cluster"]:
+        if (run.cluster or "") != params.cluster:
             raise Refusal(
                 ErrorCode.INVALID_REQUEST,
-                f"Spark run #{run.pk} planned cluster {run.cluster!r}, not {params['cluster']!r}.",
+                f"Spark run #{run.pk} planned cluster {run.cluster!r}, not {params.cluster!r}.",
             )
         return run
 
@@ -315,7 +338,7 @@ class _ReviewedPlanKind(WorkflowKind):
             )
         return path
 
-    def plan(self, params: dict[str, Any]) -> Plan:
+    def plan(self, params: ReviewedPlanParams) -> Plan[ReviewedPlan]:
         run = self.dry_run(params)
         plan_dir = self.plan_dir(run)
         sha, rows = run.plan_digest, run.plan_rows
@@ -338,25 +361,25 @@ class _ReviewedPlanKind(WorkflowKind):
         }
         # A reviewed dry run's plan does not drift: what it deletes is fixed by its digest, so
         # its size is part of what is approved.
-        actions = {
-            "summary": (
+        actions = ReviewedPlan(
+            summary=(
                 f"Delete the {rows} objects ({summary.get('bytes', '?')} bytes) that {self.job} "
                 f"dry run #{run.pk} planned, exactly as reviewed."
             ),
-            "spark_run": run.pk,
-            "job": self.job,
-            "plan_dir": str(plan_dir),
-            "plan_rows": rows,
-            "plan_bytes": summary.get("bytes"),
-            "plan_sha256": sha,
-            "by_reason": summary.get("by_reason"),
-            "steps": [s.name for s in self.steps(params, {})],
-        }
+            spark_run=run.pk,
+            job=self.job,
+            plan_dir=str(plan_dir),
+            plan_rows=rows,
+            plan_bytes=summary.get("bytes"),
+            plan_sha256=sha,
+            by_reason=summary.get("by_reason"),
+            steps=list(self.step_names),
+        )
         information = {
             "dry_run_summary": _small(summary),
             "dry_run_finished_at": run.finished_at.isoformat() if run.finished_at else None,
         }
-        return Plan(actions=actions, information=information)
+        return Plan(actions, information)
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
         reasons = actions.get("by_reason") or {}
@@ -403,22 +426,22 @@ class _ReviewedPlanKind(WorkflowKind):
         return rows
 
 
-def _check_plan(ctx: StepContext) -> None:
+def _check_plan(ctx: ReviewedContext) -> None:
     """Right before the first deletion: the reviewed plan output is still what was approved."""
-    sha, _rows = plan_digest(Path(ctx.plan["plan_dir"]))
-    if sha != ctx.plan["plan_sha256"]:
+    sha, _rows = plan_digest(Path(ctx.plan.plan_dir))
+    if sha != ctx.plan.plan_sha256:
         raise Refusal(
             ErrorCode.PLAN_CHANGED,
-            f"The plan of Spark run #{ctx.plan['spark_run']} changed since it was approved "
-            f"({ctx.plan['plan_sha256'][:12]} → {sha[:12]}).",
+            f"The plan of Spark run #{ctx.plan.spark_run} changed since it was approved "
+            f"({ctx.plan.plan_sha256[:12]} → {sha[:12]}).",
             409,
         )
 
 
-def _backend(ctx: StepContext):
+def _backend(ctx: ReviewedContext):
     from spark_tasks import remote
 
-    return remote.get_remote_metadata(ctx.params["cluster"])
+    return remote.get_remote_metadata(ctx.params.cluster)
 
 
 def _close(backend: Any) -> None:
@@ -427,40 +450,40 @@ def _close(backend: Any) -> None:
         close()
 
 
-def publish_log_start_offsets(ctx: StepContext) -> StepResult:
+def publish_log_start_offsets(ctx: ReviewedContext) -> StepResult:
     """Kafka's order, step 1: the new log start offsets go out before any object is deleted."""
     from spark_tasks import remote
 
     _check_plan(ctx)
     backend = _backend(ctx)
     try:
-        published = remote.publish_log_start_offsets(backend, Path(ctx.plan["plan_dir"]).parent)
+        published = remote.publish_log_start_offsets(backend, Path(ctx.plan.plan_dir).parent)
     finally:
         _close(backend)
     record_command(
         ctx,
         SparkStepAction.PUBLISH_LOG_START_OFFSETS,
         target_type="spark_run",
-        target_id=ctx.plan["spark_run"],
+        target_id=ctx.plan.spark_run,
         after={"partitions": published},
     )
     return StepResult.done({"partitions": published})
 
 
-def mark_delete_started(ctx: StepContext) -> StepResult:
+def mark_delete_started(ctx: ReviewedContext) -> StepResult:
     """Every planned segment → DELETE_SEGMENT_STARTED (unreadable at once; KIP-405 states)."""
     from spark_tasks import remote
 
     backend = _backend(ctx)
     try:
-        marked = remote.mark_planned(backend, Path(ctx.plan["plan_dir"]).parent)
+        marked = remote.mark_planned(backend, Path(ctx.plan.plan_dir).parent)
     finally:
         _close(backend)
     record_command(
         ctx,
         SparkStepAction.MARK_DELETE_STARTED,
         target_type="spark_run",
-        target_id=ctx.plan["spark_run"],
+        target_id=ctx.plan.spark_run,
         before={"state": "COPY_SEGMENT_FINISHED"},
         after={"state": "DELETE_SEGMENT_STARTED", "segments": marked},
     )
@@ -468,16 +491,16 @@ def mark_delete_started(ctx: StepContext) -> StepResult:
     return StepResult.done({"segments": marked})
 
 
-def delete_objects(ctx: StepContext) -> StepResult:
+def delete_objects(ctx: ReviewedContext) -> StepResult:
     """The ``delete_objects`` Spark job over the reviewed ``plan/`` (executors delete)."""
     if ctx.workflow.kind == OrphanSweep.name:
         _check_plan(ctx)
     return follow_spark_run(
-        ctx, SparkJob.DELETE_OBJECTS, {"plan": ctx.plan["plan_dir"]}, dry_run=False
+        ctx, SparkJob.DELETE_OBJECTS, {"plan": ctx.plan.plan_dir}, dry_run=False
     )
 
 
-def mark_delete_finished(ctx: StepContext) -> StepResult:
+def mark_delete_finished(ctx: ReviewedContext) -> StepResult:
     """Segments whose object is gone → DELETE_SEGMENT_FINISHED."""
     from spark_tasks import remote
 
@@ -493,7 +516,7 @@ def mark_delete_finished(ctx: StepContext) -> StepResult:
         ctx,
         SparkStepAction.MARK_DELETE_FINISHED,
         target_type="spark_run",
-        target_id=ctx.plan["spark_run"],
+        target_id=ctx.plan.spark_run,
         before={"state": "DELETE_SEGMENT_STARTED"},
         after={"state": "DELETE_SEGMENT_FINISHED", "segments": finished},
     )
@@ -511,9 +534,15 @@ class RemotePurge(_ReviewedPlanKind):
         "site says otherwise): it deletes the remote data such a disablement fenced."
     )
     job = SparkJob.PURGE
+    step_names = (
+        "publish_log_start_offsets",
+        "mark_delete_started",
+        "delete_objects",
+        "mark_delete_finished",
+    )
     approvals = None  # not a count of its own: approvals_for derives it from the disablement
 
-    def approvals_for(self, params: dict[str, Any]) -> int:
+    def approvals_for(self, params: ReviewedPlanParams) -> int:
         """What the delete-policy disablement that fenced the data requires (two approvers,
         unless the site's ``STRATA_APPROVAL_POLICY`` for ``disable_tiering`` says otherwise).
 
@@ -524,10 +553,10 @@ class RemotePurge(_ReviewedPlanKind):
         rule, one function: the count is the disablement's own, site policy included, not a
         copy of its number."""
         return approvals_required(
-            DISABLE_TIERING, {"cluster": params.get("cluster"), "policy": DisablePolicy.DELETE}
+            DISABLE_TIERING, {"cluster": params.cluster, "policy": DisablePolicy.DELETE}
         )
 
-    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+    def steps(self, params: ReviewedPlanParams, plan: ReviewedPlan) -> list[StepDef]:
         return [
             StepDef(
                 "publish_log_start_offsets",
@@ -539,7 +568,7 @@ class RemotePurge(_ReviewedPlanKind):
                 mark_delete_started,
                 label="Mark DELETE_SEGMENT_STARTED",
                 unit="segments",
-                total=plan.get("plan_rows"),
+                total=plan.plan_rows,
             ),
             StepDef("delete_objects", delete_objects, label="Delete objects (Spark)", unit="tasks"),
             StepDef(
@@ -559,9 +588,10 @@ class OrphanSweep(_ReviewedPlanKind):
         "metadata record (older than its window)."
     )
     job = SparkJob.ORPHANS
+    step_names = ("delete_objects",)
     approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
 
-    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+    def steps(self, params: ReviewedPlanParams, plan: ReviewedPlan) -> list[StepDef]:
         return [
             StepDef("delete_objects", delete_objects, label="Delete objects (Spark)", unit="tasks")
         ]

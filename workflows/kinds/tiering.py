@@ -104,7 +104,6 @@ from console.models import Cluster, LogDir, Partition, Replica, Topic
 from spark_tasks.models import SparkJob
 from workflows.errors import ErrorCode
 from workflows.kinds import (
-    Field,
     Plan,
     Refusal,
     ReviewRow,
@@ -128,6 +127,14 @@ from workflows.kinds.tiering_fanout import (
     broker_command,
 )
 from workflows.kinds.tiering_review import disable_review, enable_review
+from workflows.kinds.tiering_types import (
+    DisableParams,
+    DisablePlan,
+    EnableParams,
+    EnablePlan,
+    GrowthActions,
+    TopicParams,
+)
 from workflows.kinds.verification import (
     VERIFY_KEY,
     VERIFY_RECORDS,
@@ -137,7 +144,10 @@ from workflows.kinds.verification import (
 
 if TYPE_CHECKING:
     from broker_agent.models import TopicMetadata
-    from workflows.engine import StepContext
+    from workflows.steps import StepContext
+
+    DisableContext = StepContext[DisableParams, DisablePlan]
+    EnableContext = StepContext[EnableParams, EnablePlan]
 
 __all__ = [
     "FANOUT_CONCURRENCY",
@@ -168,17 +178,17 @@ class TieringAction:
 # --- pre-flight helpers ----------------------------------------------------------------------
 
 
-def _topic(params: dict[str, Any]) -> Topic:
-    cluster = Cluster.objects.filter(name=params["cluster"]).first()
+def _topic(params: TopicParams) -> Topic:
+    cluster = Cluster.objects.filter(name=params.cluster).first()
     if cluster is None:
-        raise Refusal(ErrorCode.INVALID_REQUEST, f"Unknown cluster {params['cluster']!r}.")
-    topic = Topic.objects.filter(cluster=cluster, name=params["topic"]).first()
+        raise Refusal(ErrorCode.INVALID_REQUEST, f"Unknown cluster {params.cluster!r}.")
+    topic = Topic.objects.filter(cluster=cluster, name=params.topic).first()
     if topic is not None:
         topic.cluster = cluster
     if topic is None:
         raise Refusal(
             ErrorCode.INVALID_REQUEST,
-            f"Unknown topic {params['topic']!r} on {cluster.name} (as of the last sync).",
+            f"Unknown topic {params.topic!r} on {cluster.name} (as of the last sync).",
         )
     return topic
 
@@ -269,7 +279,7 @@ def project_disk_growth(topic: Topic, partitions: list[Partition]) -> dict[str, 
     }
 
 
-def _growth_actions(growth: dict[str, Any]) -> dict[str, Any]:
+def _growth_actions(growth: dict[str, Any]) -> GrowthActions:
     """The structural part of a growth projection: which dirs fit (an action), no bytes."""
     return {
         "log_dirs": [
@@ -298,15 +308,13 @@ def _topic_state(t: TopicMetadata) -> dict[str, Any]:
     }
 
 
-def _sync_console(ctx: StepContext) -> None:
+def _sync_console(ctx: StepContext[TopicParams, Any]) -> None:
     """Best effort: refresh the console's inventory so pages and the next pre-flight see it."""
     from console.choices import SyncTrigger
     from console.sync import do_sync_cluster
 
     try:
-        do_sync_cluster(
-            Cluster.objects.get(name=ctx.params["cluster"]), trigger=SyncTrigger.COMMAND
-        )
+        do_sync_cluster(Cluster.objects.get(name=ctx.params.cluster), trigger=SyncTrigger.COMMAND)
     except Exception as exc:  # the workflow's change is done; beat will sync later
         ctx.log(f"console sync after the change failed: {exc}", "warning")
 
@@ -314,13 +322,13 @@ def _sync_console(ctx: StepContext) -> None:
 # --- disable_tiering steps -------------------------------------------------------------------
 
 
-def start_disablement(ctx: StepContext) -> StepResult:
+def start_disablement(ctx: DisableContext) -> StepResult:
     """ENABLED → DISABLING at the controller, tiered epoch + 1, exactly once."""
-    topic, epoch, policy = ctx.params["topic"], ctx.plan["tiered_epoch"], ctx.params["policy"]
+    topic, epoch, policy = ctx.params.topic, ctx.plan.tiered_epoch, ctx.params.policy
     new_epoch = epoch + 1
-    with controller(ctx.params["cluster"]) as ctl:
+    with controller(ctx.params.cluster) as ctl:
         before = ctl.topic(topic)
-        if before.topic_id != ctx.plan["topic_id"]:
+        if before.topic_id != ctx.plan.topic_id:
             return StepResult.fail(
                 ErrorCode.PLAN_CHANGED, f"{topic} was re-created (topic id {before.topic_id})."
             )
@@ -332,11 +340,11 @@ def start_disablement(ctx: StepContext) -> StepResult:
         if ours:
             after = before
             ctx.log(f"already {before.tiered_state} at tiered epoch {new_epoch}: driving it on")
-            if ctx.plan.get("adopt"):
+            if ctx.plan.adopt:
                 record_command(
                     ctx,
                     TieringAction.ADOPT_DISABLEMENT,
-                    **targets.topic(ctx.params["cluster"], topic),
+                    **targets.topic(ctx.params.cluster, topic),
                     before=_topic_state(before),
                     after=_topic_state(after),
                     extra={"policy": policy, "acknowledged_by": before.tiering_acks},
@@ -363,7 +371,7 @@ def start_disablement(ctx: StepContext) -> StepResult:
     record_command(
         ctx,
         TieringAction.START_DISABLEMENT,
-        **targets.topic(ctx.params["cluster"], topic),
+        **targets.topic(ctx.params.cluster, topic),
         before=_topic_state(before)
         if not ours
         else {"tiered_state": TieredState.ENABLED, "tiered_epoch": epoch},
@@ -373,15 +381,15 @@ def start_disablement(ctx: StepContext) -> StepResult:
     return StepResult.done({"tiered_epoch": after.tiered_epoch, "tiered_state": after.tiered_state})
 
 
-def disable_remote_topic(ctx: StepContext) -> StepResult:
+def disable_remote_topic(ctx: DisableContext) -> StepResult:
     """DisableRemoteTopic to one hosting broker at the new tiered epoch, until it acknowledges."""
     return broker_command(ctx, "disable", TieringAction.DISABLE_REMOTE_TOPIC)
 
 
-def complete_disablement(ctx: StepContext) -> StepResult:
+def complete_disablement(ctx: DisableContext) -> StepResult:
     """DISABLING → DISABLED once every hosting broker acknowledged (the controller checks)."""
-    topic, epoch = ctx.params["topic"], ctx.plan["new_tiered_epoch"]
-    with controller(ctx.params["cluster"]) as ctl:
+    topic, epoch = ctx.params.topic, ctx.plan.new_tiered_epoch
+    with controller(ctx.params.cluster) as ctl:
         before = ctl.topic(topic)
         try:
             after = ctl.complete_disable(topic, expected_tiered_epoch=epoch)
@@ -394,9 +402,9 @@ def complete_disablement(ctx: StepContext) -> StepResult:
             for b in pending:
                 key = f"{ctx.idempotency_key}:b{b}"
                 try:
-                    with agent(ctx.params["cluster"], b) as a:
+                    with agent(ctx.params.cluster, b) as a:
                         answer = a.disable_remote_topic(
-                            topic, ctx.plan["topic_id"], epoch, ctx.params["policy"], key
+                            topic, ctx.plan.topic_id, epoch, ctx.params.policy, key
                         )
                 except Exception as send_exc:
                     if is_unreachable(send_exc):
@@ -409,7 +417,7 @@ def complete_disablement(ctx: StepContext) -> StepResult:
     record_command(
         ctx,
         TieringAction.COMPLETE_DISABLEMENT,
-        **targets.topic(ctx.params["cluster"], topic),
+        **targets.topic(ctx.params.cluster, topic),
         before=_topic_state(before),
         after=_topic_state(after),
         extra={"expected_tiered_epoch": epoch},
@@ -418,7 +426,7 @@ def complete_disablement(ctx: StepContext) -> StepResult:
     return StepResult.done({"tiered_state": after.tiered_state, "tiered_epoch": after.tiered_epoch})
 
 
-def purge_remote_segments(ctx: StepContext) -> StepResult:
+def purge_remote_segments(ctx: DisableContext) -> StepResult:
     """Delete policy: the Spark purge job, followed to the end (quarantines named)."""
     return follow_spark_run(ctx, SparkJob.PURGE, {}, dry_run=False)
 
@@ -426,12 +434,12 @@ def purge_remote_segments(ctx: StepContext) -> StepResult:
 # --- enable_tiering steps --------------------------------------------------------------------
 
 
-def enable_at_controller(ctx: StepContext) -> StepResult:
+def enable_at_controller(ctx: EnableContext) -> StepResult:
     """DISABLED (or never tiered) → ENABLED at the controller; the tiered epoch is kept."""
-    topic, epoch = ctx.params["topic"], ctx.plan["tiered_epoch"]
-    with controller(ctx.params["cluster"]) as ctl:
+    topic, epoch = ctx.params.topic, ctx.plan.tiered_epoch
+    with controller(ctx.params.cluster) as ctl:
         before = ctl.topic(topic)
-        if before.topic_id != ctx.plan["topic_id"]:
+        if before.topic_id != ctx.plan.topic_id:
             return StepResult.fail(
                 ErrorCode.PLAN_CHANGED, f"{topic} was re-created (topic id {before.topic_id})."
             )
@@ -445,26 +453,26 @@ def enable_at_controller(ctx: StepContext) -> StepResult:
     record_command(
         ctx,
         TieringAction.ENABLE,
-        **targets.topic(ctx.params["cluster"], topic),
-        before={"tiered_state": ctx.plan["tiered_state"], "tiered_epoch": epoch},
+        **targets.topic(ctx.params.cluster, topic),
+        before={"tiered_state": ctx.plan.tiered_state, "tiered_epoch": epoch},
         after=_topic_state(after),
         extra={"expected_tiered_epoch": epoch},
     )
     return StepResult.done({"tiered_state": after.tiered_state, "tiered_epoch": after.tiered_epoch})
 
 
-def enable_remote_topic(ctx: StepContext) -> StepResult:
+def enable_remote_topic(ctx: EnableContext) -> StepResult:
     """EnableRemoteTopic to one hosting broker at the (unchanged) tiered epoch."""
     return broker_command(ctx, "enable", TieringAction.ENABLE_REMOTE_TOPIC)
 
 
-def verify_tiering(ctx: StepContext) -> StepResult:
+def verify_tiering(ctx: EnableContext) -> StepResult:
     """New segments tier with the current epoch and offsets continue without a gap.
 
     The marker records are produced once per workflow: a re-run (after a crash, or a retry
     when the copier was slow) verifies the batch its first run produced and audited, rather
     than producing another."""
-    cluster, topic, epoch = ctx.params["cluster"], ctx.params["topic"], ctx.plan["tiered_epoch"]
+    cluster, topic, epoch = ctx.params.cluster, ctx.params.topic, ctx.plan.tiered_epoch
     prior = applied_before(ctx, TieringAction.VERIFY_PRODUCE)
     with controller(cluster) as ctl:
         meta = ctl.topic(topic)
@@ -562,7 +570,7 @@ def verify_tiering(ctx: StepContext) -> StepResult:
 
 
 @register
-class DisableTiering(WorkflowKind):
+class DisableTiering(WorkflowKind[DisableParams, DisablePlan]):
     name = "disable_tiering"
     label = "Disable tiering (KIP-950)"
     description = (
@@ -572,28 +580,18 @@ class DisableTiering(WorkflowKind):
         "over at its epoch and policy."
     )
     approvals = 1
+    params_model, actions_model = DisableParams, DisablePlan
 
-    fields = (
-        Field.topic(),
-        Field.choice(
-            "policy",
-            DisablePolicy.ALL,
-            default=DisablePolicy.DEFAULT,
-            label="Disable policy",
-            help="remote.log.disable.policy: retain keeps remote data readable; delete purges it.",
-        ),
-    )
-
-    def approvals_for(self, params: dict[str, Any]) -> int:
+    def approvals_for(self, params: DisableParams) -> int:
         """Two approvals when remote data will be deleted (policy delete), else one."""
-        return 2 if params.get("policy") == DisablePolicy.DELETE else self.approvals
+        return 2 if params.policy == DisablePolicy.DELETE else super().approvals_for(params)
 
-    def target(self, params: dict[str, Any]) -> str:
-        return f"topic:{params['topic']}"
+    def target(self, params: DisableParams) -> str:
+        return f"topic:{params.topic}"
 
-    def plan(self, params: dict[str, Any]) -> Plan:
+    def plan(self, params: DisableParams) -> Plan[DisablePlan]:
         topic = _topic(params)
-        policy = params["policy"]
+        policy = params.policy
         adopt = topic.tiered_state == TieredState.DISABLING
         if adopt and policy != (topic.disable_policy or DisablePolicy.DEFAULT):
             raise Refusal(
@@ -621,21 +619,6 @@ class DisableTiering(WorkflowKind):
             else f"Disable tiering of {topic.name} with policy {policy}: tiered epoch "
             f"{epoch} → {epoch + 1}, DisableRemoteTopic to {len(brokers)} brokers."
         )
-        actions: dict[str, Any] = {
-            "summary": summary,
-            "topic": topic.name,
-            "topic_id": topic.topic_id,
-            "policy": policy,
-            "adopt": adopt,
-            "tiered_state": topic.tiered_state,
-            "tiered_epoch": epoch,
-            "new_tiered_epoch": epoch + 1,
-            "partitions": len(partitions),
-            "brokers": brokers,
-            "replicas_per_broker": {
-                str(b): sum(1 for p in partitions if b in p.replicas) for b in brokers
-            },
-        }
         information: dict[str, Any] = {
             "remote_segments": sum(p.remote_segments for p in partitions),
             "remote_bytes": sum(p.remote_bytes for p in partitions),
@@ -644,39 +627,57 @@ class DisableTiering(WorkflowKind):
         if adopt:
             information["acknowledged_by"] = sorted(topic.tiering_acks or [])
         if policy == DisablePolicy.RETAIN:
-            actions["effect"] = (
+            effect = (
                 "Copying stops; remote segments stay readable and keep expiring by the topic-wide "
                 "retention; local segments expire only once no remote data is left."
             )
             growth = project_disk_growth(topic, partitions)
-            actions["disk_growth"] = _growth_actions(growth)
+            by_policy: dict[str, Any] = {"disk_growth": _growth_actions(growth)}
             information["disk_growth"] = growth
         else:
-            actions["effect"] = (
+            effect = (
                 "Copying and remote expiration stop; the log start offset moves to the local log "
                 "start offset; every remote segment below the new tiered epoch becomes unreadable "
                 "at once and is deleted by the Spark purge job."
             )
-            actions["fenced_segments"] = (
-                f"every remote segment of {topic.name} with tiered_epoch < {topic.tiered_epoch + 1}"
-            )
-        actions["steps"] = [
-            "start_disablement",
-            *(f"disable_remote_topic@{b}" for b in brokers),
-            "complete_disablement",
-            *(["purge_remote_segments"] if policy == DisablePolicy.DELETE else []),
-        ]
-        return Plan(actions=actions, information=information)
+            by_policy = {
+                "fenced_segments": f"every remote segment of {topic.name} with tiered_epoch < "
+                f"{topic.tiered_epoch + 1}"
+            }
+        actions = DisablePlan(
+            summary=summary,
+            topic=topic.name,
+            topic_id=topic.topic_id,
+            policy=policy,
+            adopt=adopt,
+            tiered_state=topic.tiered_state,
+            tiered_epoch=epoch,
+            new_tiered_epoch=epoch + 1,
+            partitions=len(partitions),
+            brokers=brokers,
+            replicas_per_broker={
+                str(b): sum(1 for p in partitions if b in p.replicas) for b in brokers
+            },
+            effect=effect,
+            steps=[
+                "start_disablement",
+                *(f"disable_remote_topic@{b}" for b in brokers),
+                "complete_disablement",
+                *(["purge_remote_segments"] if policy == DisablePolicy.DELETE else []),
+            ],
+            **by_policy,
+        )
+        return Plan(actions, information)
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
         return disable_review(actions, information)
 
-    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+    def steps(self, params: DisableParams, plan: DisablePlan) -> list[StepDef]:
         steps = [
             StepDef(
                 "start_disablement",
                 start_disablement,
-                label=f"Start disablement (epoch {plan['new_tiered_epoch']})",
+                label=f"Start disablement (epoch {plan.new_tiered_epoch})",
             )
         ]
         steps += [
@@ -688,10 +689,10 @@ class DisableTiering(WorkflowKind):
                 unit="acks",
                 total=1,
             )
-            for b in plan["brokers"]
+            for b in plan.brokers
         ]
         steps.append(StepDef("complete_disablement", complete_disablement, label="DISABLED"))
-        if params["policy"] == DisablePolicy.DELETE:
+        if params.policy == DisablePolicy.DELETE:
             steps.append(
                 StepDef(
                     "purge_remote_segments",
@@ -704,7 +705,7 @@ class DisableTiering(WorkflowKind):
 
 
 @register
-class EnableTiering(WorkflowKind):
+class EnableTiering(WorkflowKind[EnableParams, EnablePlan]):
     name = "enable_tiering"
     label = "Enable tiering (KIP-950 re-enablement)"
     description = (
@@ -712,12 +713,12 @@ class EnableTiering(WorkflowKind):
         "broker, then a produced batch must tier with the current epoch without an offset gap."
     )
     approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
-    fields = (Field.topic(),)  # re-enablement takes no policy (KIP-950)
+    params_model, actions_model = EnableParams, EnablePlan
 
-    def target(self, params: dict[str, Any]) -> str:
-        return f"topic:{params['topic']}"
+    def target(self, params: EnableParams) -> str:
+        return f"topic:{params.topic}"
 
-    def plan(self, params: dict[str, Any]) -> Plan:
+    def plan(self, params: EnableParams) -> Plan[EnablePlan]:
         topic = _topic(params)
         if _is_compacted(topic):
             raise Refusal(
@@ -742,41 +743,41 @@ class EnableTiering(WorkflowKind):
             {p.partition for p in partitions if p.leader >= 0 and not p.marked_for_deletion},
         )
         verify_key, verify_on = placed or (VERIFY_KEY, None)
-        actions = {
-            "summary": (
+        actions = EnablePlan(
+            summary=(
                 f"Enable tiering of {topic.name} at tiered epoch {topic.tiered_epoch} on "
                 f"{len(brokers)} brokers, then verify with {VERIFY_RECORDS} marker records."
             ),
-            "topic": topic.name,
-            "topic_id": topic.topic_id,
-            "tiered_state": topic.tiered_state,
-            "tiered_epoch": topic.tiered_epoch,
-            "partitions": len(partitions),
-            "brokers": brokers,
-            "verification": (
+            topic=topic.name,
+            topic_id=topic.topic_id,
+            tiered_state=topic.tiered_state,
+            tiered_epoch=topic.tiered_epoch,
+            partitions=len(partitions),
+            brokers=brokers,
+            verification=(
                 f"Writes {VERIFY_RECORDS} records with key {verify_key!r} to the partition KIP-253 "
                 f"linear hashing places it on (U = {topic.undeleted_partition_count}), rolls it, "
                 "waits for the copier: the new segment must carry tiered "
                 f"epoch {topic.tiered_epoch} and offsets must continue without a gap."
             ),
-            "steps": [
+            steps=[
                 "enable_at_controller",
                 *(f"enable_remote_topic@{b}" for b in brokers),
                 "verify_tiering",
             ],
-        }
+        )
         information = {
             "remote_segments": sum(p.remote_segments for p in partitions),
             "remote_bytes": sum(p.remote_bytes for p in partitions),
             "verify_on_partition": verify_on,
             "synced_at": _synced_at(topic),
         }
-        return Plan(actions=actions, information=information)
+        return Plan(actions, information)
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
         return enable_review(actions, information)
 
-    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+    def steps(self, params: EnableParams, plan: EnablePlan) -> list[StepDef]:
         return [
             StepDef("enable_at_controller", enable_at_controller, label="ENABLED at controller"),
             *(
@@ -788,7 +789,7 @@ class EnableTiering(WorkflowKind):
                     unit="acks",
                     total=1,
                 )
-                for b in plan["brokers"]
+                for b in plan.brokers
             ),
             StepDef(
                 "verify_tiering", verify_tiering, label="Verify new segments tier", unit="segments"

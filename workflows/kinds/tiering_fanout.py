@@ -27,10 +27,14 @@ from workflows.kinds.commands import (
     record_successes,
     unreachable_wait,
 )
+from workflows.kinds.tiering_types import DisableParams, DisablePlan, TieringPlan, TopicParams
 from workflows.models import WorkflowStep
 
 if TYPE_CHECKING:
-    from workflows.engine import StepContext
+    from workflows.steps import StepContext
+
+    #: A step of either tiering kind's fan-out.
+    TieringContext = StepContext[TopicParams, TieringPlan]
 
 __all__ = ["FANOUT_CONCURRENCY", "UNREACHABLE_RETRY_CAP_SECONDS", "audit_ack", "broker_command"]
 
@@ -40,7 +44,7 @@ UNREACHABLE_RETRY_CAP_SECONDS = 15.0
 log = logging.getLogger(__name__)
 
 
-def _pending_fan_out(ctx: StepContext, action: str) -> list[WorkflowStep]:
+def _pending_fan_out(ctx: TieringContext, action: str) -> list[WorkflowStep]:
     """The other pending steps of this fan-out whose broker has not acknowledged yet."""
     pending = WorkflowStep.objects.filter(
         workflow_id=ctx.workflow.pk,
@@ -52,7 +56,7 @@ def _pending_fan_out(ctx: StepContext, action: str) -> list[WorkflowStep]:
     return [s for s in pending if s.idempotency_key not in acked]
 
 
-def _fan_out(ctx: StepContext, action: str, command: str, on_acks) -> Any:
+def _fan_out(ctx: TieringContext, action: str, command: str, on_acks) -> Any:
     """Send this step's command and, concurrently (at most :data:`FANOUT_CONCURRENCY` in
     flight), every other pending broker's command under its own step's idempotency key; the
     other acknowledgements go to ``on_acks([(step, answer), ...])`` as they arrive — those that
@@ -75,15 +79,16 @@ def _fan_out(ctx: StepContext, action: str, command: str, on_acks) -> Any:
         return mine.result()
 
 
-def _sender(ctx: StepContext, command: str, brokers: list[int]):
+def _sender(ctx: TieringContext, command: str, brokers: list[int]):
     """``send(broker, key)``: the command to one broker. The secret and the agents' URLs are
     read here, once for the fan-out, so that the pool's threads need no database connection
     (at 300 brokers, opening one per send cost more than the sends, #17); a broker the
     inventory does not know yet is looked up the long way."""
-    cluster, topic = ctx.params["cluster"], ctx.params["topic"]
-    topic_id = ctx.plan["topic_id"]
-    epoch = ctx.plan.get("new_tiered_epoch", ctx.plan["tiered_epoch"])
-    policy = ctx.params.get("policy")
+    cluster, topic, topic_id = ctx.params.cluster, ctx.params.topic, ctx.plan.topic_id
+    # a disablement sends the new epoch (and its policy); an enablement keeps the epoch
+    plan, params = ctx.plan, ctx.params
+    epoch = plan.new_tiered_epoch if isinstance(plan, DisablePlan) else plan.tiered_epoch
+    policy = params.policy if isinstance(params, DisableParams) else None
     _, secret = cluster_secret(cluster)
     urls = known_broker_urls(cluster, brokers)
 
@@ -109,24 +114,21 @@ def _sender(ctx: StepContext, command: str, brokers: list[int]):
     return send
 
 
-def _ack_event(ctx: StepContext, broker: int, answer: Any, key: str) -> dict[str, Any]:
+def _ack_event(ctx: TieringContext, broker: int, answer: Any, key: str) -> dict[str, Any]:
     return {
-        **targets.broker(ctx.params["cluster"], broker),
-        "before": {
-            "tiered_epoch": ctx.plan["tiered_epoch"],
-            "tiered_state": ctx.plan["tiered_state"],
-        },
+        **targets.broker(ctx.params.cluster, broker),
+        "before": {"tiered_epoch": ctx.plan.tiered_epoch, "tiered_state": ctx.plan.tiered_state},
         "after": answer,
-        "extra": {"topic": ctx.params["topic"], "cluster": ctx.params["cluster"]},
+        "extra": {"topic": ctx.params.topic, "cluster": ctx.params.cluster},
         "key": key,
     }
 
 
-def audit_ack(ctx: StepContext, action: str, broker: int, answer: Any, key: str) -> None:
+def audit_ack(ctx: TieringContext, action: str, broker: int, answer: Any, key: str) -> None:
     record_command(ctx, action, **_ack_event(ctx, broker, answer, key))
 
 
-def broker_command(ctx: StepContext, command: str, action: str) -> StepResult:
+def broker_command(ctx: TieringContext, command: str, action: str) -> StepResult:
     """One broker's Disable/EnableRemoteTopic step: done at once when an earlier step's fan-out
     already got its acknowledgement; otherwise the fan-out from here (this step's broker and
     every other pending one), with this broker's errors mapped to the step's outcome."""

@@ -47,30 +47,35 @@ applied at most once per step (:mod:`workflows.kinds.commands`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from typing_extensions import TypedDict
 
 from audit import targets
 from broker_agent.choices import ErrorCode as AgentErrorCode
 from broker_agent.choices import TopicConfig
 from broker_agent.client import AgentError
 from broker_agent.hashing import parent_partition
-from broker_agent.models import BrokerInfo, TopicMetadata
+from broker_agent.models import TOPIC_NAME_MAX_LENGTH, BrokerInfo, TopicMetadata
 from broker_agent.ordering import deletion_target
 from workflows.kinds import (
-    Field,
+    Actions,
+    Params,
     Plan,
     Refusal,
     ReviewRow,
     StepDef,
     StepResult,
     WorkflowKind,
+    integer,
     register,
+    text,
 )
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import preflight_reads, run_command, waits_when_unreachable
 
 if TYPE_CHECKING:
-    from workflows.engine import StepContext
+    from workflows.steps import StepContext
 
 __all__ = [
     "ExpandPartitions",
@@ -86,6 +91,55 @@ MAX_PARTITIONS = 100_000
 
 class TopologyAction:
     ALTER_PARTITION_COUNT = "topology.alter_partition_count"
+
+
+class PartitionsParams(Params):
+    topic: str = text("Topic", max_length=TOPIC_NAME_MAX_LENGTH)  # Kafka's limit for a name
+    partitions: int = integer(
+        "New undeleted_partition_count",
+        ge=1,
+        le=MAX_PARTITIONS,
+        help="The partition count producers will hash keys over (KIP-253).",
+    )
+
+
+class PartitionCountPlan(Actions):
+    summary: str
+    topic: str
+    topic_id: str
+    initial_partition_count: int
+    undeleted_partition_count: int
+    new_undeleted_partition_count: int
+    ordering: str | None = None  # plans made before the ordering promise have none
+    steps: list[str]
+
+
+class NewPartition(TypedDict):
+    partition: int
+    parent: int  # the partition it splits (KIP-253 linear hashing)
+
+
+class MarkedPartition(TypedDict):
+    partition: int
+    keys_move_to: int
+
+
+class ExpandPlan(PartitionCountPlan):
+    replication_factor: int
+    new_partitions: list[NewPartition]
+    split_parents: list[int]
+
+
+class ShrinkPlan(PartitionCountPlan):
+    partitions_to_mark: list[MarkedPartition]
+    already_marked_for_deletion: list[int]
+    draining: str
+
+
+A = TypeVar("A", bound=PartitionCountPlan)
+
+if TYPE_CHECKING:
+    PartitionsContext = StepContext[PartitionsParams, PartitionCountPlan]
 
 
 def ordering_promise(topic: str, ordered: bool) -> str:
@@ -188,10 +242,10 @@ def group_lags(
     return out
 
 
-def _alter(ctx: StepContext) -> StepResult:
+def _alter(ctx: PartitionsContext) -> StepResult:
     """Set the controller's undeleted_partition_count to the requested value (at most once;
     the controller treats an unchanged count as a no-op)."""
-    cluster, topic, target = ctx.params["cluster"], ctx.params["topic"], ctx.params["partitions"]
+    cluster, topic, target = ctx.params.cluster, ctx.params.topic, ctx.params.partitions
 
     def before() -> dict[str, Any]:
         with controller(cluster) as ctl:
@@ -229,10 +283,10 @@ alter_partition_count = waits_when_unreachable(_alter)
 
 
 @waits_when_unreachable
-def await_new_partitions(ctx: StepContext) -> StepResult:
+def await_new_partitions(ctx: StepContext[PartitionsParams, ExpandPlan]) -> StepResult:
     """Every new partition has a leader and all its replicas in the ISR."""
-    t, _brokers = _topic(ctx.params["cluster"], ctx.params["topic"])
-    new = {x["partition"] for x in ctx.plan["new_partitions"]}
+    t, _brokers = _topic(ctx.params.cluster, ctx.params.topic)
+    new = {x["partition"] for x in ctx.plan.new_partitions}
     ready = [
         p.partition
         for p in t.partitions
@@ -248,12 +302,12 @@ def await_new_partitions(ctx: StepContext) -> StepResult:
 
 
 @waits_when_unreachable
-def drain(ctx: StepContext) -> StepResult:
+def drain(ctx: StepContext[PartitionsParams, ShrinkPlan]) -> StepResult:
     """Follow the marked partitions until the controller removed them (each once empty:
     log_start_offset == log_end_offset). Progress: records drained of the most seen."""
-    cluster = ctx.params["cluster"]
-    t, _brokers = _topic(cluster, ctx.params["topic"])
-    marked = {x["partition"] for x in ctx.plan["partitions_to_mark"]}
+    cluster = ctx.params.cluster
+    t, _brokers = _topic(cluster, ctx.params.topic)
+    marked = {x["partition"] for x in ctx.plan.partitions_to_mark}
     still = {p.partition for p in t.partitions if p.partition in marked}
     left = remaining_records(cluster, t, still)
     remaining = sum(max(0, n) for n in left.values())
@@ -271,33 +325,19 @@ def drain(ctx: StepContext) -> StepResult:
     )
 
 
-def _fields() -> tuple[Field, ...]:
-    return (
-        Field.topic(),
-        Field(
-            "partitions",
-            "New undeleted_partition_count",
-            "int",
-            min_value=1,
-            max_value=MAX_PARTITIONS,
-            help="The partition count producers will hash keys over (KIP-253).",
-        ),
-    )
+class _PartitionCountKind(WorkflowKind[PartitionsParams, A]):
+    params_model = PartitionsParams
 
+    def target(self, params: PartitionsParams) -> str:
+        return f"topic:{params.topic}"
 
-class _PartitionCountKind(WorkflowKind):
-    fields = _fields()
-
-    def target(self, params: dict[str, Any]) -> str:
-        return f"topic:{params['topic']}"
-
-    def _current(self, params: dict[str, Any]) -> tuple[TopicMetadata, list[BrokerInfo]]:
-        with preflight_reads(params["cluster"]):
-            return _topic(params["cluster"], params["topic"])
+    def _current(self, params: PartitionsParams) -> tuple[TopicMetadata, list[BrokerInfo]]:
+        with preflight_reads(params.cluster):
+            return _topic(params.cluster, params.topic)
 
 
 @register
-class ExpandPartitions(_PartitionCountKind):
+class ExpandPartitions(_PartitionCountKind[ExpandPlan]):
     name = "expand_partitions"
     label = "Expand partitions (KIP-253)"
     description = (
@@ -305,10 +345,11 @@ class ExpandPartitions(_PartitionCountKind):
         "hashing), so keys keep their order. Refused while partitions are marked for deletion."
     )
     approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
+    actions_model = ExpandPlan
 
-    def plan(self, params: dict[str, Any]) -> Plan:
+    def plan(self, params: PartitionsParams) -> Plan[ExpandPlan]:
         t, brokers = self._current(params)
-        n, u, target = t.initial_partition_count, t.undeleted_partition_count, params["partitions"]
+        n, u, target = t.initial_partition_count, t.undeleted_partition_count, params.partitions
         if target <= u:
             raise Refusal(
                 AgentErrorCode.INVALID_PARTITIONS,
@@ -330,27 +371,26 @@ class ExpandPartitions(_PartitionCountKind):
                 AgentErrorCode.INVALID_REPLICATION_FACTOR,
                 f"{t.name} has replication factor {rf} but only {alive} live brokers.",
             )
-        new = [{"partition": q, "parent": parent_partition(q, n)} for q in range(u, target)]
+        new = [NewPartition(partition=q, parent=parent_partition(q, n)) for q in range(u, target)]
         ordered = t.configs.get(TopicConfig.ENABLE_ORDERED_DELIVERY, "true") == "true"
-        actions = {
-            "summary": (
+        actions = ExpandPlan(
+            summary=(
                 f"Expand {t.name} from {u} to {target} partitions (initial_partition_count "
                 f"{n}): {len(new)} new partition(s), each splitting one parent; every existing "
                 "partition's leader epoch is bumped and recorded in leaderEpochAfterCreation."
             ),
-            "ordering": ordering_promise(t.name, ordered),
-            "topic": t.name,
-            "topic_id": t.topic_id,
-            "initial_partition_count": n,
-            "undeleted_partition_count": u,
-            "new_undeleted_partition_count": target,
-            "replication_factor": rf,
-            "new_partitions": new,
-            "split_parents": sorted({x["parent"] for x in new}),
-            "steps": ["alter_partition_count", "await_new_partitions"],
-        }
-        information = {"live_brokers": alive}
-        return Plan(actions=actions, information=information)
+            ordering=ordering_promise(t.name, ordered),
+            topic=t.name,
+            topic_id=t.topic_id,
+            initial_partition_count=n,
+            undeleted_partition_count=u,
+            new_undeleted_partition_count=target,
+            replication_factor=rf,
+            new_partitions=new,
+            split_parents=sorted({x["parent"] for x in new}),
+            steps=["alter_partition_count", "await_new_partitions"],
+        )
+        return Plan(actions, {"live_brokers": alive})
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
         topic, u, target = (
@@ -375,25 +415,25 @@ class ExpandPartitions(_PartitionCountKind):
             *_ordering_rows(actions, topic),
         ]
 
-    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+    def steps(self, params: PartitionsParams, plan: ExpandPlan) -> list[StepDef]:
         return [
             StepDef(
                 "alter_partition_count",
                 alter_partition_count,
-                label=f"Set undeleted_partition_count = {params['partitions']}",
+                label=f"Set undeleted_partition_count = {params.partitions}",
             ),
             StepDef(
                 "await_new_partitions",
                 await_new_partitions,
                 label="New partitions online",
                 unit="partitions",
-                total=len(plan["new_partitions"]),
+                total=len(plan.new_partitions),
             ),
         ]
 
 
 @register
-class ShrinkPartitions(_PartitionCountKind):
+class ShrinkPartitions(_PartitionCountKind[ShrinkPlan]):
     name = "shrink_partitions"
     label = "Shrink partitions (KIP-253)"
     description = (
@@ -401,10 +441,11 @@ class ShrinkPartitions(_PartitionCountKind):
         "(never below initial_partition_count) and removed once drained."
     )
     approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
+    actions_model = ShrinkPlan
 
-    def plan(self, params: dict[str, Any]) -> Plan:
+    def plan(self, params: PartitionsParams) -> Plan[ShrinkPlan]:
         t, _brokers = self._current(params)
-        n, u, target = t.initial_partition_count, t.undeleted_partition_count, params["partitions"]
+        n, u, target = t.initial_partition_count, t.undeleted_partition_count, params.partitions
         if target >= u:
             raise Refusal(
                 AgentErrorCode.INVALID_PARTITIONS,
@@ -418,40 +459,41 @@ class ShrinkPartitions(_PartitionCountKind):
                 f"(got {target}).",
             )
         to_mark = [
-            {"partition": q, "keys_move_to": keys_move_to(q, n, target)} for q in range(target, u)
+            MarkedPartition(partition=q, keys_move_to=keys_move_to(q, n, target))
+            for q in range(target, u)
         ]
         ends: dict[int, tuple[int, int]] = {}
-        with preflight_reads(params["cluster"]):
-            left = remaining_records(params["cluster"], t, {x["partition"] for x in to_mark}, ends)
-            lags = group_lags(params["cluster"], t.name, ends)
+        with preflight_reads(params.cluster):
+            left = remaining_records(params.cluster, t, {x["partition"] for x in to_mark}, ends)
+            lags = group_lags(params.cluster, t.name, ends)
         records = sum(max(0, v) for v in left.values())
         already = sorted(p.partition for p in t.partitions if p.marked_for_deletion)
-        actions = {
-            "summary": (
+        actions = ShrinkPlan(
+            summary=(
                 f"Shrink {t.name} from {u} to {target} partitions: mark {len(to_mark)} "
                 f"partition(s) for deletion (leaderEpochBeforeDeletion), then wait until each "
                 "is empty and removed, by retention or DeleteRecords."
             ),
-            "topic": t.name,
-            "topic_id": t.topic_id,
-            "initial_partition_count": n,
-            "undeleted_partition_count": u,
-            "new_undeleted_partition_count": target,
-            "partitions_to_mark": to_mark,
-            "already_marked_for_deletion": already,
-            "ordering": ordering_promise(
+            topic=t.name,
+            topic_id=t.topic_id,
+            initial_partition_count=n,
+            undeleted_partition_count=u,
+            new_undeleted_partition_count=target,
+            partitions_to_mark=to_mark,
+            already_marked_for_deletion=already,
+            ordering=ordering_promise(
                 t.name, t.configs.get(TopicConfig.ENABLE_ORDERED_DELIVERY, "true") == "true"
             ),
-            "draining": "a marked partition is removed once log_start_offset == log_end_offset: "
+            draining="a marked partition is removed once log_start_offset == log_end_offset: "
             "by retention (retention.ms / retention.bytes) or DeleteRecords",
-            "steps": ["mark_partitions", "drain"],
-        }
+            steps=["mark_partitions", "drain"],
+        )
         information = {
             "records_to_drain": records,
             "records_per_partition": {str(p): n for p, n in sorted(left.items())},
             "group_lag": lags,
         }
-        return Plan(actions=actions, information=information)
+        return Plan(actions, information)
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
         topic, u, target = (
@@ -490,12 +532,12 @@ class ShrinkPartitions(_PartitionCountKind):
             *_ordering_rows(actions, topic),
         ]
 
-    def steps(self, params: dict[str, Any], plan: dict[str, Any]) -> list[StepDef]:
+    def steps(self, params: PartitionsParams, plan: ShrinkPlan) -> list[StepDef]:
         return [
             StepDef(
                 "mark_partitions",
                 alter_partition_count,
-                label=f"Mark partitions ≥ {params['partitions']} for deletion",
+                label=f"Mark partitions ≥ {params.partitions} for deletion",
             ),
             StepDef("drain", drain, label="Drain marked partitions", unit="records"),
         ]

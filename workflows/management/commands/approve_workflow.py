@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from audit.choices import AuditContext
 from workflows.actions import do_approve_workflow, do_reject_workflow
 from workflows.errors import WorkflowError
-from workflows.management.commands.request_workflow import acting_user
+from workflows.management.commands.request_workflow import active_user
 from workflows.models import Workflow
 from workflows.output import workflow_out
 
@@ -36,12 +36,12 @@ class Command(BaseCommand):
         reject: bool,
         **options,
     ) -> None:
-        user = acting_user(username)
+        user = active_user(username)
         try:
             if reject:
                 do_reject_workflow(
                     workflow_id,
-                    acting_user=user,
+                    actor=user,
                     plan_hash=plan_hash,
                     comment=comment,
                     context=AuditContext.CLI,
@@ -49,7 +49,7 @@ class Command(BaseCommand):
             else:
                 do_approve_workflow(
                     workflow_id,
-                    acting_user=user,
+                    actor=user,
                     plan_hash=plan_hash,
                     comment=comment,
                     context=AuditContext.CLI,

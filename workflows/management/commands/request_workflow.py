@@ -20,7 +20,7 @@ from workflows.models import Workflow
 from workflows.output import workflow_out
 
 
-def acting_user(username: str):
+def active_user(username: str):
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
         raise CommandError(f"No active user named {username!r}.")
@@ -74,7 +74,7 @@ class Command(BaseCommand):
             params[name] = value
         try:
             wf = do_request_workflow(
-                acting_user=acting_user(username),
+                actor=active_user(username),
                 kind=kind,
                 params=params,
                 reason=reason,
