@@ -264,7 +264,8 @@ def nonce_file(data: str, name: str) -> str:
 def run_controller(args) -> None:
     import uvicorn
 
-    from broker_agent.controller import Controller, create_app
+    from broker_agent.controller import Controller
+    from broker_agent.controller_app import create_app
 
     setup_logging()
     secret = load_secret()
