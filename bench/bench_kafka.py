@@ -27,6 +27,7 @@ Scale: ``KAFKA_BENCH_TOPICS`` x 100 partitions (default 2000 -> 200,000) on 60 b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -116,6 +117,13 @@ def _figures(values: list[float], digits: int) -> str:
     )
 
 
+def _cpu(result: dict, name: str) -> str:
+    """Where the time of ``name``'s syncs went (medians): this sync's process and the fleet's."""
+    sync = statistics.median(result[f"{name}_sync_cpu"])
+    fleet = statistics.median(result[f"{name}_fleet_cpu"])
+    return f" CPU (medians): the sync's process {sync:.1f} s, the fleet's process {fleet:.1f} s"
+
+
 def rows_for(result: dict, *, partitions: int) -> list[dict]:
     """The report rows of the child's result; the verdict on the target written as measured."""
     scale = f"{BROKERS} brokers x {LOG_DIRS} dirs, {partitions:,} partitions, RF 3"
@@ -133,6 +141,9 @@ def rows_for(result: dict, *, partitions: int) -> list[dict]:
         else f"INVENTORIES DIFFER: partitions not equal after each round's syncs: {mismatched}"
     )
     read_s = result["kafka_full_read"]
+    incremental_ratio = statistics.median(result["kafka_incremental"]) / statistics.median(
+        result["agents_incremental"]
+    )
     return [
         {
             "metric": "first sync, agents' path",
@@ -140,7 +151,8 @@ def rows_for(result: dict, *, partitions: int) -> list[dict]:
             "target": "",
             "method": f"{scale}; cluster `{AGENTS}` registered with its controller and agents' "
             f"secret; a newly registered cluster's first sync (emptied tables): metadata + "
-            f"{BROKERS} agent snapshots (format=tsv), COPY + merge, incl. the ANALYZE after it",
+            f"{BROKERS} agent snapshots (format=tsv), COPY + merge, incl. the ANALYZE after it."
+            + _cpu(result, "agents_full"),
         },
         {
             "metric": "first sync, Kafka listener",
@@ -150,7 +162,8 @@ def rows_for(result: dict, *, partitions: int) -> list[dict]:
             "listeners, SASL_PLAINTEXT / PLAIN as strata); right after the agents' first sync "
             "in each round: connect, DescribeCluster, Metadata, DescribeConfigs, then "
             "DescribeLogDirs + 4 ListOffsets to every broker at once, ListGroups + "
-            f"OffsetFetch, COPY + merge. Of it, the read alone: {_figures(read_s, 1)}",
+            f"OffsetFetch, COPY + merge. Of it, the read alone: {_figures(read_s, 1)}."
+            + _cpu(result, "kafka_full"),
         },
         {
             "metric": "first sync, kafka / agents",
@@ -164,7 +177,8 @@ def rows_for(result: dict, *, partitions: int) -> list[dict]:
             "value": _figures(result["agents_incremental"], 2),
             "target": "",
             "method": f"`sim churn --fraction 0.01` ({result['churned']:,} partitions change "
-            "leader / ISR / offsets), then one sync: metadata delta + snapshots since",
+            "leader / ISR / offsets), then one sync: metadata delta + snapshots since."
+            + _cpu(result, "agents_incremental"),
         },
         {
             "metric": "1% sync, Kafka listener",
@@ -173,7 +187,7 @@ def rows_for(result: dict, *, partitions: int) -> list[dict]:
             "method": "the same churn, then one sync of the Kafka cluster: Kafka has no "
             "'since', so the whole cluster is read again (as in the first sync) and only what "
             "changed is written. Kafka / agents: "
-            f"{statistics.median(result['kafka_incremental']) / statistics.median(result['agents_incremental']):.1f}x",
+            f"{incremental_ratio:.1f}x." + _cpu(result, "kafka_incremental"),
         },
     ]
 
@@ -233,6 +247,36 @@ def _mismatched(agents, kafka) -> int:
         return cur.fetchone()[0]
 
 
+class _Cpu:
+    """CPU seconds spent meanwhile by this process (the sync, all its threads) and by the
+    fleet's one process (the controller, the agents and the Kafka listeners): where a sync's
+    time goes besides PostgreSQL, read from ``getrusage`` and ``/proc/<pid>/stat``."""
+
+    def __init__(self, data: Path):
+        from broker_agent.processes import running_pid
+
+        self.fleet_pid = running_pid(str(data), "synthetic")
+        self.spent: dict[str, list[float]] = {}
+
+    def _now(self) -> tuple[float, float]:
+        import resource
+
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        fleet = 0.0
+        if self.fleet_pid is not None:
+            fields = Path(f"/proc/{self.fleet_pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fleet = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return me.ru_utime + me.ru_stime, fleet
+
+    @contextlib.contextmanager
+    def measure(self, name: str):
+        sync0, fleet0 = self._now()
+        yield
+        sync1, fleet1 = self._now()
+        self.spent.setdefault(f"{name}_sync_cpu", []).append(sync1 - sync0)
+        self.spent.setdefault(f"{name}_fleet_cpu", []).append(fleet1 - fleet0)
+
+
 def _timed_sync(cluster, *, full: bool) -> float:
     from console.sync import do_sync_cluster
 
@@ -272,6 +316,7 @@ def _child_sync(info: dict) -> dict:
     out = {k: [] for k in ("agents_full", "kafka_full", "kafka_full_read")}
     out |= {"agents_incremental": [], "kafka_incremental": [], "mismatched_partitions": []}
     data = Path(info["data"])
+    cpu = _Cpu(data)
     for i in range(info["rounds"]):
         if i:  # a new version: the fleet renders its answers cold again, as on the first round
             _sim(data, "churn", "--fraction", "0.001", "--seed", str(100 + i))
@@ -282,19 +327,23 @@ def _child_sync(info: dict) -> dict:
                 "console_groupoffset CASCADE"
             )
         agents, kafka = _register(info)
-        out["agents_full"].append(_timed_sync(agents, full=True))
-        whole, read_s = _timed_kafka_first_sync(kafka)
+        with cpu.measure("agents_full"):
+            out["agents_full"].append(_timed_sync(agents, full=True))
+        with cpu.measure("kafka_full"):
+            whole, read_s = _timed_kafka_first_sync(kafka)
         out["kafka_full"].append(whole)
         out["kafka_full_read"].append(read_s)
         first = _mismatched(agents, kafka)
         churn = _sim(data, "churn", "--fraction", "0.01", "--seed", str(i))
         out["churned"] = json.loads(churn.strip().splitlines()[-1]).get("changed_partitions", 0)
-        out["agents_incremental"].append(_timed_sync(agents, full=False))
-        out["kafka_incremental"].append(_timed_sync(kafka, full=False))
+        with cpu.measure("agents_incremental"):
+            out["agents_incremental"].append(_timed_sync(agents, full=False))
+        with cpu.measure("kafka_incremental"):
+            out["kafka_incremental"].append(_timed_sync(kafka, full=False))
         out["mismatched_partitions"].append(first + _mismatched(agents, kafka))
     out["partitions"] = Partition.objects.filter(cluster=kafka).count()
     out["replicas"] = Replica.objects.filter(cluster=kafka).count()
-    return out
+    return out | cpu.spent
 
 
 if __name__ == "__main__":
