@@ -9,10 +9,11 @@ same state) and, in a child process on the dedicated bench database (as
 secret (``agents``), ``bench-kafka`` through its bootstrap servers with SASL/PLAIN as ``strata``
 and that secret (``kafka``, as ``make run``'s ``local-kafka``). Each round:
 
-1. empty the inventory, register both, a ``sim churn --fraction 0.001`` first (from the second
-   round on) so the fleet renders its answers cold again;
+1. from the second round on a ``sim churn --fraction 0.001``, so the fleet renders its answers
+   cold again; then the inventory emptied and both clusters registered;
 2. the agents' first sync, then the Kafka first sync (``full=True``, a newly registered
-   cluster's);
+   cluster's), each after a ``CHECKPOINT`` (untimed): a first sync writes ~400 MB of WAL at
+   this size, and a checkpoint the agents' sync set off would otherwise land in the Kafka one;
 3. ``sim churn --fraction 0.01``: 1% of the partitions change leader / ISR / offsets, on both
    paths at once (one state);
 4. the agents' sync (metadata and snapshots *since*), then the Kafka sync: Kafka has no
@@ -30,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,7 +60,10 @@ def run(ctx) -> list[dict]:
     data = ctx.work_dir / "sim"
     data.mkdir(parents=True, exist_ok=True)
     if (data / "cluster.json").exists():
+        # `sim up` keeps an existing cluster.json's layout whatever its flags: start afresh
         _sim(data, "down", timeout=60)
+        shutil.rmtree(data)
+        data.mkdir(parents=True)
     out = _sim(
         data,
         "up",
@@ -86,6 +91,8 @@ def run(ctx) -> list[dict]:
         result = _child(info)
     finally:
         _sim(data, "down", timeout=120)
+    if result["partitions"] != partitions:
+        raise RuntimeError(f"the fleet has {result['partitions']:,} partitions, not {partitions:,}")
     return rows_for(result, partitions=partitions)
 
 
@@ -277,6 +284,13 @@ class _Cpu:
         self.spent.setdefault(f"{name}_fleet_cpu", []).append(fleet1 - fleet0)
 
 
+def _checkpoint() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("CHECKPOINT")
+
+
 def _timed_sync(cluster, *, full: bool) -> float:
     from console.sync import do_sync_cluster
 
@@ -327,8 +341,10 @@ def _child_sync(info: dict) -> dict:
                 "console_groupoffset CASCADE"
             )
         agents, kafka = _register(info)
+        _checkpoint()
         with cpu.measure("agents_full"):
             out["agents_full"].append(_timed_sync(agents, full=True))
+        _checkpoint()
         with cpu.measure("kafka_full"):
             whole, read_s = _timed_kafka_first_sync(kafka)
         out["kafka_full"].append(whole)
