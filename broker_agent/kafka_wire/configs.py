@@ -100,6 +100,7 @@ def topic_configs(t: dict) -> list[tuple[str, str, int]]:
 #: Kafka's per-broker quota on moving replicas between dirs (the one dynamic broker config
 #: here; :mod:`broker_agent.broker.dirmoves`)
 ALTER_LOG_DIRS_THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
+CORDONED_LOG_DIRS = "cordoned.log.dirs"
 
 
 def _broker_configs(broker) -> list[tuple[str, str, int]]:
@@ -107,8 +108,13 @@ def _broker_configs(broker) -> list[tuple[str, str, int]]:
     dirs = ",".join(os.path.abspath(d.path) for d in broker.log_dirs.values())
     throttle = broker.dir_mover.throttle_bytes_per_s
     dynamic = ConfigSource.DYNAMIC_BROKER_CONFIG
+    cordoned = ",".join(
+        os.path.abspath(d.path) for d in broker.log_dirs.values() if getattr(d, "cordoned", False)
+    )
     return [
         *([(ALTER_LOG_DIRS_THROTTLE, str(throttle), dynamic)] if throttle is not None else []),
+        # KIP-1066 (Kafka 4.3): listed by every broker that has it, "" (default) when none is
+        (CORDONED_LOG_DIRS, cordoned, dynamic if cordoned else ConfigSource.DEFAULT_CONFIG),
         ("broker.id", str(broker.broker_id), static),
         ("log.dirs", dirs, static),
         ("log.segment.bytes", str(broker.segment_bytes), static),

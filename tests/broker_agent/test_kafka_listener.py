@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import socket
 import uuid
 
@@ -480,6 +481,17 @@ def test_describe_configs_tells_a_topic_override_from_a_default_and_maps_tiering
         )["broker"]["1"]
         assert broker["broker.id"]["value"] == "1"
         assert broker["broker.id"]["config_source"] == "STATIC_BROKER_CONFIG"
+        cordoned = broker["cordoned.log.dirs"]  # KIP-1066: present, empty by default
+        assert (cordoned["value"], cordoned["config_source"]) == ("", "DEFAULT_CONFIG")
+        info = sim.agent(1).cordon_log_dir(next(iter(sim.agent(1).snapshot().log_dirs)).name)
+        broker = a.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="all"
+        )["broker"]["1"]
+        cordoned = broker["cordoned.log.dirs"]
+        assert (cordoned["value"], cordoned["config_source"]) == (
+            os.path.abspath(info.path),
+            "DYNAMIC_BROKER_CONFIG",
+        )
     res = DescribeConfigsRequest.DescribeConfigsResource
     answer = ask(
         kafka_ports(sim)[1],

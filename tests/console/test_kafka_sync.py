@@ -226,7 +226,8 @@ def test_both_backends_agree_under_load_and_a_failed_dir_shows_offline(sim):
     # Nothing changed: the next sync finds the same metadata digest and rewrites nothing.
     kafka.refresh_from_db()
     assert kafka.backend_features["api_versions"]["35"] == [1, 4]  # DescribeLogDirs v1-v4
-    assert kafka.backend_features["broker_configs"] == {"cordoned.log.dirs": False}
+    # the simulated brokers have KIP-1066's cordoned.log.dirs, as Kafka 4.3 does
+    assert kafka.backend_features["broker_configs"] == {"cordoned.log.dirs": True}
 
     def idle_sync():
         run = do_sync_cluster(kafka).run
