@@ -47,6 +47,7 @@ import gc
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 
@@ -99,6 +100,16 @@ CORDONED_LOG_DIRS = "cordoned.log.dirs"
 #: Brokers are asked for everything at once: a broker gets its log dirs, its configs, four
 #: ListOffsets and a share of the topic configs in flight together.
 MAX_IN_FLIGHT = 64
+
+
+def dir_names(paths: list[str]) -> dict[str, str]:
+    """A broker's log dirs by name: the last part of each path where those are unique on the
+    broker (``/var/lib/kafka/data-0`` is ``data-0``), so the dir grid lines up the same dirs of
+    every broker as it does for agents; the whole path where two share a last part
+    (``/disk1/kafka``, ``/disk2/kafka``). Kafka itself names a dir only by its path."""
+    base = {p: os.path.basename(p.rstrip("/")) or p for p in paths}
+    unique = len(set(base.values())) == len(base)
+    return {p: base[p] if unique else p for p in paths}
 
 
 def _digest(value: object) -> int:
@@ -380,6 +391,7 @@ class KafkaClusterSource:
         hosted: dict[tuple[str, int], tuple[str, int]] = {}  # replica -> (dir, size)
         dirs = []
         failed = []
+        name_of = dir_names([d.log_dir for d in mine.log_dirs or ()])
         for d in mine.log_dirs or ():
             if d.error_code:
                 failed.append(d.log_dir)
@@ -388,11 +400,14 @@ class KafkaClusterSource:
             for t in d.topics:
                 for p in t.partitions:
                     if not p.is_future_key:
-                        hosted[(t.name, p.partition_index)] = (d.log_dir, p.partition_size)
+                        hosted[(t.name, p.partition_index)] = (
+                            name_of[d.log_dir],
+                            p.partition_size,
+                        )
                         count += 1
             dirs.append(
                 {
-                    "name": d.log_dir,
+                    "name": name_of[d.log_dir],
                     "path": d.log_dir,
                     "state": LogDirState.ONLINE,
                     "total_bytes": max(getattr(d, "total_bytes", -1), 0),
@@ -405,7 +420,7 @@ class KafkaClusterSource:
                 }
             )
         # a live broker's offline replicas sit on its failed dirs: with one, that one
-        failed_dir = failed[0] if len(failed) == 1 else None
+        failed_dir = name_of[failed[0]] if len(failed) == 1 else None
         replicas = []
         offline = 0
         for topic, tid, tiered, p in self._assigned.get(broker_id, ()):
@@ -418,11 +433,12 @@ class KafkaClusterSource:
             log_dir, size = hosted.get(key, (failed_dir, 0))
             offline += is_offline
             replicas.append((topic, tid, p, log_dir, size, is_offline, tiered, offsets))
-        for name in failed:
+        for path in failed:
+            name = name_of[path]
             dirs.append(
                 {
                     "name": name,
-                    "path": name,
+                    "path": path,
                     "state": LogDirState.OFFLINE,
                     "total_bytes": 0,
                     "usable_bytes": 0,
@@ -430,7 +446,7 @@ class KafkaClusterSource:
                     "error": "KAFKA_STORAGE_ERROR",
                     "replica_count": 0,
                     "offline_replica_count": offline if name == failed_dir else 0,
-                    "cordoned": name in cordoned,
+                    "cordoned": path in cordoned,
                 }
             )
         head = {

@@ -36,7 +36,7 @@ from console.choices import ClusterBackend
 from console.models import Broker, Cluster, GroupOffset, LogDir, Partition, Replica, SyncRun, Topic
 from console.sync import do_sync_cluster, kafka_reads, source_for
 from console.sync.kafka_reads import REQUIRED_APIS, uuid_text
-from console.sync.kafka_source import KafkaClusterSource
+from console.sync.kafka_source import KafkaClusterSource, dir_names
 from tests.broker_agent.conftest import Load
 from tests.console.simcluster import SimCluster, wait_until
 
@@ -315,3 +315,14 @@ def test_bad_input_gives_a_clear_error_and_writes_nothing(sim, tmp_path, monkeyp
         assert not Broker.objects.filter(cluster=cluster).exists()
         assert cluster.backend_features == {} and cluster.metadata_version == -1
         assert SyncRun.objects.filter(cluster=cluster).count() == 1
+
+
+def test_kafka_dirs_are_named_by_the_last_part_of_their_path_where_it_is_unique():
+    assert dir_names(["/var/lib/kafka/data-0", "/var/lib/kafka/data-1/"]) == {
+        "/var/lib/kafka/data-0": "data-0",
+        "/var/lib/kafka/data-1/": "data-1",
+    }
+    assert dir_names(["/disk1/kafka", "/disk2/kafka"]) == {
+        "/disk1/kafka": "/disk1/kafka",
+        "/disk2/kafka": "/disk2/kafka",
+    }
