@@ -137,6 +137,7 @@ def topics(request: HttpRequest) -> HttpResponse:
             sort=sort,
             page=selectors.paginate(qs, request.GET.get("page"), request.GET.get("page_size")),
             stale=selectors.stale_sources(cluster),
+            caps=capabilities.by_key(cluster),
             sorts=[
                 ("name", "Name"),
                 ("tiered_state", "Tiered state"),

@@ -202,3 +202,14 @@ def test_metrics_leave_out_the_kip963_gauges_of_a_kafka_cluster_rather_than_expo
     assert 'strata_topic_remote_log_size_bytes{cluster="local"' not in body
     assert 'strata_cluster_fenced_remote_bytes{cluster="local"}' in body  # not a KIP-963 gauge
     assert 'strata_partitions{cluster="local",health="all"}' in body
+
+
+def test_the_topic_list_of_a_kafka_cluster_shows_epoch_and_remote_bytes_as_not_available(
+    viewer_client, synced
+):
+    agents = viewer_client.get("/topics/?cluster=local").content.decode()
+    assert "data-not-available" not in agents
+    as_kafka(synced)
+    html = viewer_client.get("/topics/?cluster=local").content.decode()
+    assert html.count("data-not-available") == 2 * html.count('id="topic-')
+    assert "Epoch and remote bytes: not available for this cluster." in html
