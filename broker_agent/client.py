@@ -51,15 +51,17 @@ from broker_agent.models import (
 )
 from broker_agent.signing import audience_of, sign_headers
 
-__all__ = ["AgentClient", "AgentError", "Consumer", "ControllerClient", "Producer"]
+__all__ = ["AgentClient", "AgentError", "Consumer", "ControllerClient", "Producer", "gc_paused"]
 
 _T = TypeVar("_T")
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Parse large answers (200,000 partitions) with the cyclic GC paused: the millions of
-    short-lived objects otherwise trigger collections that cost more than the parse itself."""
+    short-lived objects otherwise trigger collections that cost more than the parse itself.
+    Threads that pause it at once leave it enabled when the last that found it enabled is done
+    (the console's Kafka source pauses it too)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -205,7 +207,7 @@ class ControllerClient(_SignedClient):
             timeout=timeout,
             raw=True,
         )
-        with _gc_paused():
+        with gc_paused():
             return ClusterMetadata.model_validate_json(resp.content)
 
     def brokers(self) -> list[BrokerInfo]:
@@ -404,7 +406,7 @@ class AgentClient(_SignedClient):
 
     def snapshot(self, since: int | None = None) -> BrokerSnapshot:
         resp = self.request("GET", "/v1/snapshot", params={"since": since}, raw=True)
-        with _gc_paused():
+        with gc_paused():
             return BrokerSnapshot.model_validate_json(resp.content)
 
     def snapshot_tsv(self, since: int | None = None) -> bytes:

@@ -42,8 +42,6 @@ tries again (as for an agents cluster). A broker whose own calls fail fails alon
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import hashlib
 import json
 import logging
@@ -59,6 +57,7 @@ from kafka.net.selector import NetworkSelector
 
 from broker_agent import kafka39
 from broker_agent.choices import ExpirationMode, LogDirState, ReplicaState, TieredState
+from broker_agent.client import gc_paused
 from broker_agent.metadata_rows import (
     metadata_rows_body,
     metadata_tsv,
@@ -237,7 +236,7 @@ class KafkaClusterSource:
                 try:
                     if self._admin is None:
                         self._admin = self._connect()
-                    with _gc_paused():  # decoded on kafka-python's thread meanwhile
+                    with gc_paused():  # decoded on kafka-python's thread meanwhile
                         self._read = self._admin._manager.run(read_cluster, self._admin)
                         self._assigned = _assigned(self._read)
                 except SourceError as exc:
@@ -263,7 +262,7 @@ class KafkaClusterSource:
         ``format=tsv`` rows)]): plain values, computed once per read."""
         if self._metadata is None:
             read = self.read()
-            with _gc_paused():
+            with gc_paused():
                 self._metadata = self._metadata_of(read)
         return self._metadata
 
@@ -480,7 +479,7 @@ class KafkaClusterSource:
     def snapshot_tsv(self, broker_id: int, url: str, since: int | None) -> bytes:
         """:meth:`snapshot` as the sync stages it: the head as JSON, then COPY rows."""
         self.read()  # outside the pause: a failed read raises before it
-        with _gc_paused():
+        with gc_paused():
             head, replicas = self._snapshot_parts(broker_id)
             dirs = {d["name"]: tsv_value(d["name"]) for d in head["log_dirs"]} | {None: "\\N"}
             rows = [_replica_row(broker_id, self._version, dirs, *r) for r in replicas]
@@ -524,21 +523,6 @@ class KafkaClusterSource:
 
 
 # -- rows ------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """The cyclic collector paused while a fleet's answer (millions of objects) is decoded and
-    written as rows: its full passes over them cost more than the work (as the agents' client
-    pauses it to parse their answers, ``broker_agent.client``). Threads that pause it at once
-    leave it enabled when the last that found it enabled is done."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _error_text(exc: BaseException) -> str:
