@@ -47,6 +47,14 @@ router = Router(tags=["workflows"])
 MAX_LIMIT = 500
 
 
+class _WorkflowHttpError(HttpError):
+    """A WorkflowError as ninja's HttpError: ``config.api`` writes its ``code`` in the error JSON."""
+
+    def __init__(self, exc: WorkflowError) -> None:
+        super().__init__(exc.status, exc.message)
+        self.code = exc.code
+
+
 def _api_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn a WorkflowError into the API's error JSON (status and code kept)."""
 
@@ -55,9 +63,7 @@ def _api_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except WorkflowError as exc:
-            err = HttpError(exc.status, exc.message)
-            err.code = exc.code
-            raise err from None
+            raise _WorkflowHttpError(exc) from None
 
     return wrapped
 
@@ -186,7 +192,7 @@ def _load(workflow_id: int) -> Workflow:
 
 
 @router.get("/workflows/kinds", summary="Workflow kinds and the request fields each uses")
-def list_kinds(request: HttpRequest) -> list[dict]:
+def list_kinds(request: HttpRequest) -> list[dict[str, Any]]:
     return [
         {
             "kind": k.name,
@@ -214,7 +220,7 @@ def list_kinds(request: HttpRequest) -> list[dict]:
     summary="Validate a request (target, approvals, conflict) without recording or planning it",
 )
 @_api_errors
-def preview_workflow(request: HttpRequest, body: WorkflowRequestIn) -> dict:
+def preview_workflow(request: HttpRequest, body: WorkflowRequestIn) -> dict[str, Any]:
     return actions.preview_plan(body.kind, _params(body)).as_dict()
 
 
@@ -224,7 +230,7 @@ def preview_workflow(request: HttpRequest, body: WorkflowRequestIn) -> dict:
     summary="Request a workflow: created in state planning; a worker computes its plan",
 )
 @_api_errors
-def request_workflow(request: HttpRequest, body: WorkflowRequestIn) -> Status:
+def request_workflow(request: HttpRequest, body: WorkflowRequestIn) -> Status[dict[str, Any]]:
     wf = actions.do_request_workflow(
         actor=request.user,
         kind=body.kind,
@@ -240,7 +246,7 @@ def request_workflow(request: HttpRequest, body: WorkflowRequestIn) -> Status:
 
 @router.get("/workflows", summary="Workflows, newest first; state=open|past|<state>")
 @_api_errors
-def list_workflows(request: HttpRequest, params: Query[ListParams]) -> dict:
+def list_workflows(request: HttpRequest, params: Query[ListParams]) -> dict[str, Any]:
     qs, _ = filter_workflows(params.dict())
     limit = max(1, min(MAX_LIMIT, params.limit))
     offset = max(0, min(params.offset, 10**9))
@@ -252,13 +258,13 @@ def list_workflows(request: HttpRequest, params: Query[ListParams]) -> dict:
 
 
 @router.get("/workflows/{workflow_id}", summary="A workflow with its steps")
-def get_workflow(request: HttpRequest, workflow_id: int) -> dict:
+def get_workflow(request: HttpRequest, workflow_id: int) -> dict[str, Any]:
     return workflow_out(_load(workflow_id), steps=True)
 
 
 @router.post("/workflows/{workflow_id}/approve", summary="Approve the plan with this hash")
 @_api_errors
-def approve_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) -> dict:
+def approve_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) -> dict[str, Any]:
     actions.do_approve_workflow(
         workflow_id,
         actor=request.user,
@@ -271,7 +277,7 @@ def approve_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) -
 
 @router.post("/workflows/{workflow_id}/reject", summary="Reject (any rejection rejects)")
 @_api_errors
-def reject_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) -> dict:
+def reject_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) -> dict[str, Any]:
     actions.do_reject_workflow(
         workflow_id,
         actor=request.user,
@@ -287,7 +293,7 @@ def reject_workflow(request: HttpRequest, workflow_id: int, body: DecisionIn) ->
     summary="Cancel before it runs; an admin may stop a started workflow, with a reason",
 )
 @_api_errors
-def cancel_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> dict:
+def cancel_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> dict[str, Any]:
     actions.do_cancel_workflow(
         workflow_id, actor=request.user, comment=body.comment, context=AuditContext.API
     )
@@ -296,7 +302,7 @@ def cancel_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> 
 
 @router.post("/workflows/{workflow_id}/confirm", summary="Pass the human gate it waits at")
 @_api_errors
-def confirm_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> dict:
+def confirm_workflow(request: HttpRequest, workflow_id: int, body: CommentIn) -> dict[str, Any]:
     actions.do_confirm_step(
         workflow_id, actor=request.user, comment=body.comment, context=AuditContext.API
     )

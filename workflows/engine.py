@@ -169,7 +169,7 @@ class _Run:
         self,
         wf: Workflow,
         action: str,
-        before: dict,
+        before: dict[str, Any],
         *,
         outcome: str = AuditOutcome.SUCCESS,
         extra: dict[str, Any] | None = None,
@@ -253,7 +253,7 @@ class _Run:
             )
             return wf.state
 
-    def _refuse(self, wf: Workflow, before: dict, refusal: WorkflowError) -> str:
+    def _refuse(self, wf: Workflow, before: dict[str, Any], refusal: WorkflowError) -> str:
         wf.state, wf.finished_at, wf.resume_at = WorkflowState.REFUSED, timezone.now(), None
         wf.waiting_reason = ""
         wf.error_code, wf.error_message = refusal.code[:64], refusal.message
@@ -267,7 +267,9 @@ class _Run:
         )
         return wf.state
 
-    def _wait_to_retry(self, wf: Workflow, before: dict, reason: str, outcome: PlanOutcome) -> None:
+    def _wait_to_retry(
+        self, wf: Workflow, before: dict[str, Any], reason: str, outcome: PlanOutcome
+    ) -> None:
         """Stay in the current state (planning / approved) and plan again after a backoff.
         Audited once per wait, not once per attempt."""
         if outcome.error:

@@ -48,7 +48,7 @@ class WorkflowFilter(django_filters.FilterSet):
         model = Workflow
         fields: list[str] = []
 
-    def filter_state(self, qs: QuerySet, name: str, value: str) -> QuerySet:
+    def filter_state(self, qs: QuerySet[Workflow], name: str, value: str) -> QuerySet[Workflow]:
         if value == "open":
             return qs.filter(state__in=WorkflowState.OPEN).order_by("-created_at", "-id")
         if value == "past":

@@ -29,5 +29,7 @@ def enqueue_run(workflow_id: int, *, countdown: float = 0.0) -> None:
 
 def backoff_seconds(attempt: int) -> float:
     """Exponential backoff: base * 2^(attempt-1), capped (``STRATA_STEP_RETRY_*_SECONDS``)."""
-    base = settings.STRATA_STEP_RETRY_BASE_SECONDS
-    return min(settings.STRATA_STEP_RETRY_MAX_SECONDS, base * 2 ** max(0, attempt - 1))
+    base: float = settings.STRATA_STEP_RETRY_BASE_SECONDS
+    cap: float = settings.STRATA_STEP_RETRY_MAX_SECONDS
+    factor: int = 2 ** max(0, attempt - 1)
+    return min(cap, base * factor)

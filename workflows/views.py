@@ -10,7 +10,7 @@ it is open and gets 286 once none is. Partials sit behind the same gate as their
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -43,6 +43,15 @@ from workflows.queries import (
     with_current_step,
     with_decisions,
 )
+
+if TYPE_CHECKING:
+    from django_htmx.middleware import HtmxDetails
+
+    class HtmxHttpRequest(HttpRequest):
+        """A request through django-htmx's middleware (its documented typing recipe)."""
+
+        htmx: HtmxDetails
+
 
 PAGE_SIZE = 25
 #: How often the workflows list refreshes while a workflow on the page is open.
@@ -113,7 +122,7 @@ def disablement_driver(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def workflow_list(request: HttpRequest) -> HttpResponse:
+def workflow_list(request: HtmxHttpRequest) -> HttpResponse:
     error = None
     try:
         qs, applied = filter_workflows(request.GET)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -50,6 +50,9 @@ __all__ = [
 ]
 
 MAX_REASON = 2000
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def _refused(
@@ -83,25 +86,28 @@ def _refused(
     return exc
 
 
-def _audited_refusals(action: str) -> Callable:
-    """Decorator: a WorkflowError raised by the action is audited as ``denied`` and re-raised."""
+def _audited_refusals(action: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Decorator: a WorkflowError raised by the action is audited as ``denied`` and re-raised.
+    The action's signature is kept (the callers' types are checked against it); its workflow id
+    is its one positional argument, when it has one."""
 
-    def decorator(fn: Callable) -> Callable:
-        def wrapped(workflow_id: Any = None, /, **kwargs: Any) -> Any:
+    def decorator(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(fn)
+        def wrapped(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            workflow_id = args[0] if args else None
             try:
-                if workflow_id is None:
-                    return fn(**kwargs)
-                return fn(workflow_id, **kwargs)
+                return fn(*args, **kwargs)
             except WorkflowError as exc:
+                context = kwargs.get("context")  # every action's ``context: str | None``
                 raise _refused(
                     exc,
                     action,
                     actor=kwargs.get("actor"),
-                    context=kwargs.get("context"),
+                    context=context if isinstance(context, str) else None,
                     wf_id=workflow_id,
                 ) from None
 
-        return functools.update_wrapper(wrapped, fn)
+        return wrapped
 
     return decorator
 
@@ -111,12 +117,12 @@ def _clean_text(value: Any, name: str, *, max_len: int = MAX_REASON) -> str:
         return ""
     if not isinstance(value, str):
         raise WorkflowError(ErrorCode.INVALID_REQUEST, f"{name} must be a string.")
-    value = value.strip()
-    if len(value) > max_len:
+    text = value.strip()
+    if len(text) > max_len:
         raise WorkflowError(ErrorCode.INVALID_REQUEST, f"{name} is longer than {max_len}.")
-    if "\x00" in value:
+    if "\x00" in text:
         raise WorkflowError(ErrorCode.INVALID_REQUEST, f"{name} contains a NUL character.")
-    return value
+    return text
 
 
 class RequestPreview:

@@ -18,6 +18,7 @@ from broker_agent.models import (
     BrokerSnapshot,
     ClusterMetadata,
     PartitionMetadata,
+    ReplicaInfo,
     TopicMetadata,
     partition_key,
 )
@@ -117,7 +118,9 @@ def partitions_by_key(md: ClusterMetadata) -> dict[str, tuple[TopicMetadata, Par
     return {partition_key(t.name, p.partition): (t, p) for t in md.topics for p in t.partitions}
 
 
-def sizes_on_leaders(cluster: str, md: ClusterMetadata, keys: set[str], broker: int) -> dict:
+def sizes_on_leaders(
+    cluster: str, md: ClusterMetadata, keys: set[str], broker: int
+) -> dict[str, int]:
     """Local size of each partition on its current leader (what catching up will write)."""
     by_leader: dict[int, set[str]] = {}
     parts = partitions_by_key(md)
@@ -132,7 +135,7 @@ def sizes_on_leaders(cluster: str, md: ClusterMetadata, keys: set[str], broker: 
     return sizes
 
 
-def replicas_on(snap: BrokerSnapshot, log_dir: str) -> list:
+def replicas_on(snap: BrokerSnapshot, log_dir: str) -> list[ReplicaInfo]:
     """Replicas on the dir, plus offline replicas whose dir the broker could not read (it
     booted with the dir already bad), as the agent's removal plan counts them."""
     return sorted(

@@ -74,6 +74,7 @@ from workflows.kinds.commands import record_command
 from workflows.models import Workflow
 
 if TYPE_CHECKING:
+    from spark_tasks.remote import RemoteMetadata
     from workflows.steps import StepContext
 
 __all__ = [
@@ -307,7 +308,7 @@ class _ReviewedPlanKind(WorkflowKind[ReviewedPlanParams, ReviewedPlan]):
         return f"spark:{self.job}"
 
     def dry_run(self, params: ReviewedPlanParams) -> SparkJobRun:
-        run = SparkJobRun.objects.filter(pk=params.spark_run).first()
+        run: SparkJobRun | None = SparkJobRun.objects.filter(pk=params.spark_run).first()
         if run is None:
             raise Refusal(ErrorCode.INVALID_REQUEST, f"No Spark run #{params.spark_run}.")
         if run.job != self.job:
@@ -438,7 +439,7 @@ def _check_plan(ctx: ReviewedContext) -> None:
         )
 
 
-def _backend(ctx: ReviewedContext):
+def _backend(ctx: ReviewedContext) -> RemoteMetadata:
     from spark_tasks import remote
 
     return remote.get_remote_metadata(ctx.params.cluster)

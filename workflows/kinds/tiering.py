@@ -115,6 +115,7 @@ from workflows.kinds import (
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (
     applied_before,
+    command_target,
     is_unreachable,
     record_command,
     unreachable_wait,
@@ -497,7 +498,7 @@ def verify_tiering(ctx: EnableContext) -> StepResult:
             record_command(
                 ctx,
                 TieringAction.VERIFY_PRODUCE,
-                **targets.topic(cluster, topic),
+                **command_target(targets.topic(cluster, topic)),
                 after={"partition": p, "key": key, "base_offset": base, "records": VERIFY_RECORDS},
             )
         else:

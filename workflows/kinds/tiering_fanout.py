@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 
 from audit import targets
 from broker_agent.choices import ErrorCode as AgentCode
-from broker_agent.client import AgentError
+from broker_agent.client import AgentClient, AgentError
+from broker_agent.models import CommandResult
 from workflows.kinds import StepResult
 from workflows.kinds.cluster_access import agent, agent_at, cluster_secret, known_broker_urls
 from workflows.kinds.commands import (
@@ -43,6 +46,19 @@ UNREACHABLE_RETRY_CAP_SECONDS = 15.0
 
 log = logging.getLogger(__name__)
 
+#: ``send(broker, key)``: one broker's answer, or None when that broker's own step will retry.
+Send = Callable[[int, str], CommandResult | None]
+#: What a fan-out does with the other brokers' acknowledgements as they arrive.
+OnAcks = Callable[[list[tuple[WorkflowStep, CommandResult]]], None]
+
+
+def _broker_of(step: WorkflowStep) -> int:
+    """The broker of a fan-out step: every Disable/EnableRemoteTopic step is a per-broker one
+    (the column is nullable for the cluster-wide steps of other kinds)."""
+    if step.broker is None:
+        raise ValueError(f"step {step.name} #{step.pk} names no broker")
+    return step.broker
+
 
 def _pending_fan_out(ctx: TieringContext, action: str) -> list[WorkflowStep]:
     """The other pending steps of this fan-out whose broker has not acknowledged yet."""
@@ -56,30 +72,37 @@ def _pending_fan_out(ctx: TieringContext, action: str) -> list[WorkflowStep]:
     return [s for s in pending if s.idempotency_key not in acked]
 
 
-def _fan_out(ctx: TieringContext, action: str, command: str, on_acks) -> Any:
+def _fan_out(ctx: TieringContext, action: str, command: str, on_acks: OnAcks) -> CommandResult:
     """Send this step's command and, concurrently (at most :data:`FANOUT_CONCURRENCY` in
     flight), every other pending broker's command under its own step's idempotency key; the
     other acknowledgements go to ``on_acks([(step, answer), ...])`` as they arrive — those that
     arrived while the last ones were being recorded together. Returns this step's answer (or
     raises its error)."""
     others = _pending_fan_out(ctx, action)
-    send = _sender(ctx, command, [ctx.step.broker, *(step.broker for step in others)])
+    mine_broker = _broker_of(ctx.step)
+    send = _sender(ctx, command, [mine_broker, *(_broker_of(step) for step in others)])
     with concurrent.futures.ThreadPoolExecutor(max_workers=FANOUT_CONCURRENCY) as pool:
-        mine = pool.submit(send, ctx.step.broker, ctx.idempotency_key)
-        theirs = {pool.submit(send, step.broker, step.idempotency_key): step for step in others}
+        mine = pool.submit(send, mine_broker, ctx.idempotency_key)
+        theirs = {
+            pool.submit(send, _broker_of(step), step.idempotency_key): step for step in others
+        }
         waiting = set(theirs)
         while waiting:
             done, waiting = concurrent.futures.wait(
                 waiting, return_when=concurrent.futures.FIRST_COMPLETED
             )
-            acks = [(theirs[f], f.result()) for f in sorted(done, key=lambda f: theirs[f].position)]
-            acks = [(step, answer) for step, answer in acks if answer is not None]
+            answers = [
+                (theirs[f], f.result()) for f in sorted(done, key=lambda f: theirs[f].position)
+            ]
+            acks = [(step, answer) for step, answer in answers if answer is not None]
             if acks:
                 on_acks(acks)
-        return mine.result()
+        answer = mine.result()
+        assert answer is not None  # this step's broker's errors are raised, never deferred
+        return answer
 
 
-def _sender(ctx: TieringContext, command: str, brokers: list[int]):
+def _sender(ctx: TieringContext, command: str, brokers: list[int]) -> Send:
     """``send(broker, key)``: the command to one broker. The secret and the agents' URLs are
     read here, once for the fan-out, so that the pool's threads need no database connection
     (at 300 brokers, opening one per send cost more than the sends, #17); a broker the
@@ -92,11 +115,11 @@ def _sender(ctx: TieringContext, command: str, brokers: list[int]):
     _, secret = cluster_secret(cluster)
     urls = known_broker_urls(cluster, brokers)
 
-    def client(broker: int):
+    def client(broker: int) -> AbstractContextManager[AgentClient]:
         url = urls.get(broker)
         return agent_at(url, secret) if url else agent(cluster, broker)
 
-    def send(broker: int, key: str):
+    def send(broker: int, key: str) -> CommandResult | None:
         try:
             with client(broker) as a:
                 if command == "disable":
@@ -132,7 +155,7 @@ def broker_command(ctx: TieringContext, command: str, action: str) -> StepResult
     """One broker's Disable/EnableRemoteTopic step: done at once when an earlier step's fan-out
     already got its acknowledgement; otherwise the fan-out from here (this step's broker and
     every other pending one), with this broker's errors mapped to the step's outcome."""
-    broker = ctx.step.broker
+    broker = _broker_of(ctx.step)
     acked = applied_before(ctx, action)
     if acked is not None:  # acknowledged in an earlier step's fan-out: nothing to send again
         ctx.progress(1, 1, "acks")
@@ -142,7 +165,7 @@ def broker_command(ctx: TieringContext, command: str, action: str) -> StepResult
         record_successes(
             ctx,
             action,
-            [_ack_event(ctx, s.broker, a.model_dump(), s.idempotency_key) for s, a in acks],
+            [_ack_event(ctx, _broker_of(s), a.model_dump(), s.idempotency_key) for s, a in acks],
         )
 
     try:

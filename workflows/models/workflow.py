@@ -30,7 +30,7 @@ from workflows.choices import ApprovalDecision, StepState, WorkflowState
 __all__ = ["Approval", "StepLog", "Workflow", "WorkflowStep"]
 
 
-class WorkflowQuerySet(models.QuerySet):
+class WorkflowQuerySet(models.QuerySet["Workflow"]):
     def open(self) -> WorkflowQuerySet:
         return self.filter(state__in=WorkflowState.OPEN)
 

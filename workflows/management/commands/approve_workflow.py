@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from audit.choices import AuditContext
 from workflows.actions import do_approve_workflow, do_reject_workflow
@@ -17,7 +18,7 @@ from workflows.output import workflow_out
 class Command(BaseCommand):
     help = "Approve (or --reject) a workflow as a user (approver role), naming the plan hash."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("workflow_id", type=int)
         parser.add_argument("--as", dest="username", required=True)
         parser.add_argument(
@@ -28,13 +29,13 @@ class Command(BaseCommand):
 
     def handle(
         self,
-        *args,
+        *args: Any,
         workflow_id: int,
         username: str,
         plan_hash: str | None,
         comment: str,
         reject: bool,
-        **options,
+        **options: Any,
     ) -> None:
         user = active_user(username)
         try:

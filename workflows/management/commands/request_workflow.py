@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from audit.choices import AuditContext
 from workflows.actions import do_request_workflow
@@ -19,8 +20,11 @@ from workflows.kinds import FLAT_REQUEST_FIELDS
 from workflows.models import Workflow
 from workflows.output import workflow_out
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def active_user(username: str):
+
+def active_user(username: str) -> User:
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
         raise CommandError(f"No active user named {username!r}.")
@@ -30,7 +34,7 @@ def active_user(username: str):
 class Command(BaseCommand):
     help = "Request a workflow as a user (operator role). Prints the workflow as JSON."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("kind")
         parser.add_argument("--as", dest="username", required=True, help="Requesting user.")
         for name in FLAT_REQUEST_FIELDS:
@@ -58,13 +62,13 @@ class Command(BaseCommand):
 
     def handle(
         self,
-        *args,
+        *args: Any,
         kind: str,
         username: str,
         reason: str,
         break_glass_reason: str,
         wait: float,
-        **options,
+        **options: Any,
     ) -> None:
         params = {name: options[name] for name in FLAT_REQUEST_FIELDS if options.get(name)}
         for item in options.get("param") or []:
