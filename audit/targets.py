@@ -28,7 +28,7 @@ them was written by a workflow step, so the filter finds their cluster through t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlencode
 
 from django.db.models import Q
@@ -37,6 +37,7 @@ from django.urls import NoReverseMatch, reverse
 __all__ = [
     "CLUSTER_SCOPED",
     "Target",
+    "TargetKeys",
     "broker",
     "cluster_events",
     "history_links",
@@ -63,16 +64,23 @@ CLUSTER_SCOPED = (TOPIC, BROKER, LOG_DIR)
 # --- writing --------------------------------------------------------------------------------
 
 
-def topic(cluster: str, name: str) -> dict[str, str]:
+class TargetKeys(TypedDict):
+    """The target keywords of an audit record (``record(..., **targets.topic(c, t))``)."""
+
+    target_type: str
+    target_id: str
+
+
+def topic(cluster: str, name: str) -> TargetKeys:
     """``record(..., **targets.topic(cluster, name))``."""
     return {"target_type": TOPIC, "target_id": f"{cluster}/{name}"}
 
 
-def broker(cluster: str, broker_id: int | str) -> dict[str, str]:
+def broker(cluster: str, broker_id: int | str) -> TargetKeys:
     return {"target_type": BROKER, "target_id": f"{cluster}/{broker_id}"}
 
 
-def log_dir(cluster: str, broker_id: int | str, name: str) -> dict[str, str]:
+def log_dir(cluster: str, broker_id: int | str, name: str) -> TargetKeys:
     return {"target_type": LOG_DIR, "target_id": f"{cluster}/{broker_id}:{name}"}
 
 

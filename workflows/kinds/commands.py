@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypedDict, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import httpx
 from django.db import transaction
@@ -35,11 +35,9 @@ from workflows.kinds.cluster_access import Unreachable
 from workflows.models import Workflow
 
 __all__ = [
-    "CommandTarget",
     "Unreachable",
     "applied_before",
     "applied_keys",
-    "command_target",
     "is_unreachable",
     "preflight_reads",
     "record_command",
@@ -76,20 +74,6 @@ def applied_keys(ctx: AnyContext, action: str, keys: list[str]) -> set[str]:
             extra__idempotency_key__in=keys,
         ).values_list("extra__idempotency_key", flat=True)
     )
-
-
-class CommandTarget(TypedDict):
-    """:func:`record_command`'s target keywords."""
-
-    target_type: str
-    target_id: str
-
-
-def command_target(target: Mapping[str, str]) -> CommandTarget:
-    """An ``audit.targets`` form (a plain ``dict[str, str]``) as :func:`record_command`'s typed
-    target keywords, for a call that leaves ``extra`` out: the type checker cannot tell a plain
-    dict's keys from ``extra``."""
-    return {"target_type": target["target_type"], "target_id": target["target_id"]}
 
 
 def record_command(

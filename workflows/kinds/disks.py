@@ -93,7 +93,6 @@ from workflows.kinds import (
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (
     applied_before,
-    command_target,
     record_command,
     run_command,
     waits_when_unreachable,
@@ -207,7 +206,7 @@ def _incarnation_seen(ctx: RecoverContext, cluster: str, broker: int) -> str | N
         record_command(
             ctx,
             DiskAction.RESTART_SEEN,
-            **command_target(targets.broker(cluster, broker)),
+            **targets.broker(cluster, broker),
             after={"incarnation": seen},
             key=key,
         )
@@ -353,7 +352,7 @@ def _verify_producer_id(ctx: RecoverContext, cluster: str, broker: int) -> int:
         record_command(
             ctx,
             DiskAction.VERIFY_PRODUCER,
-            **command_target(targets.broker(cluster, broker)),
+            **targets.broker(cluster, broker),
             after={"producer_id": allocated},
             key=key,
         )
@@ -445,7 +444,7 @@ def verify(ctx: RecoverContext) -> StepResult:
     record_command(
         ctx,
         DiskAction.VERIFY_PRODUCE,
-        **command_target(targets.broker(cluster, broker)),
+        **targets.broker(cluster, broker),
         before={"offline_replica_count": offline, "partitions": sample},
         after=result,
         outcome=AuditOutcome.SUCCESS if ok else AuditOutcome.FAILURE,

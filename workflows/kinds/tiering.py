@@ -115,7 +115,6 @@ from workflows.kinds import (
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (
     applied_before,
-    command_target,
     is_unreachable,
     record_command,
     unreachable_wait,
@@ -498,7 +497,7 @@ def verify_tiering(ctx: EnableContext) -> StepResult:
             record_command(
                 ctx,
                 TieringAction.VERIFY_PRODUCE,
-                **command_target(targets.topic(cluster, topic)),
+                **targets.topic(cluster, topic),
                 after={"partition": p, "key": key, "base_offset": base, "records": VERIFY_RECORDS},
             )
         else:
