@@ -222,7 +222,10 @@ class Tiering(Schema):
     local_log_start_offset: int
     log_end_offset: int
     log_start_offset: int
-    remote_bytes: int
+    remote_bytes: int | None = Field(
+        description="bytes in the remote tier (summed); null: not available for this cluster "
+        "(Kafka reports it only as KIP-963's RemoteLogSizeBytes, in JMX)"
+    )
     local_bytes: int
     tiering_acks: list[int]
     remote_copy_lag_bytes: int | None = Field(
@@ -242,7 +245,8 @@ class Tiering(Schema):
     )
     not_available: str = Field(
         "",
-        description="why the KIP-963 figures are null (a kafka cluster: they live in JMX)",
+        description="why the KIP-963 figures and remote_bytes are null (a kafka cluster: they "
+        "live in JMX)",
     )
 
 
@@ -263,7 +267,7 @@ class PartitionOut(Rows):
     high_watermark: int
     remote_log_start_offset: int
     remote_log_end_offset: int
-    remote_bytes: int
+    remote_bytes: int | None = Field(description="null: not available for this cluster (JMX)")
     local_bytes: int
     remote_copy_lag_bytes: int | None = Field(description="KIP-963; null: not available")
     remote_copy_lag_segments: int | None
@@ -542,9 +546,18 @@ def list_topics(request: HttpRequest, name: str, filters: Query[TopicFilters]) -
     }
 
 
-def _partitions(cluster: Cluster, rows) -> list:
-    """The page's partitions, their KIP-963 gauges null where the cluster cannot report them."""
+def _not_available(cluster: Cluster) -> dict[str, object]:
+    """KIP-963's gauges and the remote bytes, ``None`` where ``cluster`` cannot report them
+    (Kafka gives a partition's remote size only as RemoteLogSizeBytes, a JMX metric), with the
+    reason as ``not_available``; ``{}`` where it can."""
     nulls = capabilities.gauges_not_available(cluster)
+    return {**nulls, "remote_bytes": None} if nulls else {}
+
+
+def _partitions(cluster: Cluster, rows) -> list:
+    """The page's partitions, their KIP-963 gauges and remote bytes null where the cluster
+    cannot report them."""
+    nulls = _not_available(cluster)
     if not nulls:
         return list(rows)
     nulls.pop("not_available")
@@ -587,7 +600,7 @@ def get_topic(
             "local_bytes": t.local_bytes,
             "tiering_acks": t.tiering_acks,
             **{f: getattr(t, f) for f in TIER_METRICS},
-            **capabilities.gauges_not_available(cluster),
+            **_not_available(cluster),
         },
         "initial_partition_count": t.initial_partition_count,
         "undeleted_partition_count": t.undeleted_partition_count,

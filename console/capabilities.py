@@ -31,6 +31,7 @@ __all__ = [
     "capabilities",
     "gauges_not_available",
     "kind_unsupported",
+    "task_states_not_available",
 ]
 
 # Stable names (the API's ``capabilities[].key``).
@@ -89,6 +90,13 @@ KIP963_GAUGES = (
     "remote_delete_lag_bytes",
     "remote_delete_lag_segments",
     "remote_log_size_bytes",
+)
+
+#: Why a kafka cluster's brokers show no KIP-950 copier / expiration task states.
+KAFKA_NO_TASK_STATES = (
+    "Kafka's protocol does not report a broker's remote log manager tasks: whether its "
+    "RLMCopyTask or RLMExpirationTask of a partition runs is visible only in the brokers' logs "
+    "and JMX metrics, which Strata does not read, and Kafka has no 'external' expiration state"
 )
 
 #: The capabilities each workflow kind needs (by name: the console reads no workflow code).
@@ -220,3 +228,9 @@ def gauges_not_available(cluster: Cluster) -> dict[str, object]:
     if cap.supported:
         return {}
     return {**dict.fromkeys(KIP963_GAUGES), "not_available": cap.reason}
+
+
+def task_states_not_available(cluster: Cluster) -> str:
+    """Why ``cluster``'s brokers cannot report their KIP-950 copier / expiration task states
+    (a kafka cluster: Kafka's RemoteLogManager keeps them to itself), ``""`` where they can."""
+    return KAFKA_NO_TASK_STATES if cluster.backend == ClusterBackend.KAFKA else ""

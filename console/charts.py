@@ -232,16 +232,20 @@ TOPIC_LAG = (
 )
 
 
-def topic_charts(topic, range_name: str | None, now: datetime | None = None) -> dict:
+def topic_charts(
+    topic, range_name: str | None, now: datetime | None = None, *, remote: bool = True
+) -> dict:
     """A tiered topic's charts over the chosen range: its remote / local / fenced bytes and its
     copy / delete lag in bytes (KIP-963's RemoteCopyLagBytes, RemoteDeleteLagBytes), and for
-    the legend how often an unchanged topic is sampled and how long its last figures hold."""
+    the legend how often an unchanged topic is sampled and how long its last figures hold.
+    ``remote=False`` draws no remote series (a kafka cluster: its remote size is JMX only, the
+    sampled 0 is not a figure)."""
     out = _charts(
         topic_series,
         topic.pk,
         range_name,
         now,
-        bytes=(TOPIC_BYTES, {"unit": "bytes"}),
+        bytes=(TOPIC_BYTES if remote else TOPIC_BYTES[1:], {"unit": "bytes"}),
         lag=(TOPIC_LAG, {"unit": "bytes"}),
     )
     out["keep_alive_minutes"] = round(keep_alive().total_seconds() / 60, 1)

@@ -460,6 +460,8 @@ _SPREAD_MEASURES = (
     ("Local bytes", "bytes", "local_bytes"),
     ("Remote bytes", "bytes", "remote_bytes"),
 )
+#: The remote measure, left out where the cluster cannot report remote bytes.
+_SPREAD_REMOTE = "Remote bytes"
 _SPREAD_SQL = """
 SELECT {aggregates} FROM (
     SELECT partition, {values}, {maxima} FROM console_partition WHERE topic_id = %s
@@ -476,13 +478,14 @@ SELECT {aggregates} FROM (
 )
 
 
-def topic_spread(topic: Topic) -> list[Spread]:
+def topic_spread(topic: Topic, *, remote: bool = True) -> list[Spread]:
     """How evenly the topic's data is spread over its partitions (records retained, local and
     remote bytes): a hot partition is keyed traffic concentrated on few keys, or a partition
     whose copier or retention is stuck. One pass over the topic's partitions, whatever their
     count: min / average / max of each measure, and the lowest partition holding each max
     (at fleet size one scan, 11 ms, instead of an aggregate and a sort per measure, ~20 ms,
-    #17)."""
+    #17). ``remote=False`` leaves remote bytes out (a kafka cluster: RemoteLogSizeBytes is
+    JMX only, the stored 0 is not a measure)."""
     with connection.cursor() as cur:
         cur.execute(_SPREAD_SQL, [topic.pk])
         row = cur.fetchone()
@@ -498,6 +501,7 @@ def topic_spread(topic: Topic) -> list[Spread]:
             high_partition=row[4 * i + 3] if row[4 * i + 2] > 0 else None,
         )
         for i, (label, unit, _sql) in enumerate(_SPREAD_MEASURES)
+        if remote or label != _SPREAD_REMOTE
     ]
 
 

@@ -161,8 +161,15 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
     t = selectors.get_topic(c, topic)
     parts_qs = Partition.objects.filter(topic=t).order_by("partition")
     page = selectors.paginate(parts_qs, request.GET.get("page"), PARTITIONS_PER_PAGE)
+    caps = capabilities.by_key(c)
+    # Without KIP-253 (Kafka) the split tree, the ordering barrier and the linear-hashing key
+    # lookup would describe partitions the cluster does not have: none is computed or shown.
+    kip253 = caps[capabilities.LINEAR_HASHING].supported
+    remote = caps[capabilities.PROBE_LATENCY].supported
     tree = None
-    if max(t.partition_count, t.undeleted_partition_count) <= selectors.SPLIT_TREE_MAX_PARTITIONS:
+    if kip253 and (
+        max(t.partition_count, t.undeleted_partition_count) <= selectors.SPLIT_TREE_MAX_PARTITIONS
+    ):
         rows = {
             p.partition: p
             for p in parts_qs.only(
@@ -176,11 +183,13 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
             )
         }
         tree = selectors.split_tree(t, rows)
-    marked = list(parts_qs.filter(marked_for_deletion=True)[:50]) if tree is None else None
-    delivery = ordering.topic_ordering(t)
+    marked = (
+        list(parts_qs.filter(marked_for_deletion=True)[:50]) if kip253 and tree is None else None
+    )
+    delivery = ordering.topic_ordering(t) if kip253 else None
     if tree is not None:
         ordering.annotate_tree(tree, delivery)
-    key = request.GET.get("key")
+    key = request.GET.get("key") if kip253 else None
     can_request = has_role(request.user, Role.OPERATOR)
     tasks = selectors.task_states(t)
     leaders = selectors.leader_balance(t, [r["broker__broker_id"] for r in tasks])
@@ -198,7 +207,7 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
             request.GET.get("bpage"),
             selectors.BROKERS_PER_PAGE,
         ),
-        "spread": selectors.topic_spread(t),
+        "spread": selectors.topic_spread(t, remote=remote),
         "local_reasons": selectors.local_not_shrinking(t, tasks, outage),
         "store_outage": outage,
         "ordering": delivery,
@@ -214,9 +223,10 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "key": (key or "")[:MAX_KEY_CHARS],
         "max_key": MAX_KEY_CHARS,
         "can_request": can_request,
-        "caps": capabilities.by_key(c),
+        "caps": caps,
+        "tasks_not_available": capabilities.task_states_not_available(c),
         "actions": _topic_actions(c, t) if can_request else [],
-        "history": charts.topic_charts(t, request.GET.get("range")),
+        "history": charts.topic_charts(t, request.GET.get("range"), remote=remote),
         "history_links": targets.history_links(targets.Target(targets.TOPIC, c.name, t.name)),
     }
     return _render(

@@ -163,7 +163,17 @@ def test_the_topic_page_of_a_kafka_cluster_shows_kip_963_gauges_and_epoch_as_not
     assert body["tiering"]["remote_copy_lag_bytes"] is None
     assert "JMX" in body["tiering"]["not_available"]
     assert body["partitions"][0]["remote_log_size_bytes"] is None
-    assert isinstance(body["partitions"][0]["remote_bytes"], int)
+    # Kafka gives a partition's remote size only as RemoteLogSizeBytes (JMX): null, not 0.
+    assert body["tiering"]["remote_bytes"] is None
+    assert body["partitions"][0]["remote_bytes"] is None
+    assert body["partitions"][0]["local_bytes"] > 0
+
+
+def test_the_topic_api_of_an_agents_cluster_gives_remote_bytes(viewer_client, synced):
+    body = viewer_client.get("/api/v1/clusters/local/topics/orders").json()
+    assert body["tiering"]["remote_bytes"] > 0 and body["tiering"]["not_available"] == ""
+    assert all(isinstance(p["remote_bytes"], int) for p in body["partitions"])
+    assert sum(p["remote_bytes"] for p in body["partitions"]) == body["tiering"]["remote_bytes"]
 
 
 def test_requests_a_kafka_cluster_cannot_run_are_shown_unsupported_with_why(
@@ -213,3 +223,71 @@ def test_the_topic_list_of_a_kafka_cluster_shows_epoch_and_remote_bytes_as_not_a
     html = viewer_client.get("/topics/?cluster=local").content.decode()
     assert html.count("data-not-available") == 2 * html.count('id="topic-')
     assert "Epoch and remote bytes: not available for this cluster." in html
+
+
+def _section(html: str, heading_id: str) -> str:
+    """The card whose heading has ``heading_id``, up to the next card."""
+    start = html.index(f'id="{heading_id}"')
+    end = html.find('<section class="card"', start)
+    return html[start : end if end > 0 else len(html)]
+
+
+def test_the_topic_page_of_a_kafka_cluster_shows_remote_bytes_as_not_available(
+    viewer_client, synced
+):
+    agents = viewer_client.get("/topics/local/orders/").content.decode()
+    assert 'data-not-available="remote_bytes"' not in agents
+    assert "Bytes: remote " in agents and '<th scope="row">Remote bytes</th>' in agents
+    agents_history = _section(agents, "topic-history-h")
+    assert "Bytes: remote, local, fenced pending purge" in agents_history
+    assert 'class="line remote"' in agents_history and "remote: now" in agents_history
+    assert re.search(r'id="remote-local-bytes">\d[^<]* / ', agents)
+    as_kafka(synced)
+    html = viewer_client.get("/topics/local/orders/").content.decode()
+    assert "Bytes: remote " not in html and "0\xa0bytes /" not in html
+    assert re.search(r'id="remote-local-bytes"><span [^>]*data-not-available="remote_bytes"', html)
+    assert "Remote bytes (KIP-963 RemoteLogSizeBytes" in html
+    spread = _section(html, "tiering-h")
+    assert re.search(
+        r'Remote bytes</th><td colspan="4"[^>]*data-not-available="remote_bytes"', spread
+    )
+    parts = _section(html, "parts-h")
+    assert "Remote / local" not in parts and "(remote: n/a)" in parts
+    assert parts.count("Remote bytes per partition: not available for this cluster") == 1
+    history = _section(html, "topic-history-h")
+    assert "Bytes: local, fenced pending purge" in history
+    assert 'data-not-available="remote_bytes"' in history
+    assert 'class="line remote"' not in history and "remote: now" not in history
+    assert "local: now" in history
+
+
+def test_the_topic_page_of_a_kafka_cluster_shows_kip_950_task_states_as_not_available(
+    viewer_client, synced
+):
+    agents = viewer_client.get("/topics/local/orders/").content.decode()
+    assert "Copier running / stopped" in agents and 'data-not-available="task_states"' not in agents
+    as_kafka(synced)
+    html = viewer_client.get("/topics/local/orders/").content.decode()
+    assert "Copier running / stopped" not in html
+    assert "Expiration running / stopped / external" not in html
+    cells = html.count('<td class="note" data-not-available="task_states">n/a</td>')
+    assert cells == 3  # one per broker
+    assert html.count("Copier and expiration task states (KIP-950): not available") == 1
+    assert "RLMCopyTask" in html
+
+
+def test_the_topic_page_of_a_kafka_cluster_replaces_kip_253_panels_by_one_not_available(
+    viewer_client, synced
+):
+    agents = viewer_client.get("/topics/local/orders/?key=k1").content.decode()
+    for heading in ("Split tree (KIP-253)", "In-order delivery", "Key → partition"):
+        assert heading in agents
+    assert "data-partition-now=" in agents and 'id="kip253-not-available"' not in agents
+    as_kafka(synced)
+    html = viewer_client.get("/topics/local/orders/?key=k1").content.decode()
+    for heading in ("Split tree (KIP-253)", "In-order delivery", "Key → partition"):
+        assert heading not in html
+    assert "data-partition-now=" not in html and 'name="key"' not in html
+    panel = _section(html, "kip253-h")
+    assert 'data-not-available="linear_hashing"' in panel
+    assert "Kafka never shipped KIP-253" in panel
