@@ -127,6 +127,7 @@ def test_health_needs_no_login(client):
         "workers",
         "object_store",
         "warnings",
+        "clusters",  # each cluster's backend and sync state, an error's code only (#35)
         "version",
     }
 
