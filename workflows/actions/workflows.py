@@ -31,6 +31,8 @@ from django.utils import timezone
 from accounts.roles import Role, has_role
 from audit.choices import AuditOutcome
 from audit.denials import record_denial
+from console import capabilities
+from console.choices import ClusterBackend
 from console.models import Cluster
 from workflows.choices import ApprovalDecision, AuditAction, StepState, WorkflowState
 from workflows.errors import ErrorCode, WorkflowError
@@ -138,8 +140,8 @@ class RequestPreview:
         self.request: Params = self.kind.clean(raw)
         self.params = self.kind.dump_params(self.request)
         cluster = self.request.cluster
-        if self.kind.needs_cluster and not Cluster.objects.filter(name=cluster).exists():
-            raise WorkflowError(ErrorCode.INVALID_REQUEST, f"Unknown cluster {cluster!r}.")
+        if self.kind.needs_cluster:
+            _check_cluster(cluster, self.kind.name)
         self.target = self.kind.target(self.request)
         self.approvals_required = self.kind.approvals_required(self.request)
         self.conflict = Workflow.objects.open().filter(cluster=cluster, target=self.target).first()
@@ -156,6 +158,24 @@ class RequestPreview:
             "approvals_required": self.approvals_required,
             "conflict": self.conflict.pk if self.conflict else None,
         }
+
+
+def _check_cluster(name: str, kind: str) -> None:
+    """The cluster exists and its backend can run ``kind``. A ``kafka`` cluster is read-only
+    for now: the workflows' steps speak the agents' API (the kinds on Kafka's own protocol come
+    next), so a request there is refused up front, with the capability it lacks when there is
+    one, rather than planned and failed at its first step."""
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is None:
+        raise WorkflowError(ErrorCode.INVALID_REQUEST, f"Unknown cluster {name!r}.")
+    if cluster.backend == ClusterBackend.KAFKA:
+        missing = capabilities.kind_unsupported(cluster, kind)
+        why = f" {missing.label}: {missing.reason}." if missing else ""
+        raise WorkflowError(
+            ErrorCode.INVALID_REQUEST,
+            f"Cluster {name!r} is read through Kafka's protocol, where Strata does not run "
+            f"workflows yet.{why}",
+        )
 
 
 def preview_plan(kind_name: Any, raw: dict[str, Any]) -> RequestPreview:
