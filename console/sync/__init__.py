@@ -1,6 +1,7 @@
 """Cluster sync: controller metadata and agent snapshots into PostgreSQL, in bulk.
 
-See :mod:`console.sync.core` for the design.
+See :mod:`console.sync.core` for the design and the parts a sync run composes; the parts are
+internal to this package, which exports how a sync is run and where clusters are read from.
 """
 
 from console.sync.core import (

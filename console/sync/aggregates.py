@@ -2,10 +2,11 @@
 touched: partition offsets from the leader's replica, then topic, broker and cluster aggregates
 (the numbers the pages show without scanning partitions). An incremental sync adds to a topic's
 aggregates what its changed partitions contribute now and subtracts what they contributed
-before (:meth:`AggregateSync.capture_aggregates`); other syncs sum the changed topics' partitions.
+before (:meth:`AggregateSync.capture`); other syncs sum the changed topics' partitions.
 
-A mixin of :class:`console.sync.core._Sync`: it uses the sync's ``cluster``, ``fresh``,
-``result`` and the ``sql`` helper.
+A part of the sync (:mod:`console.sync.core` composes it): it needs only to know whether the sync
+is a first or a full one, and reads what the other parts staged and touched from the tables
+(``stage_replica``, ``stage_partition``, ``touched_topic``, ``touched_partition``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from broker_agent.models import split_partition_key
 from console.choices import BrokerState, LogDirState
 from console.models.clusters import TOPIC_STATE_SUMS
+from console.sync.common import SyncCursor
 from console.sync.rows import TIER_METRICS
 
 if TYPE_CHECKING:
@@ -81,11 +83,16 @@ _KEYED_PARTITIONS = """
 
 
 class AggregateSync:
-    """Part of :class:`console.sync.core._Sync` (see the module docstring)."""
+    """The derived values of one sync (see the module docstring): :meth:`capture` before
+    anything is written, :meth:`derive` once all is."""
 
-    incremental_aggregates = False
+    def __init__(self, db: SyncCursor, *, fresh: bool, full: bool):
+        self.db = db
+        self.fresh = fresh
+        self.full = full
+        self.incremental = False  # add and subtract the changed partitions (set by capture)
 
-    def capture_aggregates(self, md: ClusterMetadata | None) -> None:
+    def capture(self, md: ClusterMetadata | None) -> None:
         """Before anything is written: the partitions this sync may change and their current
         contribution to their topics' aggregates, subtracted in :meth:`derive` where their new
         one is added (an incremental sync; #17).
@@ -98,8 +105,8 @@ class AggregateSync:
         anything an interrupted upgrade left behind.
         """
         listed = md is not None and md.changed
-        self.incremental_aggregates = not (self.fresh or self.full or (listed and md.full))
-        if not self.incremental_aggregates:
+        self.incremental = not (self.fresh or self.full or (listed and md.full))
+        if not self.incremental:
             return
         # One row per partition: stage_replica has a row per replica (RF of them). With the
         # controller's answer unchanged the key table was that SELECT alone (no UNION to
@@ -113,21 +120,21 @@ class AggregateSync:
                 removed = [split_partition_key(k) for k in md.removed_partitions]
                 params = {"r_topics": [t for t, _ in removed], "r_parts": [p for _, p in removed]}
                 keys.append("SELECT * FROM unnest(%(r_topics)s::text[], %(r_parts)s::int[])")
-        self.sql("DROP TABLE IF EXISTS pg_temp.agg_key, pg_temp.topic_delta")
-        self.sql("CREATE TEMP TABLE agg_key ON COMMIT DROP AS " + " UNION ".join(keys), params)
-        self.sql("ANALYZE agg_key")
-        self.sql(
+        self.db.sql("DROP TABLE IF EXISTS pg_temp.agg_key, pg_temp.topic_delta")
+        self.db.sql("CREATE TEMP TABLE agg_key ON COMMIT DROP AS " + " UNION ".join(keys), params)
+        self.db.sql("ANALYZE agg_key")
+        self.db.sql(
             f"CREATE TEMP TABLE topic_delta ON COMMIT DROP AS "
             f"SELECT p.topic_id, {_NEGATED_SUMS} {_KEYED_PARTITIONS} GROUP BY p.topic_id"
         )
 
     def derive(self) -> None:
         """Offsets from the leader's replica, then topic, broker and cluster aggregates."""
-        self.sql("ANALYZE touched_partition")
+        self.db.sql("ANALYZE touched_partition")
         # KIP-950's offsets of a partition are its leader's: remote Rx..Ry, local Lx..end. A
-        # first sync wrote every partition with its leader's offsets already (apply_metadata).
+        # first sync wrote every partition with its leader's offsets already (MetadataSync.apply).
         if not self.fresh:
-            self.sql(
+            self.db.sql(
                 f"""
                 UPDATE console_partition p SET
                     log_start_offset = r.log_start_offset,
@@ -150,12 +157,12 @@ class AggregateSync:
                        r.remote_bytes, r.size_bytes, r.remote_segments, {_R_METRICS})
                 """  # noqa: S608
             )
-        if self.incremental_aggregates:
-            self.sql(
+        if self.incremental:
+            self.db.sql(
                 f"INSERT INTO topic_delta SELECT p.topic_id, {_SUMS} "
                 f"{_KEYED_PARTITIONS} GROUP BY p.topic_id"
             )
-            self.sql(
+            self.db.sql(
                 f"""
                 UPDATE console_topic t SET {_SET_PLUS_DELTA}
                 FROM (SELECT topic_id, {_DELTA_SUMS} FROM topic_delta GROUP BY topic_id) d
@@ -163,7 +170,7 @@ class AggregateSync:
                 """  # noqa: S608
             )
         else:
-            self.sql(
+            self.db.sql(
                 f"""
                 UPDATE console_topic t SET {_SET_FROM_SUMS}
                 FROM (
@@ -181,7 +188,7 @@ class AggregateSync:
         # replicas on its offline log dirs (partitions listing it as an offline replica while it
         # is alive). A dead broker reports nothing: its replicas are counted apart, as down.
         # And OfflineLogDirectoryCount.
-        self.sql(
+        self.db.sql(
             """
             UPDATE console_broker b SET
                 offline_replica_count = CASE WHEN b.alive THEN coalesce(o.n, 0) ELSE 0 END,
@@ -218,7 +225,7 @@ class AggregateSync:
         )
         # The cluster's figures, and per tiered state its topics and their sums (read by
         # /metrics instead of grouping 37,636 topics per scrape, #17).
-        self.sql(
+        self.db.sql(
             f"""
             UPDATE console_cluster c SET
                 topic_count = a.topics, partition_count = a.n,
@@ -247,5 +254,3 @@ class AggregateSync:
             WHERE c.id = %(cluster)s
             """  # noqa: S608 - column names from TOPIC_STATE_SUMS
         )
-
-    # -- the run -----------------------------------------------------------------------------

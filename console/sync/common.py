@@ -1,19 +1,56 @@
-"""What the sync modules share: reading agents' and the controller's answers, and error text."""
+"""What the sync modules share: the sync's cursor, reading agents' and the controller's answers,
+and error text."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from typing import Any
 
 from psycopg.types.json import Jsonb
 
 __all__ = [
     "Backwards",
     "MalformedAnswer",
+    "SyncCursor",
     "error_text",
     "loads_json",
     "raw_json",
     "split_topics",
 ]
+
+
+class SyncCursor:
+    """The one cursor of a sync's transaction, handed to each of its parts: every statement
+    they run takes the cluster's primary key and the sync's time as ``%(cluster)s`` and
+    ``%(now)s``, so a part needs no more of the cluster to write its rows."""
+
+    def __init__(self, cur: Any, cluster_pk: int, now: datetime):
+        self.cur = cur  # Django's cursor: StageTable and plain statements use it
+        self.cluster_pk = cluster_pk
+        self.now = now
+
+    def sql(self, statement: str, params: dict | None = None) -> int:
+        """Execute with ``cluster`` and ``now`` bound; answers the rows it touched."""
+        self.cur.execute(statement, {"cluster": self.cluster_pk, "now": self.now, **(params or {})})
+        return self.cur.rowcount
+
+    def raw(self, statement: str, params: dict | None = None) -> Any:
+        """Execute on the psycopg cursor itself: its parameters are whole JSON answers (tens of
+        MB), which Django's debug wrapper would format into its query log."""
+        raw = self.cur.cursor
+        raw.execute(statement, {"cluster": self.cluster_pk, "now": self.now, **(params or {})})
+        return raw
+
+    def execute(self, statement: str, params: list | None = None) -> None:
+        """A statement with positional parameters, as it is (settings, lookups by key)."""
+        self.cur.execute(statement, params)
+
+    def fetchone(self) -> Any:
+        return self.cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self.cur.fetchall()
 
 
 def error_text(exc: BaseException) -> str:

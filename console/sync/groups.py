@@ -17,21 +17,26 @@ A controller without a coordinator answers 404 and the cluster simply has no gro
 here is recorded as the ``groups`` error of the run and leaves the previous rows (and the version)
 in place. A source that only lists groups (``groups()``, the tests' static sources) is merged as a
 full answer.
+
+A part of the sync (:mod:`console.sync.core` composes it), run once the controller's metadata is
+applied; it keeps its own staging tables and answers a :class:`GroupsOutcome`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
 from django.db import transaction
 
 from broker_agent.models import split_group_tsv
-from console.models import GroupOffset
-from console.sync.common import error_text
+from console.models import Cluster, GroupOffset
+from console.sync.common import SyncCursor, error_text
+from console.sync.sources import ClusterSource
 from console.sync.staging import StageTable
 
-__all__ = ["GROUP_COLUMNS", "GroupSync"]
+__all__ = ["GROUP_COLUMNS", "GroupSync", "GroupsOutcome"]
 
 log = logging.getLogger("console.sync")
 
@@ -48,27 +53,41 @@ GROUP_COLUMNS = [
 _GROUP_HEAD_COLUMNS = [("group_id", "text"), ("generation", "int4"), ("members", "int4")]
 
 
-class GroupSync:
-    """Part of :class:`console.sync.core._Sync` (see the module docstring)."""
+@dataclasses.dataclass(frozen=True)
+class GroupsOutcome:
+    """What the groups' step did, for the sync's record."""
 
-    def sync_groups(self) -> None:
-        if not self.run_stats["controller_ok"]:
-            return
+    error: str = ""  # why the groups failed; empty when they did not
+    positions_written: int = 0  # positions inserted, updated or deleted
+
+
+class GroupSync:
+    """The consumer groups of one sync (see the module docstring)."""
+
+    def __init__(self, db: SyncCursor, cluster: Cluster, source: ClusterSource, *, ask_all: bool):
+        self.db = db
+        self.cluster = cluster
+        self.source = source
+        self.ask_all = ask_all
+
+    def sync(self) -> GroupsOutcome:
+        """Read the coordinator's groups and merge them; run only when the controller answered."""
         try:
             answer = self._read_groups()
         except Exception as exc:  # the groups fail alone; the rest of the sync stands
             log.warning("cluster %s: groups failed: %s", self.cluster.name, exc)
-            self.errors["groups"] = error_text(exc)
-            return
+            return GroupsOutcome(error=error_text(exc))
         if answer is None:
-            return
+            return GroupsOutcome()
         version, full, heads, rows = answer
+        written = 0
         with transaction.atomic():  # a savepoint: a failed merge leaves the previous rows
             if full or heads:  # a delta of no group (an idle sync) has nothing to merge
-                self._merge_groups(full, heads, rows)
+                written = self._merge_groups(full, heads, rows)
             if version is not None:
                 self.cluster.groups_version = version
                 self.cluster.save(update_fields=["groups_version"])
+        return GroupsOutcome(positions_written=written)
 
     def _read_groups(self):
         """(version, full, [(group_id, generation, members)], position rows) or None (no
@@ -101,11 +120,15 @@ class GroupSync:
         ]
         return None, True, heads, rows
 
-    def _merge_groups(self, full: bool, heads: list, rows) -> None:
-        groups = StageTable(self.cur, "stage_group", _GROUP_HEAD_COLUMNS)
+    def _merge_groups(self, full: bool, heads: list, rows) -> int:
+        """Merge the staged answer; answers the positions inserted, updated or deleted."""
+        groups = StageTable(self.db.cur, "stage_group", _GROUP_HEAD_COLUMNS)
         groups.copy(heads)
         staged = StageTable(
-            self.cur, "stage_group_offset", GROUP_COLUMNS, keys=("group_id", "topic", "partition")
+            self.db.cur,
+            "stage_group_offset",
+            GROUP_COLUMNS,
+            keys=("group_id", "topic", "partition"),
         )
         if isinstance(rows, memoryview):
             staged.copy_text(rows)
@@ -113,7 +136,7 @@ class GroupSync:
             staged.copy(rows)
         staged.analyze()
         # the rows the answer speaks for: every row of the cluster (full), or its groups'
-        self.positions_written += self.sql(
+        written = self.db.sql(
             """
             DELETE FROM console_groupoffset g
             WHERE g.cluster_id = %(cluster)s
@@ -135,9 +158,9 @@ class GroupSync:
         if full and not GroupOffset.objects.filter(cluster=self.cluster).exists():
             # a first sync: nothing to conflict with (measured on 539,020 positions: 3.3 s
             # against 4.7 s with the conflict check)
-            self.positions_written += self.sql(insert)
+            written += self.db.sql(insert)
         else:
-            self.positions_written += self.sql(
+            written += self.db.sql(
                 insert
                 + """
                 ON CONFLICT (cluster_id, group_id, topic_name, partition) DO UPDATE SET
@@ -147,13 +170,13 @@ class GroupSync:
                 """
             )
         if full:
-            self.sql(
+            self.db.sql(
                 """
                 DELETE FROM console_consumergroup c WHERE c.cluster_id = %(cluster)s
                   AND NOT EXISTS (SELECT 1 FROM stage_group s WHERE s.group_id = c.group_id)
                 """
             )
-        self.sql(
+        self.db.sql(
             """
             INSERT INTO console_consumergroup (cluster_id, group_id, generation, members,
                 positions, synced_at)
@@ -170,3 +193,4 @@ class GroupSync:
                 IS DISTINCT FROM (EXCLUDED.generation, EXCLUDED.members, EXCLUDED.positions)
             """
         )
+        return written

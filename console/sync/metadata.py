@@ -1,13 +1,16 @@
 """The controller's side of a sync: fetch its metadata (incremental by version, as COPY rows),
 stage it and merge topics and partitions, and delete what the controller no longer lists.
 
-A mixin of :class:`console.sync.core._Sync`: it uses the sync's ``cluster``, ``source``,
-``ask_all``, ``fresh``, ``errors`` and the ``sql`` / ``raw`` helpers, and leaves the
-partitions it touched for :mod:`console.sync.aggregates`.
+A part of the sync (:mod:`console.sync.core` composes it): it owns the staged topics and
+partitions; from the staging part it takes the log dirs table (the controller's view goes in
+first) and the staged replicas (a new partition's offsets are its leader's), and it leaves the
+topics and partitions it wrote in ``touched_topic`` / ``touched_partition`` for
+:mod:`console.sync.aggregates`. What the run records of it is its :class:`ControllerOutcome`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import psycopg
@@ -16,8 +19,10 @@ from django.db import transaction
 from broker_agent.metadata_rows import split_metadata_tsv
 from broker_agent.models import ClusterMetadata, split_partition_key
 from console.choices import BrokerState, TopicConfig
+from console.models import Cluster
 from console.sync.common import (
     MalformedAnswer,
+    SyncCursor,
     error_text,
     loads_json,
     raw_json,
@@ -37,10 +42,11 @@ from console.sync.rows import (
     TOPIC_ROW_NOT_NULL,
     logdir_rows,
 )
-from console.sync.sources import metadata_rows
+from console.sync.sources import ClusterSource, metadata_rows
 from console.sync.staging import StageTable
+from console.sync.staging_area import StagingArea
 
-__all__ = ["ANALYZE_PARTITIONS_AFTER", "ANALYZE_TOPICS_AFTER", "MetadataSync"]
+__all__ = ["ANALYZE_PARTITIONS_AFTER", "ANALYZE_TOPICS_AFTER", "ControllerOutcome", "MetadataSync"]
 
 log = logging.getLogger("console.sync")
 
@@ -61,10 +67,51 @@ PARTITION_KEYS = ("topic_name", "partition", "leader")
 METADATA_CHUNK_BYTES = 32 << 20
 
 
-class MetadataSync:
-    """Part of :class:`console.sync.core._Sync` (see the module docstring)."""
+@dataclasses.dataclass
+class ControllerOutcome:
+    """What the controller's side did, for the sync's record and the cluster row."""
 
-    def fetch_metadata(self) -> ClusterMetadata | None:
+    version: int  # the metadata version applied (the one given when none was)
+    error: str = ""  # why the controller failed; empty when it answered
+    changed: bool = False  # it answered with changed metadata, which was applied
+    topics_changed: int = 0  # topics written or deleted
+    partitions_upserted: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+class MetadataSync:
+    """The controller's side of one sync (see the module docstring): :meth:`fetch` stages its
+    answer, :meth:`stage_controller_dirs` its log dirs, :meth:`apply` merges."""
+
+    def __init__(
+        self,
+        db: SyncCursor,
+        staging: StagingArea,
+        cluster: Cluster,
+        source: ClusterSource,
+        *,
+        ask_all: bool,
+        fresh: bool,
+        version: int,
+    ):
+        """``version`` is what :attr:`outcome` records when no metadata is applied."""
+        self.db = db
+        self.staging = staging
+        self.cluster = cluster
+        self.source = source
+        self.ask_all = ask_all
+        self.fresh = fresh
+        self.outcome = ControllerOutcome(version=version)
+        # The staged topics and partitions, and the topics to delete: set by a changed answer.
+        self.topics: StageTable | None = None
+        self.parts: StageTable | None = None
+        self.gone_topics: list[str] = []
+
+    def fetch(self) -> ClusterMetadata | None:
+        """The controller's answer, staged; None when it failed (recorded in :attr:`outcome`)."""
         since = (
             None
             if self.ask_all or self.cluster.metadata_version < 0
@@ -76,15 +123,14 @@ class MetadataSync:
                 md = self.stage_metadata(body)
         except Exception as exc:  # any failure of the controller marks it stale, nothing else
             log.warning("cluster %s: controller failed: %s", self.cluster.name, exc)
-            self.errors["controller"] = error_text(exc)
-            self.run_stats["controller_ok"] = False
+            self.outcome.error = error_text(exc)
             return None
         return md
 
     def stage_metadata(self, body: bytes) -> ClusterMetadata:
         """Hand the controller's answer to PostgreSQL: its topics (those that changed) into
         ``stage_topic`` and their partitions into ``stage_partition``. Answers the metadata
-        without its topics (validated by pydantic); :meth:`apply_metadata` merges.
+        without its topics (validated by pydantic); :meth:`apply` merges.
 
         The answer is ``format=tsv`` (:mod:`broker_agent.metadata_rows`): its rows go in with
         ``COPY`` as they came, and NOT NULL columns refuse a row that lacks a field. A JSON
@@ -99,14 +145,14 @@ class MetadataSync:
         self.gone_topics: list[str] = sorted(md.removed_topics)
         skipped = 0
         if md.full:
-            self.cur.execute(
+            self.db.execute(
                 "SELECT name FROM console_topic WHERE cluster_id = %s AND name NOT IN "
                 "(SELECT name FROM stage_topic) ORDER BY name",
                 [self.cluster.pk],
             )
-            self.gone_topics = [row[0] for row in self.cur.fetchall()]
+            self.gone_topics = [row[0] for row in self.db.fetchall()]
         if md.full and not self.ask_all:  # only topics whose metadata digest changed are rewritten
-            skipped = self.sql(
+            skipped = self.db.sql(
                 """
                 DELETE FROM stage_topic s USING console_topic t
                 WHERE t.cluster_id = %(cluster)s AND t.name = s.name
@@ -119,7 +165,7 @@ class MetadataSync:
             # (a malformed answer: merged, they would land in a topic of the same name). When
             # everything was asked for, no topic was skipped and every topic the answer does
             # not list is deleted before partitions are merged: such rows find no topic.
-            self.parts.rows -= self.sql(
+            self.parts.rows -= self.db.sql(
                 "DELETE FROM stage_partition s WHERE NOT EXISTS "
                 "(SELECT 1 FROM stage_topic t WHERE t.name = s.topic_name)"
             )
@@ -131,10 +177,12 @@ class MetadataSync:
         """A ``format=tsv`` answer into ``stage_topic`` / ``stage_partition``."""
         if not md.changed:
             return md
-        raw = StageTable(self.cur, "raw_topic_row", TOPIC_ROW_COLUMNS, not_null=TOPIC_ROW_NOT_NULL)
-        self.topics = StageTable(self.cur, "stage_topic", TOPIC_COLUMNS, keys=TOPIC_KEYS)
+        raw = StageTable(
+            self.db.cur, "raw_topic_row", TOPIC_ROW_COLUMNS, not_null=TOPIC_ROW_NOT_NULL
+        )
+        self.topics = StageTable(self.db.cur, "stage_topic", TOPIC_COLUMNS, keys=TOPIC_KEYS)
         self.parts = StageTable(
-            self.cur,
+            self.db.cur,
             "stage_partition",
             PARTITION_COLUMNS,
             not_null=PARTITION_NOT_NULL,
@@ -147,7 +195,7 @@ class MetadataSync:
             # a row with a missing field, a wrong type or the wrong number of columns
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise MalformedAnswer(f"controller metadata: bad row: {first}") from exc
-        self.topics.rows = self.sql(STAGE_TOPIC_ROWS_SQL, self._topic_params(md))
+        self.topics.rows = self.db.sql(STAGE_TOPIC_ROWS_SQL, self._topic_params(md))
         if self.topics.rows >= ANALYZE_TOPICS_AFTER:
             self.topics.analyze()
         return md
@@ -163,7 +211,7 @@ class MetadataSync:
         """A JSON answer (a controller that predates ``format=tsv``) into ``stage_topic`` /
         ``stage_partition``, parsed and expanded by PostgreSQL."""
         # STORAGE EXTERNAL: the topics' JSON is read once, compressing it would be wasted.
-        self.cur.execute(
+        self.db.execute(
             "DROP TABLE IF EXISTS pg_temp.raw_topic; "
             "CREATE TEMP TABLE raw_topic (name text, digest text, j jsonb) ON COMMIT DROP; "
             "ALTER TABLE raw_topic ALTER COLUMN j SET STORAGE EXTERNAL"
@@ -178,7 +226,7 @@ class MetadataSync:
         """
         for chunk in chunks:
             if envelope is None:  # not laid out as expected: the whole answer as one value
-                envelope = self.raw(
+                envelope = self.db.raw(
                     """
                     WITH raw AS (SELECT %(body)s::jsonb AS j),
                     ins AS (INSERT INTO raw_topic (name, digest, j)
@@ -189,14 +237,16 @@ class MetadataSync:
                     {"body": raw_json(chunk)},
                 ).fetchone()[0]
             else:
-                self.raw(insert, {"topics": raw_json(chunk)})
+                self.db.raw(insert, {"topics": raw_json(chunk)})
         md = ClusterMetadata.model_validate({**loads_json(envelope), "topics": []})
         if not md.changed:
             return md
-        self.topics = StageTable(self.cur, "stage_topic", TOPIC_COLUMNS, keys=TOPIC_KEYS)
-        self.parts = StageTable(self.cur, "stage_partition", PARTITION_COLUMNS, keys=PARTITION_KEYS)
+        self.topics = StageTable(self.db.cur, "stage_topic", TOPIC_COLUMNS, keys=TOPIC_KEYS)
+        self.parts = StageTable(
+            self.db.cur, "stage_partition", PARTITION_COLUMNS, keys=PARTITION_KEYS
+        )
         # A delta's topic is partial: its digest is blanked so a later full answer rewrites it.
-        bad = self.raw(STAGE_TOPICS_SQL, self._topic_params(md)).fetchall()
+        bad = self.db.raw(STAGE_TOPICS_SQL, self._topic_params(md)).fetchall()
         self.topics.rows = len(bad)
         if any(b for (b,) in bad):
             raise MalformedAnswer("controller metadata: a topic lacks a required field")
@@ -204,9 +254,9 @@ class MetadataSync:
             # Row counts for the join below (the name column only: the JSON is not sampled);
             # unanalysed, the planner explodes every partition before joining and sorts them
             # all (7 s of a 1,000,000-partition sync).
-            self.cur.execute("ANALYZE raw_topic (name)")
+            self.db.execute("ANALYZE raw_topic (name)")
             self.topics.analyze()
-        bad = self.raw(STAGE_PARTITIONS_SQL).fetchall()
+        bad = self.db.raw(STAGE_PARTITIONS_SQL).fetchall()
         self.parts.rows = len(bad)
         if any(b for (b,) in bad):
             raise MalformedAnswer("controller metadata: a partition lacks a required field")
@@ -217,18 +267,18 @@ class MetadataSync:
         the last staged row of a dir wins (``apply_snapshots``), so an agent's own view, which
         is fresher than its last heartbeat, wins for the brokers whose agent answered."""
         if md is not None and md.changed:
-            self.logdirs.copy(
+            self.staging.logdirs.copy(
                 row for b in md.brokers for row in logdir_rows(b.broker_id, b.log_dirs)
             )
 
-    def apply_metadata(self, md: ClusterMetadata) -> None:
-        self.metadata_version = md.version
+    def apply(self, md: ClusterMetadata) -> None:
+        self.outcome.version = md.version
         if not md.changed:
             return
-        self.run_stats["metadata_changed"] = True
-        brokers = StageTable(self.cur, "stage_broker", BROKER_COLUMNS)
+        self.outcome.changed = True
+        brokers = StageTable(self.db.cur, "stage_broker", BROKER_COLUMNS)
         brokers.copy((b.broker_id, b.url, b.alive, b.last_heartbeat_ms) for b in md.brokers)
-        self.sql(
+        self.db.sql(
             """
             INSERT INTO console_broker (cluster_id, broker_id, url, alive, state, agent_state,
                 expiration_mode, offline_log_directory_count, offline_replica_count,
@@ -250,14 +300,14 @@ class MetadataSync:
         # it was staged (stage_metadata).
         delta = not md.full
         gone = self.gone_topics
-        self.run_stats["topics_changed"] = self.topics.rows + len(gone)
+        self.outcome.topics_changed = self.topics.rows + len(gone)
         if gone:
             self._delete_topics(gone)
         if delta and md.removed_partitions:
             self._delete_partitions(md.removed_partitions)
         if not self.topics.rows:
             return
-        self.sql(
+        self.db.sql(
             """
             WITH upsert AS (
             INSERT INTO console_topic (cluster_id, name, topic_id, configs, tiered_state,
@@ -296,15 +346,15 @@ class MetadataSync:
             SELECT count(*) FILTER (WHERE inserted) FROM upsert
             """
         )
-        if self.cur.fetchone()[0] >= ANALYZE_TOPICS_AFTER:
+        if self.db.fetchone()[0] >= ANALYZE_TOPICS_AFTER:
             # Stale statistics (e.g. of another cluster) estimate this cluster's topics at one
             # row, and the joins on topic name below then loop over every topic per row: 18 s
             # instead of 2 s for a new 200,000-partition cluster. After many new topics only:
             # updated ones change no statistic the joins use (0.3 s of a 1% sync at 37,636
             # topics, #17).
-            self.sql("ANALYZE console_topic")
+            self.db.sql("ANALYZE console_topic")
         self.parts.analyze()
-        self.replicas.analyze()
+        self.staging.replicas.analyze()
         # New partitions take their offsets from their leader's replica staged in this sync
         # (KIP-950: a partition's offsets are its leader's), so a full sync writes each
         # partition once; existing ones are brought up to date by derive().
@@ -378,7 +428,7 @@ class MetadataSync:
         # first sync's partitions find their topics by a hash of the topics too, not by a
         # cached index lookup per partition (3.2 s against 2.7 s for the join at that size).
         nestloop = "off" if self.fresh else "on"
-        self.cur.execute(
+        self.db.execute(
             "SELECT set_config('enable_mergejoin', 'off', true), "
             "set_config('enable_nestloop', %s, true)",
             [nestloop],
@@ -389,7 +439,7 @@ class MetadataSync:
             # and a topic's partitions (and, written in partition order, their replicas) sit
             # side by side for the pages that read them. 13.6 s -> 9.7-10.5 s at 1,000,000
             # partitions on fc-v657, the sort included (#17).
-            self.run_stats["partitions_upserted"] = self.sql(
+            self.outcome.partitions_upserted = self.db.sql(
                 insert + " ORDER BY s.topic_name, s.partition"
             )
         else:
@@ -397,19 +447,19 @@ class MetadataSync:
             # those whose replicas moved): a listed partition whose row did not change kept its
             # leader. Taken from the upsert itself rather than looked up again by name (0.11 s
             # of a 1% sync, #17).
-            self.run_stats["partitions_upserted"] = self.sql(
+            self.outcome.partitions_upserted = self.db.sql(
                 f"WITH written AS ({insert} {upsert} RETURNING id) "  # noqa: S608
                 "INSERT INTO touched_partition (id) SELECT id FROM written"
             )
-        self.cur.execute(
+        self.db.execute(
             "SELECT set_config('enable_mergejoin', 'on', true), "
             "set_config('enable_nestloop', 'on', true)"
         )
-        if self.run_stats["partitions_upserted"] >= ANALYZE_PARTITIONS_AFTER:
+        if self.outcome.partitions_upserted >= ANALYZE_PARTITIONS_AFTER:
             # The replicas are resolved against these rows next: without statistics the planner
             # takes a bulk-written table for its old size (minutes at 1,000,000 partitions).
-            self.sql("ANALYZE console_partition")
-        self.sql(
+            self.db.sql("ANALYZE console_partition")
+        self.db.sql(
             """
             INSERT INTO touched_topic (id)
             SELECT t.id FROM console_topic t JOIN stage_topic s ON s.name = t.name
@@ -428,8 +478,8 @@ class MetadataSync:
                 SELECT 1 FROM stage_partition s
                 WHERE s.topic_name = p.topic_name AND s.partition = p.partition)
         """
-        self.sql(f"DELETE FROM console_replica WHERE partition_id IN ({gone_partitions})")  # noqa: S608
-        self.sql(f"DELETE FROM console_partition WHERE id IN ({gone_partitions})")  # noqa: S608
+        self.db.sql(f"DELETE FROM console_replica WHERE partition_id IN ({gone_partitions})")  # noqa: S608
+        self.db.sql(f"DELETE FROM console_partition WHERE id IN ({gone_partitions})")  # noqa: S608
 
     def _delete_partitions(self, keys: list[str]) -> None:
         """Delete ``topic:partition`` keys (a delta's ``removed_partitions``) and their replicas."""
@@ -445,24 +495,22 @@ class MetadataSync:
             WHERE p.cluster_id = %(cluster)s
         """
         params = {"topics": topics, "parts": parts}
-        self.sql(f"DELETE FROM console_replica WHERE partition_id IN ({ids})", params)  # noqa: S608
-        self.sql(f"DELETE FROM console_partition WHERE id IN ({ids})", params)  # noqa: S608
+        self.db.sql(f"DELETE FROM console_replica WHERE partition_id IN ({ids})", params)  # noqa: S608
+        self.db.sql(f"DELETE FROM console_partition WHERE id IN ({ids})", params)  # noqa: S608
 
     def _delete_topics(self, names: list[str]) -> None:
         params = {"names": names}
         topic_ids = (
             "SELECT id FROM console_topic WHERE cluster_id = %(cluster)s AND name = ANY(%(names)s)"
         )
-        self.sql(
+        self.db.sql(
             "DELETE FROM console_replica WHERE partition_id IN "  # noqa: S608
             f"(SELECT id FROM console_partition WHERE topic_id IN ({topic_ids}))",
             params,
         )
-        self.sql(f"DELETE FROM console_partition WHERE topic_id IN ({topic_ids})", params)  # noqa: S608
-        self.sql(f"DELETE FROM console_topicsample WHERE topic_id IN ({topic_ids})", params)  # noqa: S608
-        self.sql(
+        self.db.sql(f"DELETE FROM console_partition WHERE topic_id IN ({topic_ids})", params)  # noqa: S608
+        self.db.sql(f"DELETE FROM console_topicsample WHERE topic_id IN ({topic_ids})", params)  # noqa: S608
+        self.db.sql(
             "DELETE FROM console_topic WHERE cluster_id = %(cluster)s AND name = ANY(%(names)s)",
             params,
         )
-
-    # -- agents ------------------------------------------------------------------------------

@@ -1,33 +1,42 @@
 """The agents' side of a sync: which brokers to ask, each agent's snapshot (incremental by
 version, COPY rows), staged in batches and merged into log dirs and replicas.
 
-A mixin of :class:`console.sync.core._Sync`: it uses the sync's ``cluster``, ``source``,
-``ask_all``, ``fresh``, ``errors`` and the ``sql`` / ``raw`` helpers; the agents are asked in
-parallel by ``_Sync.run``, which hands each answer to :meth:`SnapshotSync.stage_snapshot` and
-calls :meth:`SnapshotSync.flush_snapshots` once all answered.
+A part of the sync (:mod:`console.sync.core` composes it): it owns what it learns of the
+agents (which answered, in full or not, which failed, which are behind the controller) and the
+answers waiting to be staged; it fills and merges the staging part's replicas, log dirs and
+removed keys, and leaves the partitions whose replicas it wrote in ``touched_partition`` for
+:mod:`console.sync.aggregates`. The agents are asked in parallel by the run, which hands each
+answer to :meth:`SnapshotSync.stage_snapshot` and calls :meth:`SnapshotSync.flush_snapshots`
+once all answered; :meth:`SnapshotSync.apply` answers an :class:`AgentsOutcome`.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import logging
-from collections.abc import Iterator
 
 import psycopg
-from django.db import transaction
 
 from broker_agent.models import BrokerSnapshot, ClusterMetadata, split_snapshot_tsv
-from console.models import Broker
-from console.sync.common import Backwards, MalformedAnswer, error_text, loads_json, raw_json
+from console.models import Broker, Cluster
+from console.sync.common import (
+    Backwards,
+    MalformedAnswer,
+    SyncCursor,
+    error_text,
+    loads_json,
+    raw_json,
+)
 from console.sync.rows import (
     REPLICA_DATA,
     STAGE_SNAPSHOT_SQL,
     logdir_rows,
     removed_rows,
 )
-from console.sync.sources import snapshot_rows
+from console.sync.sources import ClusterSource, snapshot_rows
+from console.sync.staging_area import StagingArea
 
-__all__ = ["STAGE_BATCH_BYTES", "SnapshotSync"]
+__all__ = ["STAGE_BATCH_BYTES", "AgentsOutcome", "SnapshotSync"]
 
 log = logging.getLogger("console.sync")
 
@@ -46,8 +55,44 @@ def _row_count(rows: memoryview) -> int:
     return bytes(rows).count(b"\n") + (rows[-1] != ord("\n"))
 
 
+@dataclasses.dataclass(frozen=True)
+class AgentsOutcome:
+    """What the agents' side did, for the sync's record."""
+
+    synced: int  # agents whose answer was applied
+    failed: dict[int, str]  # broker id -> why its agent failed, in the order they failed
+    replicas_upserted: int
+    replicas_deleted: int
+    unknown_replicas: int  # replicas of partitions the console does not know yet
+
+
 class SnapshotSync:
-    """Part of :class:`console.sync.core._Sync` (see the module docstring)."""
+    """The agents' side of one sync (see the module docstring)."""
+
+    def __init__(
+        self,
+        db: SyncCursor,
+        staging: StagingArea,
+        cluster: Cluster,
+        source: ClusterSource,
+        *,
+        ask_all: bool,
+        fresh: bool,
+    ):
+        self.db = db
+        self.staging = staging
+        self.cluster = cluster
+        self.source = source
+        self.ask_all = ask_all
+        self.fresh = fresh
+        # (broker id, version, state, mode, store unreachable since, store error) per agent
+        # whose answer is staged; of those, the ones that answered in full
+        self.good_brokers: list[tuple] = []
+        self.full_brokers: list[int] = []
+        self.failed_brokers: dict[int, str] = {}
+        self.behind: dict[int, int] = {}  # broker id -> replicas of unknown partitions
+        self.pending: list[tuple] = []  # agents' answers taken, not staged yet (flush_snapshots)
+        self.pending_bytes = 0
 
     def known_brokers(self) -> dict[int, dict]:
         """The cluster's broker rows (id, agent URL, snapshot version), read once per sync."""
@@ -89,8 +134,8 @@ class SnapshotSync:
         except ValueError as exc:  # incl. pydantic's ValidationError
             raise MalformedAnswer(f"agent snapshot: {exc}") from exc
         if split is None:  # an agent that predates format=tsv answered JSON
-            with self._savepoint():
-                envelope, bad, staged = self.raw(
+            with self.staging.savepoint():
+                envelope, bad, staged = self.db.raw(
                     STAGE_SNAPSHOT_SQL, {"body": raw_json(body)}
                 ).fetchone()
                 if bad:
@@ -98,7 +143,7 @@ class SnapshotSync:
                 snap = BrokerSnapshot.model_validate({**loads_json(envelope), "replicas": []})
                 if since is not None and not snap.full and snap.version < since:
                     raise Backwards  # rolls the savepoint back
-                self.replicas.rows += staged
+                self.staging.replicas.rows += staged
                 self._staged_agents([snap])
             return
         snap, rows = split
@@ -126,39 +171,24 @@ class SnapshotSync:
         batch, self.pending, self.pending_bytes = self.pending, [], 0
         if len(batch) > 1:
             try:
-                with self._savepoint():
+                with self.staging.savepoint():
                     self._copy_answers(batch)
                 return
             except Exception:  # each answer is tried alone below
                 log.info("cluster %s: a batch of agent answers was refused", self.cluster.name)
         for answer in batch:
             try:
-                with self._savepoint():
+                with self.staging.savepoint():
                     self._copy_answers([answer])
             except Exception as exc:  # one agent failing never stops the others
                 self.agent_failed(answer[0].broker_id, exc)
-
-    @contextlib.contextmanager
-    def _savepoint(self) -> Iterator[None]:
-        """A savepoint for staging agents' answers: rolled back, the stage tables' row counts
-        are put back too (they decide the ANALYZE, the removed-keys DELETE and whether a first
-        sync looks for agents ahead of the controller)."""
-        tables = (self.replicas, self.logdirs, self.removed)
-        counts = [t.rows for t in tables]
-        try:
-            with transaction.atomic():
-                yield
-        except BaseException:
-            for table, n in zip(tables, counts, strict=True):
-                table.rows = n
-            raise
 
     def _copy_answers(self, batch: list[tuple[BrokerSnapshot, memoryview]]) -> None:
         """One COPY of the answers' replica rows, then their log dirs and removed keys; raises
         :class:`MalformedAnswer` for rows PostgreSQL refuses or does not take in full."""
         sent = sum(_row_count(rows) for _, rows in batch)
         try:
-            staged = self.replicas.copy_text(*(rows for _, rows in batch))
+            staged = self.staging.replicas.copy_text(*(rows for _, rows in batch))
         except (psycopg.DataError, psycopg.IntegrityError) as exc:
             # a row with a missing field, a wrong type or the wrong number of columns
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -170,10 +200,10 @@ class SnapshotSync:
     def _staged_agents(self, answers: list[BrokerSnapshot]) -> None:
         """Agents whose replicas are staged: their log dirs and removed keys are staged too,
         and they count as applied by this sync."""
-        self.logdirs.copy(
+        self.staging.logdirs.copy(
             row for snap in answers for row in logdir_rows(snap.broker_id, snap.log_dirs)
         )
-        self.removed.copy(
+        self.staging.removed.copy(
             row for snap in answers if snap.removed and not snap.full for row in removed_rows(snap)
         )
         for snap in answers:
@@ -194,12 +224,11 @@ class SnapshotSync:
         """Record an agent whose answer could not be had or staged; the others go on."""
         log.warning("cluster %s: agent %s failed: %s", self.cluster.name, broker_id, exc)
         self.failed_brokers[broker_id] = error_text(exc)
-        self.errors[f"broker {broker_id}"] = error_text(exc)
 
-    def apply_snapshots(self) -> None:
-        self.logdirs.analyze()
+    def apply(self) -> AgentsOutcome:
+        self.staging.logdirs.analyze()
         # Log dirs: the last staged row per (broker, name) wins (agent over controller).
-        self.sql(
+        self.db.sql(
             """
             INSERT INTO console_logdir (cluster_id, broker_id, name, path, state,
                 state_changed_at, total_bytes, usable_bytes, probe_latency_ms, error,
@@ -238,21 +267,21 @@ class SnapshotSync:
                   AND NOT EXISTS (SELECT 1 FROM stage_logdir s
                                   WHERE s.broker_id = b.broker_id AND s.name = d.name)
             """
-            self.sql(
+            self.db.sql(
                 f"UPDATE console_replica SET log_dir_id = NULL WHERE log_dir_id IN ({gone_dirs})",  # noqa: S608
                 {"good": good_ids},
             )
-            self.sql(
+            self.db.sql(
                 f"DELETE FROM console_logdirsample WHERE log_dir_id IN ({gone_dirs})",  # noqa: S608
                 {"good": good_ids},
             )
-            self.sql(f"DELETE FROM console_logdir WHERE id IN ({gone_dirs})", {"good": good_ids})  # noqa: S608
+            self.db.sql(f"DELETE FROM console_logdir WHERE id IN ({gone_dirs})", {"good": good_ids})  # noqa: S608
 
         if self.fresh:
             # A new cluster's brokers and dirs were written in this transaction: without
             # statistics the planner counts one broker, estimates the replicas to resolve at a
             # few thousand and looks each of 3,000,000 up by index (#17).
-            self.sql("ANALYZE console_broker, console_logdir")
+            self.db.sql("ANALYZE console_broker, console_logdir")
         # Replicas: resolve names to ids once, then merge and delete against that. A first
         # sync reads the resolution once only (its insert; nothing to delete or compare), so
         # it inserts from the join itself rather than from a 600,000-row table written,
@@ -265,7 +294,7 @@ class SnapshotSync:
             LEFT JOIN console_partition p ON p.topic_id = t.id AND p.partition = s.partition
             LEFT JOIN console_logdir d ON d.broker_id = b.id AND d.name = s.log_dir
         """
-        self.sql("DROP TABLE IF EXISTS pg_temp.resolved_replica")
+        self.db.sql("DROP TABLE IF EXISTS pg_temp.resolved_replica")
         if self.fresh:
             # Replicas of partitions the console does not know yet are looked for only when
             # the insert wrote fewer rows than were staged (an anti-join of 3,000,000 staged
@@ -273,15 +302,15 @@ class SnapshotSync:
             # count per broker of the rows written ~2 s, #17).
             resolved = f"({resolve}) r WHERE r.partition_id IS NOT NULL"
         else:
-            self.sql(f"CREATE TEMP TABLE resolved_replica ON COMMIT DROP AS {resolve}")
+            self.db.sql(f"CREATE TEMP TABLE resolved_replica ON COMMIT DROP AS {resolve}")
             resolved = "resolved_replica"
-            self.cur.execute(
+            self.db.execute(
                 "SELECT broker_id, count(*) FROM resolved_replica WHERE partition_id IS NULL "
                 "GROUP BY broker_id"
             )
-            self.behind = dict(self.cur.fetchall())
-            self.sql("DELETE FROM resolved_replica WHERE partition_id IS NULL")
-            self.sql("ANALYZE resolved_replica (partition_id, broker_pk)")  # the join keys
+            self.behind = dict(self.db.fetchall())
+            self.db.sql("DELETE FROM resolved_replica WHERE partition_id IS NULL")
+            self.db.sql("ANALYZE resolved_replica (partition_id, broker_pk)")  # the join keys
         cols = ", ".join(REPLICA_DATA)
         excluded = ", ".join(f"EXCLUDED.{c}" for c in REPLICA_DATA)
         current = ", ".join(f"console_replica.{c}" for c in REPLICA_DATA if c != "version")
@@ -290,7 +319,7 @@ class SnapshotSync:
         # that only rows from before this sync are looked at.
         deleted = 0
         if self.full_brokers and not self.fresh:
-            deleted += self.sql(
+            deleted += self.db.sql(
                 """
                 DELETE FROM console_replica r USING console_broker b
                 WHERE r.broker_id = b.id AND b.cluster_id = %(cluster)s
@@ -319,19 +348,17 @@ class SnapshotSync:
             # partitions it touched): a 1% sync at 1,000,000 partitions rewrote its 30,000
             # replicas on ~10,000 pages instead of ~30,000 (0.3 s of 3.6 s, #17), for a sort
             # that costs the first sync ~1.5 s of ~58 s.
-            written = self.sql(insert + " ORDER BY partition_id, broker_pk")
-            self.run_stats["replicas_upserted"] = written
-            if written < self.replicas.rows:  # an agent ahead of the controller
-                self.sql(
+            upserted = self.db.sql(insert + " ORDER BY partition_id, broker_pk")
+            if upserted < self.staging.replicas.rows:  # an agent ahead of the controller
+                self.db.sql(
                     f"SELECT r.broker_id, count(*) FROM ({resolve}) r "  # noqa: S608
                     "WHERE r.partition_id IS NULL GROUP BY r.broker_id"
                 )
-                self.behind = dict(self.cur.fetchall())
+                self.behind = dict(self.db.fetchall())
         else:
-            self.run_stats["replicas_upserted"] = self.sql(insert + upsert)
-        self.unknown_replicas = sum(self.behind.values())
-        if self.removed.rows:
-            deleted += self.sql(
+            upserted = self.db.sql(insert + upsert)
+        if self.staging.removed.rows:
+            deleted += self.db.sql(
                 """
                 DELETE FROM console_replica r
                 USING stage_removed s, console_broker b, console_topic t, console_partition p
@@ -341,14 +368,13 @@ class SnapshotSync:
                   AND r.partition_id = p.id AND r.broker_id = b.id
                 """
             )
-        self.run_stats["replicas_deleted"] = deleted
 
         # Agents that answered: their state, version and last good time.
         if self.good_brokers:
             rows = [
                 g if g[0] not in self.behind else (g[0], None, *g[2:]) for g in self.good_brokers
             ]
-            self.sql(
+            self.db.sql(
                 """
                 UPDATE console_broker b SET
                     snapshot_version = COALESCE(v.version, b.snapshot_version),
@@ -373,7 +399,7 @@ class SnapshotSync:
                 },
             )
         if self.failed_brokers:
-            self.sql(
+            self.db.sql(
                 """
                 UPDATE console_broker b SET error = v.error, error_at = %(now)s
                 FROM unnest(%(ids)s::int[], %(errors)s::text[]) AS v(broker_id, error)
@@ -385,14 +411,20 @@ class SnapshotSync:
                 },
             )
         if not self.fresh:  # on a first sync every partition is new, hence touched already
-            self.sql(
+            self.db.sql(
                 """
                 INSERT INTO touched_partition (id)
                 SELECT DISTINCT partition_id FROM resolved_replica
                 """
             )
-
-    # -- derived values ----------------------------------------------------------------------
+        return AgentsOutcome(
+            synced=len(self.good_brokers),
+            failed=dict(self.failed_brokers),
+            replicas_upserted=upserted,
+            replicas_deleted=deleted,
+            unknown_replicas=sum(self.behind.values()),
+        )
 
     def fetch_snapshot(self, broker_id: int, url: str, since: int | None) -> bytes:
+        """One agent's answer (called in the run's threads: it reads the source only)."""
         return snapshot_rows(self.source, broker_id, url, since)

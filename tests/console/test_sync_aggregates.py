@@ -139,13 +139,13 @@ def _states(cluster) -> tuple[dict, dict]:
 def paths(monkeypatch) -> list[bool]:
     """Which way each sync took: True for adding and subtracting."""
     taken: list[bool] = []
-    capture = aggregates.AggregateSync.capture_aggregates
+    capture = aggregates.AggregateSync.capture
 
     def spy(self, md):
         capture(self, md)
-        taken.append(self.incremental_aggregates)
+        taken.append(self.incremental)
 
-    monkeypatch.setattr(aggregates.AggregateSync, "capture_aggregates", spy)
+    monkeypatch.setattr(aggregates.AggregateSync, "capture", spy)
     return taken
 
 
