@@ -11,7 +11,7 @@ is a first or a full one, and reads what the other parts staged and touched from
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker_agent.models import split_partition_key
 from console.choices import BrokerState, LogDirState
@@ -104,8 +104,8 @@ class AggregateSync:
         partition of each changed topic instead — the full recompute that also sets right
         anything an interrupted upgrade left behind.
         """
-        listed = md is not None and md.changed
-        self.incremental = not (self.fresh or self.full or (listed and md.full))
+        listed = md if md is not None and md.changed else None  # the controller's partitions
+        self.incremental = not (self.fresh or self.full or (listed is not None and listed.full))
         if not self.incremental:
             return
         # One row per partition: stage_replica has a row per replica (RF of them). With the
@@ -113,11 +113,11 @@ class AggregateSync:
         # deduplicate it), so every partition counted RF times: a purge seen only by the
         # agents took RF times its fenced bytes off the topic, leaving it negative (#39).
         keys = ["SELECT DISTINCT topic, partition FROM stage_replica"]
-        params: dict = {}
-        if listed:
+        params: dict[str, Any] = {}
+        if listed is not None:
             keys.append("SELECT topic_name, partition FROM stage_partition")
-            if md.removed_partitions:
-                removed = [split_partition_key(k) for k in md.removed_partitions]
+            if listed.removed_partitions:
+                removed = [split_partition_key(k) for k in listed.removed_partitions]
                 params = {"r_topics": [t for t, _ in removed], "r_parts": [p for _, p in removed]}
                 keys.append("SELECT * FROM unnest(%(r_topics)s::text[], %(r_parts)s::int[])")
         self.db.sql("DROP TABLE IF EXISTS pg_temp.agg_key, pg_temp.topic_delta")

@@ -30,19 +30,20 @@ class SyncCursor:
         self.cluster_pk = cluster_pk
         self.now = now
 
-    def sql(self, statement: str, params: dict | None = None) -> int:
+    def sql(self, statement: str, params: dict[str, Any] | None = None) -> int:
         """Execute with ``cluster`` and ``now`` bound; answers the rows it touched."""
         self.cur.execute(statement, {"cluster": self.cluster_pk, "now": self.now, **(params or {})})
-        return self.cur.rowcount
+        rowcount: int = self.cur.rowcount
+        return rowcount
 
-    def raw(self, statement: str, params: dict | None = None) -> Any:
+    def raw(self, statement: str, params: dict[str, Any] | None = None) -> Any:
         """Execute on the psycopg cursor itself: its parameters are whole JSON answers (tens of
         MB), which Django's debug wrapper would format into its query log."""
         raw = self.cur.cursor
         raw.execute(statement, {"cluster": self.cluster_pk, "now": self.now, **(params or {})})
         return raw
 
-    def execute(self, statement: str, params: list | None = None) -> None:
+    def execute(self, statement: str, params: list[Any] | None = None) -> None:
         """A statement with positional parameters, as it is (settings, lookups by key)."""
         self.cur.execute(statement, params)
 
@@ -50,7 +51,8 @@ class SyncCursor:
         return self.cur.fetchone()
 
     def fetchall(self) -> list[Any]:
-        return self.cur.fetchall()
+        rows: list[Any] = self.cur.fetchall()
+        return rows
 
 
 def error_text(exc: BaseException) -> str:
@@ -96,9 +98,10 @@ def split_topics(body: bytes, chunk_bytes: int) -> tuple[bytes, list[bytes]] | N
     return envelope, chunks
 
 
-def loads_json(value: object) -> dict:
+def loads_json(value: Any) -> dict[str, Any]:
     """A small ``jsonb`` result (Django's connection hands ``jsonb`` back as text)."""
-    return json.loads(value) if isinstance(value, str | bytes) else value
+    obj: dict[str, Any] = json.loads(value) if isinstance(value, str | bytes) else value
+    return obj
 
 
 class MalformedAnswer(ValueError):

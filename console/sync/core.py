@@ -51,7 +51,8 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -249,7 +250,7 @@ def _read_sources(metadata: MetadataSync, snapshots: SnapshotSync) -> ClusterMet
     in one go."""
     window_size = 2 * MAX_PARALLEL_AGENTS
     with ThreadPoolExecutor(MAX_PARALLEL_AGENTS, thread_name_prefix="strata-sync") as pool:
-        window: list[tuple[int, str, int | None, Future]] = []
+        window: list[tuple[int, str, int | None, Future[bytes]]] = []
 
         def submit(bid: int, url: str, since: int | None) -> None:
             window.append((bid, url, since, pool.submit(snapshots.fetch_snapshot, bid, url, since)))
@@ -315,7 +316,7 @@ def _analyze_if_bulk(run: SyncRun, positions_written: int) -> None:
 def do_sync_cluster(
     cluster: Cluster,
     *,
-    acting_user=None,
+    acting_user: Any = None,
     source: ClusterSource | None = None,
     full: bool = False,
     trigger: str = SyncTrigger.MANUAL,
@@ -331,7 +332,7 @@ def do_sync_cluster(
     own = source is None
     started = timezone.now()
     try:
-        src = source_factory(cluster) if own else source
+        src = source_factory(cluster) if source is None else source
     except Exception as exc:  # e.g. the secret file is missing: recorded like any failure
         _record_failure(cluster, trigger, started, full, {"secret": error_text(exc)})
         raise
@@ -359,7 +360,9 @@ def inventory_missing(cluster_name: str) -> bool:
     )
 
 
-def _record_failure(cluster: Cluster, trigger: str, started, full: bool, errors: dict) -> None:
+def _record_failure(
+    cluster: Cluster, trigger: str, started: datetime, full: bool, errors: dict[str, str]
+) -> None:
     """A sync that failed as a whole still leaves a record (outside its rolled-back work)."""
     finished = timezone.now()
     SyncRun.objects.create(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from typing import Any
 
 from django.db import transaction
 
@@ -51,6 +52,10 @@ GROUP_COLUMNS = [
 """The staged position rows: :data:`broker_agent.models.GROUP_TSV_COLUMNS`, typed."""
 
 _GROUP_HEAD_COLUMNS = [("group_id", "text"), ("generation", "int4"), ("members", "int4")]
+
+#: A coordinator's answer: (version, full, [(group_id, generation, members)], position rows as
+#: COPY text or as tuples in :data:`GROUP_COLUMNS` order).
+_Answer = tuple[int | None, bool, list[Any], memoryview | list[tuple[Any, ...]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +94,7 @@ class GroupSync:
                 self.cluster.save(update_fields=["groups_version"])
         return GroupsOutcome(positions_written=written)
 
-    def _read_groups(self):
+    def _read_groups(self) -> _Answer | None:
         """(version, full, [(group_id, generation, members)], position rows) or None (no
         coordinator). Position rows are COPY text as the coordinator sent them, or tuples."""
         changes = getattr(self.source, "group_changes", None)
@@ -112,15 +117,17 @@ class GroupSync:
                 return None
             views = [v.model_dump() for v in listed]
         heads = [(v["group_id"], v["generation"], len(v["members"])) for v in views]
-        rows = [
+        positions = [
             (v["group_id"], topic, int(p), offset, v["generation"], len(v["members"]))
             for v in views
             for topic, parts in v["offsets"].items()
             for p, offset in parts.items()
         ]
-        return None, True, heads, rows
+        return None, True, heads, positions
 
-    def _merge_groups(self, full: bool, heads: list, rows) -> int:
+    def _merge_groups(
+        self, full: bool, heads: list[Any], rows: memoryview | list[tuple[Any, ...]]
+    ) -> int:
         """Merge the staged answer; answers the positions inserted, updated or deleted."""
         groups = StageTable(self.db.cur, "stage_group", _GROUP_HEAD_COLUMNS)
         groups.copy(heads)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Any
 
 import psycopg
 from django.db import transaction
@@ -142,7 +143,8 @@ class MetadataSync:
         md = self._stage_json(body) if split is None else self._stage_rows(*split)
         if not md.changed:
             return md
-        self.gone_topics: list[str] = sorted(md.removed_topics)
+        topics, parts = self._staged_tables()
+        self.gone_topics = sorted(md.removed_topics)
         skipped = 0
         if md.full:
             self.db.execute(
@@ -159,17 +161,23 @@ class MetadataSync:
                   AND t.metadata_digest = s.metadata_digest
                 """
             )
-            self.topics.rows -= skipped
+            topics.rows -= skipped
         if skipped or (split is not None and not self.ask_all):
             # The skipped topics' partitions, and rows of a topic the answer does not list
             # (a malformed answer: merged, they would land in a topic of the same name). When
             # everything was asked for, no topic was skipped and every topic the answer does
             # not list is deleted before partitions are merged: such rows find no topic.
-            self.parts.rows -= self.db.sql(
+            parts.rows -= self.db.sql(
                 "DELETE FROM stage_partition s WHERE NOT EXISTS "
                 "(SELECT 1 FROM stage_topic t WHERE t.name = s.topic_name)"
             )
         return md
+
+    def _staged_tables(self) -> tuple[StageTable, StageTable]:
+        """The staged topics and partitions: there once a changed answer was staged."""
+        if self.topics is None or self.parts is None:
+            raise RuntimeError("no changed metadata was staged")
+        return self.topics, self.parts
 
     def _stage_rows(
         self, md: ClusterMetadata, topic_rows: memoryview, partition_rows: memoryview
@@ -200,7 +208,7 @@ class MetadataSync:
             self.topics.analyze()
         return md
 
-    def _topic_params(self, md: ClusterMetadata) -> dict:
+    def _topic_params(self, md: ClusterMetadata) -> dict[str, Any]:
         return {
             "delta": not md.full,
             "min_isr_key": TopicConfig.MIN_INSYNC_REPLICAS,
@@ -276,6 +284,7 @@ class MetadataSync:
         if not md.changed:
             return
         self.outcome.changed = True
+        topics, parts = self._staged_tables()
         brokers = StageTable(self.db.cur, "stage_broker", BROKER_COLUMNS)
         brokers.copy((b.broker_id, b.url, b.alive, b.last_heartbeat_ms) for b in md.brokers)
         self.db.sql(
@@ -300,12 +309,12 @@ class MetadataSync:
         # it was staged (stage_metadata).
         delta = not md.full
         gone = self.gone_topics
-        self.outcome.topics_changed = self.topics.rows + len(gone)
+        self.outcome.topics_changed = topics.rows + len(gone)
         if gone:
             self._delete_topics(gone)
         if delta and md.removed_partitions:
             self._delete_partitions(md.removed_partitions)
-        if not self.topics.rows:
+        if not topics.rows:
             return
         self.db.sql(
             """
@@ -353,7 +362,7 @@ class MetadataSync:
             # updated ones change no statistic the joins use (0.3 s of a 1% sync at 37,636
             # topics, #17).
             self.db.sql("ANALYZE console_topic")
-        self.parts.analyze()
+        parts.analyze()
         self.staging.replicas.analyze()
         # New partitions take their offsets from their leader's replica staged in this sync
         # (KIP-950: a partition's offsets are its leader's), so a full sync writes each

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import psycopg
 
@@ -87,14 +89,15 @@ class SnapshotSync:
         self.fresh = fresh
         # (broker id, version, state, mode, store unreachable since, store error) per agent
         # whose answer is staged; of those, the ones that answered in full
-        self.good_brokers: list[tuple] = []
+        self.good_brokers: list[tuple[int, int, str, str, int | None, str]] = []
         self.full_brokers: list[int] = []
         self.failed_brokers: dict[int, str] = {}
         self.behind: dict[int, int] = {}  # broker id -> replicas of unknown partitions
-        self.pending: list[tuple] = []  # agents' answers taken, not staged yet (flush_snapshots)
+        # agents' answers taken, not staged yet (flush_snapshots)
+        self.pending: list[tuple[BrokerSnapshot, memoryview]] = []
         self.pending_bytes = 0
 
-    def known_brokers(self) -> dict[int, dict]:
+    def known_brokers(self) -> dict[int, Mapping[str, Any]]:
         """The cluster's broker rows (id, agent URL, snapshot version), read once per sync."""
         return {
             b["broker_id"]: b
@@ -104,7 +107,7 @@ class SnapshotSync:
         }
 
     def brokers_to_poll(
-        self, md: ClusterMetadata | None, known: dict[int, dict]
+        self, md: ClusterMetadata | None, known: Mapping[int, Mapping[str, Any]]
     ) -> list[tuple[int, str, int | None]]:
         """(broker id, agent URL, since) for every broker the controller or ``known`` (the
         rows :meth:`known_brokers` read) knows."""
