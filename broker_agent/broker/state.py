@@ -27,7 +27,7 @@ __all__ = [
 
 log = logging.getLogger("broker_agent.broker")
 
-#: Consecutive slow probes that make a log dir DEGRADED (see ``Broker._grade``).
+#: Consecutive slow probes that make a log dir DEGRADED (see ``logdirs.ProbeGrades``).
 DEGRADED_WINDOW = 3
 OFFSET_MOVED_TO_TIERED_STORAGE = "OFFSET_MOVED_TO_TIERED_STORAGE"
 
