@@ -90,7 +90,7 @@ def create_app(
             "status": "ok",
             "role": "broker",
             "broker_id": b().broker_id,
-            "online": b().online,
+            "online": b().log_dirs.online,
             "incarnation": b().incarnation,
             "started_ms": b().started_ms,
             "kafka_listener_serving": b().kafka_listener_serving,
@@ -110,7 +110,7 @@ def create_app(
             "PostgreSQL COPY text format (what the console's sync loads).",
         ),
     ):
-        snap = b().snapshot(since)
+        snap = b().snapshots.take(since)
         if format == "tsv":  # the broker answers a dict: validated as the JSON answer would be
             body = snapshot_tsv(BrokerSnapshot.model_validate(snap))
             return Response(body, media_type=SNAPSHOT_TSV_MEDIA_TYPE)
@@ -118,35 +118,36 @@ def create_app(
 
     @app.post("/v1/commands/disable-remote-topic", response_model=CommandResult)
     def disable_remote_topic(cmd: RemoteTopicCommand):
-        return b().disable_remote_topic(cmd)
+        return b().tiering.disable_remote_topic(cmd)
 
     @app.post("/v1/commands/enable-remote-topic", response_model=CommandResult)
     def enable_remote_topic(cmd: RemoteTopicCommand):
         if cmd.policy is not None:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, "re-enablement takes no policy")
-        return b().enable_remote_topic(cmd)
+        return b().tiering.enable_remote_topic(cmd)
 
     @app.get("/v1/log-dirs", response_model=list[LogDirInfo])
     def log_dirs():
-        return [b().log_dir_info(d) for d in b().log_dirs.values()]
+        dirs = b().log_dirs
+        return [dirs.info(d) for d in dirs.dirs.values()]
 
     @app.post("/v1/log-dirs/{name}/cordon", response_model=LogDirInfo)
     def cordon(name: str):
         """KIP-1066 ``cordoned.log.dirs``: no new replica is placed on the dir; its replicas
         keep serving and its state is unchanged. Persisted; idempotent."""
-        return b().cordon(name)
+        return b().log_dirs.cordon(name)
 
     @app.delete("/v1/log-dirs/{name}/cordon", response_model=LogDirInfo)
     def uncordon(name: str):
         """Lift the cordon: the dir takes new replicas again. Idempotent."""
-        return b().cordon(name, cordoned=False)
+        return b().log_dirs.cordon(name, cordoned=False)
 
     @app.post("/v1/sim/log-dirs/{name}/probe", response_model=LogDirInfo)
     def probe(name: str):
         """Simulator-only control (no Kafka counterpart): probe the dir now. A failed dir stays
         OFFLINE until the broker restarts, as in Kafka; ``probe_latency_ms`` says whether its
         disk works again."""
-        return b().reprobe(name)
+        return b().log_dirs.reprobe(name)
 
     @app.get("/v1/log-dirs/{name}/removal-plan", response_model=LogDirRemovalPlan)
     def removal_plan(name: str):
@@ -154,7 +155,7 @@ def create_app(
         from the broker's configuration, sized by their leaders, placed on the good dirs, and
         per good dir the space needed vs usable. ``removable`` / ``error`` say whether
         ``POST .../remove`` would succeed."""
-        return b().removal_plan(name)
+        return b().log_dirs.removal_plan(name)
 
     @app.post("/v1/log-dirs/{name}/remove", response_model=LogDirRemovalPlan)
     def remove_log_dir(name: str, dry_run: bool = Query(False)):
@@ -163,7 +164,7 @@ def create_app(
         the good dirs lack usable space for its replicas, 409 ``LOG_DIR_NOT_OFFLINE``, 400
         ``LAST_LOG_DIR``. Then LogDirReset re-creates the replicas on the planned good dirs.
         ``dry_run=true`` answers the plan (or the refusal) and changes nothing."""
-        return b().remove_log_dir(name, dry_run)
+        return b().log_dirs.remove(name, dry_run)
 
     @app.post("/v1/log-dir-reset")
     def log_dir_reset() -> dict:
@@ -173,11 +174,11 @@ def create_app(
 
     @app.get("/v1/recreate-status", response_model=RecreateStatus)
     def recreate_status():
-        return b().recreate_status()
+        return b().snapshots.recreate_status()
 
     @app.post("/v1/produce", response_model=ProduceResponse)
     def produce(req: ProduceRequest):
-        return b().produce(req)
+        return b().partitions.produce(req)
 
     @app.get("/v1/partitions/{topic}/{partition}/records", response_model=FetchResponse)
     def fetch(
@@ -189,20 +190,22 @@ def create_app(
     ):
         """Records from ``offset`` up to the high watermark. ``undeleted_partition_count``
         (KIP-253 consumers): refused with INVALID_PARTITION_METADATA unless it is the leader's."""
-        return b().fetch(topic, partition, offset, max_records, undeleted_partition_count)
+        return b().partitions.fetch(
+            topic, partition, offset, max_records, undeleted_partition_count
+        )
 
     @app.post("/v1/partitions/{topic}/{partition}/roll")
     def roll(topic: str, partition: int) -> dict:
-        return b().roll(topic, partition)
+        return b().partitions.roll(topic, partition)
 
     @app.post("/v1/partitions/{topic}/{partition}/log-start-offset")
     def log_start_offset(topic: str, partition: int, req: LogStartOffsetRequest) -> dict:
-        return b().publish_log_start_offset(topic, partition, req.log_start_offset)
+        return b().partitions.publish_log_start_offset(topic, partition, req.log_start_offset)
 
     @app.post("/v1/replica/fetch", include_in_schema=False)
     def replica_fetch(req: Annotated[dict, Body()]) -> dict:
         try:
-            return b().replica_fetch(req)
+            return b().replication.replica_fetch(req)
         except (KeyError, TypeError):
             raise ApiError(400, ErrorCode.INVALID_REQUEST, "malformed replica fetch") from None
 
@@ -213,7 +216,7 @@ def create_app(
         leader_epoch: int = Query(ge=0, le=2**31),
         undeleted_partition_count: int | None = Query(None, ge=1, le=1_000_000),
     ) -> dict:
-        return b().offsets_for_leader_epoch(
+        return b().partitions.offsets_for_leader_epoch(
             topic, partition, leader_epoch, undeleted_partition_count
         )
 
@@ -226,7 +229,7 @@ def create_app(
     ):
         """Remote-segment inventory (DESIGN.md schema). ``format=json`` pages with
         ``offset``/``limit`` and returns ``next_offset``; ``format=ndjson`` streams every row."""
-        rows = b().inventory(topic)
+        rows = b().tiering.inventory(topic)
         if format == "ndjson":
             return StreamingResponse(
                 (json.dumps(r) + "\n" for r in rows), media_type="application/x-ndjson"
@@ -242,18 +245,18 @@ def create_app(
 
     @app.get("/v1/remote/partition-states", response_model=list[PartitionStateRow])
     def partition_states(topic: str | None = Query(None, max_length=249)):
-        return b().partition_states(topic)
+        return b().tiering.partition_states(topic)
 
     @app.post("/v1/remote/segments/{segment_id}/state", response_model=RemoteSegmentRow)
     def mark_segment(segment_id: str, req: SegmentStateRequest):
-        return b().mark_segment(segment_id, req.state)
+        return b().tiering.mark_segment(segment_id, req.state)
 
     @app.put("/v1/remote/expiration-mode")
     def expiration_mode(body: Annotated[dict, Body(examples=[{"mode": "external"}])]) -> dict:
         mode = body.get("mode") if isinstance(body, dict) else None
         if mode not in ExpirationMode.ALL:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, "mode must be internal or external")
-        b().expiration_mode = mode
+        b().tiering.expiration_mode = mode
         return {"mode": mode}
 
     return app

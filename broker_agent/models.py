@@ -394,7 +394,7 @@ class ReplicaInfo(_Model):
     remote_log_end_offset: int = -1
     remote_bytes: int = 0
     remote_segments: int = 0
-    # KIP-963, on the leader of a tiered partition (0 elsewhere); see Broker.tier_metrics.
+    # KIP-963, on the leader of a tiered partition (0 elsewhere); see Tiering.tier_metrics.
     remote_copy_lag_bytes: int = 0
     remote_copy_lag_segments: int = 0
     remote_delete_lag_bytes: int = 0
@@ -613,7 +613,7 @@ BrokerInfo.model_rebuild()
 
 SNAPSHOT_TSV_MEDIA_TYPE = "text/tab-separated-values"
 
-#: KIP-963's tiered metrics of a replica (ReplicaInfo; see Broker.tier_metrics), in row order.
+#: KIP-963's tiered metrics of a replica (ReplicaInfo; see Tiering.tier_metrics), in row order.
 TIER_METRIC_FIELDS = (
     "remote_copy_lag_bytes",
     "remote_copy_lag_segments",

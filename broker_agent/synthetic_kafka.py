@@ -16,10 +16,10 @@ lazily per request (nothing per partition is kept: the fleet is 1,000,000 partit
   high watermark = log end offset, 0 bytes; no leader-epoch history is kept, so every offset is
   answered in the partition's current leader epoch;
 - ``log_dirs``: ``logdir-N`` at ``/synthetic/broker-B/logdir-N``, always online, with the
-  HTTP API's total / usable bytes;
-- ``tiering``: the KIP-950 state the broker applied (``SyntheticTiering.brokers``); ``remote``:
-  a store with no segments (a lookup by time finds nothing: the fleet keeps no records) and
-  ``remote_log_end_offset`` -1;
+  HTTP API's total / usable bytes (as a broker's ``log_dirs`` part: ``dirs`` and ``info``);
+- ``tiering``: the KIP-950 state the broker applied (``SyntheticTiering.brokers``) as a broker's
+  ``tiering`` part (``states``), ``remote_log_end_offset`` -1; ``remote``: a store with no
+  segments (a lookup by time finds nothing: the fleet keeps no records);
 - ``controller``: the synthetic groups (``SyntheticGroups``) as the coordinator's views.
 
 Only the read calls are served (:data:`READ_APIS`): ApiVersions lists exactly those, and a
@@ -258,6 +258,21 @@ class _BrokerTiering(Mapping):
         return len(self._applied())
 
 
+class _Tiering:
+    """A synthetic broker's tiering as the handlers read a broker's ``tiering`` part: the
+    applied ``states`` and nothing in remote storage (its snapshot's ``remote_log_end_offset``
+    is -1 too)."""
+
+    def __init__(self, states: _BrokerTiering):
+        self.states = states
+
+    def purge_below_tiered_epoch(self, topic: str) -> int:
+        return self.states.get(topic, {}).get("purge_below_tiered_epoch", 0)
+
+    def remote_log_end_offset(self, _replica) -> int:
+        return -1
+
+
 class _NoDirMoves:
     """A fleet moves no replica between dirs: no future replica, no throttle set."""
 
@@ -277,6 +292,16 @@ class _LogDir:
     name: str
     path: str
     good: bool = True
+
+
+class _LogDirs:
+    """A synthetic broker's dirs as the handlers read a broker's ``log_dirs`` part."""
+
+    def __init__(self, dirs: dict[str, _LogDir]):
+        self.dirs = dirs
+
+    def info(self, d: _LogDir) -> dict:
+        return {"path": d.path, "total_bytes": DIR_TOTAL_BYTES, "usable_bytes": DIR_USABLE_BYTES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,12 +362,14 @@ class SyntheticBroker:
         self.lock = c.lock
         self.topics = _Topics(c)
         self.replicas = _Replicas(c, broker_id, fleet.replica_memo)
-        self.tiering = _BrokerTiering(c, broker_id)
+        self.tiering = _Tiering(_BrokerTiering(c, broker_id))
         self.controller = _Coordinator(fleet, broker_id)
-        self.log_dirs = {
-            f"logdir-{d}": _LogDir(f"logdir-{d}", f"/synthetic/broker-{broker_id}/logdir-{d}")
-            for d in range(c.log_dirs)
-        }
+        self.log_dirs = _LogDirs(
+            {
+                f"logdir-{d}": _LogDir(f"logdir-{d}", f"/synthetic/broker-{broker_id}/logdir-{d}")
+                for d in range(c.log_dirs)
+            }
+        )
         self.remote = _NoRemoteSegments()
         self.dir_mover = _NoDirMoves()
         self.segment_bytes = SEGMENT_BYTES
@@ -351,14 +378,6 @@ class SyntheticBroker:
     @property
     def cluster_brokers(self) -> list[dict]:
         return self.fleet.cluster_brokers
-
-    def log_dir_info(self, d: _LogDir) -> dict:
-        return {"path": d.path, "total_bytes": DIR_TOTAL_BYTES, "usable_bytes": DIR_USABLE_BYTES}
-
-    def remote_log_end_offset(self, _replica) -> int:
-        """Nothing of a synthetic partition is in remote storage (its snapshot's
-        ``remote_log_end_offset`` is -1 too)."""
-        return -1
 
 
 class SyntheticKafka:

@@ -5,7 +5,7 @@ Mounted on the synthetic app by :func:`install_tiering_routes` (from
 ``disable_tiering`` / ``enable_tiering`` workflows run unchanged against the one-process
 synthetic cluster. Paths, request / response models, error codes and transitions are those of
 the real controller (:mod:`broker_agent.controller`) and agent (:mod:`broker_agent.agent_app`,
-:meth:`broker_agent.broker.Broker.disable_remote_topic`):
+:meth:`broker_agent.broker.tiering.Tiering.disable_remote_topic`):
 
 Controller (``/v1``):
 

@@ -1,49 +1,58 @@
 """A simulated broker: replica manager, replica fetcher, tiering tasks, log-dir health.
 
+The broker is composed of parts, each a class with its own state and a narrow interface, built
+here with the collaborators it uses (no part reaches into another's state):
+
+- ``core`` (:class:`.state.BrokerCore`): what every part reads under one lock — the broker id,
+  the replicas, the metadata cache.
+- ``events`` (:class:`.events.WebhookEvents`): the signed webhook events and their queue.
+- ``log_dirs`` (:class:`.logdirs.LogDirs`): KIP-112 dirs, their failures, probes, cordon and
+  removal, and their figures.
+- ``dir_mover`` (:class:`.dirmoves.ReplicaDirMover`): replicas moving between this broker's dirs.
+- ``tiering`` (:class:`.tiering.Tiering`): KIP-950 / KIP-405 state, commands and tasks.
+- ``partitions`` (:class:`.partitions.PartitionIO`): produce, fetch and the leader's log calls.
+- ``replication`` (:class:`.replication.Replication`): followers' fetches, ISR, the fetchers.
+- ``metadata`` (:class:`.metadata.Metadata`): the controller's metadata and the heartbeat.
+- ``snapshots`` (:class:`.snapshot.Snapshots`): the versioned snapshot the console syncs.
+
 Threads (all daemons, one process per broker):
 
 - metadata: long-polls the controller and applies changes (LeaderAndIsr / UpdateMetadata).
 - heartbeat: registers the broker, reports offline replicas and created replicas (KIP-112).
 - fetcher-<leader>: one replica fetcher per leader broker (followers pull, as in Kafka).
 - maintenance: ISR shrink, high-watermark checkpoints, segment copier, local retention and
-  remote expiration (two separate tasks per partition, as KIP-950 asks).
+  remote expiration (two separate tasks per partition, as KIP-950 asks); this module's loop
+  runs the replication and tiering parts' tasks per replica.
 - probe: probes every good log dir each ``probe_interval`` s so a dir fails within 5 s even idle.
+- failures: takes a failed dir's replicas offline and tells the controller.
 - events: pushes signed webhook events; drops them after a few attempts when nobody listens.
-
-Where it lives: :mod:`.state` (Replica), :mod:`.logdirs`, :mod:`.metadata`, :mod:`.partitions`,
-:mod:`.replication`, :mod:`.tiering`, :mod:`.snapshot`, :mod:`.dirmoves` (a composed part,
-not a mixin); this module builds the broker from
-them and starts its threads.
+- alter-log-dirs-<topic>-<partition>: a replica's copy to another dir, while it runs.
 """
 
 from __future__ import annotations
 
-import collections
 import os
-import queue
 import threading
 import time
 import uuid
 
 from broker_agent.broker.dirmoves import ReplicaDirMover
-from broker_agent.broker.logdirs import LogDirsMixin
-from broker_agent.broker.metadata import MetadataMixin
-from broker_agent.broker.partitions import PartitionIOMixin
-from broker_agent.broker.replication import ReplicationMixin
-from broker_agent.broker.snapshot import SnapshotMixin
+from broker_agent.broker.events import WebhookEvents
+from broker_agent.broker.logdirs import LogDirs
+from broker_agent.broker.metadata import Metadata
+from broker_agent.broker.partitions import PartitionIO
+from broker_agent.broker.replication import Replication
+from broker_agent.broker.snapshot import Snapshots
 from broker_agent.broker.state import (
+    BrokerCore,
     Replica,
     log,
 )
-from broker_agent.broker.tiering import TieringMixin
-from broker_agent.choices import (
-    EventType,
-    ExpirationMode,
-    LogDirState,
-)
+from broker_agent.broker.tiering import Tiering
+from broker_agent.choices import ExpirationMode
 from broker_agent.client import ControllerClient
 from broker_agent.objectstore import S3Location, remote_store_uri
-from broker_agent.remote import RemoteStore
+from broker_agent.remote import RemoteStorageError, RemoteStore
 from broker_agent.storage import (
     LogDir,
     PartitionLog,
@@ -53,10 +62,12 @@ from broker_agent.storage import (
 __all__ = ["Broker"]
 
 
-class Broker(
-    LogDirsMixin, MetadataMixin, PartitionIOMixin, ReplicationMixin, TieringMixin, SnapshotMixin
-):
-    """One simulated broker process: its log dirs, replicas and threads (module docstring)."""
+class Broker:
+    """One simulated broker process: its parts and threads (module docstring). Besides the
+    parts, it keeps what :mod:`broker_agent.kafka_wire`'s handlers read of any broker (the
+    simulated one and :class:`broker_agent.synthetic_kafka.SyntheticBroker` alike): its
+    identity, configuration, the controller and remote-store clients, and the core's
+    ``lock``, ``replicas``, ``topics`` and ``cluster_brokers``."""
 
     def __init__(
         self,
@@ -78,15 +89,14 @@ class Broker(
         remote_store: str | None = None,
         kafka_listener: str | None = None,
     ):
-        self.broker_id = broker_id
+        self.core = core = BrokerCore(broker_id)
         #: this process's identity: a new one at every start, so a caller that restarts the
         #: broker can tell a restart already done from one still to do (``/v1/health``)
         self.incarnation = uuid.uuid4().hex
         self.started_ms = int(time.time() * 1000)
         self.root = os.path.join(data_dir, f"broker-{broker_id}")
-        self.meta_dir = os.path.join(self.root, "meta")
+        meta_dir = os.path.join(self.root, "meta")
         self.secret = secret
-        self.url = url
         #: ``host:port`` of this broker's Kafka-protocol listener (``broker_agent.kafka_wire``)
         self.kafka_listener = kafka_listener
         #: the listener accepts clients (it opens once this broker has caught up; see
@@ -94,86 +104,108 @@ class Broker(
         self.kafka_listener_serving = False
         self.cluster_id = cluster_id
         self.segment_bytes = segment_bytes
-        self.expiration_mode = expiration_mode
-        self.webhook_url = webhook_url
-        self.probe_interval = probe_interval
-        #: the last DEGRADED_WINDOW probe latencies per good dir (see ``_grade``)
-        self._probe_history: dict[str, collections.deque[float]] = {}
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.task_interval = task_interval
-        self.copier_paused = False  # set only by the tests' agent entry point
         self.controller = ControllerClient(controller_url, secret, retries=0, timeout=10)
         self.remote = RemoteStore(
             S3Location.parse(remote_store_uri(cluster_id, remote_store)), cluster_id
         )
-        self.lock = threading.RLock()
-        self.data_cond = threading.Condition()
-        self.replicas: dict[tuple[str, int], Replica] = {}
-        self.topics: dict[str, dict] = {}
-        self.broker_urls: dict[int, str] = {}
-        self.cluster_brokers: list[dict] = []
-        self.metadata_version = -1
-        self.pending_created: set[str] = set()
-        self.failures: queue.Queue = queue.Queue()
-        self.events: queue.Queue = queue.Queue()
-        self.fetchers: dict[int, threading.Thread] = {}
-        self.stopped = threading.Event()
-        self.offline_announced = False
-        # Dirs whose LogDirFailure event is queued; BrokerOffline follows only when every dir is
-        # in here, so listeners always see each dir's failure before the broker's.
-        self.failure_announced: set[str] = set()
-        # KIP-950 state applied by DisableRemoteTopic / EnableRemoteTopic, persisted.
-        self.tiering: dict[str, dict] = {}
-        self.applied_commands: dict[str, dict] = {}
-        # snapshot versioning
-        self.snapshot_version = 0
-        self._snap_entries: dict[str, tuple[dict, int]] = {}
-        self._snap_head: tuple | None = None
-        self._snap_removed: dict[str, int] = {}
-        self._snap_lock = threading.Lock()
-        os.makedirs(self.meta_dir, exist_ok=True)
-        # Log dir configuration: dirs removed by KIP-112 recovery (option 2) stay removed across
-        # restarts; planned targets say where their replicas are re-created; cordoned dirs
-        # (KIP-1066 ``cordoned.log.dirs``) stay cordoned.
-        config = self._load_dir_config()
-        self.removed_log_dirs: list[str] = config.get("removed", [])
-        self.planned_dirs: dict[str, str] = config.get("planned", {})
-        self.log_dirs = {
-            name: LogDir(name, os.path.join(self.root, name), self._on_dir_failure)
-            for name in log_dir_names
-            if name not in self.removed_log_dirs
-        }
-        cordoned = set(config.get("cordoned", []))
-        for d in self.log_dirs.values():
-            d.capacity_bytes = log_dir_capacity_bytes
-            d.cordoned = d.name in cordoned
+        os.makedirs(meta_dir, exist_ok=True)
+        self.events = WebhookEvents(
+            broker_id=broker_id,
+            cluster_id=cluster_id,
+            secret=secret,
+            webhook_url=webhook_url,
+            stopped=core.stopped,
+        )
+        # The two calls back up the graph (the heartbeat, the moves' room) are late-bound:
+        # log dirs come before the parts that use them.
+        self.log_dirs = LogDirs(
+            core,
+            root=self.root,
+            meta_dir=meta_dir,
+            names=log_dir_names,
+            capacity_bytes=log_dir_capacity_bytes,
+            probe_interval=probe_interval,
+            events=self.events,
+            controller=self.controller,
+            secret=secret,
+            report=lambda: self.metadata.heartbeat_once(),
+            incoming_bytes=lambda name: self.dir_mover.incoming_bytes(name),
+        )
         #: replicas moving between this broker's dirs (AlterReplicaLogDirs)
-        self.dir_mover = ReplicaDirMover(self)
+        self.dir_mover = ReplicaDirMover(core, self.log_dirs)
+        self.tiering = Tiering(
+            core,
+            meta_dir=meta_dir,
+            remote=self.remote,
+            controller=self.controller,
+            cluster_id=cluster_id,
+            expiration_mode=expiration_mode,
+        )
+        self.partitions = PartitionIO(core, remote=self.remote, tiering=self.tiering)
+        self.replication = Replication(
+            core,
+            controller=self.controller,
+            secret=secret,
+            replica_lag_time_max_ms=replica_lag_time_max_ms,
+        )
+        self.metadata = Metadata(
+            core,
+            controller=self.controller,
+            remote=self.remote,
+            log_dirs=self.log_dirs,
+            tiering=self.tiering,
+            replication=self.replication,
+            segment_bytes=segment_bytes,
+            url=url,
+            kafka_listener=kafka_listener,
+        )
+        self.snapshots = Snapshots(
+            core, log_dirs=self.log_dirs, tiering=self.tiering, remote=self.remote
+        )
+
+    # -- what every caller of a broker reads (the core's) ----------------------------------------
+
+    @property
+    def broker_id(self) -> int:
+        return self.core.broker_id
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self.core.lock
+
+    @property
+    def stopped(self) -> threading.Event:
+        return self.core.stopped
+
+    @property
+    def replicas(self) -> dict[tuple[str, int], Replica]:
+        return self.core.replicas
+
+    @property
+    def topics(self) -> dict[str, dict]:
+        return self.core.topics
+
+    @property
+    def cluster_brokers(self) -> list[dict]:
+        return self.core.cluster_brokers
+
+    # -- start-up and the maintenance thread -----------------------------------------------------
 
     def start(self) -> None:
-        self._load_tiering()
-        for d in self.log_dirs.values():
-            try:
-                if not os.path.exists(d.path):
-                    os.makedirs(d.path)
-                d.probe_latency_ms = d.probe()
-            except OSError as exc:
-                # KIP-112 "Broker bootstraps with bad log directories": come up on the good ones.
-                d.state = LogDirState.OFFLINE
-                d.error = f"{type(exc).__name__}: {exc}"
-                log.error("log dir %s is bad at startup: %s", d.name, d.error)
-                self.events.put(self._event(EventType.LOG_DIR_FAILURE, d.name, d.error))
-                self.failure_announced.add(d.name)
-        for d in self.log_dirs.values():
+        self.tiering.load()
+        self.log_dirs.start()
+        for d in self.log_dirs.dirs.values():
             if d.good:
                 self._load_dir(d)
         for target, name in (
-            (self._metadata_loop, "metadata"),
-            (self._heartbeat_loop, "heartbeat"),
+            (self.metadata.run, "metadata"),
+            (self.metadata.heartbeat_loop, "heartbeat"),
             (self._maintenance_loop, "maintenance"),
-            (self._probe_loop, "probe"),
-            (self._failure_loop, "failures"),
-            (self._events_loop, "events"),
+            (self.log_dirs.probe_loop, "probe"),
+            (self.log_dirs.failure_loop, "failures"),
+            (self.events.run, "events"),
         ):
             threading.Thread(target=target, name=name, daemon=True).start()
 
@@ -182,14 +214,15 @@ class Broker(
             names = d.io(lambda: os.listdir(d.path))
         except StorageError:
             return
+        core = self.core
         for name in names:
             full = os.path.join(d.path, name)
             topic, _, p = name.rpartition("-")
             if not topic or not p.isdigit() or not os.path.isdir(full):
                 continue
             key = (topic, int(p))
-            with self.lock:
-                r = self.replicas.get(key)
+            with core.lock:
+                r = core.replicas.get(key)
                 if r is not None and r.online:
                     continue
                 plog = PartitionLog(d, topic, int(p), "", self.segment_bytes)
@@ -201,4 +234,37 @@ class Broker(
                 r = r or Replica(topic, int(p), plog.topic_id)
                 r.log, r.dir_name, r.topic_id = plog, d.name, plog.topic_id
                 r.needs_truncation = True
-                self.replicas[key] = r
+                core.replicas[key] = r
+
+    def _maintenance_loop(self) -> None:
+        """The ``maintenance`` thread: per replica, the remote metadata refresh, the leader's
+        ISR shrink and tiering tasks, local retention and the high-watermark checkpoint."""
+        core, tiering = self.core, self.tiering
+        last_ckpt = 0.0
+        while not core.stopped.wait(self.task_interval):
+            with core.lock:
+                replicas = [r for r in core.replicas.values() if r.log is not None]
+            now = time.monotonic()
+            for r in replicas:
+                try:
+                    tiering.refresh_remote(r)
+                except RemoteStorageError as exc:
+                    # copy, expiration and retention below go on from what the cache knows:
+                    # nothing is copied or expired remotely, and local segments wait
+                    log.debug("remote metadata of %s-%s: %s", r.topic, r.partition, exc)
+                try:
+                    if r.leader == core.broker_id:
+                        self.replication.maybe_shrink_isr(r)
+                        tiering.copy_segments(r)
+                        tiering.delete_dangling_copies(r)
+                        tiering.expire_remote(r)
+                    tiering.local_retention(r)
+                    if now - last_ckpt > 2 and r.log is not None:
+                        r.log.checkpoint_high_watermark()
+                except (StorageError, OSError, AttributeError, RemoteStorageError) as exc:
+                    log.debug("maintenance of %s-%s: %s", r.topic, r.partition, exc)
+                except Exception:
+                    log.exception("maintenance of %s-%s failed", r.topic, r.partition)
+            if now - last_ckpt > 2:
+                last_ckpt = now
+            self.replication.ensure_fetchers()

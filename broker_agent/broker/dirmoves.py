@@ -31,9 +31,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from broker_agent.broker.state import log
+from broker_agent.broker.logdirs import LogDirs
+from broker_agent.broker.state import BrokerCore, log
 from broker_agent.choices import ErrorCode
-from broker_agent.models import partition_key
 from broker_agent.storage import LogDir, PartitionLog, StorageError
 
 __all__ = ["FutureReplica", "ReplicaDirMover", "dir_of"]
@@ -55,11 +55,13 @@ class FutureReplica:
 
 class ReplicaDirMover:
     """The moves of one broker (Kafka's ``ReplicaAlterLogDirsManager``). Reads the broker's
-    ``lock``, ``replicas``, ``topics``, ``log_dirs``, ``stopped`` and ``data_cond``; owns the
-    future replicas (``futures``, guarded by the broker's lock) and the copy throttle."""
+    ``core`` (lock, replicas, topics, stopped, data_cond) and its ``log_dirs``, where it also
+    leaves a preferred dir; owns the future replicas (``futures``, guarded by the core's lock)
+    and the copy throttle."""
 
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, core: BrokerCore, log_dirs: LogDirs):
+        self.core = core
+        self.log_dirs = log_dirs
         self.futures: dict[tuple[str, int], FutureReplica] = {}
         #: ``replica.alter.log.dirs.io.max.bytes.per.second`` (None: unthrottled)
         self.throttle_bytes_per_s: int | None = None
@@ -76,8 +78,8 @@ class ReplicaDirMover:
         here (UNKNOWN_TOPIC_OR_PARTITION when the cluster has no such partition); the replica's own dir (or a move already going there) is done; a broker
         with any offline dir creates no future replica (KAFKA_STORAGE_ERROR), so one partition
         never gets future logs in two dirs."""
-        b = self.broker
-        d = dir_of(b, path)
+        b = self.core
+        d = dir_of(self.log_dirs.dirs, path)
         if d is None:
             return ErrorCode.LOG_DIR_NOT_FOUND
         if not d.good:
@@ -93,7 +95,7 @@ class ReplicaDirMover:
                 if any(p["partition"] == partition for p in parts):
                     # Kafka's preferred log dir: a replica assigned here later (a reassignment
                     # adding this broker) is created on that dir
-                    b.planned_dirs[partition_key(topic, partition)] = d.name
+                    self.log_dirs.prefer_dir(topic, partition, d.name)
                     return ErrorCode.REPLICA_NOT_AVAILABLE
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             src = r.log
@@ -101,7 +103,7 @@ class ReplicaDirMover:
                 return ErrorCode.KAFKA_STORAGE_ERROR
             if r.dir_name == d.name or key in self.futures:
                 return None
-            if not all(x.good for x in b.log_dirs.values()):
+            if not self.log_dirs.no_bad_dir():
                 return ErrorCode.KAFKA_STORAGE_ERROR
             folder = f"{topic}-{partition}.{uuid.uuid4().hex}-future"
             fut = PartitionLog(d, topic, partition, src.topic_id, 1 << 62, folder=folder)
@@ -120,14 +122,19 @@ class ReplicaDirMover:
         ).start()
         return None
 
+    def incoming_bytes(self, dir_name: str) -> int:
+        """Bytes of the future replicas on ``dir_name``: a replica being moved there takes room
+        already."""
+        return sum(f.log.size_bytes for f in list(self.futures.values()) if f.dir_name == dir_name)
+
     # -- the copy ------------------------------------------------------------------------------
 
     def _run(self, move: FutureReplica, r) -> None:
         started, copied = time.monotonic(), 0
         try:
-            while not (move.stop.is_set() or self.broker.stopped.is_set()):
+            while not (move.stop.is_set() or self.core.stopped.is_set()):
                 src = r.log
-                if src is None or self.broker.replicas.get((move.topic, move.partition)) is not r:
+                if src is None or self.core.replicas.get((move.topic, move.partition)) is not r:
                     break  # the replica went offline or away: the move with it
                 n = self._copy_some(src, move.log, self._chunk())
                 if n == 0 and self._swap(move, r, src):
@@ -140,7 +147,7 @@ class ReplicaDirMover:
             log.warning("moving %s-%s stopped: %s", move.topic, move.partition, exc)
         except Exception:
             log.exception("moving %s-%s failed", move.topic, move.partition)
-        with self.broker.lock:
+        with self.core.lock:
             if self.futures.get((move.topic, move.partition)) is move:
                 self._abandon(move)
 
@@ -188,7 +195,7 @@ class ReplicaDirMover:
     def _swap(self, move: FutureReplica, r, src: PartitionLog) -> bool:
         """Swap the caught-up future log in (Kafka's ``maybeReplaceCurrentWithFutureReplica``),
         or answer False when the current log moved on meanwhile."""
-        b, fut = self.broker, move.log
+        b, fut = self.core, move.log
         with b.lock, r.cond, src.lock:
             if r.log is not src or self.futures.get((move.topic, move.partition)) is not move:
                 return False
@@ -211,8 +218,7 @@ class ReplicaDirMover:
             with contextlib.suppress(StorageError):
                 src.delete()  # a writer still holding it gets a StorageError of its own
             r.cond.notify_all()
-        with b.data_cond:
-            b.data_cond.notify_all()
+        b.notify_data()
         log.info("moved %s-%s to %s", move.topic, move.partition, move.dir_name)
         return True
 
@@ -224,9 +230,9 @@ class ReplicaDirMover:
             move.log.delete()
 
 
-def dir_of(broker, path: str) -> LogDir | None:
-    """The broker's configured dir at absolute ``path``."""
+def dir_of(dirs: dict[str, LogDir], path: str) -> LogDir | None:
+    """The configured dir (of ``dirs``, a broker's) at absolute ``path``."""
     return next(
-        (d for d in broker.log_dirs.values() if os.path.abspath(d.path) == os.path.normpath(path)),
+        (d for d in dirs.values() if os.path.abspath(d.path) == os.path.normpath(path)),
         None,
     )

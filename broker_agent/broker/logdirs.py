@@ -1,17 +1,17 @@
 """KIP-112 log dirs of a broker: failure handling (the failures thread), the probe loop and its
 DEGRADED grading, cordon (KIP-1066), the simulator-only re-probe, removal of a dir from the
-configuration (option 2 of "the disk gets fixed") with its placement plan, and the signed
-webhook events they raise.
+configuration (option 2 of "the disk gets fixed") with its placement plan, and each dir's
+figures as the broker reports them.
 
 A failed dir stays OFFLINE until the broker process restarts, as in Kafka (KIP-112: "fix disks
 and reboot broker"; Kafka's ``LogManager.handleLogDirFailure`` drops the dir from its live dirs
 for the life of the process): the broker re-reads its dirs only
-at start (:meth:`Broker.start`). Cordon and removal are configuration, persisted in
+at start (:meth:`LogDirs.start`). Cordon and removal are configuration, persisted in
 ``meta/log-dirs.json``: a cordoned dir keeps serving its replicas and only gets no new ones; a
 removed dir leaves the broker at its next start.
 
-A mixin of :class:`broker_agent.broker.Broker`; it uses the broker's ``log_dirs``, ``replicas``,
-``lock``, ``failures`` / ``events`` queues, ``controller`` and ``meta_dir``.
+:class:`LogDirs` is a part of :class:`broker_agent.broker.Broker`: it owns the dirs, their
+configuration and failure bookkeeping, and reads the replicas from the broker's core.
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ from __future__ import annotations
 import collections
 import json
 import os
-import time
-import uuid
+import queue
+from collections.abc import Callable
 
 import httpx
 
+from broker_agent.broker.events import WebhookEvents
 from broker_agent.broker.state import (
     DEGRADED_WINDOW,
+    BrokerCore,
     Replica,
-    _now_ms,
     log,
 )
 from broker_agent.choices import (
@@ -35,37 +36,129 @@ from broker_agent.choices import (
     EventType,
     LogDirState,
 )
-from broker_agent.client import AgentClient, AgentError
+from broker_agent.client import AgentClient, AgentError, ControllerClient
 from broker_agent.models import partition_key
 from broker_agent.placement import leader_sizes, place_replicas
 from broker_agent.probes import slow_probe
-from broker_agent.signing import sign_headers
 from broker_agent.storage import (
     LogDir,
 )
 from broker_agent.web import ApiError
 
-__all__ = ["LogDirsMixin"]
+__all__ = ["LogDirs", "ProbeGrades"]
 
 
-class LogDirsMixin:
-    """Part of :class:`broker_agent.broker.Broker` (see the module docstring)."""
+class ProbeGrades:
+    """DEGRADED grading of a broker's good dirs from their recent probe latencies; owns the
+    last ``DEGRADED_WINDOW`` latencies per dir."""
 
-    def _load_dir_config(self) -> dict:
+    def __init__(self) -> None:
+        self.history: dict[str, collections.deque[float]] = {}
+
+    def grade(self, dirs: dict, latencies: dict[str, float]) -> None:
+        """DEGRADED: a dir whose probes were *all* of the last ``DEGRADED_WINDOW`` slow
+        (:func:`broker_agent.probes.slow_probe`: more than 10x the median of its peers and
+        > 50 ms); each dir is judged by the fastest of its recent probes. One slow fsync (a burst of writes, a busy host) is no sign of a
+        failing disk, and a single sample made a healthy dir flap to DEGRADED and back."""
+        for name in list(self.history):
+            if name not in latencies:
+                del self.history[name]
+        sustained = {}
+        for name, ms in latencies.items():
+            window = self.history.setdefault(name, collections.deque(maxlen=DEGRADED_WINDOW))
+            window.append(ms)
+            sustained[name] = min(window)
+        for name, ms in sustained.items():
+            d = dirs[name]
+            peers = [v for k, v in sustained.items() if k != name]
+            full = len(self.history[name]) == DEGRADED_WINDOW
+            slow = full and slow_probe(ms, peers)
+            if d.good:
+                d.state = LogDirState.DEGRADED if slow else LogDirState.ONLINE
+
+
+class LogDirs:
+    """The dirs of one broker (module docstring). Collaborators: the broker's ``core``
+    (replicas, lock), its ``events``, the ``controller`` client, ``report`` (send a heartbeat
+    now, so the controller learns of a failure or a cordon at once) and ``incoming_bytes``
+    (bytes of replicas being moved onto a dir, which take room already)."""
+
+    def __init__(
+        self,
+        core: BrokerCore,
+        *,
+        root: str,
+        meta_dir: str,
+        names: list[str],
+        capacity_bytes: int | None,
+        probe_interval: float,
+        events: WebhookEvents,
+        controller: ControllerClient,
+        secret: bytes,
+        report: Callable[[], None],
+        incoming_bytes: Callable[[str], int],
+    ):
+        self.core = core
+        self.meta_dir = meta_dir
+        self.probe_interval = probe_interval
+        self.events = events
+        self.controller = controller
+        self.secret = secret
+        self.report = report
+        self.incoming_bytes = incoming_bytes
+        self.grades = ProbeGrades()
+        self.failures: queue.Queue = queue.Queue()
+        self.offline_announced = False
+        # Dirs whose LogDirFailure event is queued; BrokerOffline follows only when every dir is
+        # in here, so listeners always see each dir's failure before the broker's.
+        self.failure_announced: set[str] = set()
+        # Log dir configuration: dirs removed by KIP-112 recovery (option 2) stay removed across
+        # restarts; planned targets say where their replicas are re-created; cordoned dirs
+        # (KIP-1066 ``cordoned.log.dirs``) stay cordoned.
+        config = self._load_config()
+        self.removed: list[str] = config.get("removed", [])
+        self.planned: dict[str, str] = config.get("planned", {})
+        self.dirs = {
+            name: LogDir(name, os.path.join(root, name), self._on_dir_failure)
+            for name in names
+            if name not in self.removed
+        }
+        cordoned = set(config.get("cordoned", []))
+        for d in self.dirs.values():
+            d.capacity_bytes = capacity_bytes
+            d.cordoned = d.name in cordoned
+
+    def start(self) -> None:
+        """Create and probe every dir; a bad one is OFFLINE from the start (its failure event
+        queued): KIP-112 "Broker bootstraps with bad log directories", the broker comes up on
+        the good ones."""
+        for d in self.dirs.values():
+            try:
+                if not os.path.exists(d.path):
+                    os.makedirs(d.path)
+                d.probe_latency_ms = d.probe()
+            except OSError as exc:
+                d.state = LogDirState.OFFLINE
+                d.error = f"{type(exc).__name__}: {exc}"
+                log.error("log dir %s is bad at startup: %s", d.name, d.error)
+                self.events.publish(EventType.LOG_DIR_FAILURE, d.name, d.error)
+                self.failure_announced.add(d.name)
+
+    def _load_config(self) -> dict:
         try:
             with open(os.path.join(self.meta_dir, "log-dirs.json")) as fh:
                 return json.load(fh)
         except FileNotFoundError:
             return {}
 
-    def _save_dir_config(self) -> None:
+    def save_config(self) -> None:
         path = os.path.join(self.meta_dir, "log-dirs.json")
         with open(path + ".tmp", "w") as fh:
             json.dump(
                 {
-                    "removed": self.removed_log_dirs,
-                    "planned": self.planned_dirs,
-                    "cordoned": sorted(n for n, d in self.log_dirs.items() if d.cordoned),
+                    "removed": self.removed,
+                    "planned": self.planned,
+                    "cordoned": sorted(n for n, d in self.dirs.items() if d.cordoned),
                 },
                 fh,
             )
@@ -73,34 +166,51 @@ class LogDirsMixin:
             os.fsync(fh.fileno())
         os.replace(path + ".tmp", path)
 
+    def planned_dir(self, topic: str, partition: int) -> str | None:
+        """Where a removal plan (or an AlterReplicaLogDirs ahead of the replica) wants the
+        partition's replica created."""
+        return self.planned.get(partition_key(topic, partition))
+
+    def prefer_dir(self, topic: str, partition: int, name: str) -> None:
+        """Kafka's preferred log dir: the partition's replica, once assigned here, is created
+        on ``name`` (kept in memory; persisted with the next configuration change)."""
+        self.planned[partition_key(topic, partition)] = name
+
+    def placed(self, topic: str, partition: int) -> None:
+        """The partition's replica was created: its planned dir, if any, is used up."""
+        if self.planned.pop(partition_key(topic, partition), None) is not None:
+            self.save_config()
+
     def _on_dir_failure(self, d: LogDir, error: str) -> None:
         # Called from inside storage operations (locks held): hand over to the failures thread.
         self.failures.put((d.name, error))
 
-    def _failure_loop(self) -> None:
-        while not self.stopped.is_set():
+    def failure_loop(self) -> None:
+        """The ``failures`` thread: takes a failed dir's replicas offline and tells the
+        controller, the heartbeat and the webhook."""
+        core = self.core
+        while not core.stopped.is_set():
             name, error = self.failures.get()
-            d = self.log_dirs[name]
+            d = self.dirs[name]
             log.error("log dir %s failed: %s", name, error)
             offline = []
-            with self.lock:
-                for r in self.replicas.values():
+            with core.lock:
+                for r in core.replicas.values():
                     if r.dir_name == name and r.log is not None:
                         r.last_size_bytes = r.log.size_bytes
                         r.log = None
                         offline.append(partition_key(r.topic, r.partition))
                         with r.cond:
                             r.cond.notify_all()
-            with self.data_cond:
-                self.data_cond.notify_all()
-            self.events.put(self._event(EventType.LOG_DIR_FAILURE, name, d.error, offline))
+            core.notify_data()
+            self.events.publish(EventType.LOG_DIR_FAILURE, name, d.error, offline)
             self.failure_announced.add(name)
             try:
                 self.controller.request(
                     "POST",
-                    f"/v1/brokers/{self.broker_id}/log-dir-events",
+                    f"/v1/brokers/{core.broker_id}/log-dir-events",
                     body={
-                        "broker_id": self.broker_id,
+                        "broker_id": core.broker_id,
                         "event": EventType.LOG_DIR_FAILURE,
                         "log_dir": name,
                         "error": d.error,
@@ -109,23 +219,28 @@ class LogDirsMixin:
                 )
             except (AgentError, httpx.HTTPError) as exc:
                 log.warning("could not tell the controller about %s: %s", name, exc)
-            self._heartbeat_once()
+            self.report()
             # A dir already marked OFFLINE may not have had its turn in this loop yet (cordoning
             # two dirs back to back): its failure event goes out first, the broker's after it.
-            every_failure_sent = self.failure_announced.issuperset(self.log_dirs)
+            every_failure_sent = self.failure_announced.issuperset(self.dirs)
             if every_failure_sent and not self.online and not self.offline_announced:
                 self.offline_announced = True
-                log.error("all log dirs are offline: broker %s goes offline", self.broker_id)
-                self.events.put(self._event(EventType.BROKER_OFFLINE, None, "no good log dir"))
+                log.error("all log dirs are offline: broker %s goes offline", core.broker_id)
+                self.events.publish(EventType.BROKER_OFFLINE, None, "no good log dir")
 
     @property
     def online(self) -> bool:
-        return any(d.good for d in self.log_dirs.values())
+        return any(d.good for d in self.dirs.values())
 
-    def _probe_loop(self) -> None:
-        while not self.stopped.wait(self.probe_interval):
+    def no_bad_dir(self) -> bool:
+        return all(d.good for d in self.dirs.values())
+
+    def probe_loop(self) -> None:
+        """The ``probe`` thread: every good dir each ``probe_interval`` s, so a dir fails
+        within 5 s even idle."""
+        while not self.core.stopped.wait(self.probe_interval):
             latencies = {}
-            for d in list(self.log_dirs.values()):
+            for d in list(self.dirs.values()):
                 if not d.good:
                     continue
                 try:
@@ -133,41 +248,49 @@ class LogDirsMixin:
                     d.probe_latency_ms = latencies[d.name]
                 except OSError as exc:
                     d.fail(f"probe failed: {type(exc).__name__}: {exc}")
-            self._grade(latencies)
+            self.grades.grade(self.dirs, latencies)
 
-    def _grade(self, latencies: dict[str, float]) -> None:
-        """DEGRADED: a dir whose probes were *all* of the last ``DEGRADED_WINDOW`` slow
-        (:func:`broker_agent.probes.slow_probe`: more than 10x the median of its peers and
-        > 50 ms); each dir is judged by the fastest of its recent probes. One slow fsync (a burst of writes, a busy host) is no sign of a
-        failing disk, and a single sample made a healthy dir flap to DEGRADED and back."""
-        for name in list(self._probe_history):
-            if name not in latencies:
-                del self._probe_history[name]
-        sustained = {}
-        for name, ms in latencies.items():
-            window = self._probe_history.setdefault(name, collections.deque(maxlen=DEGRADED_WINDOW))
-            window.append(ms)
-            sustained[name] = min(window)
-        for name, ms in sustained.items():
-            d = self.log_dirs[name]
-            peers = [v for k, v in sustained.items() if k != name]
-            full = len(self._probe_history[name]) == DEGRADED_WINDOW
-            slow = full and slow_probe(ms, peers)
-            if d.good:
-                d.state = LogDirState.DEGRADED if slow else LogDirState.ONLINE
+    def info(self, d: LogDir) -> dict:
+        """The dir as the broker reports it (``LogDirInfo``); with a capacity, usable bytes
+        count what its replicas and the replicas moving onto it take."""
+        replicas = self.core.replicas
+        total, free = d.usage() if d.good else (0, 0)
+        count = sum(1 for r in replicas.values() if r.dir_name == d.name and r.log is not None)
+        if d.capacity_bytes and d.good:
+            used = sum(
+                r.log.size_bytes
+                for r in list(replicas.values())
+                if r.dir_name == d.name and r.log is not None
+            ) + self.incoming_bytes(d.name)
+            total = d.capacity_bytes
+            free = max(0, min(free, d.capacity_bytes - used))
+        offline = sum(1 for r in replicas.values() if r.dir_name == d.name and r.log is None)
+        return {
+            "name": d.name,
+            "path": os.path.abspath(d.path),
+            "state": d.state,
+            "total_bytes": total,
+            "usable_bytes": free,
+            "probe_latency_ms": d.probe_latency_ms,
+            "error": d.error,
+            "replica_count": count,
+            "offline_replica_count": offline,
+            "cordoned": d.cordoned,
+            "removal_pending": d.name in self.removed,
+        }
 
     def cordon(self, name: str, cordoned: bool = True) -> dict:
         """KIP-1066 ``cordoned.log.dirs``: no new replica is placed on a cordoned dir (new
         partitions, re-created replicas); the replicas already there keep serving, its state is
         unchanged and it does not count in OfflineLogDirectoryCount. Persisted as configuration
         (survives a restart); ``cordoned=False`` lifts it. Idempotent."""
-        d = self._dir(name)
-        with self.lock:
+        d = self.get(name)
+        with self.core.lock:
             d.cordoned = cordoned
-            self._save_dir_config()
+            self.save_config()
         log.warning("log dir %s %s", name, "cordoned" if cordoned else "uncordoned")
-        self._heartbeat_once()
-        return self.log_dir_info(d)
+        self.report()
+        return self.info(d)
 
     def reprobe(self, name: str) -> dict:
         """Simulator-only control: probe a dir now, outside the probe loop. A good dir that
@@ -175,27 +298,26 @@ class LogDirsMixin:
         probe succeeds (the disk was fixed): Kafka brings a failed dir back only when the broker
         process restarts (KIP-112 "fix disks and reboot broker"); the answer's
         ``probe_latency_ms`` says whether the disk works now."""
-        d = self._dir(name)
+        d = self.get(name)
         try:
             ms = d.probe()
         except OSError as exc:
             d.fail(f"{type(exc).__name__}: {exc}")
-            return self.log_dir_info(d)
+            return self.info(d)
         d.probe_latency_ms = ms
-        return self.log_dir_info(d)
+        return self.info(d)
 
     def _sizes_from_leaders(self, replicas: list[Replica]) -> dict[str, int]:
         """Local size of each partition on its current leader (what catching up will write)."""
+        broker_id, urls = self.core.broker_id, self.core.broker_urls
         by_leader: dict[int, set[str]] = {}
         for r in replicas:
-            if r.leader >= 0 and r.leader != self.broker_id and r.leader in self.broker_urls:
+            if r.leader >= 0 and r.leader != broker_id and r.leader in urls:
                 by_leader.setdefault(r.leader, set()).add(partition_key(r.topic, r.partition))
         sizes: dict[str, int] = {}
         for leader, keys in by_leader.items():
             try:
-                with AgentClient(
-                    self.broker_urls[leader], self.secret, retries=1, timeout=5
-                ) as agent:
+                with AgentClient(urls[leader], self.secret, retries=1, timeout=5) as agent:
                     snap = agent.snapshot()
             except (AgentError, httpx.HTTPError) as exc:
                 log.warning("removal plan: leader %s unreachable: %s", leader, exc)
@@ -211,20 +333,18 @@ class LogDirsMixin:
         Replicas that must move: offline replicas on this dir, and offline replicas whose dir is
         unknown (a broker that booted with the dir already bad could not read it); for a
         cordoned dir that still serves, every replica on it."""
-        d = self._dir(name)
-        with self.lock:
+        d = self.get(name)
+        with self.core.lock:
             moving = [
                 r
-                for r in self.replicas.values()
+                for r in self.core.replicas.values()
                 if r.dir_name == name or (r.log is None and r.dir_name is None)
             ]
             others = [
-                x
-                for x in self.log_dirs.values()
-                if x.name != name and x.name not in self.removed_log_dirs
+                x for x in self.dirs.values() if x.name != name and x.name not in self.removed
             ]
             targets = [x for x in others if x.good and not x.cordoned]
-            infos = {x.name: self.log_dir_info(x) for x in targets}
+            infos = {x.name: self.info(x) for x in targets}
         from_leaders = self._sizes_from_leaders(moving)
         rows = []
         for r in moving:
@@ -270,7 +390,7 @@ class LogDirsMixin:
                 f"({total_needed} bytes needed, {available} usable)"
             )
         return {
-            "broker_id": self.broker_id,
+            "broker_id": self.core.broker_id,
             "log_dir": name,
             "state": d.state,
             "removable": error is None,
@@ -292,7 +412,7 @@ class LogDirsMixin:
             ],
         }
 
-    def remove_log_dir(self, name: str, dry_run: bool = False) -> dict:
+    def remove(self, name: str, dry_run: bool = False) -> dict:
         """Remove a failed (or cordoned) dir from this broker's configuration (persisted in
         ``meta/log-dirs.json``), or refuse with the plan's error. Like an edit of Kafka's
         ``log.dirs`` it takes effect when the broker process restarts: the broker then starts
@@ -304,60 +424,26 @@ class LogDirsMixin:
             raise ApiError(status, plan["error"], plan["message"], plan=plan)
         if dry_run:
             return plan
-        with self.lock:
-            self.removed_log_dirs = sorted({*self.removed_log_dirs, name})
+        with self.core.lock:
+            self.removed = sorted({*self.removed, name})
             for row in plan["replicas"]:
-                self.planned_dirs[partition_key(row["topic"], row["partition"])] = row["target_dir"]
-            self._save_dir_config()
+                self.planned[partition_key(row["topic"], row["partition"])] = row["target_dir"]
+            self.save_config()
         log.warning(
             "log dir %s removed from broker %s's configuration (effective at restart)",
             name,
-            self.broker_id,
+            self.core.broker_id,
         )
         return dict(plan, removed=True)
 
     def set_probe_delay(self, name: str, delay_ms: float) -> dict:
         """Slow every probe of a dir down (the tests' agent entry point drives it)."""
-        d = self._dir(name)
+        d = self.get(name)
         d.probe_delay_ms = delay_ms
         return {"log_dir": name, "probe_delay_ms": delay_ms}
 
-    def _dir(self, name: str) -> LogDir:
-        d = self.log_dirs.get(name)
+    def get(self, name: str) -> LogDir:
+        d = self.dirs.get(name)
         if d is None:
             raise ApiError(404, ErrorCode.NOT_FOUND, f"unknown log dir {name!r}")
         return d
-
-    def _event(self, event: str, log_dir: str | None, error: str | None, offline=None) -> dict:
-        return {
-            "event_id": uuid.uuid4().hex,
-            "event": event,
-            "cluster": self.cluster_id,
-            "broker_id": self.broker_id,
-            "log_dir": log_dir,
-            "error": error,
-            "offline_replicas": offline or [],
-            "timestamp_ms": _now_ms(),
-        }
-
-    def _events_loop(self) -> None:
-        with httpx.Client(timeout=3) as http:
-            while not self.stopped.is_set():
-                ev = self.events.get()
-                url = self.webhook_url or os.environ.get("STRATA_EVENTS_WEBHOOK_URL")
-                if not url:
-                    continue
-                body = json.dumps(ev).encode()
-                path = httpx.URL(url).raw_path.decode()
-                for attempt in range(3):
-                    try:
-                        headers = sign_headers(self.secret, "POST", path, body)
-                        headers["Content-Type"] = "application/json"
-                        r = http.post(url, content=body, headers=headers)
-                        if r.status_code < 500:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    time.sleep(0.2 * (attempt + 1))
-                else:
-                    log.info("webhook %s unreachable; dropped %s", url, ev["event"])

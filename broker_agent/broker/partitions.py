@@ -2,8 +2,9 @@
 (local, or from the remote tier below the local log start), the high watermark, roll, and
 OffsetsForLeaderEpoch.
 
-A mixin of :class:`broker_agent.broker.Broker`; it uses the broker's ``replicas``, ``topics``,
-``lock``, ``data_cond`` and ``remote``.
+Also the leader's log start offset, advanced by DeleteRecords or by the Spark retention job.
+
+:class:`PartitionIO` is a part of :class:`broker_agent.broker.Broker`.
 """
 
 from __future__ import annotations
@@ -11,15 +12,18 @@ from __future__ import annotations
 import time
 
 from broker_agent.broker.state import (
+    BrokerCore,
     Replica,
     _now_ms,
     _storage_error,
+    update_high_watermark,
 )
+from broker_agent.broker.tiering import Tiering
 from broker_agent.choices import (
     ErrorCode,
     TopicConfig,
 )
-from broker_agent.remote import RemoteStorageError, is_readable
+from broker_agent.remote import RemoteStorageError, RemoteStore, is_readable
 from broker_agent.storage import (
     Batch,
     StorageError,
@@ -28,47 +32,43 @@ from broker_agent.storage import (
 )
 from broker_agent.web import ApiError
 
-__all__ = ["PartitionIOMixin"]
+__all__ = ["PartitionIO"]
 
 
-class PartitionIOMixin:
-    """Part of :class:`broker_agent.broker.Broker` (see the module docstring)."""
+class PartitionIO:
+    """Produce, fetch and the other leader-side partition calls of one broker (module
+    docstring). It keeps no state of its own: it reads the broker's ``core`` (replicas,
+    topics), the ``remote`` store below the local log start, and ``tiering`` for the epoch
+    below which remote segments are fenced."""
+
+    def __init__(self, core: BrokerCore, *, remote: RemoteStore, tiering: Tiering):
+        self.core = core
+        self.remote = remote
+        self.tiering = tiering
 
     def _leader(self, topic: str, partition: int) -> Replica:
-        r = self.replicas.get((topic, partition))
+        r = self.core.replicas.get((topic, partition))
         if r is None:
-            if topic not in self.topics:
+            if topic not in self.core.topics:
                 raise ApiError(
                     404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}"
                 )
             raise ApiError(
-                409, ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} has no replica"
+                409,
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"broker {self.core.broker_id} has no replica",
             )
         if r.log is None:
             raise ApiError(
                 503, ErrorCode.KAFKA_STORAGE_ERROR, "replica is offline (log dir failed)"
             )
-        if r.leader != self.broker_id:
+        if r.leader != self.core.broker_id:
             raise ApiError(
                 409,
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"leader of {topic}-{partition} is {r.leader}",
             )
         return r
-
-    def _update_hw(self, r: Replica) -> None:
-        """HW = min LEO over the ISR (monotonic); wakes acks=all producers."""
-        plog = r.log
-        if plog is None:
-            return
-        with r.cond:
-            leo = plog.log_end_offset
-            maximal = {*r.isr, *(b for b in r.pending_isr if b in r.replicas)}
-            others = [r.follower_leo.get(b, 0) for b in maximal if b != self.broker_id]
-            hw = min([leo, *others])
-            if hw > plog.high_watermark:
-                plog.high_watermark = hw
-                r.cond.notify_all()
 
     def produce(self, req) -> dict:
         """Leader append. acks=all waits until the ISR has the batch (HW past it). Idempotent:
@@ -78,7 +78,7 @@ class PartitionIOMixin:
         produce must name the undeleted_partition_count and it must be the leader's; a partition
         marked for deletion (or >= the count) accepts nothing, whatever the topic's setting."""
         r = self._leader(req.topic, req.partition)
-        t = self.topics.get(req.topic, {})
+        t = self.core.topics.get(req.topic, {})
         configs = t.get("configs", {})
         min_isr = int(configs.get(TopicConfig.MIN_INSYNC_REPLICAS, "1"))
         if req.acks == -1 and len(r.isr) < min_isr:
@@ -117,14 +117,13 @@ class PartitionIOMixin:
                 except StorageError as exc:
                     raise _storage_error(exc, req.topic, req.partition) from None
                 base, last = batch.base_offset, batch.last_offset
-                self._update_hw(r)
-        with self.data_cond:
-            self.data_cond.notify_all()
+                update_high_watermark(r, self.core.broker_id)
+        self.core.notify_data()
         if req.acks == -1:
             deadline = time.monotonic() + req.timeout_ms / 1000
             with r.cond:
                 while True:
-                    if r.log is not plog or r.leader != self.broker_id:
+                    if r.log is not plog or r.leader != self.core.broker_id:
                         raise ApiError(409, ErrorCode.NOT_LEADER_OR_FOLLOWER, "leadership moved")
                     if plog.high_watermark > last:
                         break
@@ -250,8 +249,7 @@ class PartitionIOMixin:
         }
 
     def _read_remote(self, r: Replica, offset: int) -> list[Batch]:
-        tier = self.tiering.get(r.topic, {})
-        purge = tier.get("purge_below_tiered_epoch", 0)
+        purge = self.tiering.purge_below_tiered_epoch(r.topic)
         try:
             segments = self.remote.segments(r.topic, r.topic_id, r.partition)
         except RemoteStorageError as exc:
@@ -292,3 +290,17 @@ class PartitionIOMixin:
         r = self._leader(topic, partition)
         r.log.maybe_roll()
         return {"topic": topic, "partition": partition, "segments": len(r.log.segments)}
+
+    def publish_log_start_offset(self, topic: str, partition: int, offset: int) -> dict:
+        """Advance the log start offset (DeleteRecords / the Spark retention job publishing
+        before deleting). Never beyond the high watermark; never backwards (no-op)."""
+        r = self._leader(topic, partition)
+        plog = r.log
+        if offset > plog.high_watermark:
+            raise ApiError(
+                416,
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"{offset} is above the high watermark {plog.high_watermark}",
+            )
+        plog.advance_log_start_offset(offset)
+        return {"topic": topic, "partition": partition, "log_start_offset": plog.log_start_offset}

@@ -1,8 +1,7 @@
 """Replication: the leader's answer to followers' fetches and its ISR changes, and the follower
 side — one fetcher thread per leader broker, as in Kafka.
 
-A mixin of :class:`broker_agent.broker.Broker`; it uses the broker's ``replicas``,
-``broker_urls``, ``fetchers``, ``lock``, ``data_cond`` and ``controller``.
+:class:`Replication` is a part of :class:`broker_agent.broker.Broker`.
 """
 
 from __future__ import annotations
@@ -15,20 +14,38 @@ import httpx
 
 from broker_agent.broker.state import (
     OFFSET_MOVED_TO_TIERED_STORAGE,
+    BrokerCore,
     Replica,
     log,
+    update_high_watermark,
 )
 from broker_agent.choices import (
     ErrorCode,
 )
-from broker_agent.client import AgentClient, AgentError
+from broker_agent.client import AgentClient, AgentError, ControllerClient
 from broker_agent.storage import PartitionLog, StorageError, decode_batches
 
-__all__ = ["ReplicationMixin"]
+__all__ = ["Replication"]
 
 
-class ReplicationMixin:
-    """Part of :class:`broker_agent.broker.Broker` (see the module docstring)."""
+class Replication:
+    """Both sides of replication for one broker (module docstring). Owns the fetcher threads
+    (``fetchers``, one per leader broker); reads the broker's ``core`` (replicas, broker
+    URLs) and sends ISR changes (AlterPartition) with the ``controller`` client."""
+
+    def __init__(
+        self,
+        core: BrokerCore,
+        *,
+        controller: ControllerClient,
+        secret: bytes,
+        replica_lag_time_max_ms: int,
+    ):
+        self.core = core
+        self.controller = controller
+        self.secret = secret
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.fetchers: dict[int, threading.Thread] = {}
 
     def replica_fetch(self, req: dict) -> dict:
         """Leader side of follower fetching (long-poll up to ``max_wait_ms``)."""
@@ -43,14 +60,14 @@ class ReplicationMixin:
             remaining = deadline - time.monotonic()
             if has_data or remaining <= 0:
                 return {"partitions": out}
-            with self.data_cond:
-                self.data_cond.wait(min(remaining, 0.2))
+            with self.core.data_cond:
+                self.core.data_cond.wait(min(remaining, 0.2))
 
     def _replica_fetch_one(self, follower: int, p: dict) -> dict:
         topic, partition, offset = p["topic"], p["partition"], p["fetch_offset"]
         base = {"topic": topic, "partition": partition}
-        r = self.replicas.get((topic, partition))
-        if r is None or r.log is None or r.leader != self.broker_id:
+        r = self.core.replicas.get((topic, partition))
+        if r is None or r.log is None or r.leader != self.core.broker_id:
             return dict(base, error=ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if p["leader_epoch"] != r.leader_epoch:
             return dict(base, error=ErrorCode.FENCED_LEADER_EPOCH)
@@ -69,7 +86,7 @@ class ReplicationMixin:
         r.follower_leo[follower] = offset
         if offset >= leo:
             r.caught_up_ms[follower] = now
-        self._update_hw(r)
+        update_high_watermark(r, self.core.broker_id)
         self._maybe_expand_isr(r, follower, offset)
         try:
             batches = plog.read(offset, 1 << 20) if offset < leo else []
@@ -95,7 +112,7 @@ class ReplicationMixin:
         body = {
             "topic": r.topic,
             "partition": r.partition,
-            "leader_id": self.broker_id,
+            "leader_id": self.core.broker_id,
             "leader_epoch": r.leader_epoch,
             "partition_epoch": r.partition_epoch,
             "isr": isr,
@@ -106,13 +123,13 @@ class ReplicationMixin:
                 part = self.controller.request(
                     "POST", "/v1/partitions/alter-isr", body=body, retries=1
                 )
-                with self.lock:
+                with self.core.lock:
                     # a newer leader epoch: the controller moved leadership in this change (a
                     # reassignment completed); the pending ISR holds until the metadata says so
                     if part["leader_epoch"] == r.leader_epoch:
                         r.isr, r.partition_epoch = part["isr"], part["partition_epoch"]
                         r.pending_isr = []
-                        self._update_hw(r)
+                        update_high_watermark(r, self.core.broker_id)
             except (AgentError, httpx.HTTPError) as exc:
                 log.info("AlterPartition %s-%s failed: %s", r.topic, r.partition, exc)
                 r.pending_isr = []
@@ -121,23 +138,23 @@ class ReplicationMixin:
 
         threading.Thread(target=_send, daemon=True).start()
 
-    def _maybe_shrink_isr(self, r: Replica) -> None:
+    def maybe_shrink_isr(self, r: Replica) -> None:
         now = time.monotonic() * 1000
         lagging = [
             b
             for b in r.isr
-            if b != self.broker_id
+            if b != self.core.broker_id
             and now - r.caught_up_ms.get(b, r.became_leader_ms) > self.replica_lag_time_max_ms
         ]
         if lagging and not r.isr_inflight:
             self._propose_isr(r, [b for b in r.isr if b not in lagging])
 
-    def _ensure_fetchers(self) -> None:
-        with self.lock:
+    def ensure_fetchers(self) -> None:
+        with self.core.lock:
             leaders = {
                 r.leader
-                for r in self.replicas.values()
-                if r.online and r.leader not in (-1, self.broker_id)
+                for r in self.core.replicas.values()
+                if r.online and r.leader not in (-1, self.core.broker_id)
             }
             for leader in leaders:
                 th = self.fetchers.get(leader)
@@ -155,14 +172,14 @@ class ReplicationMixin:
         client: AgentClient | None = None
         url = None
         idle = 0
-        while not self.stopped.is_set():
-            with self.lock:
+        while not self.core.stopped.is_set():
+            with self.core.lock:
                 parts = [
                     r
-                    for r in self.replicas.values()
-                    if r.online and r.leader == leader and r.leader != self.broker_id
+                    for r in self.core.replicas.values()
+                    if r.online and r.leader == leader and r.leader != self.core.broker_id
                 ]
-                leader_url = self.broker_urls.get(leader)
+                leader_url = self.core.broker_urls.get(leader)
             if not parts or leader_url is None:
                 idle += 1
                 if idle > 50:
@@ -214,7 +231,7 @@ class ReplicationMixin:
                 r.needs_truncation = False
             logs[(r.topic, r.partition)] = (r, plog)
         req = {
-            "replica_id": self.broker_id,
+            "replica_id": self.core.broker_id,
             "max_wait_ms": 500,
             "partitions": [
                 {

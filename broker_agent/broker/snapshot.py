@@ -1,20 +1,23 @@
 """The broker's snapshot for the console's sync: log dirs and replicas, versioned so a sync
 asks only for what changed since (``since``), and the recovery status of re-created replicas.
 
-A mixin of :class:`broker_agent.broker.Broker`; it uses the broker's ``log_dirs``,
-``replicas``, ``lock`` and the ``_snap_*`` version state.
+:class:`Snapshots` is a part of :class:`broker_agent.broker.Broker`: a read-only view over the
+other parts that owns only the snapshot's versioning.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
+import threading
 
+from broker_agent.broker.logdirs import LogDirs
 from broker_agent.broker.state import (
+    BrokerCore,
     Replica,
     _now_ms,
 )
+from broker_agent.broker.tiering import Tiering
 from broker_agent.choices import (
     LogDirState,
     ReplicaState,
@@ -22,50 +25,33 @@ from broker_agent.choices import (
     TieredState,
 )
 from broker_agent.models import partition_key
-from broker_agent.remote import RemoteStorageError
-from broker_agent.storage import (
-    LogDir,
-)
+from broker_agent.remote import RemoteStorageError, RemoteStore
 
-__all__ = ["SnapshotMixin"]
+__all__ = ["Snapshots"]
 
 
-class SnapshotMixin:
-    """Part of :class:`broker_agent.broker.Broker` (see the module docstring)."""
+class Snapshots:
+    """The broker's snapshot (module docstring). Owns the version state: each replica's last
+    answer and the version it changed at, the removed replicas, and the broker-wide head
+    (online, dirs, expiration mode); reads the ``core``, ``log_dirs``, ``tiering`` and the
+    ``remote`` store's health."""
 
-    def log_dir_info(self, d: LogDir) -> dict:
-        total, free = d.usage() if d.good else (0, 0)
-        count = sum(1 for r in self.replicas.values() if r.dir_name == d.name and r.log is not None)
-        if d.capacity_bytes and d.good:
-            used = sum(
-                r.log.size_bytes
-                for r in list(self.replicas.values())
-                if r.dir_name == d.name and r.log is not None
-            ) + sum(  # a replica being moved here (AlterReplicaLogDirs) takes room already
-                f.log.size_bytes
-                for f in list(self.dir_mover.futures.values())
-                if f.dir_name == d.name
-            )
-            total = d.capacity_bytes
-            free = max(0, min(free, d.capacity_bytes - used))
-        offline = sum(1 for r in self.replicas.values() if r.dir_name == d.name and r.log is None)
-        return {
-            "name": d.name,
-            "path": os.path.abspath(d.path),
-            "state": d.state,
-            "total_bytes": total,
-            "usable_bytes": free,
-            "probe_latency_ms": d.probe_latency_ms,
-            "error": d.error,
-            "replica_count": count,
-            "offline_replica_count": offline,
-            "cordoned": d.cordoned,
-            "removal_pending": d.name in self.removed_log_dirs,
-        }
+    def __init__(
+        self, core: BrokerCore, *, log_dirs: LogDirs, tiering: Tiering, remote: RemoteStore
+    ):
+        self.core = core
+        self.log_dirs = log_dirs
+        self.tiering = tiering
+        self.remote = remote
+        self.version = 0
+        self._entries: dict[str, tuple[dict, int]] = {}
+        self._head: tuple | None = None
+        self._removed: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def _replica_info(self, r: Replica) -> dict:
-        t = self.topics.get(r.topic, {})
-        tier = self.tiering.get(r.topic, {})
+        t = self.core.topics.get(r.topic, {})
+        tier = self.tiering.states.get(r.topic, {})
         plog = r.log
         info = {
             "topic": r.topic,
@@ -73,7 +59,7 @@ class SnapshotMixin:
             "partition": r.partition,
             "log_dir": r.dir_name,
             "state": ReplicaState.ONLINE if plog is not None else ReplicaState.OFFLINE,
-            "is_leader": r.leader == self.broker_id and plog is not None,
+            "is_leader": r.leader == self.core.broker_id and plog is not None,
             "leader": r.leader,
             "leader_epoch": r.leader_epoch,
             "isr": r.isr,
@@ -84,14 +70,14 @@ class SnapshotMixin:
             "size_bytes": plog.size_bytes if plog else 0,
             "tiered_state": t.get("tiered_state", TieredState.NONE),
             "tiered_epoch": tier.get("tiered_epoch", t.get("tiered_epoch", 0)),
-            "copier_state": self.copier_state(r) if plog else TaskState.STOPPED,
-            "expiration_state": self.expiration_state(r) if plog else TaskState.STOPPED,
+            "copier_state": self.tiering.copier_state(r) if plog else TaskState.STOPPED,
+            "expiration_state": self.tiering.expiration_state(r) if plog else TaskState.STOPPED,
             "marked_for_deletion": r.marked_for_deletion,
         }
         view = None
         if plog is not None and t.get("tiered_state", TieredState.NONE) != TieredState.NONE:
             with contextlib.suppress(RemoteStorageError):  # never read yet, store unreachable
-                view = self._remote_view(r)
+                view = self.tiering.remote_view(r)
         if view is not None:
             info.update(
                 remote_log_start_offset=view["remote_log_start_offset"],
@@ -99,47 +85,51 @@ class SnapshotMixin:
                 remote_bytes=view["remote_bytes"],
                 remote_segments=len(view["readable"]),
             )
-            if r.leader == self.broker_id:
-                info.update(self.tier_metrics(r, view))
+            if r.leader == self.core.broker_id:
+                info.update(self.tiering.tier_metrics(r, view))
         return info
 
-    def snapshot(self, since: int | None) -> dict:
+    def take(self, since: int | None) -> dict:
         """Broker snapshot with a version; ``since`` returns only replicas changed after it."""
-        with self.lock:
+        with self.core.lock:
             entries = {
                 partition_key(r.topic, r.partition): self._replica_info(r)
-                for r in self.replicas.values()
+                for r in self.core.replicas.values()
             }
-            dirs = [self.log_dir_info(d) for d in self.log_dirs.values()]
-        head = (self.online, json.dumps(dirs, sort_keys=True, default=str), self.expiration_mode)
-        with self._snap_lock:
-            changed = [k for k, v in entries.items() if self._snap_entries.get(k, (None,))[0] != v]
-            removed = [k for k in self._snap_entries if k not in entries]
-            if changed or removed or head != self._snap_head:
-                self.snapshot_version += 1
-                v = self.snapshot_version
+            dirs = [self.log_dirs.info(d) for d in self.log_dirs.dirs.values()]
+        head = (
+            self.log_dirs.online,
+            json.dumps(dirs, sort_keys=True, default=str),
+            self.tiering.expiration_mode,
+        )
+        with self._lock:
+            changed = [k for k, v in entries.items() if self._entries.get(k, (None,))[0] != v]
+            removed = [k for k in self._entries if k not in entries]
+            if changed or removed or head != self._head:
+                self.version += 1
+                v = self.version
                 for k in changed:
-                    self._snap_entries[k] = (entries[k], v)
+                    self._entries[k] = (entries[k], v)
                 for k in removed:
-                    del self._snap_entries[k]
-                    self._snap_removed[k] = v
-                self._snap_head = head
-            version = self.snapshot_version
+                    del self._entries[k]
+                    self._removed[k] = v
+                self._head = head
+            version = self.version
             full = since is None or since > version
             replicas = [
                 dict(e, version=v)
-                for _k, (e, v) in sorted(self._snap_entries.items())
+                for _k, (e, v) in sorted(self._entries.items())
                 if full or v > since
             ]
-            gone = [] if full else [k for k, v in self._snap_removed.items() if v > since]
+            gone = [] if full else [k for k, v in self._removed.items() if v > since]
         offline_replicas = sum(1 for e in entries.values() if e["state"] == ReplicaState.OFFLINE)
         return {
-            "broker_id": self.broker_id,
+            "broker_id": self.core.broker_id,
             "version": version,
             "since": None if full else since,
             "full": full,
-            "state": "ONLINE" if self.online else "OFFLINE",
-            "expiration_mode": self.expiration_mode,
+            "state": "ONLINE" if self.log_dirs.online else "OFFLINE",
+            "expiration_mode": self.tiering.expiration_mode,
             "log_dirs": dirs,
             "replicas": replicas,
             "removed": gone,
@@ -154,8 +144,8 @@ class SnapshotMixin:
 
     def recreate_status(self) -> dict:
         rows = []
-        with self.lock:
-            for r in self.replicas.values():
+        with self.core.lock:
+            for r in self.core.replicas.values():
                 rows.append(
                     {
                         "topic": r.topic,
@@ -163,7 +153,7 @@ class SnapshotMixin:
                         "state": ReplicaState.ONLINE if r.log else ReplicaState.OFFLINE,
                         "log_dir": r.dir_name,
                         "log_end_offset": r.log.log_end_offset if r.log else -1,
-                        "in_isr": self.broker_id in r.isr,
+                        "in_isr": self.core.broker_id in r.isr,
                     }
                 )
         return {

@@ -1,5 +1,5 @@
-"""What every part of a broker shares: one replica's state (:class:`Replica`), the log, and small
-helpers."""
+"""What every part of a broker shares: the core state (:class:`BrokerCore`), one replica's state
+(:class:`Replica`), the log, and small helpers."""
 
 from __future__ import annotations
 
@@ -16,11 +16,18 @@ from broker_agent.storage import (
 )
 from broker_agent.web import ApiError
 
-__all__ = ["DEGRADED_WINDOW", "OFFSET_MOVED_TO_TIERED_STORAGE", "Replica", "log"]
+__all__ = [
+    "DEGRADED_WINDOW",
+    "OFFSET_MOVED_TO_TIERED_STORAGE",
+    "BrokerCore",
+    "Replica",
+    "log",
+    "update_high_watermark",
+]
 
 log = logging.getLogger("broker_agent.broker")
 
-#: Consecutive slow probes that make a log dir DEGRADED (see ``Broker._grade``).
+#: Consecutive slow probes that make a log dir DEGRADED (see ``logdirs.ProbeGrades``).
 DEGRADED_WINDOW = 3
 OFFSET_MOVED_TO_TIERED_STORAGE = "OFFSET_MOVED_TO_TIERED_STORAGE"
 
@@ -35,6 +42,32 @@ def _storage_error(exc: StorageError, topic: str, partition: int) -> ApiError:
     KafkaStorageException without the OS's text."""
     log.debug("%s-%d on %s: %s", topic, partition, exc.log_dir, exc.error)
     return ApiError(503, ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {exc.log_dir} is offline")
+
+
+class BrokerCore:
+    """The state every part of a broker reads, under one lock: its id, its replicas and the
+    metadata cache. The metadata part (:class:`broker_agent.broker.metadata.Metadata`) is the
+    only writer of ``topics``, ``broker_urls`` and ``cluster_brokers`` and adds / drops
+    replicas; the start-up scan loads replicas from disk, and a failing dir or a dir move
+    changes a replica's log. ``data_cond`` wakes follower fetches waiting for data;
+    ``stopped`` ends every thread."""
+
+    def __init__(self, broker_id: int):
+        self.broker_id = broker_id
+        self.lock = threading.RLock()
+        self.data_cond = threading.Condition()
+        self.stopped = threading.Event()
+        self.replicas: dict[tuple[str, int], Replica] = {}
+        #: the controller's topics as this broker applied them last (name -> metadata entry)
+        self.topics: dict[str, dict] = {}
+        self.broker_urls: dict[int, str] = {}
+        #: the metadata cache the Kafka listener reads (every registered broker)
+        self.cluster_brokers: list[dict] = []
+
+    def notify_data(self) -> None:
+        """Wake the follower fetches waiting on ``data_cond`` (new records, a moved log)."""
+        with self.data_cond:
+            self.data_cond.notify_all()
 
 
 class Replica:
@@ -71,3 +104,19 @@ class Replica:
     @property
     def online(self) -> bool:
         return self.log is not None
+
+
+def update_high_watermark(r: Replica, broker_id: int) -> None:
+    """HW = min LEO over the ISR (monotonic) on leader ``broker_id``; wakes acks=all
+    producers. The pending ISR counts too (see :attr:`Replica.pending_isr`)."""
+    plog = r.log
+    if plog is None:
+        return
+    with r.cond:
+        leo = plog.log_end_offset
+        maximal = {*r.isr, *(b for b in r.pending_isr if b in r.replicas)}
+        others = [r.follower_leo.get(b, 0) for b in maximal if b != broker_id]
+        hw = min([leo, *others])
+        if hw > plog.high_watermark:
+            plog.high_watermark = hw
+            r.cond.notify_all()

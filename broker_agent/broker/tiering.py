@@ -1,24 +1,25 @@
-"""KIP-950 / KIP-405 on a broker: the maintenance loop (ISR shrink, copier, local retention,
-remote expiration — two tasks per partition), DisableRemoteTopic / EnableRemoteTopic with their
-persisted state, and the remote inventory and external-expiration endpoints the Spark jobs use.
+"""KIP-950 / KIP-405 on a broker: the per-partition tiering tasks the maintenance pass runs
+(copier, local retention, remote expiration — two tasks per partition — and the clean-up of
+failed copies), DisableRemoteTopic / EnableRemoteTopic with their persisted state, the remote
+log as the broker's cache of the store sees it, and the remote inventory and
+external-expiration endpoints the Spark jobs use.
 
-A mixin of :class:`broker_agent.broker.Broker`; it uses the broker's ``replicas``, ``topics``,
-``tiering``, ``applied_commands``, ``remote``, ``lock`` and ``meta_dir``.
+:class:`Tiering` is a part of :class:`broker_agent.broker.Broker` (the broker's maintenance
+thread calls its tasks).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 
 import httpx
 
 from broker_agent import kip950
 from broker_agent.broker.state import (
+    BrokerCore,
     Replica,
     _now_ms,
-    log,
 )
 from broker_agent.choices import (
     CleanupPolicy,
@@ -30,93 +31,117 @@ from broker_agent.choices import (
     TieredState,
     TopicConfig,
 )
-from broker_agent.client import AgentError
-from broker_agent.remote import RemoteStorageError, is_readable
+from broker_agent.client import AgentError, ControllerClient
+from broker_agent.remote import RemoteStorageError, RemoteStore, is_readable
 from broker_agent.remote_retention import plan_expiration
-from broker_agent.storage import (
-    StorageError,
-)
 from broker_agent.web import ApiError
 
-__all__ = ["TieringMixin"]
+__all__ = ["DANGLING_COPY_MS", "Tiering"]
 
 #: A COPY_SEGMENT_STARTED record older than this is a failed copy (the copier writes its three
 #: steps within one maintenance pass; a leader change mid-copy leaves one too).
 DANGLING_COPY_MS = 120_000
 
 
-class TieringMixin:
-    """Part of :class:`broker_agent.broker.Broker` (see the module docstring)."""
+class Tiering:
+    """The KIP-950 / KIP-405 side of one broker (module docstring). Owns the applied tiering
+    state per topic (``states``, persisted with the applied ``commands`` in
+    ``meta/tiering.json``), the expiration mode and the copier's test-only pause; reads the
+    broker's ``core`` (replicas, topics, lock) and uses the ``remote`` store and the
+    ``controller`` client."""
 
-    def _load_tiering(self) -> None:
+    def __init__(
+        self,
+        core: BrokerCore,
+        *,
+        meta_dir: str,
+        remote: RemoteStore,
+        controller: ControllerClient,
+        cluster_id: str,
+        expiration_mode: str,
+    ):
+        self.core = core
+        self.meta_dir = meta_dir
+        self.remote = remote
+        self.controller = controller
+        self.cluster_id = cluster_id
+        self.expiration_mode = expiration_mode
+        self.copier_paused = False  # set only by the tests' agent entry point
+        # KIP-950 state applied by DisableRemoteTopic / EnableRemoteTopic, persisted.
+        self.states: dict[str, dict] = {}
+        self.commands: dict[str, dict] = {}
+
+    def load(self) -> None:
+        """Read the persisted state (at the broker's start)."""
         try:
             with open(os.path.join(self.meta_dir, "tiering.json")) as fh:
                 obj = json.load(fh)
-            self.tiering = obj.get("topics", {})
-            self.applied_commands = obj.get("commands", {})
+            self.states = obj.get("topics", {})
+            self.commands = obj.get("commands", {})
         except FileNotFoundError:
             pass
 
-    def _save_tiering(self) -> None:
+    def _save(self) -> None:
         path = os.path.join(self.meta_dir, "tiering.json")
         with open(path + ".tmp", "w") as fh:
-            json.dump({"topics": self.tiering, "commands": self.applied_commands}, fh)
+            json.dump({"topics": self.states, "commands": self.commands}, fh)
         os.replace(path + ".tmp", path)
 
-    def _maintenance_loop(self) -> None:
-        last_ckpt = 0.0
-        while not self.stopped.wait(self.task_interval):
-            with self.lock:
-                replicas = [r for r in self.replicas.values() if r.log is not None]
-            now = time.monotonic()
-            for r in replicas:
-                try:
-                    if self._ever_tiered(r.topic):
-                        self.remote.refresh(r.topic, r.topic_id, r.partition)
-                except RemoteStorageError as exc:
-                    # copy, expiration and retention below go on from what the cache knows:
-                    # nothing is copied or expired remotely, and local segments wait
-                    log.debug("remote metadata of %s-%s: %s", r.topic, r.partition, exc)
-                try:
-                    if r.leader == self.broker_id:
-                        self._maybe_shrink_isr(r)
-                        self._copier_task(r)
-                        self._delete_dangling_copies(r)
-                        self._expiration_task(r)
-                    self._local_retention(r)
-                    if now - last_ckpt > 2 and r.log is not None:
-                        r.log.checkpoint_high_watermark()
-                except (StorageError, OSError, AttributeError, RemoteStorageError) as exc:
-                    log.debug("maintenance of %s-%s: %s", r.topic, r.partition, exc)
-                except Exception:
-                    log.exception("maintenance of %s-%s failed", r.topic, r.partition)
-            if now - last_ckpt > 2:
-                last_ckpt = now
-            self._ensure_fetchers()
+    def adopt(self, t: dict) -> None:
+        """Initial tiering state comes from metadata (topic creation, first enablement); after
+        that only DisableRemoteTopic / EnableRemoteTopic commands change it (KIP-950). Called
+        by the metadata part for each topic it applies, under the core's lock."""
+        cur = self.states.get(t["name"])
+        if cur is not None and cur.get("topic_id") != t["topic_id"]:
+            cur = None  # topic re-created under the same name
+        if cur is None or (
+            cur["state"] == TieredState.NONE and t["tiered_state"] != TieredState.NONE
+        ):
+            self.states[t["name"]] = {
+                "topic_id": t["topic_id"],
+                "state": t["tiered_state"],
+                "tiered_epoch": t["tiered_epoch"],
+                "policy": t["disable_policy"],
+                "purge_below_tiered_epoch": 0,
+                "last_command": None,
+            }
+            self._save()
+
+    def purge_below_tiered_epoch(self, topic: str) -> int:
+        """Remote segments of ``topic`` below this tiered epoch are fenced (delete policy)."""
+        return self.states.get(topic, {}).get("purge_below_tiered_epoch", 0)
+
+    def refresh_remote(self, r: Replica) -> None:
+        """Re-list the partition's remote segments, for a topic ever tiered (the maintenance
+        pass). Raises :class:`RemoteStorageError`."""
+        if self.ever_tiered(r.topic):
+            self.remote.refresh(r.topic, r.topic_id, r.partition)
 
     def _topic_config(self, topic: str, name: str) -> str:
-        return self.topics.get(topic, {}).get("configs", {}).get(name, TopicConfig.DEFAULTS[name])
+        return (
+            self.core.topics.get(topic, {}).get("configs", {}).get(name, TopicConfig.DEFAULTS[name])
+        )
 
-    def _ever_tiered(self, topic: str) -> bool:
+    def ever_tiered(self, topic: str) -> bool:
         """A topic that has never had tiering enabled has nothing in the remote store: its
         replicas never ask the store (and an object-store outage cannot touch them)."""
-        state = self.topics.get(topic, {}).get("tiered_state", TieredState.NONE)
-        return state != TieredState.NONE or topic in self.tiering
+        state = self.core.topics.get(topic, {}).get("tiered_state", TieredState.NONE)
+        return state != TieredState.NONE or topic in self.states
 
     def remote_log_end_offset(self, r: Replica) -> int:
         """The highest offset of ``r``'s partition in remote storage (-1: none), as ListOffsets
         LATEST_TIERED answers it (:mod:`broker_agent.kafka_wire.offsets`). Raises
-        :class:`RemoteStorageError` as :meth:`_remote_view`."""
-        return self._remote_view(r)["remote_log_end_offset"]
+        :class:`RemoteStorageError` as :meth:`remote_view`."""
+        return self.remote_view(r)["remote_log_end_offset"]
 
-    def _remote_view(self, r: Replica) -> dict:
+    def remote_view(self, r: Replica) -> dict:
         """The partition's remote log as this broker's cache of the store knows it. Raises
         :class:`RemoteStorageError` only before the partition's first successful read."""
-        tier = self.tiering.get(r.topic, {})
+        tier = self.states.get(r.topic, {})
         purge = tier.get("purge_below_tiered_epoch", 0)
         segs = (
             self.remote.segments(r.topic, r.topic_id, r.partition)
-            if self._ever_tiered(r.topic)
+            if self.ever_tiered(r.topic)
             else []
         )
         lso = r.log.log_start_offset if r.log else 0
@@ -131,7 +156,7 @@ class TieringMixin:
         }
 
     def tier_metrics(self, r: Replica, view: dict) -> dict:
-        """KIP-963's tiered-storage metrics of a leader replica (``view``: :meth:`_remote_view`).
+        """KIP-963's tiered-storage metrics of a leader replica (``view``: :meth:`remote_view`).
 
         - ``remote_copy_lag_bytes`` / ``_segments`` (RemoteCopyLagBytes / Segments): closed,
           committed local segments above the remote log end, not copied yet - while tiering is
@@ -183,17 +208,17 @@ class TieringMixin:
         }
 
     def copier_state(self, r: Replica) -> str:
-        tier = self.tiering.get(r.topic, {})
-        meta_state = self.topics.get(r.topic, {}).get("tiered_state")
-        if r.leader != self.broker_id:
+        tier = self.states.get(r.topic, {})
+        meta_state = self.core.topics.get(r.topic, {}).get("tiered_state")
+        if r.leader != self.core.broker_id:
             return TaskState.NOT_LEADER
         if tier.get("state") == TieredState.ENABLED and meta_state == TieredState.ENABLED:
             return TaskState.RUNNING
         return TaskState.STOPPED
 
     def expiration_state(self, r: Replica) -> str:
-        tier = self.tiering.get(r.topic, {})
-        if r.leader != self.broker_id:
+        tier = self.states.get(r.topic, {})
+        if r.leader != self.core.broker_id:
             return TaskState.NOT_LEADER
         state = tier.get("state")
         running = state == TieredState.ENABLED or (
@@ -208,7 +233,7 @@ class TieringMixin:
             else TaskState.RUNNING
         )
 
-    def _copier_task(self, r: Replica) -> None:
+    def copy_segments(self, r: Replica) -> None:
         """RemoteStorageCopier: copy closed, committed segments above the remote log end with
         the topic's tiered epoch. Runs only while the applied tiering state and the controller's
         metadata are both ENABLED (so a broker that missed the command still stops copying)."""
@@ -217,8 +242,8 @@ class TieringMixin:
         if CleanupPolicy.COMPACT in self._topic_config(r.topic, TopicConfig.CLEANUP_POLICY):
             return
         plog = r.log
-        tier = self.tiering[r.topic]
-        remote_end = self._remote_view(r)["remote_log_end_offset"]
+        tier = self.states[r.topic]
+        remote_end = self.remote_view(r)["remote_log_end_offset"]
         for seg in plog.closed_segments():
             if seg.last_offset <= remote_end:
                 continue
@@ -241,7 +266,7 @@ class TieringMixin:
             )
             remote_end = seg.last_offset
 
-    def _local_retention(self, r: Replica) -> None:
+    def local_retention(self, r: Replica) -> None:
         """Delete local segments.
 
         - Always: segments wholly below the log start offset.
@@ -252,7 +277,7 @@ class TieringMixin:
           to local segments, advancing the log start offset.
         """
         plog = r.log
-        tier = self.tiering.get(r.topic, {})
+        tier = self.states.get(r.topic, {})
         closed = plog.closed_segments()
         for seg in closed:
             if seg.last_offset < plog.log_start_offset:
@@ -261,7 +286,7 @@ class TieringMixin:
         if not closed:
             return
         now = _now_ms()
-        view = self._remote_view(r)
+        view = self.remote_view(r)
         state = tier.get("state", TieredState.NONE)
         if state == TieredState.ENABLED:
             rb = int(self._topic_config(r.topic, TopicConfig.LOCAL_RETENTION_BYTES))
@@ -277,7 +302,7 @@ class TieringMixin:
                 return
             rb = int(self._topic_config(r.topic, TopicConfig.RETENTION_BYTES))
             rms = int(self._topic_config(r.topic, TopicConfig.RETENTION_MS))
-            eligible = list(closed) if r.leader == self.broker_id else []
+            eligible = list(closed) if r.leader == self.core.broker_id else []
             moves_lso = True
         size = plog.size_bytes
         for seg in eligible:
@@ -292,7 +317,7 @@ class TieringMixin:
             plog.delete_segment(seg)
             size -= seg.size
 
-    def _delete_dangling_copies(self, r: Replica) -> None:
+    def delete_dangling_copies(self, r: Replica) -> None:
         """The copier's own clean-up, in either expiration mode (as Kafka's RemoteLogManager
         deletes a segment whose upload failed): a COPY_SEGMENT_STARTED record older than
         :data:`DANGLING_COPY_MS` is a copy that failed after its first step (an outage mid-copy,
@@ -300,14 +325,14 @@ class TieringMixin:
         object and record go DELETE_SEGMENT_STARTED -> deleted -> DELETE_SEGMENT_FINISHED.
         Nothing else references them: the orphan sweep leaves objects that a record names."""
         now = _now_ms()
-        for seg in self._remote_view(r)["segments"]:
+        for seg in self.remote_view(r)["segments"]:
             if (
                 seg["state"] == RemoteSegmentState.COPY_SEGMENT_STARTED
                 and now - seg["event_timestamp_ms"] > DANGLING_COPY_MS
             ):
                 self.remote.delete_segment(seg["segment_id"])
 
-    def _expiration_task(self, r: Replica) -> None:
+    def expire_remote(self, r: Replica) -> None:
         """RemoteDataExpiration (internal mode): topic-wide retention over remote segments from
         the remote log start, inside the leader-epoch lineage (:meth:`_expiration_plan`), the log
         start offset published before any object is deleted, each delete
@@ -316,7 +341,7 @@ class TieringMixin:
         mode the Spark purge job does)."""
         if self.expiration_mode != ExpirationMode.INTERNAL:
             return
-        view = self._remote_view(r)
+        view = self.remote_view(r)
         purge = view["purge_below_tiered_epoch"]
         for seg in view["segments"]:
             stuck = seg["state"] == RemoteSegmentState.DELETE_SEGMENT_STARTED
@@ -339,7 +364,7 @@ class TieringMixin:
         """What this leader's expiration pass deletes now
         (:func:`broker_agent.remote_retention.plan_expiration`: the leader-epoch lineage check,
         Kafka's ``<=`` time rule and the size breach, as the Spark planner applies them), from
-        ``view`` (:meth:`_remote_view`) and the topic-wide retention.ms / retention.bytes."""
+        ``view`` (:meth:`remote_view`) and the topic-wide retention.ms / retention.bytes."""
         plog = r.log
         remote_end = view["remote_log_end_offset"]
         return plan_expiration(
@@ -355,7 +380,7 @@ class TieringMixin:
         )
 
     def _check_topic(self, cmd) -> dict:
-        t = self.topics.get(cmd.topic)
+        t = self.core.topics.get(cmd.topic)
         if t is None or t["topic_id"] != cmd.topic_id:
             raise ApiError(
                 404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {cmd.topic!r} / id"
@@ -364,7 +389,7 @@ class TieringMixin:
 
     def _ack(self, topic: str, epoch: int) -> None:
         try:
-            self.controller.ack_disable(topic, self.broker_id, epoch)
+            self.controller.ack_disable(topic, self.core.broker_id, epoch)
         except (AgentError, httpx.HTTPError) as exc:
             raise ApiError(
                 503,
@@ -418,13 +443,13 @@ class TieringMixin:
         if cmd.policy is not None and cmd.policy not in DisablePolicy.ALL:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, f"unsupported policy {cmd.policy!r}")
         controller_view = self._controller_view(cmd, "disable")
-        with self.lock:
+        with self.core.lock:
             t = self._check_topic(cmd)
-            done = self.applied_commands.get(cmd.idempotency_key)
+            done = self.commands.get(cmd.idempotency_key)
             if done is not None:
                 self._ack(cmd.topic, done["tiered_epoch"])
                 return dict(done, applied=False)
-            cur = self.tiering.get(cmd.topic) or {
+            cur = self.states.get(cmd.topic) or {
                 "tiered_epoch": 0,
                 "state": TieredState.NONE,
                 "last_command": None,
@@ -441,7 +466,7 @@ class TieringMixin:
                 )
             kip950.check_broker_command(cmd.topic, controller_view, "disable", cmd.tiered_epoch)
             policy = kip950.broker_disable_policy(cmd.topic, controller_view, cmd.policy)
-            parts = sorted(p for (tp, p), r in self.replicas.items() if tp == cmd.topic)
+            parts = sorted(p for (tp, p), r in self.core.replicas.items() if tp == cmd.topic)
             repeat = cmd.tiered_epoch == epoch
             if not repeat:
                 new = dict(
@@ -454,10 +479,10 @@ class TieringMixin:
                 )
                 if policy == DisablePolicy.DELETE:
                     new["purge_below_tiered_epoch"] = cmd.tiered_epoch
-                    for (tp, _p), r in self.replicas.items():
+                    for (tp, _p), r in self.core.replicas.items():
                         if tp == cmd.topic and r.log is not None:
                             r.log.advance_log_start_offset(r.log.local_log_start_offset)
-                self.tiering[cmd.topic] = new
+                self.states[cmd.topic] = new
             result = {
                 "topic": cmd.topic,
                 "tiered_epoch": cmd.tiered_epoch,
@@ -465,8 +490,8 @@ class TieringMixin:
                 "tiered_state": TieredState.DISABLED,
                 "partitions": parts,
             }
-            self.applied_commands[cmd.idempotency_key] = result
-            self._save_tiering()
+            self.commands[cmd.idempotency_key] = result
+            self._save()
         self._ack(cmd.topic, cmd.tiered_epoch)
         return result
 
@@ -477,12 +502,12 @@ class TieringMixin:
         Two-sided: a new command is applied only at the controller's current epoch of an ENABLED
         topic; a future epoch is UNKNOWN_TIERED_EPOCH."""
         controller_view = self._controller_view(cmd, "enable")
-        with self.lock:
+        with self.core.lock:
             t = self._check_topic(cmd)
-            done = self.applied_commands.get(cmd.idempotency_key)
+            done = self.commands.get(cmd.idempotency_key)
             if done is not None:
                 return dict(done, applied=False)
-            cur = self.tiering.get(cmd.topic) or {"tiered_epoch": 0, "state": TieredState.NONE}
+            cur = self.states.get(cmd.topic) or {"tiered_epoch": 0, "state": TieredState.NONE}
             if cmd.tiered_epoch < cur["tiered_epoch"]:
                 raise ApiError(
                     409,
@@ -493,7 +518,7 @@ class TieringMixin:
             repeat = cur["state"] == TieredState.ENABLED and cmd.tiered_epoch == cur["tiered_epoch"]
             kip950.check_broker_command(cmd.topic, controller_view, "enable", cmd.tiered_epoch)
             if not repeat:
-                self.tiering[cmd.topic] = dict(
+                self.states[cmd.topic] = dict(
                     cur,
                     topic_id=t["topic_id"],
                     state=TieredState.ENABLED,
@@ -506,10 +531,10 @@ class TieringMixin:
                 "tiered_epoch": cmd.tiered_epoch,
                 "applied": not repeat,
                 "tiered_state": TieredState.ENABLED,
-                "partitions": sorted(p for (tp, p) in self.replicas if tp == cmd.topic),
+                "partitions": sorted(p for (tp, p) in self.core.replicas if tp == cmd.topic),
             }
-            self.applied_commands[cmd.idempotency_key] = result
-            self._save_tiering()
+            self.commands[cmd.idempotency_key] = result
+            self._save()
         return result
 
     def inventory(self, topic: str | None):
@@ -520,18 +545,18 @@ class TieringMixin:
 
     def partition_states(self, topic: str | None) -> list[dict]:
         out = []
-        with self.lock:
+        with self.core.lock:
             replicas = [
                 r
-                for r in self.replicas.values()
+                for r in self.core.replicas.values()
                 if r.log is not None
-                and r.leader == self.broker_id
+                and r.leader == self.core.broker_id
                 and (topic is None or r.topic == topic)
             ]
         for r in replicas:
             plog = r.log
-            tier = self.tiering.get(r.topic, {})
-            view = self._remote_view(r)
+            tier = self.states.get(r.topic, {})
+            view = self.remote_view(r)
             out.append(
                 {
                     "cluster": self.cluster_id,
@@ -553,7 +578,7 @@ class TieringMixin:
                     "leader_epochs": [
                         {"epoch": e, "start_offset": s} for e, s in plog.leader_epochs
                     ],
-                    "tiered_state": self.topics.get(r.topic, {}).get(
+                    "tiered_state": self.core.topics.get(r.topic, {}).get(
                         "tiered_state", TieredState.NONE
                     ),
                     "tiered_epoch": tier.get("tiered_epoch", 0),
@@ -562,20 +587,6 @@ class TieringMixin:
                 }
             )
         return out
-
-    def publish_log_start_offset(self, topic: str, partition: int, offset: int) -> dict:
-        """Advance the log start offset (DeleteRecords / the Spark retention job publishing
-        before deleting). Never beyond the high watermark; never backwards (no-op)."""
-        r = self._leader(topic, partition)
-        plog = r.log
-        if offset > plog.high_watermark:
-            raise ApiError(
-                416,
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"{offset} is above the high watermark {plog.high_watermark}",
-            )
-        plog.advance_log_start_offset(offset)
-        return {"topic": topic, "partition": partition, "log_start_offset": plog.log_start_offset}
 
     def mark_segment(self, segment_id: str, state: str) -> dict:
         try:

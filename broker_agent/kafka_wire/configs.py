@@ -105,11 +105,13 @@ CORDONED_LOG_DIRS = "cordoned.log.dirs"
 
 def _broker_configs(broker) -> list[tuple[str, str, int]]:
     static = ConfigSource.STATIC_BROKER_CONFIG
-    dirs = ",".join(os.path.abspath(d.path) for d in broker.log_dirs.values())
+    dirs = ",".join(os.path.abspath(d.path) for d in broker.log_dirs.dirs.values())
     throttle = broker.dir_mover.throttle_bytes_per_s
     dynamic = ConfigSource.DYNAMIC_BROKER_CONFIG
     cordoned = ",".join(
-        os.path.abspath(d.path) for d in broker.log_dirs.values() if getattr(d, "cordoned", False)
+        os.path.abspath(d.path)
+        for d in broker.log_dirs.dirs.values()
+        if getattr(d, "cordoned", False)
     )
     return [
         *([(ALTER_LOG_DIRS_THROTTLE, str(throttle), dynamic)] if throttle is not None else []),

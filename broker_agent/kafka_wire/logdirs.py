@@ -50,8 +50,8 @@ def _describe_log_dirs(broker, request, _version):
     wanted = _wanted(request)
     results = []
     with broker.lock:
-        for d in broker.log_dirs.values():
-            info = broker.log_dir_info(d)
+        for d in broker.log_dirs.dirs.values():
+            info = broker.log_dirs.info(d)
             if not d.good:
                 results.append(
                     R(

@@ -60,7 +60,7 @@ def epoch_for_offset(leader_epochs: list[tuple[int, int]], offset: int) -> int:
 
 def _remote_enabled(broker, topic: str) -> bool:
     t = broker.topics.get(topic, {})
-    tier = broker.tiering.get(topic, {})
+    tier = broker.tiering.states.get(topic, {})
     state = tier.get("state", t.get("tiered_state", TieredState.NONE))
     policy = tier.get("policy", t.get("disable_policy"))
     cfg = kafka39.configs_for_state(state, policy)
@@ -90,7 +90,7 @@ def _offset(broker, r, spec: int) -> tuple[int, int, int, int]:
         if not _remote_enabled(broker, r.topic):
             return 0, -1, -1, -1
         try:
-            offset = broker.remote_log_end_offset(r)
+            offset = broker.tiering.remote_log_end_offset(r)
         except RemoteStorageError:
             return Errors.KafkaStorageError.errno, -1, -1, -1
         if offset < 0:

@@ -39,7 +39,7 @@ def _first_at_or_after(batches, target: int, floor: int, hw: int):
 
 
 def _remote(broker, r, target: int, lso: int, hw: int):
-    purge = broker.tiering.get(r.topic, {}).get("purge_below_tiered_epoch", 0)
+    purge = broker.tiering.purge_below_tiered_epoch(r.topic)
     segments = broker.remote.segments(r.topic, r.topic_id, r.partition)
     for seg in sorted(segments, key=lambda s: s["start_offset"]):
         if seg["max_timestamp_ms"] < target or not is_readable(seg, purge, lso):

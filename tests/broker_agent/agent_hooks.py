@@ -39,14 +39,14 @@ def install_test_hooks(app: FastAPI) -> None:
         delay = body.get("delay_ms") if isinstance(body, dict) else None
         if not isinstance(delay, int | float) or not 0 <= delay <= 60_000:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, "delay_ms: 0..60000")
-        return request.app.state.broker.set_probe_delay(name, float(delay))
+        return request.app.state.broker.log_dirs.set_probe_delay(name, float(delay))
 
     @app.put("/v1/test/copier-paused", include_in_schema=False)
     def copier_paused(request: Request, body: Annotated[dict, Body()]) -> dict:
         paused = body.get("paused") if isinstance(body, dict) else None
         if not isinstance(paused, bool):
             raise ApiError(400, ErrorCode.INVALID_REQUEST, "paused: true or false")
-        request.app.state.broker.copier_paused = paused
+        request.app.state.broker.tiering.copier_paused = paused
         return {"copier_paused": paused}
 
 

@@ -4,15 +4,16 @@ fetcher thread a dozen times on one broker (#16)."""
 
 from __future__ import annotations
 
-from broker_agent.broker.replication import ReplicationMixin
-from broker_agent.broker.state import Replica
+from broker_agent.broker.replication import Replication
+from broker_agent.broker.state import BrokerCore, Replica
 from broker_agent.storage import LogDir, PartitionLog
 
 
-class _Fetcher(ReplicationMixin):
-    def __init__(self, replicas: dict):
-        self.broker_id = 2
-        self.replicas = replicas
+def _fetcher(replicas: dict) -> Replication:
+    """Broker 2's replication part over ``replicas`` (no controller: nothing here sends)."""
+    core = BrokerCore(2)
+    core.replicas.update(replicas)
+    return Replication(core, controller=None, secret=b"", replica_lag_time_max_ms=5000)
 
 
 class _Client:
@@ -55,7 +56,7 @@ def test_the_answer_for_a_log_taken_away_during_the_fetch_is_dropped(tmp_path):
     kept, lost = _replica(tmp_path, "kept"), _replica(tmp_path, "lost")
     kept.needs_truncation = lost.needs_truncation = False
     client = _Client(lost)
-    fetcher = _Fetcher({("kept", 0): kept, ("lost", 0): lost})
+    fetcher = _fetcher({("kept", 0): kept, ("lost", 0): lost})
     fetcher._fetch_round(client, [kept, lost])
     assert [p["topic"] for p in client.fetches[0]["partitions"]] == ["kept", "lost"]
     assert kept.log is not None and lost.log is None
@@ -65,5 +66,5 @@ def test_a_log_taken_away_during_the_truncation_check_is_skipped(tmp_path):
     lost = _replica(tmp_path, "lost")
     lost.log.leader_epochs = [(1, 0)]
     client = _Client(lost)
-    _Fetcher({("lost", 0): lost})._fetch_round(client, [lost])  # raised AttributeError before
+    _fetcher({("lost", 0): lost})._fetch_round(client, [lost])  # raised AttributeError before
     assert lost.log is None

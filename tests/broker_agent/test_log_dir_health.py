@@ -127,13 +127,14 @@ def test_one_slow_probe_does_not_make_a_dir_degraded_but_a_sustained_one_does():
     DEGRADED_WINDOW slow probes in a row, and one normal probe makes the dir ONLINE again."""
     from types import SimpleNamespace
 
-    from broker_agent.broker import DEGRADED_WINDOW, Broker
+    from broker_agent.broker import DEGRADED_WINDOW
+    from broker_agent.broker.logdirs import ProbeGrades
 
     dirs = {n: SimpleNamespace(good=True, state=LogDirState.ONLINE) for n in ("a", "b", "c")}
-    fake = SimpleNamespace(log_dirs=dirs, _probe_history={})
+    grades = ProbeGrades()
 
     def grade(a_ms: float) -> str:
-        Broker._grade(fake, {"a": a_ms, "b": 2.0, "c": 3.0})
+        grades.grade(dirs, {"a": a_ms, "b": 2.0, "c": 3.0})
         return dirs["a"].state
 
     assert grade(2.0) == LogDirState.ONLINE
