@@ -1,19 +1,12 @@
 """Workflows' part of the JSON API (``/api/v1/``): workflows and approvals (the audit routes
 are the audit app's, :mod:`audit.api`).
 
-Stable names (other tools rely on them): ``POST /workflows`` answers 201 with ``id``,
-``state``, ``plan``, ``plan_hash``, ``approvals_required``; ``POST /workflows/{id}/approve``
-(``plan_hash``, ``comment``), ``/reject``, ``/cancel``, ``/confirm``; ``GET /workflows[/{id}]``;
-Errors are ``{"error": CODE, "message": ...}``.
-
-A request never calls the cluster: ``POST /workflows`` answers 201 with ``state`` ``planning``
-(``plan`` empty, ``plan_hash`` ""); a worker plans it, after which ``GET /workflows/{id}`` shows
-``pending_approval`` with ``plan`` (the actions, hashed into ``plan_hash``) and
-``plan_information`` (+ ``plan_information_at``) and ``plan_summary`` (the plan review an
-approver reads: rows of ``what``, ``target``, ``before``, ``after``, ``size``, ``destructive``),
-or ``refused`` with ``error``. A client that
-sends ``expected_plan_hash`` gets ``refused`` / ``PLAN_CHANGED`` when the actions differ.
-``POST /workflows/preview`` validates a request without recording it or planning it.
+Stable names (other tools rely on them): ``POST /workflows`` answers 201 with ``id``, ``state``
+(``planning``), ``plan``, ``plan_hash``, ``approvals_required``; ``POST /workflows/{id}/approve``
+(``plan_hash``, ``comment``), ``/reject``, ``/cancel``, ``/confirm``; ``GET /workflows[/{id}]``
+adds ``plan_information`` (+ ``_at``) and ``plan_summary``. ``expected_plan_hash`` refuses a
+plan whose actions differ (``PLAN_CHANGED``); ``POST /workflows/preview`` only validates.
+A request never calls the cluster: a worker plans.
 """
 
 from __future__ import annotations

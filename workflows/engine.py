@@ -1,40 +1,12 @@
 """The execution engine: runs an approved workflow's steps, one run per workflow at a time.
 
-How a run goes (``run(workflow_id)``, called by the Celery task ``run_workflow``):
-
-1. **Claim the lease** with a conditional UPDATE: only a workflow that is planning / approved /
-   running / due for resumption and whose lease is free or expired. A run that loses the race
-   exits.
-1b. **Plan** (planning → pending_approval, or approved for break-glass / no approval needed, or
-   refused): the kind's plan is computed here, in the worker, never in a web request. A
-   refusal (KIP error, rule) ends the workflow ``refused``; an unreachable controller or agent
-   (:class:`~workflows.kinds.PlanUnavailable`, a transport error) keeps it ``planning`` with a
-   visible reason and plans again with backoff, for at most ``STRATA_APPROVAL_TTL_HOURS``.
-2. **Start** (approved → running): re-compute the plan. Expired approvals return it to
-   ``pending_approval``; an unreachable cluster keeps it ``approved`` and waits with backoff
-   (bounded by the approvals' expiry); a refusal fails it; different *actions* (a different
-   hash) void the approvals, record what changed (``plan_diff``, old → new) and return it to
-   ``pending_approval``; otherwise the information is refreshed and the steps are created from
-   the kind's step definitions. One transaction + audit.
-3. **Steps in order.** Each step is claimed (``state`` PENDING/RUNNING/WAITING → RUNNING,
-   ``attempts + 1``) and its function runs outside any transaction. Its outcome is committed
-   together with its audit event, *fenced* by the lease: a run that lost its lease (it stalled
-   and the reconciler handed the workflow to another run) cannot commit anything.
-   - done → step succeeded; next step.
-   - ``StepResult.wait`` → step and workflow ``waiting`` until ``resume_at``; the workflow
-     stays ``waiting`` while that step is re-tried and turns ``running`` when it succeeds. A
-     wait is audited once, and again only when its reason changes. The reason is the
-     workflow's ``waiting_reason``; a step's ``last_error`` only ever holds what it last
-     raised or failed with (the pages' "Last error").
-   - a gate step not yet confirmed → ``waiting`` until ``POST .../confirm``.
-   - exception → retried with exponential backoff (``resume_at``) until ``max_attempts``
-     runs have raised (``failures``; waits do not count), then failed; ``StepResult.fail`` / a Refusal → failed at once.
-4. All steps succeeded → ``succeeded``.
-
-Crash safety: a run killed anywhere leaves a lease that expires; the beat reconciler
-(``reconcile()``) re-enqueues such workflows and the next run re-claims the interrupted step.
-A step interrupted after its effect but before its commit runs again: step functions are
-idempotent (idempotency keys), which is why ``attempts`` may exceed the effects.
+``run(workflow_id)`` claims the workflow's lease with a conditional UPDATE, plans it (in the
+worker, never a request), starts it (re-computes the plan; different actions void the approvals),
+then runs the steps in order. Each step function runs outside a transaction; its outcome commits
+with its audit event, fenced by the lease, so a run that lost its lease commits nothing. Waits do
+not count as failures; ``max_attempts`` raised runs fail the step. A killed run leaves a lease
+that expires and ``reconcile()`` re-enqueues the workflow; an interrupted step runs again, which
+is why steps are idempotent and ``attempts`` may exceed the effects.
 """
 
 from __future__ import annotations

@@ -1,56 +1,14 @@
 """The registry of workflow kinds: how a kind plugs into the framework.
 
-A kind is a subclass of :class:`WorkflowKind` decorated with :func:`register`::
-
-    class DisableParams(Params):                               # the request, typed
-        topic: str = text("Topic", max_length=249)
-        policy: Literal["retain", "delete"] = choice("Policy", default="retain")
-
-    class DisablePlan(Actions):                                # the approved actions, typed
-        brokers: list[int]
-
-    @register
-    class DisableTiering(WorkflowKind[DisableParams, DisablePlan]):
-        name = "disable_tiering"
-        label = "Disable tiering"
-        params_model, actions_model = DisableParams, DisablePlan
-
-        def target(self, params: DisableParams) -> str:        # what it holds while open
-            return f"topic:{params.topic}"
-
-        def plan(self, params: DisableParams) -> Plan[DisablePlan]:  # in a worker, never a request
-            return Plan(DisablePlan(...), information={...})    # or raise Refusal / PlanUnavailable
-
-        def steps(self, params: DisableParams, plan: DisablePlan) -> list[StepDef]:
-            return [StepDef("start_disablement", start),
-                    *[StepDef("disable_remote_topic", ack, broker=b) for b in plan.brokers],
-                    StepDef("finish", finish)]
-
-A step function takes a :class:`StepContext` and returns ``None`` / ``StepResult.done(output)``
-when its work is done, ``StepResult.wait(reason, retry_in=...)`` to wait (an unreachable broker;
-with ``gate=True`` on the StepDef the engine waits for a human confirmation before calling it),
-or ``StepResult.fail(code, message)`` to fail the workflow. Raising any other exception retries
-the step with exponential backoff up to ``max_attempts``. Step functions run *outside* a
-transaction and must be idempotent: a worker killed after the effect but before the engine
-recorded it runs the step again (use ``ctx.idempotency_key`` on agent commands).
-
-``params`` always holds ``cluster`` and the kind's cleaned fields; steps read them as
-``ctx.params.topic`` and the actions as ``ctx.plan.brokers`` (:mod:`workflows.kinds.schema`).
-A plan is two parts (DESIGN.md "Approvals and audit"):
-
-- **actions** — what the steps will do: topic and topic id, brokers, policy, tiered epoch
-  before / after, partitions, dirs, the digest of a Spark plan, and booleans such as "the
-  projected growth fits this dir". Only the actions are hashed (:func:`plan_hash`) and
-  approved; :meth:`WorkflowKind.steps` gets them. They must be a pure function of params and
-  the cluster's *structure*, so that ordinary traffic never changes them.
-- **information** — figures that drift under traffic (bytes, segment and record counts,
-  projections, ISR sizes): shown with their age, refreshed, never hashed.
-
-Planning always runs in a worker (``workflows.engine``): a request only validates its fields and
-creates the row. A kind raises :class:`Refusal` for a real refusal (a KIP error, a rule: the
-workflow ends ``refused`` or, at start, ``failed``) and :class:`PlanUnavailable` when the
-controller or an agent does not answer (the workflow waits and plans again with backoff). The
-actions are re-computed before execution; different actions void the approvals.
+A kind is a :class:`WorkflowKind` subclass decorated with :func:`register`, declaring its
+request (``params_model``) and approved actions (``actions_model``) as types, its ``target``,
+``plan`` (run in a worker, never a request) and ``steps``. A step returns ``None`` /
+``StepResult.done``, ``StepResult.wait`` (``gate=True`` waits for a human), or
+``StepResult.fail``; any other exception retries with backoff. Steps run outside a
+transaction and must be idempotent (``ctx.idempotency_key`` on agent commands). Only the
+actions are hashed (:func:`plan_hash`): a pure function of params and the cluster's structure,
+so traffic never voids an approval. :class:`Refusal` ends planning ``refused``;
+:class:`PlanUnavailable` waits and plans again. Example kind: :mod:`workflows.kinds.topology`.
 """
 
 from __future__ import annotations

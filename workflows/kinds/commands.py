@@ -1,18 +1,10 @@
 """Audited, at-most-once agent and controller commands for workflow steps.
 
-Every command a step sends to a broker agent or the controller is recorded as an audit event
-(action, target, before / after, outcome) keyed by the step's idempotency key. The event is the
-record that the effect happened: a step that runs again (a worker killed after the effect,
-before the engine committed the step) finds it and does not repeat the command.
-
-The one window this cannot close is a kill *between* the command and its audit commit: the
-command is then sent again, which is why each command used here is itself idempotent on the
-cluster side (cordon and uncordon of a dir, removal of an already removed dir, a broker restart
-asked for the incarnation seen before the first attempt, an unchanged partition count). The exception is ``recover_log_dir``'s produce / consume check: run
-again in that window it writes a second, harmless batch of verification records.
-
-A command the agent refuses (an ``AgentError``) is audited with outcome ``failure`` and does
-not count as applied.
+Each command is recorded as an audit event keyed by the step's idempotency key; a step run again
+(a worker killed after the effect) finds it and does not repeat the command. A kill between the
+command and its audit commit re-sends it, so every command used here is idempotent on the
+cluster side; the only exception, ``recover_log_dir``'s verification produce, writes a second,
+harmless batch. A refused command (``AgentError``) is audited as ``failure``, not applied.
 """
 
 from __future__ import annotations

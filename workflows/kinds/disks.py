@@ -1,75 +1,13 @@
 """``recover_log_dir``: KIP-112 "the disk (or log directory) gets fixed", as a tracked runbook.
 
-KIP-112 gives two ways out of a failed JBOD log directory: *replace* the bad disk with a good
-one ("the disk can either be empty or contain the old data"), or *remove* the bad log directory
-from the broker's config — "bad log directories should only be removed from broker config if
-there is enough space on the good log directories". Either way the broker must **restart**:
-Kafka keeps a failed dir offline until the broker process restarts ("fix disks and reboot
-broker"); LogDirReset was in a superseded draft and is no step of this runbook. Once restarted
-with no bad dir, the broker re-creates the missing replicas on its good, uncordoned dirs and they
-catch up from their leaders.
-
-Parameters: ``broker``, ``log_dir``, ``mode`` (``replace`` | ``remove``, default replace).
-
-Pre-flight refusals (nothing changes):
-
-- ``UNKNOWN_BROKER`` — the controller does not know the broker id;
-- ``LOG_DIR_NOT_FOUND`` (Kafka's code, KIP-113) — the broker has no such log dir;
-- ``LOG_DIR_NOT_OFFLINE`` (409) — the dir is ONLINE and healthy. **Decision:** a DEGRADED dir
-  (online, but its probe is far slower than its peers') *is* accepted, so an operator can retire
-  a dying disk before it fails outright: the cordon (KIP-1066) stops new replicas landing on it
-  while its replicas keep serving until the broker restarts without it (replaced or removed). A
-  healthy dir is refused: Strata has no evidence that anything is wrong with it;
-- ``LAST_LOG_DIR`` (remove mode) — the broker's only dir cannot be removed;
-- ``INSUFFICIENT_SPACE`` (409, remove mode) — the good dirs lack usable space for the replicas
-  that must move there. For an OFFLINE dir the agent's removal plan decides (replicas sized by
-  their leaders' local size, largest first onto the dir with most room); for a DEGRADED dir the
-  same placement over the replicas' own sizes. The message carries the numbers;
-- ``BROKER_NOT_AVAILABLE`` (503) — the controller or the agent did not answer.
-
-Plan **actions** (hashed, approved): broker, dir, mode, how the broker is restarted
-(``restart``: ``sim`` — the worker restarts it through the simulated cluster's control, which the
-controller advertises; ``manual`` — an operator restarts it and confirms), the replicas on the dir (``topic``,
-``partition``) that will be re-created, and in remove mode the good dirs and whether the
-replicas ``fit`` on them. Plan **information** (shown with its age, never hashed): the dir's
-state, per replica ``leader``, ``isr_size``, ``min_insync_replicas``, ``leader_lost``,
-``under_min_isr`` and ``bytes``; the affected partitions (``partitions_leader_lost``: no leader,
-the data is only on this dir; ``partitions_under_min_isr`` now, and after the cordon of a
-DEGRADED dir, what its replacement takes away), ``bytes_to_recreate`` and per good dir ``usable_bytes`` / ``needed_bytes``.
-
-**Decision — bytes are information.** Sizes and free space move with ordinary traffic every
-second; were they approved, every approval on a live cluster would be voided by the next
-re-plan. So they are shown exactly, with their age, and only *whether the replicas fit* is an
-action: a projection that turns "fits" into "does not fit" voids the approvals (in remove mode
-it refuses). The exact space check happens once more at execution (the agent refuses a removal
-that does not fit) and the exact byte progress is on the step.
-
-Steps, replace mode: ``cordon_log_dir`` (no new replicas on it) → ``confirm_disk_replaced``
-(human gate: an operator confirms the disk was replaced, ``POST /api/v1/workflows/{id}/confirm``
-or the button on the workflow page) → ``uncordon_log_dir`` (the new disk takes replicas again) →
-``restart_broker`` → ``recreate_replicas`` → ``verify``. Remove mode: ``cordon_log_dir`` →
-``remove_log_dir`` (persisted in the broker's config, effective at its restart) →
-``restart_broker`` → ``recreate_replicas`` → ``verify``.
-
-``restart_broker`` on the simulated cluster: the worker asks the controller's sim control to
-restart the broker (controlled shutdown: leaders move first; then the process stops and starts;
-replicas come back into the ISR). It is done at most once across a worker SIGKILL: the broker's
-``incarnation`` seen before the first attempt is audited first, the control restarts only that
-incarnation, and the restart is audited with the incarnations before and after. Where the
-cluster offers no restart control, the step is a human gate instead: "restart broker N", confirmed
-by an operator in the console (who and when audited; it waits for days without holding a worker).
-After the restart a replaced dir that still fails fails the step (``LOG_DIR_STILL_OFFLINE``).
-
-``recreate_replicas`` reports progress in bytes (the re-created replicas' local size against
-their leaders') and waits (``StepResult.wait``) until every one is ONLINE and back in the ISR.
-``verify`` checks the broker's OfflineReplicaCount is 0 and produces a known batch with acks=all
-to each affected partition not marked for deletion (at most :data:`VERIFY_MAX_PARTITIONS`;
-records without a key, which KIP-253 lets go to any partition below U), reads it back from the
-leader and confirms the recovered replica holds it: nothing acknowledged may be lost.
-
-Every agent / controller command is audited (``disks.*`` actions, before / after) and applied
-at most once per step (:mod:`workflows.kinds.commands`). A step waits instead of failing while
-the broker's agent does not answer.
+Replace the disk or remove the dir from the broker's config; either way the broker restarts
+(Kafka keeps a failed dir offline until then; LogDirReset is no step here) and re-creates the
+missing replicas on its good dirs. A DEGRADED dir is accepted (cordoned, KIP-1066) so a dying
+disk can be retired; a healthy ONLINE dir is refused (``LOG_DIR_NOT_OFFLINE``). Bytes and free
+space are information; only whether the replicas ``fit`` is an action. ``restart_broker`` is
+done at most once per incarnation through the sim's control, else a human gate. ``verify``
+produces keyless records (KIP-253 lets them go to any partition below U) with acks=all and
+reads them back: nothing acknowledged may be lost. Commands: :mod:`workflows.kinds.commands`.
 """
 
 from __future__ import annotations

@@ -1,41 +1,13 @@
 """``remote_purge`` and ``orphan_sweep``: execute a reviewed Spark plan (DESIGN.md "Spark job
 contract"; KIP-950 "delete" policy; KIP-405 remote-log metadata).
 
-An operator starts a *dry run* on the Spark jobs page (``purge`` or ``orphans``); it writes
-``plan/`` (one row per segment / object to delete), ``partitions/`` and ``summary.json`` and
-deletes nothing. The operator then requests ``remote_purge`` / ``orphan_sweep`` naming that dry
-run (field ``spark_run``). What is approved:
-
-- **the plan's actions** = the dry run's rows, bytes and reasons + ``plan_sha256``, the digest
-  of its ``plan/`` output (:func:`spark_tasks.plan_digest.plan_digest`: order-independent,
-  streamed), stored on the run row when the dry run succeeded, so planning never re-reads it
-  (a run from before that is digested once by the planning worker; never by a web request).
-- **re-check at execution**: the engine re-computes the plan before the first step (the
-  framework's rule); a plan output that changed or vanished gives another hash, which voids the
-  approvals and returns the workflow to ``pending_approval`` (``workflow.plan_changed``), and a
-  dry run that is gone or no longer succeeded is refused. The first step checks the hash once
-  more right before anything is deleted and fails with ``PLAN_CHANGED`` if it moved in between.
-
-Decision: execution deletes **exactly the reviewed plan**, not a fresh re-plan: a fresh plan
-would be a different plan nobody reviewed. That is safe for these two jobs because what they plan
-stays garbage: segments below a delete-policy disablement's tiered epoch are fenced for good
-(KIP-950: unreadable at once, never readable again), and an orphaned object older than the
-orphan window (at least 1 h) is never referenced later. Steps are idempotent: log start offsets
-never move backwards, a segment already DELETE_SEGMENT_FINISHED counts as past, an object already
-gone counts as deleted.
-
-Approvals: ``remote_purge`` deletes what a delete-policy disablement fenced, so it needs what
-that disablement needs (two approvers; :meth:`RemotePurge.approvals_for`). ``orphan_sweep``
-deletes objects no metadata record references, nobody's data: the site's default count.
-
-Steps, in Kafka's order (``spark_tasks.remote``): ``remote_purge`` = publish the new log start
-offsets → mark every planned segment DELETE_SEGMENT_STARTED → the ``delete_objects`` Spark job on
-the reviewed ``plan/`` → mark the deleted ones DELETE_SEGMENT_FINISHED. ``orphan_sweep`` (objects
-without metadata) = the ``delete_objects`` job only.
-
-Helper shared with :mod:`workflows.kinds.tiering`: :func:`follow_spark_run` (queue a Spark run
-once per step and follow it to the end with progress on the workflow page). Commands are audited
-through :func:`workflows.kinds.commands.record_command`, once per idempotency key.
+The request names a successful dry run (``spark_run``); the actions include ``plan_sha256``, its
+``plan/`` digest, checked again before the first step and right before anything is deleted
+(``PLAN_CHANGED``). Execution deletes exactly the reviewed plan, never a fresh re-plan: what these
+jobs plan stays garbage (segments fenced below a delete-policy epoch; orphans older than the
+window). ``remote_purge`` needs two approvers like the disablement that fenced them. Steps follow
+Kafka's order (publish log start offsets, DELETE_SEGMENT_STARTED, delete, DELETE_SEGMENT_FINISHED)
+and are idempotent. :func:`follow_spark_run` is shared with :mod:`workflows.kinds.tiering`.
 """
 
 from __future__ import annotations

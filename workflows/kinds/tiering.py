@@ -1,87 +1,15 @@
 """``disable_tiering`` and ``enable_tiering``: KIP-950 tiered-storage disablement and
 re-enablement, driven as durable workflows against the controller and every hosting broker.
 
-KIP-950 rules these kinds follow (seed 000, DESIGN.md "Domain rules"):
-
-- States ENABLED → DISABLING → DISABLED → (re-enable) ENABLED. Disabling increments the tiered
-  epoch; re-enabling keeps it. A disable while DISABLING is refused with
-  ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS`` (the KIP spells it ``TIERED_STORAGET_…``; the agent
-  and we use the corrected spelling); an unknown policy or malformed request with
-  ``INVALID_REQUEST``. ``remote.log.disable.policy`` defaults to ``retain``; re-enable takes no
-  policy. Compacted topics cannot be tiered.
-- DISABLING becomes DISABLED only once every broker hosting the topic acknowledged
-  DisableRemoteTopic for the current tiered epoch; an unreachable broker is retried until it
-  answers (KIP-950 "Failure Modes": "the controller will retry the operation until it receives a
-  successful response"). After a crash of whatever drives it, a topic left DISABLING is driven on
-  ("Controller Failover in DISABLING State") — here the engine's lease + reconciler.
-
-Decisions (where the KIP leaves room):
-
-- **Planning reads PostgreSQL only** (the console's synced inventory) and runs in a worker; the
-  plan is a pure function of the parameters and that state. The controller is the authority at
-  execution: ``start_disablement`` sends the plan's tiered epoch as ``expected_tiered_epoch``,
-  so a topic that moved since the plan was made is never disabled on a stale view.
-- **Exactly one epoch increment.** ``start_disablement`` first reads the topic: ENABLED at the
-  plan's epoch → start with the expected-epoch check; DISABLING / DISABLED at the plan's epoch
-  + 1 with our policy → our own earlier attempt (a worker killed after the controller answered),
-  driven on as KIP-950 asks. Anything else fails the workflow with the controller's code.
-- **Adoption.** A topic found DISABLING at planning (AlterConfigs through the controller API, a
-  workflow that failed, a controller that restarted) has no driver unless an open workflow holds
-  its target - there is at most one (``WORKFLOW_CONFLICT``). A disable request with the topic's
-  policy plans to take it over: the plan's epoch is the current one minus one, so
-  ``start_disablement`` finds it ours (audited ``tiering.adopt_disablement``) and the steps send
-  DisableRemoteTopic and complete as for a disablement of our own; a request with another policy
-  is refused with ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS``. The topic page says "no driver" and
-  offers it.
-- **Fan-out.** One step per hosting broker (its acknowledgement, its audit event, its visible
-  state). The step of the first pending broker sends the command to *every* pending broker at
-  once, at most :data:`FANOUT_CONCURRENCY` in flight, each with its own step's idempotency key,
-  and records each acknowledgement (audited once per key) as it arrives. A broker's own step
-  then finds its acknowledgement recorded and completes without sending again; a broker that
-  did not answer in the fan-out gets the command from its own step, which retries and waits as
-  below. (The earlier design sent windows of 8 that every later step repeated: 8 sends per
-  broker, 34 s for 60 brokers.) An unreachable broker
-  parks the workflow in ``waiting`` (shown on its page with the reason) and is retried with
-  exponential backoff capped at :data:`UNREACHABLE_RETRY_CAP_SECONDS`, without limit.
-  ``STALE_TIERED_EPOCH`` (the broker applied a newer epoch: someone else's disablement or
-  re-enablement overtook this one) fails the workflow: it is fenced, not retried.
-- **Delete policy.** After DISABLED the Spark ``purge`` job runs (non-dry-run: it plans, publishes
-  log start offsets, marks DELETE_SEGMENT_STARTED, deletes, marks DELETE_SEGMENT_FINISHED). The
-  job works cluster-wide on every segment fenced by a delete-policy disablement (``tiered_epoch <
-  purge_below_tiered_epoch``); this topic's are among them and segments of the current epoch are
-  never touched, so purging other fenced topics' garbage too is never wrong. The run is linked
-  from the step log and its Spark task progress is the step's progress bar. A partition with a
-  record outside the store is quarantined (#39): the rest is purged, the step names it.
-- **Disk growth projection (retain).** Once copying stops, local segments expire only when no
-  remote data is left (KIP-950 "Data expiry"), so a broker keeps locally everything produced from
-  now on until the remote log has expired by the topic-wide retention. In steady state the local
-  log then holds what remote + local hold now: the projected growth of each replica is its
-  partition's current remote bytes, capped at ``retention.bytes`` minus the replica's local bytes
-  when ``retention.bytes`` is set. Summed per log dir and compared with its usable bytes
-  (``fits``). Replicas on an offline dir (no dir known) are listed under ``unplaced_replicas``.
-- **Actions and information.** The actions (hashed, approved) are the structure: topic and
-  topic id, policy, tiered state and epoch before / after, partitions, the hosting brokers and
-  their replica counts, and per log dir whether the projected growth ``fits`` (plus which
-  replicas have no known dir). Bytes, segment counts and the projected growth in bytes are
-  information: shown with their age, never hashed, so a live topic's traffic never voids an
-  approval, while a dir that stops fitting (or a broker that joins) does.
-- **Console sync.** The last step syncs the cluster's inventory (best effort), so the topic page
-  and the next pre-flight see the new state without waiting for beat.
-- **enable_tiering verification.** After EnableRemoteTopic on every broker, ``verify_tiering``
-  produces :data:`VERIFY_RECORDS` marker records (key ``strata.verify``, or the first of
-  ``strata.verify.N`` that hashes to a led partition) to the partition KIP-253 linear hashing with
-  U places the key on, as any producer of the topic would (never a partition marked for
-  deletion: those are ≥ U), with ``undeleted_partition_count`` on the produce; rolls its active
-  segment and waits for the copier: the segment holding
-  them must be COPY_SEGMENT_FINISHED with the topic's current tiered epoch, and reading from the
-  record before that segment up to the last marker must give consecutive offsets (no gap at the
-  boundary between data tiered before and after the re-enable) with the markers' values. The
-  plan says so: it writes to the topic. A re-run after a crash writes another batch of markers.
-
-Audit: every controller and agent command writes one event (``tiering.*``) with before / after,
-once per idempotency key (:func:`~workflows.kinds.commands.record_command`, also for a command
-sent on behalf of another step's key: a fan-out or a re-send); the step's outcome is
-committed with the engine's ``workflow.step_succeeded`` event carrying the same before / after.
+Planning reads only the synced inventory; the controller is the authority at execution:
+``start_disablement`` sends the plan's epoch as ``expected_tiered_epoch`` and treats the topic at
+epoch + 1 with our policy as our own earlier attempt, so the epoch is incremented exactly once.
+A topic DISABLING with no driver is adopted by planning at its epoch minus one. One step per
+hosting broker; the first sends to every pending broker at once (:data:`FANOUT_CONCURRENCY`),
+later ones find their acknowledgement recorded. ``STALE_TIERED_EPOCH`` fails (fenced); an
+unreachable broker waits without limit. We spell ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS``
+correctly (the KIP writes ``TIERED_STORAGET_…``). Bytes and projected growth are information;
+whether growth ``fits`` a dir is an action. Narrative: DESIGN.md "Domain rules".
 """
 
 from __future__ import annotations

@@ -1,48 +1,13 @@
 """``expand_partitions`` / ``shrink_partitions``: KIP-253 partition expansion and deletion.
 
-Both take ``topic`` and ``partitions``, the new ``undeleted_partition_count`` U' (the count
-producers hash keys over; KIP-253 "undeleted_partition_count").
-
-Linear hashing (KIP-253, DESIGN.md): N = initial_partition_count, L the largest integer with
-N·2^L <= U, S = U - N·2^L; a key goes to p = h mod N·2^L, and if p < S to h mod N·2^(L+1). So
-growing U by one splits exactly one partition: partition q (q >= N) takes part of the keys of
-its parent q - N·2^⌊log2(q/N)⌋, and no other key moves. Shrinking runs the same tree backwards:
-a partition marked for deletion gives its keys back to its parent (or, if the parent is marked
-too, to the first surviving ancestor).
-
-``expand_partitions`` refusals (nothing changes):
-
-- ``UNKNOWN_TOPIC_OR_PARTITION`` — no such topic;
-- ``INVALID_PARTITIONS`` — U' is not above the current undeleted_partition_count;
-- ``PARTITIONS_MARKED_FOR_DELETION`` (409) — KIP-253: "user can not expand partitions of an
-  existing topic when there is still partition marked for deletion for that topic";
-- ``INVALID_REPLICATION_FACTOR`` — fewer live brokers than the topic's replication factor.
-
-Plan: N, U, U', ``new_partitions`` (each with the ``parent`` it splits), ``split_parents``,
-replication factor. Steps: ``alter_partition_count`` (the controller records every existing
-partition's leader epoch in the new partitions' leaderEpochAfterCreation and bumps those epochs)
-→ ``await_new_partitions`` (waits until every new partition has a leader and a full ISR;
-progress in partitions).
-
-``shrink_partitions`` refusals: ``UNKNOWN_TOPIC_OR_PARTITION``; ``INVALID_PARTITIONS`` when U'
-is not below U, or below initial_partition_count (KIP-253: never below N). Plan actions: N, U,
-U', ``partitions_to_mark`` (each with ``keys_move_to``), partitions already marked; plan
-information: ``records_to_drain`` per partition and in all, and ``group_lag``: each consumer
-group's records not yet consumed on those partitions (both move with traffic, so they are shown
-with their age and never approved). Steps:
-``mark_partitions`` (the controller writes leaderEpochBeforeDeletion and bumps the survivors'
-leader epochs) → ``drain`` (follows the marked partitions until the controller removed them;
-progress in records, ``StepResult.wait`` while draining).
-
-**Draining needs retention or DeleteRecords.** KIP-253 removes a marked partition once it is
-empty (log_start_offset == log_end_offset) "due to either retention or
-AdminClient.deleteRecords(...)". No new data arrives in a marked partition, so its records age
-out by the topic's retention.ms / retention.bytes — the workflow waits for that (possibly days)
-and does not delete records itself: whether consumers still need them is the operator's call,
-made with DeleteRecords (the agent's ``log-start-offset`` endpoint) outside this workflow.
-
-Every controller command is audited (``topology.alter_partition_count``, before / after) and
-applied at most once per step (:mod:`workflows.kinds.commands`).
+Both take ``topic`` and ``partitions``, the new ``undeleted_partition_count`` U'. Growing U by
+one splits exactly one parent (linear hashing, DESIGN.md "Domain rules"); shrinking runs the
+tree backwards, a marked partition's keys going to its first surviving ancestor. Expansion is
+refused while a partition is marked (``PARTITIONS_MARKED_FOR_DELETION``); shrink never goes
+below N. ``records_to_drain`` and ``group_lag`` are information, never approved. The drain step
+only waits: a marked partition empties by retention or by an operator's DeleteRecords (KIP-253),
+never by this workflow, since whether consumers still need the records is the operator's call.
+Controller commands are audited once per step (:mod:`workflows.kinds.commands`).
 """
 
 from __future__ import annotations

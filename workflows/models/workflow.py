@@ -1,18 +1,11 @@
 """Workflows, their steps, approvals and step logs: the source of truth of the write side.
 
-Decisions:
-- The row is the truth; Celery carries only primary keys. A run holds the workflow's *lease*
-  (``lease_owner`` + ``lease_expires_at``) while it executes; the beat reconciler resumes a
-  running workflow whose lease expired (its worker died).
-- One open workflow per ``(cluster, target)``: a partial unique index in PostgreSQL, so two
-  concurrent requests cannot both pass a Python check.
-- A plan has two parts (DESIGN.md "Approvals and audit"): ``plan`` holds the **actions** (what
-  the steps will do: topic and id, brokers, policy, epochs, partitions, dirs, a Spark plan's
-  digest) and is the only part ``plan_hash`` covers; ``plan_information`` holds the figures that
-  drift under traffic (bytes, counts, projections), shown with ``plan_information_at`` and
-  refreshed, never hashed. Approvals name ``plan_hash``.
-- Steps are created when execution starts, from the plan re-computed at that moment, so they
-  always describe the actions the approvers approved.
+The row is the truth and Celery carries only primary keys; a run holds the workflow's lease
+(``lease_owner`` + ``lease_expires_at``), and the reconciler resumes one whose lease expired.
+One open workflow per ``(cluster, target)`` is a partial unique index, so concurrent requests
+cannot both pass. ``plan_hash`` covers ``plan`` (the actions) only, never ``plan_information``.
+Steps are created when execution starts, from the plan re-computed then, so they describe
+exactly the actions the approvers approved.
 """
 
 from __future__ import annotations
