@@ -1,58 +1,15 @@
 """``RemoteMetadata`` over one cluster's broker agents (``broker_agent.client``): the adapter the
 Celery side of the Spark jobs uses to export their inputs and to carry out Kafka's deletion order.
 
-Choose it with ``SPARK_REMOTE_METADATA = "spark_tasks.agent_remote.for_cluster"``.
-
-Where a cluster's controller and secret come from (:func:`for_cluster`), first match wins:
-
-1. console's ``Cluster`` model (``name``, ``controller_url``, ``secret_ref`` read through
-   ``Cluster.read_secret()``: a file path or ``env:NAME``) — the registered clusters;
-2. ``settings.SPARK_CLUSTER_ENDPOINTS[name]``: ``{"controller_url": ..., "secret_ref": ...}``
-   with the same ``secret_ref`` rules, for a Spark worker without the console's tables (or a
-   cluster not registered yet).
-
-The remote store's root (``remote_root()``: where the orphan sweep lists, and the bound every
-delete job gets as ``--store-root``) comes from configuration, never from the inventory's rows
-(issue #11: a bad row must not be able to widen what may be deleted), first match wins:
-
-1. ``settings.SPARK_REMOTE_ROOTS[name]`` (``s3://BUCKET/PREFIX``; a production cluster's store);
-2. the simulated cluster's own layout, read from what its agents report: every broker's log
-   dirs are ``<data>/broker-<id>/<dir>`` (the controller's metadata), ``<data>/cluster.json``
-   is the simulator's manifest naming the same ``data`` and cluster id, and the store is the
-   manifest's ``remote_store`` (``sim up`` fixes it: ``$STRATA_REMOTE_STORE/<cluster id>``).
-   ``make run``'s cluster and the tests' clusters are found this way with nothing to configure.
-
-Otherwise ``remote_root()`` fails with what to set, and so does any run that would delete. The
-agents do not publish their store's root yet; when they do (or ``Cluster`` gets a field for it),
-it replaces rule 2 (noted for the broker_agent and console owners).
-
-Decisions:
-
-- **Export streams.** The inventory comes from one live agent's ``GET /v1/remote/inventory
-  ?format=ndjson`` (the store is shared; every agent serves all of it) and is written as Parquet
-  row groups of :attr:`Limits.ROW_GROUP_ROWS` rows as lines arrive; no more than one row group
-  is held. The paged JSON form is not used: the agent re-walks the store from the start for every
-  page (quadratic over 10M rows). A stream broken midway is restarted from scratch on the next
-  live agent (the file is replaced, never appended to).
-- **Partition state** is the union of ``GET /v1/remote/partition-states`` over every live agent
-  (each reports the partitions it leads). During a leader change two agents may report one
-  partition: the row of the controller's current leader wins, else the one with the highest
-  leader epoch. Partitions without a live leader are not reported by anyone, so their segments
-  are counted as ``segments_without_partition_state``; retention finishes their started deletes
-  (``plan_retention._retry_without_state``) and judges nothing else of them (no lineage or retention
-  setting to judge by; a later run catches up once a leader is elected).
-- **cluster column.** Rows carry Strata's cluster name (the registration), not the agents'
-  cluster id: plans, results and storage snapshots are keyed by the name everywhere in PostgreSQL.
-- **Log start offsets only move up.** An offset not above the one exported by this adapter is
-  skipped (the agent also refuses to move it backwards); each goes to the partition's leader by
-  the controller's metadata, re-read once on ``NOT_LEADER_OR_FOLLOWER``. A topic deleted since
-  the plan (``UNKNOWN_TOPIC_OR_PARTITION``) is skipped.
-- **Marks are idempotent.** A segment already in the state is a no-op on the agent; marking
-  DELETE_SEGMENT_STARTED on a segment already DELETE_SEGMENT_FINISHED answers 409, which here
-  means "past it" and is fine; marking DELETE_SEGMENT_FINISHED on one that never started deleting
-  is a real error (the caller broke Kafka's order) and fails the call after the batch. A segment
-  whose record is gone (404) is skipped. The agent API takes one segment per request, so a batch
-  is sent over :attr:`Limits.CONCURRENCY` parallel requests.
+Choose it with ``SPARK_REMOTE_METADATA = "spark_tasks.agent_remote.for_cluster"``. A cluster's
+controller and secret come from console's ``Cluster``, else ``settings.SPARK_CLUSTER_ENDPOINTS``.
+The store's root (``remote_root()``, every delete's ``--store-root``) comes from configuration,
+never from inventory rows (#11: a bad row must not widen what may be deleted):
+``settings.SPARK_REMOTE_ROOTS``, else the simulated cluster's manifest; otherwise it fails.
+The inventory is streamed as NDJSON into Parquet row groups (the paged form is quadratic); the
+partition state is the union over live agents, the current leader's row winning. Rows carry
+Strata's cluster name. Log start offsets only move up; marks are idempotent (409 on an already
+finished delete means "past it"). Details: DESIGN.md "Spark job contract".
 """
 
 from __future__ import annotations

@@ -2,17 +2,11 @@
 
     delete_objects --plan DIR --store-root URI --out DIR
 
-Reads ``plan/`` (as written by ``retention`` / ``purge`` / ``orphans``), deletes every
-``object_path`` batch by batch on the executors (an object already gone counts as deleted) and
-writes ``DIR/deleted/`` (the plan's columns + ``outcome``: deleted | already_gone | refused |
-failed, and ``error``) and ``summary.json`` with the counts, ``seconds`` (the job after the
-session started) and ``delete_seconds`` (the delete stage alone). The driver never holds the
-delete set.
-
-``--store-root`` is the remote store's root from configuration (never derived from the plan).
-A plan with any row outside it is refused before anything is deleted: the job exits with
-``jobkit.REFUSED_OUTSIDE_STORE`` (4) and writes ``DIR/error.json`` naming the offending rows
-(see ``jobkit.delete_planned_objects``).
+Reads ``plan/`` (of ``retention`` / ``purge`` / ``orphans``), deletes every ``object_path``
+(already gone counts as deleted) and writes ``deleted/`` (``outcome``: deleted | already_gone |
+refused | failed, ``error``) and ``summary.json``. The driver never holds the delete set. A plan
+with any row outside ``--store-root`` (from configuration) is refused before anything is deleted:
+exit ``jobkit.REFUSED_OUTSIDE_STORE`` (4) and ``error.json`` naming the rows.
 """
 
 from __future__ import annotations

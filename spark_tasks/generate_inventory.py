@@ -1,29 +1,14 @@
 """Write a synthetic remote-segment inventory and matching partition state (DESIGN.md schemas).
 
-    python -m spark_tasks.generate_inventory --out DIR --segments N --topics T \\
+    python -m spark_tasks.generate_inventory --out DIR --segments N --topics T \
         [--partitions-per-topic P] [--seed S] [--now-ms T] [--remote-root s3://BUCKET/PREFIX]
         [--write-objects [--object-bytes B]]
 
-Writes ``DIR/inventory/part-00000.parquet``, ``DIR/partitions/part-00000.parquet`` and
-``DIR/counts.json`` and prints the counts (per topic and state: segments, bytes) as JSON, so a
-test can check a job's totals against the generator's own. Deterministic for a seed. Rows are
-produced with numpy/pyarrow in batches of partitions and written one row group per batch, so 10
-million segments take a couple of hundred MB at most.
-
-The shape of each partition is what a tiered Kafka partition looks like after some life: offsets
-contiguous, ``RECORDS_PER_SEGMENT`` records a segment, one leader epoch every third of the
-partition, a prefix already DELETE_SEGMENT_FINISHED, a few DELETE_SEGMENT_STARTED left by a crash,
-the rest COPY_SEGMENT_FINISHED, and in every seventh partition the newest segment still
-COPY_SEGMENT_STARTED (an upload in flight). The epoch cache is truncated at the log start offset as
-Kafka does. Topics cycle through retention by time, by size, both, and a KIP-950 delete-policy
-disablement (segments tiered before epoch 1 are to be purged).
-
-Each segment's ``object_path`` is an S3 URI under ``--remote-root`` (default
-:data:`DEFAULT_REMOTE_ROOT`), in the key layout the brokers write
-(``<root>/<topic>-<topic_id>/<partition>/<start_offset:020d>-<segment_id>.log``).
-``--write-objects`` also writes every live segment's object to that store (``object_bytes``
-bytes each; the endpoint and credentials from the environment, as the brokers read them:
-``STRATA_S3_ENDPOINT_URL``, ``AWS_*``).
+Deterministic for a seed; written one row group per batch of partitions, so 10M segments stay
+within a few hundred MB. Prints the counts (``DIR/counts.json``) so a test can check a job's
+totals against the generator's own. Each partition looks like a tiered Kafka partition after
+some life (finished and crashed deletes, an upload in flight in every seventh, the epoch cache
+truncated at the log start offset); ``object_path`` follows the brokers' key layout.
 """
 
 from __future__ import annotations

@@ -2,19 +2,10 @@
 
     python guard.py PARENT_PID -- spark-submit ...
 
-The guard is the leader of a new process group (the caller starts it with
-``start_new_session``, or the guard starts a session itself); ``spark-submit``, its JVM, the Python driver and the executors' Python
-workers all stay in that group. The guard asks the kernel for SIGTERM when its parent dies
-(``PR_SET_PDEATHSIG``), so a worker process killed with SIGKILL — which runs no cleanup — still
-takes its job with it. The probe of issue #16 found the opposite: a SIGKILLed worker left
-``spark-submit`` re-parented to init, running and deleting unsupervised for up to two hours.
-
-On SIGTERM / SIGINT / SIGHUP (the parent's death, a time limit, a cancel) the guard sends
-SIGTERM to the rest of its group, gives it :data:`GRACE_SECONDS` to stop (the JVM's shutdown
-hooks stop the SparkContext), then SIGKILLs the group, itself included. When the job ends by
-itself, whatever it left in the group is stopped the same way and the guard exits with the job's
-exit code.
-
+The guard leads a process group holding ``spark-submit``, its JVM and the Python workers, and
+asks for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``): issue #16 found a SIGKILLed worker
+left ``spark-submit`` running and deleting unsupervised for hours. On SIGTERM / SIGINT / SIGHUP,
+or when the job ends, it SIGTERMs the group, waits :data:`GRACE_SECONDS`, then SIGKILLs it.
 Standard library only: it runs before (and outside) Django and PySpark.
 """
 

@@ -325,35 +325,15 @@ def delete_planned_objects(
     timings: dict[str, float] | None = None,
 ) -> dict[str, int]:
     """Executors delete the plan's objects and write ``deleted/``; the driver sees only Parquet
-    metadata (row counts), the outcome counts and at most a few rows outside the store, never the
-    delete set.
+    metadata, the outcome counts and at most a few rows outside the store, never the delete set.
 
-    ``store_root`` is the remote store's root from configuration (``--store-root``), never
-    derived from the plan. Decision: **one row outside it fails the whole run before anything is
-    deleted**: a plan given to be carried out (``delete_objects``, ``orphans``) is carried out
-    whole or not at all. (The planning jobs never get here with such a row: they quarantine its
-    partition first, ``spark_tasks.quarantine``.) :func:`check_inside_store` first reads every row's ``object_path`` (one cheap
-    pass on the executors, no delete) and, if any lies outside, :func:`refuse` fails the job
-    with the rows named; only a plan wholly inside the store reaches the delete stage. The
-    delete loop checks every object again (:func:`unlink_paths`): one outside is ``refused``
-    and never sent to S3.
-
-    Decisions (the bench's purge figure depends on them):
-
-    - **Few large partitions, no shuffle.** The plan is cut into one unit per delete task
-      (:func:`delete_tasks`) of (file, row group, row range) from its metadata, so a one-file
-      plan still uses every task and no row goes through the JVM or a shuffle: each task reads
-      its rows with pyarrow, deletes and writes its share of ``deleted/`` itself.
-    - **Warm-up.** A no-op task per core runs first, so that the Python workers exist before the
-      delete stage starts; ``timings["delete_seconds"]`` is the wall time of the delete stage
-      alone (after JVM start and warm-up, before nothing else). ``seconds`` in a job's summary
-      covers the whole job after the session started; the caller measures the process.
-    - **One task in local mode, two delete threads in each task**, each batch with
-      ``s3_delete.CALLS_IN_FLIGHT`` DeleteObjects calls in flight: in local mode (every task on
-      the driver's machine) 1 x 2 x 4 = 8 concurrent calls, the parallelism ``bench/bench_s3.py``
-      gives its plain DeleteObjects floor; on a cluster every core gets a task.
-      ``spark.strata.delete.tasks`` and ``spark.strata.delete.threads`` override both.
-    - Plans are read from a locally mounted path (local mode, or a shared filesystem on a cluster).
+    ``store_root`` comes from configuration. One row outside it fails the whole run before anything
+    is deleted (:func:`check_inside_store`, then :func:`refuse`): a plan is carried out whole or not
+    at all; :func:`unlink_paths` checks every object again. The plan is cut into one unit per delete
+    task (:func:`delete_tasks`) so no row goes through the JVM or a shuffle; a no-op warm-up task
+    per core runs first so ``timings["delete_seconds"]`` times the delete stage alone. Local mode:
+    one task, two threads (``spark.strata.delete.tasks`` / ``.threads`` override), i.e. the
+    concurrency ``bench/bench_s3.py`` gives its floor. Plans are read from a locally mounted path.
     """
     sc = spark.sparkContext
     root = store.store_root(store_root)

@@ -3,34 +3,13 @@
     orphans --inventory P --remote-root s3://BUCKET/PREFIX --out DIR [--older-than 24h]
             [--now-ms T] [--store-root s3://BUCKET/PREFIX] [--dry-run]
 
-- The window (``--older-than``, default 24 h, units ms/s/m/h/d) may not be under 1 h: an upload
-  in flight writes its object before its COPY_SEGMENT_FINISHED record, and a short window would
-  delete live uploads. The job refuses (exit code 2).
-- The remote root is an ``s3://BUCKET/PREFIX`` (``spark_tasks.store.store_root``; anything else
-  is refused). An object's age is its ``LastModified``.
-- Listing runs on the executors: the driver lists only the root's first level (the topic
-  prefixes); the executors list the second level (the partition prefixes), then page through
-  each of them with ListObjectsV2 in parallel (``spark_tasks.s3_listing``). Nothing about
-  individual objects reaches the driver. The metadata records' prefix ``__remote_log_metadata/``
-  is never listed.
-- References: ``object_path`` of every record not DELETE_SEGMENT_FINISHED (a finished delete
-  references nothing; its leftover object is garbage), compared as it is: S3 keys are literal,
-  and both sides spell an object ``s3://BUCKET/KEY``. An object is referenced when its URI, or
-  a prefix above it, is a referenced object path — an anti-join of the listing against the
-  references.
-- Metadata records are never orphans: no record references another record's object, so a
-  ``<partition>/<segment_id>.json`` is never planned, wherever it lies (the brokers keep them
-  under ``__remote_log_metadata/``, ``broker_agent/remote.py``). The sweep deletes objects
-  only; a record goes with the delete path that finishes its segment. (Found by ``make chaos``:
-  the sweep planned every record older than its window, and the segments they described became
-  unreadable.)
-- An inventory without a single reference while the store holds objects is refused (exit code
-  3): that is an export gone wrong, not a store full of garbage.
-- Writes ``plan/`` (reason ``orphan``; segment_id, cluster, topic, partition are null),
-  ``summary.json``; without ``--dry-run`` the executors then delete the planned objects.
-- ``--remote-root`` is where to list; ``--store-root`` (the store's root from configuration,
-  required unless ``--dry-run``) bounds what may be deleted: a plan with any object outside it
-  fails the job before anything is deleted (exit code ``jobkit.REFUSED_OUTSIDE_STORE``).
+The window may not be under 1 h (exit 2): an upload writes its object before its
+COPY_SEGMENT_FINISHED record. Listing runs on the executors; ``__remote_log_metadata/`` is
+never listed and records are never orphans (found by ``make chaos``: sweeping them made live
+segments unreadable). An object is referenced when it, or a prefix above it, is the
+``object_path`` of a record not DELETE_SEGMENT_FINISHED. An inventory with no reference while
+the store holds objects is refused (exit 3). ``--store-root`` bounds deletes
+(``jobkit.REFUSED_OUTSIDE_STORE``).
 """
 
 from __future__ import annotations

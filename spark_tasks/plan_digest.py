@@ -1,18 +1,10 @@
 """The digest of a Spark plan (``plan/``): what an approval of a reviewed plan names.
 
-Computed once, when a dry run succeeds (``spark_tasks.tasks``), and stored on its
-``SparkJobRun`` (``plan_digest``, ``plan_rows``), so that no web request ever scans a plan.
-
-The algorithm is the one ``workflows.kinds.spark.plan_digest`` has used since the first
-approvals, byte for byte, so digests already approved keep their meaning:
-
-- each row's canonical JSON over :data:`PLAN_DIGEST_COLUMNS` (those the plan has): keys sorted,
-  no spaces, ``default=str``, ASCII escapes (``json.dumps`` defaults);
-- the SHA-256 of each row, as a 256-bit big-endian integer, summed modulo 2**256: the order of
-  rows and how Spark split them into files do not matter;
-- the digest is the SHA-256 hex of ``"<rows>:<sum as 64 hex digits>"``.
-
-Rows are streamed in batches; a plan is never loaded whole.
+Computed once when a dry run succeeds and stored on its ``SparkJobRun``, so no web request scans
+a plan. The algorithm must stay byte for byte what approvals already name: each row's canonical
+JSON over :data:`PLAN_DIGEST_COLUMNS` (sorted keys, no spaces, ``default=str``), its SHA-256 as
+an integer summed modulo 2**256 (row order and file split do not matter), then the SHA-256 hex
+of ``"<rows>:<sum as 64 hex digits>"``. Rows are streamed; a plan is never loaded whole.
 """
 
 from __future__ import annotations

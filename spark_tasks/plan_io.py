@@ -1,20 +1,10 @@
 """The planning jobs' data in Arrow: what they read, the shuffle form, what the driver writes.
 
-Owns:
-
-- the inventory and the partition state as ``rules``' types: ``SEGMENT_COLUMNS`` (what the jobs
-  read of a segment), :func:`segments_from_table` and :func:`partition_from_row`; a leader-epoch
-  entry with a null fails the run (:class:`InvalidInventory`);
-- the segments' narrow form through retention's shuffle, ``_narrow_segment_columns`` (Spark SQL,
-  before the shuffle) and ``_restore_segment_columns`` (pyarrow, in the Python worker), value for
-  value;
-- the driver's Arrow I/O: ``_partition_rows`` reads the partition state, ``_write_driver_rows``
-  writes rows it holds as a Parquet directory like Spark's;
-- ``PlanKind``, the planning job a run is (``summary.json``'s ``job``).
-
-The underscored names are the package's own (``plan_retention``, ``plan_purge``), not an API.
-The planners' UDFs call into this module on the executors, which import it from the
-``spark_tasks`` zip that ``submit`` ships with ``--py-files`` (every ``*.py`` of the package).
+Owns the inventory and partition state as ``rules``' types (``SEGMENT_COLUMNS``,
+:func:`segments_from_table`, :func:`partition_from_row`; a null in a leader-epoch entry is
+:class:`InvalidInventory`), retention's narrow shuffle form and its restoration, the driver's
+Parquet I/O, and ``PlanKind``. Underscored names are the package's own, not an API. The UDFs
+import this module on the executors from the ``spark_tasks`` zip ``submit`` ships.
 """
 
 from __future__ import annotations
@@ -132,23 +122,13 @@ _NARROWED = ("state", "segment_leader_epochs")
 def _narrow_segment_columns() -> list:
     """``SEGMENT_COLUMNS`` as the retention shuffle carries them: the same values, fewer bytes.
 
-    Measured on the bench's 10M-segment dry run (Spark event logs): with a planner that returns
-    nothing, the grouping stage still took 18 of its 29 s in the JVM (shuffle read, sort, rows to
-    Arrow), and the stage before it 13.6 s to read, join and write the 414 MB shuffle; both scale
-    with the width of the rows. Two columns are wide for what they say: ``state`` is one of four
-    ~22-byte strings, and ``segment_leader_epochs`` is an array of structs, nearly always of one
-    entry, whose nested layout is the costliest to write to the shuffle and to Arrow. So:
-
-    - ``_state``: the index of ``state`` in ``STATE_BY_CODE`` (a byte); ``_state_raw``: the
-      string itself only when it is not one of those four (null otherwise);
-    - ``_e0`` / ``_o0``: the epoch and start offset of a one-entry list with no null in it;
-      ``_epochs``: the list as JSON (``to_json``) only when it is not such a list (null, empty,
-      several entries, or a null inside). Not the list itself: even all null, a list-of-struct
-      column tripled the grouping stage's JVM time (1M segments: 6.8 s -> 14.4 s), while a
-      null string costs nothing.
-
-    :func:`_restore_segment_columns` rebuilds the original columns in the Python worker before
-    planning, so the planners see exactly the inventory's values."""
+    The shuffle's JVM time scales with row width (bench, 10M segments: 18 of 29 s in the grouping
+    stage). ``state`` becomes ``_state``, a byte index into ``STATE_BY_CODE`` (``_state_raw`` keeps
+    an unknown string); a one-entry, null-free ``segment_leader_epochs`` becomes ``_e0`` / ``_o0``,
+    any other list ``_epochs`` as JSON — a string, because even an all-null list-of-struct column
+    doubled the grouping stage. :func:`_restore_segment_columns` rebuilds the original columns in
+    the Python worker, so the planners see exactly the inventory's values.
+    """
     from pyspark.sql import functions as F
 
     state = F.col("state")

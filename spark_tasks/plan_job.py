@@ -1,32 +1,13 @@
 """The planning jobs (``retention``, ``purge``): the driver's entry, :func:`run_plan_job`.
 
 It reads the inventory, has the executors apply ``rules`` per (cluster, topic, partition), writes
-the outputs and the summary and, unless ``--dry-run``, deletes the planned objects. The two kinds
-plan along different paths, each in its own module:
-
-- ``plan_retention``: the partition state broadcast, the segments shuffled by partition in a
-  narrow form and planned in each task (``vector_rules`` where it is provably the pure planner),
-  ``plan/`` written straight from the UDF, the rest from a keyed accumulator;
-- ``plan_purge``: a co-group of the inventory and the partition state, staged in ``_staged/``;
-- ``plan_io``: what both read and write in Arrow (the inventory as ``rules``' types, the shuffle
-  form, the rows the driver writes).
-
-Outputs (DESIGN.md "Spark job contract"): ``plan/`` (segment_id, cluster, topic, partition, reason,
-size_bytes, object_path), ``partitions/`` (cluster, topic, partition, new_log_start_offset,
-segments_deleted, bytes_deleted; a row for every partition whose plan deletes something or moves
-its log start offset), ``quarantined/`` (with ``--store-root``: the planned rows of partitions
-with a record outside the store, withheld; see ``quarantine``) and ``summary.json``. Without
-``--dry-run`` the executors then delete the planned objects (``deleted/``); with it nothing is
-deleted.
-
-Segments whose partition has no row in the partition state (no live leader reported it, or the
-topic is gone) are counted as ``segments_without_partition_state`` and not judged: there is no
-lineage, retention setting or log start offset to judge them by. Retention plans one thing for
-them, their DELETE_SEGMENT_STARTED segments (``delete_retry``, see
-``plan_retention._retry_without_state``); purge plans nothing for them.
-
-``PlanKind``, ``InvalidInventory``, ``partition_from_row`` and ``segments_from_table`` live in
-``plan_io``; they are re-exported here, where they used to be defined.
+``plan/``, ``partitions/``, ``quarantined/`` and ``summary.json`` (DESIGN.md "Spark job
+contract") and, unless ``--dry-run``, deletes the planned objects. The paths live apart:
+``plan_retention`` (broadcast state, narrow shuffle, no co-group), ``plan_purge`` (a co-group
+staged in ``_staged/``), ``plan_io`` (Arrow I/O both share). Segments without partition state
+are counted, not judged: only retention re-plans their DELETE_SEGMENT_STARTED ones.
+``PlanKind``, ``InvalidInventory``, ``partition_from_row`` and ``segments_from_table`` are
+re-exported from ``plan_io``, where they used to be defined.
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
 """Retention's planning path: one Spark job from the inventory to ``plan/``, no co-group.
 
-Retention broadcasts the partition state (one row per partition), prunes in Spark SQL what
-``plan_retention`` provably ignores, shuffles the segments by partition in a narrow form
-(``plan_io._narrow_segment_columns``), groups them in each task itself (``_by_partition``), and
-plans each partition with ``vector_rules`` (numpy over the Arrow columns) where that is provably
-the pure planner, else with ``rules`` (see ``_retention_plan``). The driver never sees a segment:
-it only reads the partition state and per-partition counts.
-
-Retention writes ``plan/`` straight from its UDF in one Spark job; the per-partition outcome (new
-log start offset, counts by reason) comes back through a keyed accumulator, one entry per
-partition, and the driver writes ``partitions/`` and the summary from it (it already holds the
-partition state, so this is no new driver memory). It used to stage every row (segments,
-partitions, no-state counts) in ``_staged/``, then read that back for ``plan/``, ``partitions/``
-and a counting aggregation: ~10 s of the 10M-segment bench run on the loaded bench machine
-(of ~100 s). Purge still goes through ``_staged/`` (see ``plan_purge._staged_outputs``).
-
-Of the segments without partition state, retention plans their DELETE_SEGMENT_STARTED segments
-(``delete_retry``, see :func:`_retry_without_state`) and nothing else.
-
-Owns ``_retention_plan`` (the Spark side) and ``_retention_outputs`` (the driver's side), which
-``plan_job.run_plan_job`` calls, and the UDF they run on the executors (``_retention_planner``
-inside ``_by_partition``), whose pickled closures reference this module, ``plan_io``, ``rules``
-and ``vector_rules``: all in the ``spark_tasks`` zip that ``submit`` ships with ``--py-files``.
+The partition state is broadcast, what ``plan_retention`` provably ignores is pruned in Spark SQL,
+segments are shuffled by partition in a narrow form and planned per task with ``vector_rules``
+where provably equal, else ``rules``. The driver never sees a segment: ``plan/`` is written
+from the UDF, per-partition outcomes come back through a keyed accumulator (staging through
+``_staged/`` cost ~10 s of the 10M bench's ~100 s; purge still stages). Of the segments without
+partition state only DELETE_SEGMENT_STARTED ones are planned (:func:`_retry_without_state`).
+The UDF's closures reference this module, ``plan_io``, ``rules`` and ``vector_rules``: all in
+the ``spark_tasks`` zip ``submit`` ships with ``--py-files``.
 """
 
 from __future__ import annotations
@@ -236,21 +222,13 @@ class _KeyedOutcomes:
 
 def _retention_plan(spark, inv, partitions: str, now_ms: int, in_flight_ms: int):
     """The retention plan without a co-group: ``(plan rows, partition-state rows, outcomes)``.
-    The partition state (one row per partition, never a segment) is read on the driver
-    (:func:`_partition_rows`) and broadcast, each segment gets its partition's index ``_pid`` by
-    a broadcast join, and the segments are hash-partitioned by ``_pid`` and grouped in their
-    tasks (:func:`_by_partition`). ``outcomes`` is the accumulator of
-    :func:`_retention_planner`; it is filled once the plan rows have been written.
 
-    Pruned in Spark SQL before the Python step, for partitions that have a state row only:
-    DELETE_SEGMENT_FINISHED segments and segments with ``tiered_epoch`` below the partition's
-    fence (``purge_below_tiered_epoch``, null = 0; a null ``tiered_epoch`` is 0). Proof that this
-    changes no plan: ``rules.plan_retention`` starts by reducing its input to ``live`` =
-    exactly the segments that are *not* pruned here, and every later step (the lineage listing,
-    the size estimate and sum, the scan, the sweep) reads ``live`` only; a partition whose
-    ``live`` is empty plans nothing, as does a partition left without any segment here (it gets
-    no group, hence no row, as its empty plan would give). Segments of partitions without a state
-    row are not pruned, so ``segments_without_partition_state`` still counts all of them.
+    The partition state is read on the driver and broadcast; segments get their partition's
+    ``_pid`` by a broadcast join, are hash-partitioned by it and grouped in their tasks
+    (:func:`_by_partition`); ``outcomes`` is filled once the plan rows are written. For partitions
+    with a state row, DELETE_SEGMENT_FINISHED segments and those below the fence are pruned in SQL:
+    that changes no plan, since ``rules.plan_retention`` reads only its ``live`` set, exactly what
+    survives here. Partitions without state are not pruned, so their count stays complete.
     """
     from pyspark.sql import functions as F
 

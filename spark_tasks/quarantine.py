@@ -1,37 +1,13 @@
 """Quarantine: a planning job withholds the partitions whose plan names an object outside the
 remote store, and plans the rest (issue #39).
 
-A remote-log metadata record whose ``object_path`` lies outside the store's root (another bucket,
-a sibling prefix, a key climbing out through ``..``; the rule is :mod:`spark_tasks.store`'s) is
-never deleted. Before #39 one such record failed every retention and purge run of its cluster:
-whoever could write under ``__remote_log_metadata/`` could halt retention, and a delete-policy
-disablement failed at its purge step. Now :func:`quarantine_outside_store` runs once the plan is
-written and before anything is published, marked or deleted:
-
-- **The partition, not the row, is quarantined.** Every planned row of a (cluster, topic,
-  partition) with a row outside the store leaves ``plan/``, and the partition's row leaves
-  ``partitions/`` (its log start offset is not published). Decision: deleting the rest of such a
-  partition would move its log start offset past data the run cannot prove it removed (the
-  outside record's offsets would be "deleted" while its object, wherever it is, stays), and a
-  partition whose metadata names foreign objects is not one to clean up unattended. Its next
-  run, once the record is fixed, plans it again from scratch.
-- Those rows go to ``quarantined/`` (``schema.QUARANTINE_SCHEMA``: cluster, topic, partition,
-  segment_id, object_path, reason): ``object_outside_store`` for a row whose object lies
-  outside, ``partition_quarantined`` for the partition's other rows. Only *planned* rows are
-  judged: a record this run would not delete does not quarantine its partition.
-- The summary's figures (``segments``, ``bytes``, ``by_reason``, ``partitions``,
-  ``log_start_offsets_moved``) describe the plan that is left; ``quarantined`` counts what was
-  withheld (``partitions``, ``segments``, ``bytes``, ``outside_objects``).
-- Every other partition's plan stays exactly what it was. The delete loop still checks every
-  object again and refuses one outside (``s3_delete``), and ``delete_objects`` still refuses a
-  plan with any row outside (``jobkit.ensure_inside_store``): a reviewed plan is carried out
-  whole or not at all.
-
-The scan reads the plan with pyarrow on the executors (the driver gets the offending partitions'
-keys, one per quarantined partition, never the plan); the plan is rewritten only when something
-is quarantined, the same way, without a shuffle. ``quarantined/`` is always written (empty when
-nothing is withheld), so a run's readers find it.
-
+Before #39 one such metadata record failed every retention and purge run of its cluster, so
+whoever could write under ``__remote_log_metadata/`` could halt retention. The *partition* is
+quarantined, not the row: publishing its log start offset would pass data the run cannot prove
+it removed. :func:`quarantine_outside_store` runs after the plan is written and before anything
+is published; its rows go to ``quarantined/`` (always written, possibly empty) and the summary's
+figures describe the plan that is left. Only planned rows are judged. Delete jobs still refuse a
+plan with any row outside (``jobkit``): a reviewed plan runs whole or not at all.
 Runs under ``spark-submit`` (driver and executors): PySpark and pyarrow only.
 """
 

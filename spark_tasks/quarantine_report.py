@@ -1,21 +1,12 @@
 """Quarantined partitions on the console's side (issue #39): loaded from a run's
 ``quarantined/``, audited, shown on the run's page and as a health warning.
 
-A retention or purge job withholds every partition whose plan names an object outside the remote
-store and plans the rest (``spark_tasks.quarantine``). Here:
-
-- :func:`load_quarantined` reads the job's ``quarantined/`` (streamed, one entry per partition:
-  its records outside the store, its withheld segments, the first outside object) into the run's
-  summary as ``quarantined_partitions``, at most :data:`QUARANTINE_NAMED` of them (the summary's
-  ``quarantined`` counts all);
-- :func:`record_quarantine_event` writes one ``spark.partitions_quarantined`` audit event per run
-  that quarantined anything, naming the partitions, in the transaction that marks the run
-  succeeded (``spark_tasks.tasks._finish``);
-- :func:`health_warnings` is registered with ``console.health`` (``SparkTasksConfig.ready``):
-  while the latest succeeded retention or purge run of a cluster (in the last week) quarantined
-  partitions,
-  ``/api/v1/health`` carries a ``quarantined_partitions`` warning (not counted in ``status``).
-  Public, so it names counts only; the Spark runs' pages name the partitions.
+:func:`load_quarantined` streams ``quarantined/`` into the summary (at most
+:data:`QUARANTINE_NAMED` named); :func:`record_quarantine_event` writes one
+``spark.partitions_quarantined`` event in the transaction that marks the run succeeded;
+:func:`health_warnings` (registered with ``console.health``) warns while a cluster's latest
+retention or purge run of the last week quarantined partitions. ``/api/v1/health`` is public,
+so it names counts only; the runs' pages name the partitions.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """What the Spark jobs need from the cluster's remote-log metadata, behind one small interface.
 
-The broker agent (``broker_agent/``) owns the remote-log metadata (RLMM) and the remote store. The
-Celery side of the jobs talks to it only through :class:`RemoteMetadata`, so the wiring to the
-agent's httpx client lives in one adapter, chosen by ``settings.SPARK_REMOTE_METADATA`` (a dotted
-path to a factory ``(cluster) -> RemoteMetadata``). Until it is set, :class:`NotConfigured`
-refuses every call, and only runs with explicit input paths (dry runs) work.
-
-Execution order of a non-dry-run planning run (Kafka's, ``RemoteLogManager``):
-
-1. the job plans (``--dry-run``: plan only) into ``out/``;
-2. :func:`publish_log_start_offsets`: the new log start offsets from ``partitions/`` are
-   published — before any object is deleted, so a reader never sees an offset whose data is gone;
-3. :func:`mark_planned`: every planned segment goes DELETE_SEGMENT_STARTED (unreadable at once);
-4. ``delete_objects`` (a second Spark job): executors delete the objects in batches, an object
-   already gone counting as deleted, never outside the store's root
-   (:meth:`RemoteMetadata.remote_root`), and write ``deleted/``;
-5. :func:`mark_deleted`: the segments whose object is gone go DELETE_SEGMENT_FINISHED.
-
-Plans and results are streamed from Parquet in batches (``BATCH``), never loaded whole. A crash
-anywhere is finished by the next run: published offsets make the segments below them
-``log_start_offset`` deletions, DELETE_SEGMENT_STARTED segments come back as ``delete_retry``.
-Every call is idempotent (the agent must apply the same batch twice only once).
+The broker agent owns the remote-log metadata and the store; the Celery side reaches it only
+through :class:`RemoteMetadata`, chosen by ``settings.SPARK_REMOTE_METADATA`` (unset:
+:class:`NotConfigured`, only dry runs with explicit inputs work). A non-dry run follows Kafka's
+``RemoteLogManager`` order: plan, :func:`publish_log_start_offsets` (before any delete, so no
+reader sees an offset whose data is gone), :func:`mark_planned` (DELETE_SEGMENT_STARTED), the
+``delete_objects`` job, :func:`mark_deleted`. Plans stream in ``BATCH`` rows; every call is
+idempotent, and a crash anywhere is finished by the next run.
 """
 
 from __future__ import annotations

@@ -3,17 +3,10 @@
     retention --inventory P --partitions P --out DIR [--now-ms T] [--in-flight-ms D]
               [--store-root URI] [--dry-run]
 
-Runs with ``spark-submit spark_tasks/retention.py ...`` or ``python -m spark_tasks.retention ...``.
-``--dry-run`` writes ``plan/``, ``partitions/`` and ``summary.json`` and deletes nothing. Without
-it, the executors also delete the planned objects (``deleted/``); the Celery task instead runs
-the dry-run plan, publishes the log start offsets and marks DELETE_SEGMENT_STARTED first, then
-deletes with ``delete_objects`` (Kafka's order; see ``spark_tasks.remote``).
-
-``--store-root`` (the remote store's root from configuration) is required unless ``--dry-run``;
-when given, a partition whose plan names an object outside it is quarantined before anything is
-deleted, dry run or not: its rows leave ``plan/`` and ``partitions/`` for ``DIR/quarantined/``,
-``summary.json`` counts them under ``quarantined``, and every other partition is planned (and
-deleted) as usual (see ``spark_tasks.quarantine``).
+``--dry-run`` plans only; the Celery task runs it, publishes log start offsets and marks
+DELETE_SEGMENT_STARTED, then deletes with ``delete_objects`` (Kafka's order, ``spark_tasks.remote``).
+``--store-root`` is required unless ``--dry-run``; a partition naming an object outside it is
+quarantined before anything is deleted (``spark_tasks.quarantine``).
 """
 
 from __future__ import annotations

@@ -1,52 +1,13 @@
 """Per-partition planning: which remote segments go, and the new log start offset.
 
-Pure Python (no Spark, no Django), so every Kafka rule is unit-testable; the Spark jobs apply these
-functions to one partition at a time (``groupBy(...).cogroup(...).applyInArrow``).
-
-Retention follows Kafka's ``RemoteLogManager.RLMExpirationTask.cleanupExpiredRemoteLogSegments``
-(KIP-405, Kafka 3.6+ / 4.x, ``storage/.../remote/storage/RemoteLogManager.java``) segment for
-segment. What Kafka does, and where this code decides because Kafka cannot help:
-
-1. ``DELETE_SEGMENT_FINISHED`` segments do not exist for the scan (Kafka's metadata cache drops
-   them). A partition without any other segment plans nothing.
-2. The lineage is the partition's leader-epoch cache with epochs that hold no records removed
-   (``buildFilteredLeaderEpochMap``: of consecutive entries with the same start offset only the
-   last survives). An empty lineage plans nothing (Kafka's loops do not run).
-3. Size: only when ``retention_bytes >= 0``. Kafka first estimates ``local_untiered_bytes + every
-   COPY_SEGMENT_FINISHED size``; at or under the limit there is no size breach. Otherwise the
-   counted size is ``local_untiered_bytes`` plus the COPY_SEGMENT_FINISHED segments that are listed
-   under a lineage epoch and lie inside the lineage (each counted once), and ``breach = counted -
-   retention_bytes`` when positive. COPY_SEGMENT_STARTED and DELETE_SEGMENT_STARTED are never
-   counted, so a byte is never counted twice (local bytes are only the not-yet-tiered ones).
-4. Time: only when ``retention_ms > -1`` and ``now - retention_ms >= 0``; a segment breaches when
-   ``max_timestamp_ms <= now - retention_ms`` (i.e. ``now - max_timestamp_ms >= retention_ms``:
-   ``isSegmentBreachedByRetentionTime``; a segment exactly retention.ms old goes).
-5. Scan order: for each lineage epoch ascending, the segments whose leader-epoch map contains that
-   epoch, by start offset (Kafka's ``listRemoteLogSegments(tp, epoch)``); ties, which Kafka leaves
-   to hash order, are broken here by end offset then segment id. A segment met again under a later
-   epoch after being planned is skipped. For each segment, in order:
-   a. a COPY_SEGMENT_STARTED segment younger than ``in_flight_ms`` (``now - event_timestamp_ms <
-      in_flight_ms``) is taken to be copied right now (Kafka's ``segmentIdsBeingCopied``, which a
-      job outside the broker cannot see): it and everything after it is kept;
-   b. DELETE_SEGMENT_STARTED: planned again (``delete_retry``), the scan goes on;
-   c. log start offset: planned (``log_start_offset``) when all its epochs are <= the lineage's
-      first epoch and ``end_offset < log_start_offset`` — checked before the lineage, because the
-      epoch cache was already truncated to the log start offset (DeleteRecords);
-   d. otherwise, outside the lineage (``isRemoteSegmentWithinLeaderEpochs``): skipped, the scan
-      goes on;
-   e. inside: time first, then size (``breach - size >= 0`` while ``breach > 0``). A time deletion
-      also lowers the breach (floored at 0). Older COPY_SEGMENT_STARTED segments are judged like
-      finished ones here, as Kafka does for any segment it is not copying.
-   f. The first segment kept stops the scan.
-6. New log start offset = max(current, max ``end_offset + 1`` over the segments planned for time,
-   size or log start offset) — Kafka publishes it before deleting anything.
-7. Unreferenced sweep: every remaining segment (any state but DELETE_SEGMENT_FINISHED) all of
-   whose epochs are below the first epoch of the *unfiltered* epoch cache
-   (``leaderEpochCache.earliestEntry()``) — the data of an unclean leader election. Reason
-   ``unreferenced`` (``delete_retry`` if its state is DELETE_SEGMENT_STARTED: a decision, Kafka
-   does not label reasons). It does not move the log start offset.
-8. A segment with an empty leader-epoch map (Kafka refuses to create one) is listed under no epoch,
-   so it is never planned: a decision that errs on keeping data.
+Pure Python (no Spark, no Django), so every Kafka rule is unit-testable; the Spark jobs apply
+these functions one partition at a time. Retention follows Kafka's
+``RemoteLogManager.RLMExpirationTask.cleanupExpiredRemoteLogSegments`` (KIP-405) segment for
+segment, as DESIGN.md "Remote retention" states it. Where Kafka cannot help, this code decides:
+a COPY_SEGMENT_STARTED segment younger than ``in_flight_ms`` is taken as being copied and stops
+the scan (a job cannot see ``segmentIdsBeingCopied``); ties in scan order break by end offset,
+then segment id; the unreferenced sweep compares with the *unfiltered* epoch cache's earliest
+entry; a segment with an empty leader-epoch map is never planned (errs on keeping data).
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Deleting a plan's objects from an S3 store, on the executors (issue #13).
 
-The counterpart of :func:`spark_tasks.jobkit.unlink_paths` for an ``s3://BUCKET/PREFIX`` store
-root: the same inputs (a batch of plan rows' ``object_path``) and outputs (an outcome and an
-error per row, in order), so the delete job's batching, outcome files and counts are shared.
-
-Rules:
-
-- **Never outside the store**: an ``object_path`` is deleted only when it names a key strictly
-  under the configured bucket and prefix (:meth:`broker_agent.objectstore.S3Location.key_of`);
-  anything else is ``refused`` and never sent. The job has already refused the whole plan if any
-  row lies outside (``jobkit.ensure_inside_store``); this is the second check.
-- **DeleteObjects, 1,000 keys a call** (S3's maximum), :data:`CALLS_IN_FLIGHT` calls at once per
-  batch, ``Quiet`` so that the answer lists only failures. Each call is retried by botocore's
-  standard mode on ``SlowDown``, throttling and 5xx answers; keys the answer reports as failed
-  with a retryable code are sent again (:data:`KEY_RETRIES` rounds, exponential backoff with
-  jitter, tenacity). What still fails is ``failed`` with S3's code and message; never skipped.
-- **An object already gone counts as deleted**: S3's DeleteObjects answers success for a missing
-  key (so an earlier, interrupted run's deletes are simply deleted again), and a server that
-  reports ``NoSuchKey`` for one has it counted as ``already_gone``.
-
+The counterpart of :func:`spark_tasks.jobkit.unlink_paths` for an ``s3://`` root, same inputs
+and outputs. A key is deleted only when strictly under the configured bucket and prefix
+(:meth:`broker_agent.objectstore.S3Location.key_of`), else ``refused`` — the second check after
+``jobkit.ensure_inside_store``. DeleteObjects with 1,000 keys a call (S3's maximum),
+:data:`CALLS_IN_FLIGHT` at once, ``Quiet``; botocore retries throttling and 5xx, retryable
+per-key failures are re-sent :data:`KEY_RETRIES` rounds; the rest is ``failed``, never skipped.
+A missing key counts as deleted (``already_gone`` when the server says ``NoSuchKey``).
 Standard library, boto3 and tenacity only: shipped to the executors in the ``spark_tasks`` zip.
 """
 

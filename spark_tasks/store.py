@@ -1,18 +1,10 @@
 """The remote store's boundary: which objects a delete may touch (issues #11, #13).
 
-The store's root always comes from configuration, passed to the delete jobs as ``--store-root``
-(see ``spark_tasks.agent_remote.AgentRemoteMetadata.remote_root``), never guessed from the rows
-of an inventory or a plan: a bad row must not be able to widen what it may delete.
-
-A root is an S3 location, ``s3://BUCKET/PREFIX`` (issue #13: the remote tier lives in object
-storage only; the local-directory store is gone). An object is inside when its key lies strictly
-under the prefix in that bucket, with plain segments only (no empty, ``.`` or ``..`` segment; see
-:meth:`broker_agent.objectstore.S3Location.key_of`). The whole rule is :func:`store_root` (what a
-configured root means) and :func:`store_entry` / :func:`inside_store` (whether an object lies
-inside it).
-
-Runs on the executors too (shipped in the ``spark_tasks`` zip with
-``broker_agent/objectstore.py``): standard library only at import.
+The root always comes from configuration (``--store-root``), never from inventory or plan rows:
+a bad row must not widen what it may delete. A root is ``s3://BUCKET/PREFIX``; an object is
+inside when its key lies strictly under the prefix with plain segments only (no empty, ``.`` or
+``..``; :meth:`broker_agent.objectstore.S3Location.key_of`). The rule: :func:`store_root`,
+:func:`store_entry`, :func:`inside_store`. Runs on the executors too: stdlib only at import.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Run a job module with pyspark's own ``spark-submit`` and capture what happened.
 
-- The ``spark-submit`` is the one inside the installed pyspark (``find_spark_home``), so the
-  Spark that runs the job is the Spark the code was written against; ``SPARK_MASTER`` decides
-  where it runs (``local[2]`` here; ``spark://``, ``yarn`` or ``k8s://`` in production).
-- The job file is ``spark_tasks/<job>.py``; the ``spark_tasks`` package goes along as a
-  ``--py-files`` zip (what a cluster needs) and on ``PYTHONPATH`` (what local mode uses).
-- The environment is rebuilt from a short allow-list rather than inherited: ``JAVA_HOME`` (found
-  from ``java`` on PATH when unset), ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` =
-  ``sys.executable``, and ``STRATA_PROGRESS_FILE``. Django's secrets never reach the job.
-- stdout and stderr stream to ``<work>/spark.log``; the result keeps its last lines.
-- Progress: the job writes ``<work>/progress.json`` (see ``jobkit``); ``on_progress`` is called
-  with it while the job runs. The Spark UI is off (no port to collide on between concurrent runs).
-- The job runs under :mod:`spark_tasks.guard`, the leader of its own process group: the whole
-  tree (``spark-submit``, the JVM, the Python driver and workers) stops when the process that
-  submitted it dies, even by SIGKILL, and a timeout stops the whole group.
+The ``spark-submit`` inside the installed pyspark runs ``spark_tasks/<job>.py``, so the Spark
+that runs a job is the one the code was written against; ``SPARK_MASTER`` decides where. The
+package goes along as a ``--py-files`` zip. The environment is rebuilt from a short allow-list,
+so Django's secrets never reach the job. Output streams to ``<work>/spark.log``, progress comes
+from ``<work>/progress.json``, the Spark UI is off (no port clashes). The job runs under
+:mod:`spark_tasks.guard`, so its whole tree stops with the submitting process.
 """
 
 from __future__ import annotations

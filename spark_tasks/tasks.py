@@ -1,43 +1,13 @@
 """Celery tasks that run Spark jobs. The ``SparkJobRun`` row is the source of truth.
 
-- :func:`enqueue_run` creates the row and enqueues ``spark_tasks.execute_run`` on commit.
-- ``spark_tasks.execute_run(run_id)`` claims the run with a conditional update (QUEUED ->
-  RUNNING, or a RUNNING run whose heartbeat went stale because its worker died) and exits if it
-  lost the race; it then submits the job, streams progress into the row and records the outcome.
-  Every step is idempotent: the job replaces its outputs, the agent calls are idempotent.
-- Supervision (issue #16): while a process works on a run, a thread renews ``heartbeat_at``
-  every ``SPARK_HEARTBEAT_SECONDS`` (spark-submit, inventory export and metadata calls alike),
-  and the job's processes run under :mod:`spark_tasks.guard`, so they stop when that process
-  dies. A RUNNING run whose heartbeat is older than ``SPARK_RUN_LOST_AFTER_SECONDS`` is *lost*:
-  the reaper (beat, every ``SPARK_REAP_INTERVAL_SECONDS``) fails it with ``lost=True`` and says
-  why, within minutes rather than after Redis' visibility timeout (hours). A workflow step
-  following a lost run queues it again (``workflows.kinds.spark.follow_spark_run``).
-- ``spark_tasks.schedule_job(job, cluster=None)`` is what beat calls (retention hourly, orphans
-  and storage report daily, reaping every minute; see ``config/settings.py``) for every
-  registered cluster (:func:`registered_clusters`); it never stacks a run on an active one of the
-  same job and cluster.
-- ``spark_tasks.reap_stale_runs`` fails (as lost) runs whose heartbeat stopped.
-- ``spark_tasks.prune_run_files`` deletes the files of runs finished more than
-  ``SPARK_RUN_FILES_DAYS`` days ago (daily); the rows and their audit events stay.
-
-Every transition of a run (queued, started, finished with its outcome) writes an audit event in
-the same transaction (``spark_tasks.audit``).
-
-Deletes stay inside the remote store (issue #11): every job that deletes gets the store's root
-from configuration as ``--store-root`` (the backend's ``remote_root()``, see
-``spark_tasks.agent_remote``), never from the rows; a run that would delete without one fails.
-Planning runs get it too when it is known: a retention or purge plan naming an object outside the
-store has that partition quarantined while planning (dry runs included), before any log start
-offset is published or segment marked, and the rest of the cluster is planned and cleaned as
-usual (issue #39, ``spark_tasks.quarantine``). The run's summary gets ``quarantined_partitions``
-(loaded from the job's ``quarantined/``), and the transaction that marks it succeeded writes one
-``spark.partitions_quarantined`` audit event naming them (``spark_tasks.quarantine_report``).
-A job that refuses (``delete_objects`` or ``orphans`` given a plan with a row outside the store)
-writes ``error.json`` and the run's error names the offending rows.
-
-A dry run of a planning job that succeeds gets its plan's digest and row count stored on its row
-(``plan_digest``, ``plan_rows``; ``spark_tasks.plan_digest``) in the transaction that marks it
-succeeded, and in its audit event.
+:func:`enqueue_run` creates the row and enqueues ``execute_run`` on commit; ``execute_run`` claims
+the run with a conditional update (QUEUED, or RUNNING with a stale heartbeat) and exits if it
+lost the race. While a process works on a run a thread renews ``heartbeat_at`` and the job runs
+under :mod:`spark_tasks.guard`, so it dies with its worker; the reaper fails a run whose
+heartbeat stopped as ``lost`` within minutes, not after Redis' visibility timeout (#16).
+Every transition writes an audit event in its transaction. Deletes get ``--store-root`` from
+configuration, never from rows (#11); planning quarantines partitions naming objects outside
+it (#39). A successful dry run stores its plan's digest. Beat schedule: ``config/settings.py``.
 """
 
 from __future__ import annotations
