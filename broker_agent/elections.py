@@ -1,23 +1,12 @@
 """Leader elections an operator asks for (Kafka's ElectLeaders), on the simulated controller.
 
-The controller elects leaders by itself when a leader goes offline (``Controller._reelect``:
-the first online ISR replica, never an unclean one). This module is the other kind: an election
-asked for, with Kafka 3.9's rules (``ReplicationControlManager.electLeader`` and
-``PartitionChangeBuilder``):
-
-- PREFERRED: the preferred replica (the first of ``replicas``) becomes leader if it is in the
-  ISR and online; already leader: ELECTION_NOT_NEEDED; not electable:
-  PREFERRED_LEADER_NOT_AVAILABLE (the leader stays).
-- UNCLEAN: only for a partition without a leader (one with a leader: ELECTION_NOT_NEEDED);
-  the first online ISR replica if any, else the first online replica, which starts a new ISR
-  of itself alone (the records only the old ISR had are lost, as unclean election accepts);
-  no online replica: ELIGIBLE_LEADERS_NOT_AVAILABLE.
-- an unknown topic or partition: UNKNOWN_TOPIC_OR_PARTITION.
-- ``partitions`` null asks for every partition, and then, as Kafka, the partitions whose
-  election was not needed are left out of the answer.
-
-A new leader bumps the leader epoch and the partition epoch, as any leader change; brokers
-learn it from the metadata long-poll.
+The controller elects by itself when a leader goes offline (first online ISR replica, never
+unclean); this is the other kind, with Kafka 3.9's rules (``ReplicationControlManager.electLeader``,
+``PartitionChangeBuilder``). PREFERRED: the first replica if in the ISR and online
+(ELECTION_NOT_NEEDED / PREFERRED_LEADER_NOT_AVAILABLE otherwise). UNCLEAN: only a leaderless
+partition; the first online ISR replica, else the first online replica with a new ISR of itself
+(data only the old ISR had is lost, as unclean election accepts). ``partitions`` null asks for
+all and leaves not-needed ones out of the answer. A new leader bumps both epochs.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """A consumer-group member with KIP-253's in-order delivery (the consumer half).
 
-:class:`GroupConsumer` joins a group at the controller's coordinator, reads its assigned
-partitions from the leaders, holds back what the ordering gates say it may not deliver yet
-(:mod:`broker_agent.ordering`), hands each delivered batch to a sink and only then commits the
-next offset: at-least-once, as a Kafka consumer that commits after processing. A commit refused
-for an older generation (a rebalance while the batch was delivered) is made again under the new
-generation when the partition is still this member's; otherwise the next owner delivers those
-records again, and ``sim consume --verify`` counts them as duplicated.
-
-Every request that an ordering decision rests on names the undeleted partition count from the
-metadata the decision used (fetch and OffsetsForLeaderEpoch, consumer step 6 of the seed). A
-leader that has not applied the same expansion or shrink refuses it, and the member waits and
-retries: an answer from such a leader could let a record produced with the old count be
-appended after the offset the gate was computed from.
+:class:`GroupConsumer` reads its assigned partitions from the leaders, holds back what
+:mod:`broker_agent.ordering` gates, hands each batch to a sink and only then commits:
+at-least-once. A commit refused for an older generation is redone if the partition is still
+ours, else the next owner re-delivers (``sim consume --verify`` counts duplicates). Fetches and
+OffsetsForLeaderEpoch name the undeleted partition count the decision used (seed step 6), so a
+leader that has not applied the same change refuses and the member retries.
 """
 
 from __future__ import annotations

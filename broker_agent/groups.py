@@ -1,37 +1,14 @@
 """The group coordinator of the simulated cluster (it runs in the controller process).
 
-Kafka's coordinator, reduced to what KIP-253's consumer half needs:
-
-- **Membership**: a member joins with the topics it subscribes to and gets a member id; a
-  member that sends nothing for ``session_timeout_ms`` is removed. Every change of the members,
-  or of a subscribed topic's partition layout (an expansion adds partitions, a shrink marks
-  some for deletion, a drained one is removed), starts a new *generation*.
-- **Assignment** (the group leader's job in Kafka, done here): per topic, the partitions not
-  marked for deletion and those marked are dealt round-robin over the subscribed members
-  *separately* (seed 002, "Changes in the leader of the consumer group"), so the marked ones,
-  which get no new data, do not leave a member with too few live partitions.
-- **Commits**: a member commits offsets under its generation; a commit from an unknown member
-  or an older generation is refused (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID, Kafka's fencing),
-  so a member that missed a rebalance cannot move a position it no longer owns. A commit on a
-  partition the topic does not have (removed after a shrink) is refused with
-  UNKNOWN_TOPIC_OR_PARTITION, and nothing of it is written.
-- **Removed partitions**: when the controller removes a drained partition, every group's
-  committed offset on it is dropped (:meth:`GroupCoordinator.forget_partitions`; Kafka's
-  coordinator drops the offsets of deleted partitions). A later expansion re-creates the
-  partition empty, from offset 0: a stale commit from its earlier life would point past its end
-  (a fetch out of range) or, once it grew, skip records and KIP-253's creation gate (a position
-  past the log start counts as started). Without one the group starts it fresh, gated.
-- **Positions**: the committed offsets are the group's positions, which the ordering gates read
-  (KIP-253's ConsumerGroupPosition; see :mod:`broker_agent.ordering` for that decision).
-
-Groups and their committed offsets are persisted in the controller's SQLite store with the
-metadata (``group/<id>``); after a restart each member keeps its session for one timeout.
-
-**Versions** (for the console's sync, ``GET /v1/groups?format=tsv&since=V``): every saved change
-of a group (join, leave, a new generation, a commit) stamps it with the next version, at least
-the wall clock in ms, so a ``since`` from the coordinator's previous life is below this life's
-floor and is answered in full. The coordinator never forgets a group (Kafka keeps a group's
-offsets until their retention; this one keeps them), so a delta lists changed groups only.
+Kafka's coordinator reduced to what KIP-253's consumer half needs. Marked and live partitions
+are dealt round-robin *separately* (seed 002), so drained ones do not starve a member. Commits
+are fenced by generation and member (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID) and refused on a
+partition the topic lacks. **Removed partitions**: their committed offsets are dropped, as
+Kafka's coordinator does, so a re-created partition starts fresh and gated, never past its end.
+Committed offsets are the positions :mod:`broker_agent.ordering` reads. Persisted in the
+controller's SQLite (``group/<id>``). **Versions**: each saved change gets the next version, at
+least wall-clock ms, so a ``since`` from a previous life is answered in full; groups are never
+forgotten, so a delta lists changed groups only.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """How Strata's KIP-950 tiering model maps onto what Kafka 3.9+ actually shipped. One place.
 
-Strata (and the simulated cluster) follow KIP-950 as written: a topic's tiering goes ENABLED ->
-DISABLING -> DISABLED -> (re-enable) ENABLED, ``remote.storage.enable=false`` starts disablement
-with ``remote.log.disable.policy`` (``retain`` | ``delete``), and every disablement bumps a
-**tiered epoch** that fences stale commands and marks which remote segments a delete purges.
-
-Kafka 3.9 shipped the feature differently (DESIGN.md, "Domain rules"); the mapping:
-
-- never tiered (``NONE``): ``remote.storage.enable=false`` (the default), no delete flag.
-- ``ENABLED``: ``remote.storage.enable=true``, ``remote.log.copy.disable=false``.
-- disabled with ``retain``: ``remote.storage.enable=true`` + ``remote.log.copy.disable=true``
-  (copying stops; remote data stays readable and keeps expiring).
-- disabled with ``delete``: ``remote.storage.enable=false`` +
-  ``remote.log.delete.on.disable=true`` (remote data is deleted).
-- ``DISABLING``: not observable. 3.9 applies a config change with no per-broker
-  acknowledgement, so it is written like ``DISABLED`` and never read back.
-- tiered epoch: none. No fencing by epoch and no expected-epoch check; reads give
-  ``tiered_epoch=None`` and an expected epoch in a request is refused rather than ignored.
-
-Everything here is a pure function over config dicts; a future adapter for real clusters calls
-these and nothing else decides the mapping. Config values are Kafka's strings (``"true"``), and a
-``None`` value in an alter-configs dict means "delete the override" (as in
-:class:`broker_agent.models.AlterConfigsRequest`).
+Strata follows KIP-950 as written (states, policy, a tiered epoch that fences stale commands).
+Kafka 3.9 shipped config flags instead: ``retain`` ≈ ``remote.log.copy.disable=true``, ``delete``
+≈ ``remote.storage.enable=false`` + ``remote.log.delete.on.disable=true``. DISABLING is not
+observable (no per-broker acknowledgement: written like DISABLED, never read back) and there is
+no tiered epoch: reads give ``tiered_epoch=None`` and an expected epoch is refused, not ignored.
+Pure functions over config dicts (Kafka's strings, ``None`` = delete the override); a future
+adapter for real clusters calls these and nothing else decides the mapping.
 """
 
 from __future__ import annotations

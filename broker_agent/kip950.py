@@ -1,33 +1,13 @@
 """KIP-950's controller state machine for one topic, written once.
 
-The simulated controller (:mod:`broker_agent.controller`) and the synthetic scale cluster
-(:mod:`broker_agent.synthetic_tiering`) keep a topic's tiering state in a mapping with the keys
-``tiered_state``, ``tiered_epoch``, ``disable_policy``, ``tiering_acks`` (broker ids) and
-``configs``; both call these functions for every transition, so their answers cannot drift.
-
-- ENABLED → DISABLING: the tiered epoch goes up by one and the acknowledgements start empty;
-  the policy is ``remote.log.disable.policy`` (default retain).
-- While DISABLING, neither a second disablement nor a re-enablement is accepted
-  (TIERED_STORAGE_DISABLEMENT_IN_PROGRESS): "re-enablement only once disablement completed".
-- A broker's acknowledgement counts only for the current epoch, and only while DISABLING.
-- DISABLING → DISABLED once every broker hosting the topic acknowledged the current epoch
-  ("Completion of disablement"); completing a DISABLED topic again is a no-op.
-- DISABLED (or never tiered) → ENABLED: "re-enablement will not provide an option to specify
-  a policy", so a policy with it is INVALID_REQUEST, and the previous disablement's
-  ``remote.log.disable.policy`` is cleared from the configs.
-- The policy applied is the policy shown (:func:`disable_policy_for`): a disablement that names
-  no policy uses the ``remote.log.disable.policy`` the topic's configs hold (set beforehand on the
-  ENABLED topic), else retain; and the configs then hold the policy applied. Changing or deleting
-  the policy alone is accepted on an ENABLED topic only (:func:`check_policy_change`): on a
-  DISABLING topic it is TIERED_STORAGE_DISABLEMENT_IN_PROGRESS, on a DISABLED or never-tiered one
-  INVALID_CONFIG - it would show a policy other than the one applied.
-- A request that names an expected tiered epoch other than the topic's is STALE_TIERED_EPOCH
-  (the fence every workflow step uses).
-- Two-sided fencing at a broker (:func:`check_broker_command`): DisableRemoteTopic /
-  EnableRemoteTopic is applied only at the controller's current tiered epoch, while the controller
-  has the topic DISABLING (or DISABLED, a re-send) / ENABLED. An older epoch is
-  STALE_TIERED_EPOCH; a newer one UNKNOWN_TIERED_EPOCH (as Kafka fences leader epochs with
-  FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH): a broker never runs ahead of its controller.
+The simulated controller and the synthetic cluster keep a topic's tiering in a mapping
+(``tiered_state``, ``tiered_epoch``, ``disable_policy``, ``tiering_acks``, ``configs``) and call
+these functions for every transition, so their answers cannot drift. The rules are DESIGN.md's
+"Domain rules / Tiering"; the non-obvious ones: an acknowledgement counts only for the current
+epoch while DISABLING; a policy-only change on a DISABLED or never-tiered topic is
+INVALID_CONFIG (it would show a policy other than the one applied); a broker applies a command
+only at the controller's current epoch (older STALE_TIERED_EPOCH, newer UNKNOWN_TIERED_EPOCH,
+as Kafka fences leader epochs), so a broker never runs ahead of its controller.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The controller's metadata as rows: ``GET /v1/metadata?format=tsv``.
 
-A 1,000,000-partition cluster's metadata is ~260 MB of JSON, which the console's sync handed to
-PostgreSQL to parse as ``jsonb`` and explode into partitions: the largest part of its first sync
-after the replicas (#17). The same answer as rows goes in with ``COPY``, like an agent's
-snapshot (``models.snapshot_tsv``). JSON stays the default answer; ``format=tsv`` is an
-addition, and the console still takes JSON from a controller that predates it.
-
-Layout, each line in PostgreSQL's COPY text format (``models.tsv_value``):
-
-- line 1: the answer without ``topics`` as one line of JSON (``ClusterMetadata``), plus
-  ``topic_columns`` (:data:`METADATA_TOPIC_COLUMNS`), ``partition_columns``
-  (:data:`METADATA_PARTITION_COLUMNS`) and ``topic_count``;
-- then ``topic_count`` topic rows (a topic's fields without its partitions, and ``digest``);
-- then one row per partition listed (a delta lists only changed ones), its topic's name first.
-
-``digest`` is the md5 of the topic's row (without the digest) and of its partition rows in
-order: equal digests mean equal metadata, so a console that holds a topic with that digest
-skips it when a full answer comes where it asked for a delta.
+A 1,000,000-partition cluster's metadata is ~260 MB of JSON, which PostgreSQL had to parse as
+``jsonb``: the largest part of a first sync after the replicas (#17). As rows it goes in with
+``COPY``, like an agent's snapshot. JSON stays the default. Line 1 is the answer without topics
+as JSON plus the column lists and ``topic_count``; then topic rows; then partition rows (a delta
+lists changed ones only). A topic's ``digest`` (md5 of its rows) lets a console skip a topic it
+already holds when a full answer comes where it asked for a delta.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """The remote tier's object store: where it is (S3) and how to reach it (issue #13).
 
-Configuration, stable names (the same for the broker agents, the Spark jobs, ``make run`` and the
-console):
-
-- ``STRATA_REMOTE_STORE=s3://BUCKET/PREFIX`` — the bucket and key prefix of the remote tier
-  (default :data:`DEFAULT_REMOTE_STORE`);
-- ``STRATA_S3_ENDPOINT_URL`` — an S3-compatible endpoint (MinIO, Ceph RGW, SeaweedFS, ...);
-  unset means AWS S3 itself. With an endpoint, requests use path-style addressing (what every
-  non-AWS server supports; virtual-host style needs DNS per bucket);
-- the standard ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_REGION`` (or
-  ``AWS_PROFILE``), read by boto3 itself, never copied by Strata.
-
-Object keys follow the layout of Kafka's RemoteStorageManager plugins (Aiven's
-tiered-storage-for-apache-kafka), so an operator recognises them::
-
-    <prefix>/<topic>-<topic_id>/<partition>/<start_offset:020d>-<segment_id>.log
-
-:class:`S3Location` is the one place that turns a URI into a bucket and prefix, and a key back
-into a URI: what a delete may touch is decided against it (``spark_tasks.store``).
-
-Standard library and boto3 only: the Spark executors import it too.
+Stable configuration, the same for agents, Spark jobs, ``make run`` and the console:
+``STRATA_REMOTE_STORE=s3://BUCKET/PREFIX``, ``STRATA_S3_ENDPOINT_URL`` (unset = AWS; set =
+path-style, which every non-AWS server supports) and boto3's own ``AWS_*`` (never copied by
+Strata). Keys follow Kafka's RSM plugins' layout (DESIGN.md). :class:`S3Location` is the one
+place that turns a URI into bucket and prefix and a key back into a URI: what a delete may touch
+is decided against it (``spark_tasks.store``). Standard library and boto3 only: the Spark
+executors import it too.
 """
 
 from __future__ import annotations

@@ -1,45 +1,14 @@
 """KIP-253 in-order delivery, the consumer half: which partitions hold back which (seed 002,
 "Changes in how consumer consumes partition", steps 4 and 5).
 
-Producers use linear hashing with the undeleted partition count U, so a key moves only between
-a partition and its split parent. Two gates follow, both decided from the group's positions:
-
-- **Creation gate** (step 4). A partition ``P1 >= N`` made by an expansion holds keys that were,
-  before it, in ``P3`` = :func:`creation_barrier`: the first of ``P1``'s ancestors (split parent,
-  its parent, ...) that existed before the expansion, i.e. the first that is a key of ``P1``'s
-  ``leaderEpochAfterCreation`` (step 4.2). That is the split parent for an expansion by at most
-  one doubling; a larger one (2 -> 8: partition 6 splits 2, itself new) waits on an older
-  ancestor (0), since the new parent held none of those keys before. The group may start ``P1``
-  only once its position on ``P3`` has reached the *split offset*: the end offset in ``P3`` of
-  the leader epoch that ``leaderEpochAfterCreation`` records for ``P3`` (OffsetsForLeaderEpoch)
-  - every record before it was produced with the old count. The gate applies only while the
-  group has not consumed anything of ``P1`` (no position, or the position is ``P1``'s log
-  start).
-- **Deletion gate** (step 5). A partition ``P3`` marked for deletion by a shrink sends its keys
-  back to its first ancestor below the new count (:func:`deletion_target`); that partition
-  ``P1`` is "blocked by" ``P3``. The group may deliver offset ``T`` of ``P1`` if ``T`` is below
-  the end offset in ``P1`` of the epoch ``leaderEpochBeforeDeletion`` records for ``P1``, or
-  once the group has consumed ``P3`` to its log end offset (nothing is appended to a marked
-  partition, so that end is final).
-
-With ``enable.ordered.delivery=false`` neither gate applies (the seed's last note).
-
-Both gates walk the same chain: the partition a key lived in under a smaller partition count is
-the first of its current partition's ancestors below that count (:func:`first_ancestor_within`;
-linear hashing only ever moves a key between a partition and its split parent).
-
-Decided (a partition removed after a shrink, then made again by an expansion): the group
-coordinator drops a group's committed offsets on a partition when the controller removes it
-(Kafka's coordinator drops the offsets of deleted partitions) and refuses commits on partitions
-the topic does not have, so a re-created partition starts fresh at offset 0 with no position:
-the creation gate applies to it, and a stale commit from its earlier life can neither skip the
-gate nor point a fetch past its end.
-
-Decided (the seed's ConsumerGroupPosition carries members' live positions): a group's position
-on a partition is its committed offset. Strata's group consumer commits after every delivered
-batch, so a gate opens at most one commit late and never early.
-
-Standard library only; :mod:`broker_agent.group_consumer` does the I/O.
+A key only moves between a partition and its split parent, so both gates walk one chain
+(:func:`first_ancestor_within`). Creation gate: a new partition waits until the group reached
+the split offset on :func:`creation_barrier`, the first ancestor that existed before the
+expansion (not always the split parent: 2 -> 8 makes 6 wait on 0). Deletion gate: the partition
+a marked one gives its keys to (:func:`deletion_target`) delivers past the
+leaderEpochBeforeDeletion offset only once the marked one is drained. A group's position is its
+committed offset (a gate opens at most one commit late, never early); a re-created partition has
+no commits and is gated. ``enable.ordered.delivery=false`` lifts both. Standard library only.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""Where a broker puts a replica among its log dirs (KIP-112): one rule for the broker
-(:mod:`broker_agent.broker`) and for the pre-flight of ``recover_log_dir``
-(:mod:`workflows.kinds.disks_plan`), so that the plan an approver reads is the placement the
-broker makes. Standard library only.
+"""Where a broker puts a replica among its log dirs (KIP-112): one rule for the broker and for
+``recover_log_dir``'s pre-flight, so the plan an approver reads is the placement the broker makes.
 
-The rule is Kafka's: a replica goes to the least-loaded good log dir.
-
-- A new replica (:func:`next_log_dir`): Kafka's ``LogManager`` creates a new log "in the data
-  directory with the fewest logs"; here the good, uncordoned dir holding the fewest online
-  replicas, ties to the first name.
-- The replicas of a dir being removed from the configuration (:func:`place_replicas`) must fit
-  on the dirs that stay, so load is measured in bytes: largest replica first (ties by topic, then
-  partition), each onto the good dir with the most usable bytes left (ties to the last name). A
-  replica that fits nowhere gets no dir but still counts against the dir with the most room, so
-  that dir shows needed > usable.
-
-The size of a replica to re-create is its leader's local size (:func:`leader_sizes`): what
-catching up will write.
+Kafka's rule, least-loaded good dir: a new replica (:func:`next_log_dir`) goes to the good,
+uncordoned dir with the fewest online replicas (ties to the first name). A removed dir's
+replicas (:func:`place_replicas`) must fit, so load is bytes: largest first, onto the dir with
+most usable bytes left; one that fits nowhere still counts against the roomiest dir, which then
+shows needed > usable. A replica to re-create weighs its leader's local size
+(:func:`leader_sizes`). Standard library only.
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """Partition reassignment on the simulated controller (KIP-455; Kafka 3.9's
-``ReplicationControlManager.alterPartitionReassignments`` / ``listPartitionReassignments``,
-``PartitionReassignmentReplicas`` and ``PartitionReassignmentRevert``).
+``ReplicationControlManager.alterPartitionReassignments`` / ``listPartitionReassignments``).
 
-A reassignment to ``target`` replicas starts by widening the partition's replicas to
-``target + removing`` with ``adding_replicas`` (target brokers not yet replicas) and
-``removing_replicas`` (replicas not in the target): the brokers being added create their
-replica from the metadata and catch up from the leader like any follower, and the leader adds
-each to the ISR once caught up (AlterPartition). The reassignment completes in the partition
-change that brings every target replica into the ISR (:func:`maybe_complete`, called when the
-ISR changes): replicas become ``target``, the ISR loses the removed replicas, a leader being
-removed is replaced by the first target replica in the ISR, and the removed brokers drop their
-replica when they see the metadata. A reassignment whose target is already in the ISR completes
-at once.
-
-- a new reassignment of a partition under way replaces the old one, computed from the current
-  (widened) replicas, as Kafka does;
-- cancelling (target ``None``) reverts: the replicas being added are taken out of the replicas
-  and the ISR, the ones being removed stay; no reassignment under way is
-  NO_REASSIGNMENT_IN_PROGRESS; a revert that would leave no ISR replica needs an unclean
-  election, which the simulated topics never allow (INVALID_REPLICA_ASSIGNMENT);
-- an empty target, a broker twice or a broker that is not registered:
-  INVALID_REPLICA_ASSIGNMENT; an unknown topic or partition: UNKNOWN_TOPIC_OR_PARTITION;
-- listing names only the partitions with a reassignment under way (unknown ones asked for
-  are left out, as Kafka).
-
-Every change bumps the partition epoch; a new leader bumps the leader epoch.
+Replicas widen to ``target + removing``; added brokers catch up like any follower, and
+:func:`maybe_complete` finishes in the partition change that brings every target replica into
+the ISR (a removed leader is replaced by the first target replica in the ISR). As Kafka: a new
+reassignment replaces one under way, computed from the widened replicas; cancelling reverts the
+adding replicas, and a revert that needs an unclean election is INVALID_REPLICA_ASSIGNMENT;
+listing names only partitions under way. Every change bumps the partition epoch; a new leader
+bumps the leader epoch.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """The shared remote store on S3 (KIP-405 RemoteStorageManager + RemoteLogMetadataManager
 stand-in, issue #13).
 
-Keys, under the cluster's location (``--remote-store``, by default
-``$STRATA_REMOTE_STORE/<cluster_id>``), in the layout of Kafka's RSM plugins (Aiven's
-tiered-storage-for-apache-kafka) so an operator recognises them::
-
-    <topic>-<topic_id>/<partition>/<start_offset:020d>-<segment_id>.log     the segment object
-    __remote_log_metadata/<topic>-<topic_id>/<partition>/<segment_id>.json  its metadata record
-
-The metadata records are the RLMM: Kafka keeps them in the ``__remote_log_metadata`` topic; here
-each record is one object, rewritten whole (an S3 PUT is atomic) on each state change
-COPY_SEGMENT_STARTED -> COPY_SEGMENT_FINISHED -> DELETE_SEGMENT_STARTED ->
-DELETE_SEGMENT_FINISHED. ``object_path`` in a record is the segment's ``s3://BUCKET/KEY``: the
-Spark purge / retention jobs delete it directly and then mark the segment through the agent.
-
-Reads come from a per-partition cache: loaded on first use, written through by this broker's own
-changes (the partition leader copies, expires and takes the Spark jobs' marks), and refreshed by
-:meth:`RemoteStore.refresh` from the maintenance loop (a listing of the partition's metadata
-prefix; only records whose ETag changed are read again), and at once when a broker becomes a
-partition's leader (:meth:`RemoteStore.invalidate`), so a new leader never copies from a stale
-remote log end. Request paths (fetch, snapshot) never wait for S3 once a partition is loaded.
-
-Outage (KAFKA-19952's failure mode): a call that fails raises :class:`RemoteStorageError` and
-records :attr:`RemoteStore.unreachable_since`; further calls back off exponentially (up to
-:data:`MAX_BACKOFF_S`) before trying again. The cache keeps serving what was known, so local
-retention (which only deletes segments at or below the cached remote log end) waits for the
-copy, and fetches of local data go on. The first success clears the outage.
+Keys follow Kafka's RSM plugins' layout (Aiven's) under the cluster's location: the segment at
+``<topic>-<topic_id>/<partition>/<start_offset:020d>-<segment_id>.log`` and its metadata record,
+one object rewritten whole per state change, under ``__remote_log_metadata/``. Reads come from
+a per-partition cache, written through by this broker's changes, refreshed by listing (only
+changed ETags re-read) and at once on becoming leader, so a new leader never copies from a stale
+remote log end and request paths never wait for S3. An outage (KAFKA-19952) backs off to
+:data:`MAX_BACKOFF_S` while the cache keeps serving, so local retention waits for the copy.
 """
 
 from __future__ import annotations

@@ -1,61 +1,14 @@
 """HMAC-SHA256 request signing, shared by the agent server, its client and the console.
 
-Headers:
-
-``X-Strata-Timestamp``  unix seconds (1 to 12 ASCII digits)
-``X-Strata-Nonce``      random, unique per request (hex, 16..64 chars)
-``X-Strata-Audience``   the target the request is meant for: ``host:port`` (see below)
-``X-Strata-Signature``  ``v2=<hex HMAC-SHA256>`` (``v1=`` for webhook events, no audience)
-
-The headers are matched against those shapes before anything is computed from them, whatever
-their length or characters: a timestamp that is not 1 to 12 ASCII digits, a nonce that is not
-16..64 hex digits, or a signature that is not ``v1=`` / ``v2=`` and 64 lower-case hex digits is
-refused as ``BAD_SIGNATURE`` (401), never a 500. (``int()`` alone is no bound: it takes ``+1``,
-``1_7``, `` 1 `` and Arabic-Indic digits, and 400 digits overflow the skew arithmetic;
-``hmac.compare_digest`` raises on a non-ASCII string.)
-
-Requests to an agent or a controller are signed over, joined by ``\\n``: method (upper case),
-audience, the request target (path and query exactly as sent, percent-encoding kept),
-timestamp, nonce and the hex SHA-256 of the body; the signature is tagged ``v2``. A request older
-or newer than ``MAX_SKEW_SECONDS`` (60 s) is stale; a nonce seen within that window is a replay.
-
-**The audience is the target's authority, not its broker id.** A signature that does not name
-its target can be replayed: each agent keeps its own nonce cache, so a ``cordon`` or a
-``DisableRemoteTopic`` captured on its way to broker 1 would be accepted by broker 2 within the
-60 s window. The request therefore names ``host:port`` as the client dials it (lower-case host,
-default port filled in, IPv6 in brackets: :func:`audience_of`), and every server refuses a
-request whose audience is not its own advertised ``host:port`` (401 ``WRONG_AUDIENCE``).
-
-Why the authority rather than ``broker.id``:
-
-- The client already has it. Everyone reaches an agent by the URL the controller's metadata
-  advertises (the console's sync and workflows, the Spark jobs, the producer and consumer, a
-  follower fetching from its leader) and the controller by the cluster's configured URL; none of
-  them needs a new argument, and the controller, which has no broker id, is covered the same way.
-- The server knows its own authority without believing anything in the request: it is the URL
-  it registers with the controller (``http://--host:--port``). The ``Host`` header would not do:
-  the sender writes it, so a replayer would rewrite it too.
-- A broker id would add nothing the URL does not give: clients learn ids and URLs from the same
-  metadata, so binding the id would not catch a URL map that is wrong, and every caller (which
-  today holds only a URL) would have to pass one.
-- On the simulated cluster every process listens on its own loopback port, so ``127.0.0.1:P``
-  names exactly one broker (or the controller). A restarted broker keeps its port
-  (``cluster.json``), so its audience survives ``kill-broker`` / ``start-broker``.
-- In synthetic scale mode one process answers as the controller and as every broker, so they all
-  share one authority. There the broker id is in the signed request target itself
-  (``/brokers/<id>/v1/...``): a request signed for ``/brokers/1/v1/snapshot`` does not verify at
-  ``/brokers/2/v1/snapshot``. Authority plus signed path is what tells the brokers apart.
-
-The price: a client must use the advertised name. A controller configured in the console as
-``http://localhost:P`` while it advertises ``127.0.0.1:P`` is refused with ``WRONG_AUDIENCE``
-(the server's log says which audience it got and which it answers to).
-
-Webhook events that agents push to the console stay ``v1`` (no audience line): there is one
-console per cluster secret, and an event carries its cluster and broker id in the signed body.
-Call :func:`verify_signature` without ``audiences`` for them.
-
-The secret is per cluster: env ``STRATA_AGENT_SECRET`` or the file named by
-``STRATA_AGENT_SECRET_FILE`` (see :func:`load_secret`).
+Headers ``X-Strata-Timestamp``, ``-Nonce``, ``-Audience`` and ``-Signature`` (``v2=<hex>``;
+``v1=`` for webhook events, which carry no audience). Their shapes are checked before anything
+is computed from them, so junk is 401 ``BAD_SIGNATURE``, never a 500 (``int()`` takes ``1_7``
+and non-ASCII digits). ``v2`` signs method, audience, request target as sent, timestamp, nonce
+and the body's SHA-256; ``MAX_SKEW_SECONDS`` (60 s) bounds staleness and the nonce cache.
+The audience is the target's advertised ``host:port`` (:func:`audience_of`), refused as
+``WRONG_AUDIENCE`` elsewhere: each agent has its own nonce cache, so an unbound command for one
+broker would replay on another. In synthetic mode the broker id is in the signed path. The
+secret is per cluster (:func:`load_secret`). Rationale: DESIGN.md "Processes".
 """
 
 from __future__ import annotations

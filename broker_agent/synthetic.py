@@ -1,49 +1,13 @@
 """Synthetic scale mode: metadata-only partitions so one process presents a large cluster.
 
-Layouts: ``topics`` x ``partitions_per_topic``, or the fleet layout (``sim up --synthetic-fleet
-N``, :func:`fleet_topic_sizes`): N partitions in topics of 1 to 10,000 partitions. The routes
-are in :mod:`broker_agent.synthetic_app`.
-
-One process serves the controller API subset a console sync needs and every synthetic broker
-(documented trade-off: 60 uvicorn processes would measure the machine, not the console).
-
-Controller-compatible endpoints (same models as :mod:`broker_agent.controller`):
-
-- ``GET /v1/health``
-- ``GET /v1/metadata[?since=V][&delta=true]``: :class:`~broker_agent.models.ClusterMetadata`
-  (brokers, topics with configs, tiered state / epoch / policy, initial and undeleted partition
-  counts, partitions with replicas, leader, leader epoch, partition epoch, ISR, offline replicas,
-  ``created``). ``changed: false`` when nothing moved after ``since``. With ``delta=true`` and a
-  ``since`` this process knows, the answer is a delta (``full: false``): only topics with changed
-  partitions, each carrying its topic-level fields and **only the changed partitions**. Without
-  ``delta`` a changed answer is complete, exactly like the real controller. gzip when asked.
-- ``GET /v1/topics``, ``GET /v1/topics/{t}``: :class:`~broker_agent.models.TopicMetadata`.
-- ``POST /v1/topics/{t}/partition-count``: KIP-253 expansion only
-  (:meth:`SyntheticCluster.alter_partition_count`).
-- ``GET /v1/brokers``: the brokers of ``/v1/metadata`` alone (a topic's workflow needs them, not
-  the 260 MB of a 1,000,000-partition answer).
-
-Agent-compatible endpoints, one per synthetic broker (``AgentClient(".../brokers/<id>")`` works
-unchanged): ``GET /brokers/<id>/v1/health``, ``/v1/snapshot[?since=][&format=tsv]`` and
-``/v1/log-dirs``.
-
-Synthetic-only endpoints:
-
-- ``GET /v1/snapshot[?since=]``: the whole cluster, one entry per partition (legacy, bench).
-- ``GET /v1/groups[?format=tsv][&since=V]``: the consumer groups of
-  :mod:`broker_agent.synthetic_groups` (``sim up --synthetic-groups``; 20,000 in the fleet
-  layout), as the real coordinator answers them; a tick or churn of ``F`` also moves the
-  positions of ``F`` of the groups (their consumers commit).
-- ``POST /v1/tick``: advance the log end offset of 1% of the partitions (snapshots only).
-- ``POST /v1/synthetic/churn?fraction=F[&seed=S]``: mutate ``F`` of the partitions in one new
-  version: each gets a leader move or an ISR shrink / expand (leader epoch / partition epoch
-  bumped, so the **metadata** changes) and a log end offset advance (so the **snapshots**
-  change). This is what the console's incremental-sync bench drives.
-
-Partitions carry offsets but no bytes. Versions start at the process start time in ms, so a
-restarted process (state is in memory only) never answers a delta to a ``since`` from its previous
-life: every partition is newer than it. A ticker advances 1% of the log end offsets every
-``tick_interval`` seconds (0 disables it; benches want a still cluster).
+Layouts: ``topics`` x ``partitions_per_topic``, or the fleet (``sim up --synthetic-fleet N``,
+:func:`fleet_topic_sizes`). One process serves the controller API subset a sync needs and every
+synthetic broker's agent API, with the same models (routes: :mod:`broker_agent.synthetic_app`);
+60 uvicorn processes would measure the machine, not the console. ``delta=true`` metadata answers
+carry only changed partitions; ``/v1/tick`` and ``/v1/synthetic/churn`` move offsets and
+leaders/ISRs for the incremental-sync bench. Partitions carry offsets, no bytes. Versions start
+at the process start in ms, so a restarted process never answers a delta to a ``since`` from
+its previous life. KIP-253 expansion only.
 """
 
 from __future__ import annotations

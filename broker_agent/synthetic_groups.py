@@ -1,19 +1,10 @@
 """Consumer groups of the synthetic scale mode (#17): a fleet's 20,000 groups from one process.
 
-Group ``g`` (``synthetic.group-NNNNN``) has one member, generation 1, and consumes one topic of
-the layout: topic ``(g * 7919) mod T`` (a prime stride, so the groups spread over the topics, the
-small ones and the 10,000-partition ones alike; at 1,000,000 partitions 20,000 groups hold
-539,020 positions). It holds a committed position on each partition the topic had when the
-process started (a group that has not read an expansion's new partitions yet has no position
-there, as a real one). Positions sit a little behind the log end offset;
-:meth:`SyntheticGroups.commit` moves a share of the groups up to it, as their consumers commit,
-whenever the cluster ticks or churns.
-
-Served by ``GET /v1/groups?format=tsv[&since=V]`` exactly as the real coordinator's
-(:meth:`broker_agent.groups.GroupCoordinator.changes`,
-:func:`broker_agent.models.group_changes_tsv`): the groups changed after ``since`` as rows, in
-full without a ``since`` or for one this process cannot answer. ``GET /v1/groups`` (JSON) lists
-every group as :class:`~broker_agent.models.GroupView`, for tools that want them all.
+Group ``g`` has one member and consumes topic ``(g * 7919) mod T`` (a prime stride spreads groups
+over small and large topics alike), with a committed position on each partition the topic had
+at start, a little behind the log end; :meth:`SyntheticGroups.commit` moves a share up on each
+tick or churn. Served by ``GET /v1/groups?format=tsv[&since=V]`` exactly as the real coordinator
+(:func:`broker_agent.models.group_changes_tsv`); the JSON form lists every group.
 """
 
 from __future__ import annotations

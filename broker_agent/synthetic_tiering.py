@@ -1,50 +1,12 @@
 """KIP-950 tiering for the synthetic scale mode: controller and per-broker agent endpoints.
 
-Mounted on the synthetic app by :func:`install_tiering_routes` (from
-:func:`broker_agent.synthetic_app.create_app`), so ``ControllerClient`` / ``AgentClient`` and the
-``disable_tiering`` / ``enable_tiering`` workflows run unchanged against the one-process
-synthetic cluster. Paths, request / response models, error codes and transitions are those of
-the real controller (:mod:`broker_agent.controller`) and agent (:mod:`broker_agent.agent_app`,
-:meth:`broker_agent.broker.tiering.Tiering.disable_remote_topic`):
-
-Controller (``/v1``):
-
-- ``POST /v1/topics/{t}/tiering/disable`` (:class:`~broker_agent.models.TieringCommandRequest`):
-  ENABLED -> DISABLING, tiered epoch + 1, acks cleared, ``remote.storage.enable=false`` and
-  ``remote.log.disable.policy`` in the configs. 400 ``INVALID_REQUEST`` for an unknown policy,
-  409 ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS`` while DISABLING, 409 ``STALE_TIERED_EPOCH``
-  (with ``tiered_epoch``) when ``expected_tiered_epoch`` differs, 409
-  ``INVALID_STATE_TRANSITION`` when not ENABLED.
-- ``POST /v1/topics/{t}/tiering/complete``: DISABLING -> DISABLED once every hosting broker
-  acknowledged the current epoch, else 409 ``TIERED_STORAGE_DISABLEMENT_INCOMPLETE`` with
-  ``pending_brokers``; DISABLED again is an idempotent answer; anything else 409
-  ``INVALID_STATE_TRANSITION``; expected-epoch check first.
-- ``POST /v1/topics/{t}/tiering/enable``: DISABLED / NONE -> ENABLED (epoch kept, policy cleared);
-  a policy is 400 ``INVALID_REQUEST``; 409 ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS`` while
-  DISABLING.
-- ``POST /v1/topics/{t}/tiering/ack?broker_id&tiered_epoch``: recorded only for the current
-  epoch while DISABLING (otherwise ignored, as the real controller does).
-
-Agents (``/brokers/{id}/v1``): ``POST commands/disable-remote-topic`` and
-``commands/enable-remote-topic`` (:class:`~broker_agent.models.RemoteTopicCommand` ->
-:class:`~broker_agent.models.CommandResult`). Fencing as the real broker: a tiered epoch below the
-broker's applied one is 409 ``STALE_TIERED_EPOCH``; a disable at the applied epoch is a repeat
-only if the last command there was a disable (a re-enable keeps the epoch, so a disable must bring
-a new one). A disable applies the controller's policy; one naming another is 400
-``INVALID_REQUEST`` (:func:`broker_agent.kip950.broker_disable_policy`). An idempotency key is applied once per broker and answered again with
-``applied: false``. Like the real agent, a disable acknowledges **itself** to the controller state
-(in-process here; every repeat re-sends the ack), so the workflow never calls ``/ack``.
-
-Versions: every controller change (and every ack) is one new metadata version, so
-``/v1/metadata?since=`` answers ``changed: true``; the topic's first partition is marked changed
-so a ``delta=true`` answer carries the topic (with its topic-level fields). A broker command
-applied also bumps the snapshot version of the partitions that broker hosts.
-
-Rendering: ``SyntheticCluster`` asks this state for a topic's fields (``/v1/metadata``,
-``GET /v1/topics[/{t}]``: :meth:`SyntheticTiering.topic`), for the replica entries of broker
-snapshots (:meth:`SyntheticTiering.replica_tiering`, once that broker applied a command) and for
-the cluster snapshot (:meth:`SyntheticTiering.cluster_tiering`), so snapshots report the same
-tiering state as metadata (#14 gap 10). Topics never touched keep the cached layout.
+Mounted by :func:`install_tiering_routes` so ``ControllerClient`` / ``AgentClient`` and the
+tiering workflows run unchanged against the one-process synthetic cluster: paths, models, error
+codes and transitions are the real controller's and agent's, the transitions through
+:mod:`broker_agent.kip950`. Like the real agent, a disable acknowledges itself to the controller
+state (every repeat re-sends the ack), so workflows never call ``/ack``. Every change is a new
+metadata version and bumps the hosting brokers' snapshots; ``SyntheticCluster`` renders
+metadata and snapshots from this state, so both report the same tiering (#14 gap 10).
 """
 
 from __future__ import annotations

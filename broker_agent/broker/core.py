@@ -1,32 +1,12 @@
 """A simulated broker: replica manager, replica fetcher, tiering tasks, log-dir health.
 
-The broker is composed of parts, each a class with its own state and a narrow interface, built
-here with the collaborators it uses (no part reaches into another's state):
-
-- ``core`` (:class:`.state.BrokerCore`): what every part reads under one lock — the broker id,
-  the replicas, the metadata cache.
-- ``events`` (:class:`.events.WebhookEvents`): the signed webhook events and their queue.
-- ``log_dirs`` (:class:`.logdirs.LogDirs`): KIP-112 dirs, their failures, probes, cordon and
-  removal, and their figures.
-- ``dir_mover`` (:class:`.dirmoves.ReplicaDirMover`): replicas moving between this broker's dirs.
-- ``tiering`` (:class:`.tiering.Tiering`): KIP-950 / KIP-405 state, commands and tasks.
-- ``partitions`` (:class:`.partitions.PartitionIO`): produce, fetch and the leader's log calls.
-- ``replication`` (:class:`.replication.Replication`): followers' fetches, ISR, the fetchers.
-- ``metadata`` (:class:`.metadata.Metadata`): the controller's metadata and the heartbeat.
-- ``snapshots`` (:class:`.snapshot.Snapshots`): the versioned snapshot the console syncs.
-
-Threads (all daemons, one process per broker):
-
-- metadata: long-polls the controller and applies changes (LeaderAndIsr / UpdateMetadata).
-- heartbeat: registers the broker, reports offline replicas and created replicas (KIP-112).
-- fetcher-<leader>: one replica fetcher per leader broker (followers pull, as in Kafka).
-- maintenance: ISR shrink, high-watermark checkpoints, segment copier, local retention and
-  remote expiration (two separate tasks per partition, as KIP-950 asks); this module's loop
-  runs the replication and tiering parts' tasks per replica.
-- probe: probes every good log dir each ``probe_interval`` s so a dir fails within 5 s even idle.
-- failures: takes a failed dir's replicas offline and tells the controller.
-- events: pushes signed webhook events; drops them after a few attempts when nobody listens.
-- alter-log-dirs-<topic>-<partition>: a replica's copy to another dir, while it runs.
+Composed of parts, each a class with its own state and a narrow interface, built here with the
+collaborators it uses (no part reaches into another's state): ``core`` (what every part reads
+under one lock), ``events``, ``log_dirs`` (KIP-112), ``dir_mover``, ``tiering`` (KIP-950 /
+KIP-405), ``partitions``, ``replication``, ``metadata``, ``snapshots``. Threads, all daemons:
+metadata long-poll, heartbeat, one fetcher per leader, maintenance (ISR, checkpoints, copier,
+local retention and remote expiration as two separate tasks, as KIP-950 asks), probe (a dir
+fails within 5 s even idle), failures, events, and one per running alter-log-dirs copy.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Moving a replica between a broker's own log dirs (Kafka's AlterReplicaLogDirs, KIP-113).
 
-As Kafka's ``ReplicaManager.alterReplicaLogDirs`` and its ``ReplicaAlterLogDirsThread``: the
-broker creates a *future replica* of the partition in the destination dir (its own folder,
-``<topic>-<partition>.<id>-future``, which the broker's start-up scan skips), copies the current
-log into it batch by batch while the current log keeps serving (appends, fetches, tiering,
-retention), and, once the future log has caught up, swaps them under the replica's locks:
-the future folder is renamed to the partition's folder, the replica's log becomes the new one
-and the old folder is deleted. DescribeLogDirs lists the future replica on its dir with
-``is_future_key=true`` and, as offset lag, how far it is behind the current log (Kafka's
-``getLogEndOffsetLag`` for a future log).
-
-The copy keeps the current log's segment boundaries (a new segment wherever the current log
-has one), so the remote copier, which works by offsets, finds the same closed segments after
-the swap; a future log behind a truncation of the current one (a follower truncating after a
-leader change, KIP-101) is truncated the same way, by leader epoch.
-
-Kafka's per-broker dynamic quota ``replica.alter.log.dirs.io.max.bytes.per.second`` throttles
-the copy (:attr:`ReplicaDirMover.throttle_bytes_per_s`, set with IncrementalAlterConfigs on
-the broker); unset, the copy runs at disk speed. The simulated broker keeps it in memory: it
-is not persisted across a restart, and a move under way when the broker stops is not resumed
-(its future folder stays behind, ignored), where Kafka resumes both.
+As Kafka's ``ReplicaAlterLogDirsThread``: a *future replica* (``<topic>-<partition>.<id>-future``,
+skipped by the start-up scan) is copied batch by batch while the current log keeps serving, then
+swapped in under the replica's locks. The copy keeps the current segment boundaries, so the
+remote copier (which works by offsets) finds the same closed segments, and follows a truncation
+by leader epoch (KIP-101). ``replica.alter.log.dirs.io.max.bytes.per.second`` throttles it.
+Unlike Kafka, the throttle is not persisted and a move under way at shutdown is not resumed
+(its future folder stays behind, ignored).
 """
 
 from __future__ import annotations

@@ -158,20 +158,11 @@ class Tiering:
     def tier_metrics(self, r: Replica, view: dict) -> dict:
         """KIP-963's tiered-storage metrics of a leader replica (``view``: :meth:`remote_view`).
 
-        - ``remote_copy_lag_bytes`` / ``_segments`` (RemoteCopyLagBytes / Segments): closed,
-          committed local segments above the remote log end, not copied yet - while tiering is
-          ENABLED; a disabled topic has nothing eligible.
-        - ``remote_delete_lag_bytes`` / ``_segments`` (RemoteDeleteLagBytes / Segments): what
-          the current expiration pass plans to delete and has not deleted yet, as Kafka's
-          ``RLMExpirationTask`` reports ``sizeOfDeletableSegmentsBytes``: the segments
-          :meth:`_expiration_plan` picks (log start offset, time or size breach) while expiration
-          runs (here or in the Spark job), plus the DELETE_SEGMENT_STARTED ones it retries.
-          Not every unreadable object: fenced bytes are their own figure.
-        - ``fenced_remote_bytes`` / ``_segments``: stored segments fenced by a delete-policy
-          disablement (tiered epoch below the purge epoch): what the Spark purge (or internal
-          expiration) still has to delete (#14 gap 8); not part of the delete lag.
-        - ``remote_log_size_bytes`` (RemoteLogSizeBytes): every object the store holds for the
-          partition, readable or not.
+        ``remote_copy_lag_*``: closed, committed local segments above the remote log end, while ENABLED.
+        ``remote_delete_lag_*``: what the current expiration pass plans and has not deleted yet (as
+        Kafka's ``sizeOfDeletableSegmentsBytes``: :meth:`_expiration_plan` plus DELETE_SEGMENT_STARTED
+        retries). ``fenced_remote_*``: segments below the purge epoch, still to be purged (#14 gap 8),
+        not part of the delete lag. ``remote_log_size_bytes``: every object stored, readable or not.
         """
         purge = view["purge_below_tiered_epoch"]
         plog = r.log
