@@ -1,34 +1,13 @@
 """The external series of audit checkpoints: one object per checkpoint in the object store (#39).
 
-Where: ``STRATA_AUDIT_CHECKPOINT_STORE=s3://BUCKET/PREFIX``; unset, the prefix
-``audit-checkpoints`` under ``$STRATA_REMOTE_STORE`` (the remote tier's bucket, reached with the
-same endpoint and credentials, :class:`broker_agent.objectstore.ObjectStoreConfig`); ``off``, no
-external series. The ``n``-th checkpoint is the object ``<PREFIX>/<n:012d>.json`` (zero-padded:
-a listing is in order), holding the same signed document as the local file
-(:mod:`audit.checkpoints`).
-
-Retention: when the bucket has Object Lock enabled (``GetObjectLockConfiguration``; it can only
-be turned on when the bucket is created), every checkpoint is written with
-``ObjectLockMode=COMPLIANCE`` and ``ObjectLockRetainUntilDate`` now +
-``STRATA_AUDIT_CHECKPOINT_RETAIN_DAYS``: AWS S3 and MinIO then refuse to delete or overwrite that
-version until the date, whoever asks, the root account included. A bucket without Object Lock
-gets a plain PUT, and ``verify_audit`` says retention is not enforced. A versioned (locked)
-bucket is read through its versions: a checkpoint hidden behind a delete marker, or written
-twice, is a problem, and the first version written is the one checked.
-
-What a store that *accepts* Object Lock proves depends on the store: SeaweedFS accepts the calls
-(and its S3 gateway refused a versioned DELETE in our tests), but its data lives in its filer and
-volume servers, which whoever holds that machine changes directly. Only a store the database's
-administrators cannot reach (another account's AWS S3 bucket, a MinIO elsewhere) makes the
-series a witness they cannot rewrite.
-
-Unreachable store: the series is *not checked*, which is a problem (``verify_audit`` exits 1
-and says so), never "intact".
-
-Reached as the process's environment says; where it configures no store (neither
-``STRATA_S3_ENDPOINT_URL`` nor ``STRATA_REMOTE_STORE``: a shell beside ``make run``) and ``make
-run``'s credentials file exists, through ``make run``'s embedded SeaweedFS with those
-credentials, the same rule ``config.seaweedfs`` applies to the processes it starts.
+``STRATA_AUDIT_CHECKPOINT_STORE=s3://BUCKET/PREFIX`` (unset: ``audit-checkpoints`` under
+``$STRATA_REMOTE_STORE``; ``off``: none); object ``<PREFIX>/<n:012d>.json``. Where the bucket has
+Object Lock, each is written ``COMPLIANCE`` until now + ``STRATA_AUDIT_CHECKPOINT_RETAIN_DAYS``
+and read through its versions (the first version is the one checked); otherwise ``verify_audit``
+says retention is not enforced. The series is a witness only in a store the database's admins
+cannot reach (SeaweedFS on the same machine is not). An unreachable store is "not checked", a
+problem, never "intact". With no store configured and ``make run``'s credentials present, it
+uses the embedded SeaweedFS, as ``config.seaweedfs`` does.
 """
 
 from __future__ import annotations

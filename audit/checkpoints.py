@@ -1,35 +1,13 @@
 """Signed checkpoints of the audit chain's head, kept outside PostgreSQL, in two series.
 
-A checkpoint is a small JSON document ``{"n", "seq", "hash", "count", "at", "key_id",
-"signature"}``: the ``n``-th checkpoint (numbered 1, 2, 3, ... without gaps) says the chain's
-event ``seq`` has hash ``hash`` and the chain then held ``count`` events; the signature is an HMAC
-under the audit key (:mod:`audit.keys`) of the other fields. The same document is written twice:
-
-- to the **external series** in the object store (:mod:`audit.checkpoint_store`), the authority:
-  ``STRATA_AUDIT_CHECKPOINT_STORE`` (default ``$STRATA_REMOTE_STORE/audit-checkpoints``), with
-  S3 Object Lock retention where the bucket has it;
-- to the **local series**, ``<n:012d>.json`` in ``STRATA_AUDIT_CHECKPOINT_DIR`` (the external
-  object's name: ``aws s3 sync`` restores a lost directory), beside the database (the newest
-  ``STRATA_AUDIT_CHECKPOINT_KEEP`` are kept).
-
-:func:`load_series` reads both and names every way they fail (a file or object unreadable,
-forged or signed with a key not configured here; a gap in the numbering; the two series
-disagreeing or one holding a checkpoint the other lacks; the store unreachable). Each such
-*problem* makes verification fail. Files ``audit-checkpoint-<seq>.json`` written before the
-checkpoints were numbered are still read as signed marks of the chain, outside the numbering.
-
-Decisions:
-- Not a row: whoever can rewrite the audit table must not be able to rewrite its witness. The
-  local files alone prove nothing to someone who holds the machine (#39): they can delete them
-  with the tail. The external series is written first; a checkpoint the store refused is not
-  written locally either.
-- Only signed checkpoints are written (no audit key → none): an unsigned file is forged as
-  easily as the table it guards. A bad signature or an unknown key id is a problem, never
-  silently skipped.
-- Written by the beat task ``audit.write_checkpoint`` (every ``STRATA_AUDIT_CHECKPOINT_SECONDS``)
-  and ``manage.py audit_checkpoint``, only when the head moved, the events since the newest
-  checkpoint verify and the series have no problem.
-- Writing a checkpoint records no audit event: that event would move the head it just signed.
+A checkpoint ``{"n", "seq", "hash", "count", "at", "key_id", "signature"}`` (HMAC under the
+audit key) is written first to the external series in the object store, the authority
+(:mod:`audit.checkpoint_store`), then to local files ``<n:012d>.json``; a checkpoint the store
+refused is not written locally. Not a row, since whoever rewrites the table must not rewrite its
+witness; local files alone prove nothing to whoever holds the machine (#39). Only signed
+checkpoints are written. :func:`load_series` names every problem (unreadable, forged, unknown
+key, gap, series disagreeing, store unreachable), each failing verification. Written only when
+the head moved and all verifies; writing one records no audit event (it would move the head).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Repeated identical denials, counted instead of written one by one.
 
-A refused request changes nothing, so its audit event is evidence, not a record of a change. A
-client that repeats the same refused call (a script retrying, a fuzzer, a password guesser)
-would otherwise grow the tamper-evident log without bound and hold the log's append lock once
-per call. So :func:`record_denial` writes the *first* denial of a kind in a window
-(``STRATA_AUDIT_DENIAL_WINDOW_SECONDS``, default 60) as an ordinary event, and counts the
-identical ones that follow in Redis. :func:`flush_repeated_denials` (beat, every window) writes
-one event per counted kind once its window has closed: the same action, actor, target and
-outcome, with ``extra.repeats`` (how many were not written one by one), ``extra.window_seconds``
-and ``extra.first_seq`` (the seq of the event that opened the window).
-
-"Identical" means the same action, actor (user id, else the name given), client address,
-target and error code, unless the caller names its own ``identity`` (failed sign-ins: the
-address and reason only, so a client rotating user names is bounded too; their summary event
-says ``extra.repeats_of``). Nothing is dropped silently: every denial is either an event or part of a
-count that becomes one. If Redis cannot be reached, every denial is written as it comes (the
-log grows, it does not lose).
+A refusal changes nothing, so a client repeating it (a retrying script, a fuzzer, a password
+guesser) must not grow the tamper-evident log without bound nor take its append lock per call.
+:func:`record_denial` writes the first of a kind in a window (``STRATA_AUDIT_DENIAL_WINDOW_SECONDS``)
+and counts the rest in Redis; :func:`flush_repeated_denials` writes one event per kind with
+``extra.repeats`` once the window closes. Failed sign-ins key on address and reason only, so
+rotating user names is bounded too. Nothing is dropped: without Redis every denial is written.
 """
 
 from __future__ import annotations

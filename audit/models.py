@@ -1,20 +1,11 @@
 """The tamper-evident audit log.
 
-Decisions:
-- Append only, enforced by PostgreSQL: a pgtrigger ``Protect`` trigger refuses UPDATE and DELETE
-  on every row, whoever connects (TRUNCATE is not a row operation; Django's test flush uses it).
-- Not writable but by INSERT: the application's database role holds only INSERT and SELECT on
-  this table (``manage.py grant_app_role``; the table belongs to the role migrations run as), so
-  the trigger's bypass (``pgtrigger.ignore``), UPDATE, DELETE and TRUNCATE are not available to
-  the application at all.
-- Keyed chain: ``hash = HMAC-SHA256(key, canonical JSON of the event's fields + prev_hash)``
-  with a key kept outside PostgreSQL (:mod:`audit.keys`; ``key_id`` names it) and ``seq`` counts
-  1, 2, 3, ... without gaps, so an edited, deleted or re-ordered row breaks the chain even when
-  someone with the owner's rights disabled the trigger, and cannot be re-computed without the
-  key. Signed checkpoints kept outside the database (:mod:`audit.checkpoints`) catch a removed
-  tail. ``audit.trail.verify_chain`` walks it.
-- Written only through ``audit.trail.record()``, inside the transaction of the change it
-  describes, under an advisory lock that serialises appends (a linear chain).
+Append only, enforced by PostgreSQL: a pgtrigger ``Protect`` refuses UPDATE and DELETE, and the
+application's role holds only INSERT and SELECT (``manage.py grant_app_role``), so it cannot
+bypass the trigger. A keyed chain (HMAC under a key outside PostgreSQL, ``key_id``; ``seq``
+without gaps) breaks on any edited, deleted or re-ordered row even if an owner disabled the
+trigger; signed checkpoints (:mod:`audit.checkpoints`) catch a removed tail. Written only by
+``audit.trail.record()`` inside the change's transaction.
 """
 
 from __future__ import annotations

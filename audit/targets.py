@@ -1,28 +1,12 @@
 """What an audit event is about: one written form per kind of target, how the filter reads a
 target as a user types or links it, and where a target's page is.
 
-The written forms (``target_type`` / ``target_id``), for every event written from now on:
-
-=============  ==================================  =======================================
-target_type    target_id                           e.g.
-=============  ==================================  =======================================
-``topic``      ``<cluster>/<topic>``               ``topic:local/demo.orders``
-``broker``     ``<cluster>/<broker id>``           ``broker:local/2``
-``log_dir``    ``<cluster>/<broker id>:<dir>``     ``log_dir:local/2:d1``
-``cluster``    ``<cluster>``                       ``cluster:local``
-``workflow``   ``<id>``                            ``workflow:12``
-``spark_run``  ``<id>``                            ``spark_run:7``
-=============  ==================================  =======================================
-
-Topics, brokers and dirs carry their cluster because their names repeat across clusters (the
-workflow ``target`` column can leave it out: the workflow row has its own ``cluster``). Cluster
-names are slugs and Kafka topic names cannot hold ``/``, so the first ``/`` ends the cluster.
-
-Events written before this form existed (steps of ``expand_partitions`` / ``shrink_partitions``,
-``recover_log_dir``, the tiering fan-out, a per-broker step's success) name a topic, broker or
-dir *without* its cluster (``topic:demo.orders``, ``broker:2``, ``log_dir:2:d1``). The chain
-hashes ``target_type`` and ``target_id``, so those rows stay exactly as written; every one of
-them was written by a workflow step, so the filter finds their cluster through their workflow.
+Forms: ``topic:<cluster>/<topic>``, ``broker:<cluster>/<id>``, ``log_dir:<cluster>/<id>:<dir>``,
+``cluster:<cluster>``, ``workflow:<id>``, ``spark_run:<id>``. Topics, brokers and dirs carry
+their cluster since names repeat across clusters; cluster names are slugs and topic names hold
+no ``/``, so the first ``/`` ends the cluster. Older events from workflow steps name them
+without a cluster; the chain hashes them as written, so the filter finds their cluster through
+their workflow.
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
 """Writing and verifying the audit log.
 
-``record()`` is the only way an :class:`~audit.models.AuditEvent` is written. Call it inside
-the ``transaction.atomic()`` block of the change it describes (fail closed: when the audit write
-fails the change rolls back, and ``record()`` refuses to run outside a transaction). Call it as
-the *last* statement of the transaction: it takes a transaction-scoped advisory lock that
-serialises every audited transaction until commit, so the chain stays linear under concurrent
-writers; taking row locks after it invites lock-order deadlocks.
-
-Hash: ``HMAC-SHA256(key, canonical JSON)`` of the event's fields, ``key_id`` and ``prev_hash``
-(sorted keys, no spaces, UTF-8), with the signing key of :mod:`audit.keys`; with no key
-configured, a plain ``sha256`` of the same JSON without ``key_id`` (the form events had before
-keys existed, so old chains still verify). JSON values are normalised *before* they are stored
-and hashed (integral floats become ints, datetimes ISO strings) so that what PostgreSQL's
-``jsonb`` gives back hashes the same. The first event's ``prev_hash`` is 64 zeros.
-
-What ``verify_chain`` detects: an edit, deletion, insertion or re-ordering anywhere in the chain;
-a chain re-computed without the key (an unkeyed event after a keyed one, an unknown key id, or a
-hash that is not the HMAC under the named key); and, against the signed checkpoints of
-:mod:`audit.checkpoints` (the local series and the external one in the object store), a removed
-tail (newest events deleted) and an unkeyed prefix re-written before the first checkpoint it
-covers; a checkpoint series with a gap, the two series disagreeing, and events that no checkpoint
-has covered for more than two ``STRATA_AUDIT_CHECKPOINT_SECONDS`` (a deleted newest checkpoint,
-or a writer that stopped). What it cannot detect: events removed from the tail after the newest
-checkpoint (at most two intervals of history), and anything done by someone who holds the audit
-key *and* can delete from the external series (a bucket without Object Lock, or a store on the
-same machine).
+``record()`` is the only writer: call it inside the change's ``transaction.atomic()`` (fail
+closed; it refuses to run outside one) and *last*, because its transaction-scoped advisory lock
+serialises audited transactions until commit (row locks after it invite deadlocks). The hash is
+``HMAC-SHA256(key, canonical JSON + key_id + prev_hash)`` (unkeyed ``sha256`` for events from
+before keys, so old chains verify); values are normalised before storing so ``jsonb`` gives back
+what was hashed. ``verify_chain`` detects edits, deletions, insertions, re-orderings, a chain
+re-computed without the key, and with the checkpoints a removed tail. It cannot detect tail
+removal after the newest checkpoint (two intervals), nor an attacker holding the key *and*
+able to delete from the external series.
 """
 
 from __future__ import annotations

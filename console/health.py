@@ -1,25 +1,11 @@
 """Liveness of the parts Strata needs: PostgreSQL, Redis, the Celery workers and the object store.
 
-Each registered cluster is listed with its backend and how its last sync went (``clusters``:
-the error of its source, "Kafka bootstrap error" or "controller error", by its code only).
-
-The object store (the remote tier's S3 bucket) is as the workers last probed it
-(:class:`console.models.ObjectStoreProbe`, written at each worker heartbeat): ``ok``,
-``error: <reason> (since <time>)``, or ``unknown`` when no fresh probe exists. It is shown, not
-counted in ``status``: without it the console, the workflows and the brokers' local logs still
-work, and the brokers keep their segments until the store answers again.
-
-Warnings (``warnings``, a list of ``"<code>: <what>"``) come from the apps above this one, which
-register a source with :func:`register_warning_source` in their ``AppConfig.ready`` (this app
-cannot import them): e.g. ``quarantined_partitions`` from ``spark_tasks``. Like the object store,
-they are shown, not counted in ``status``; the JSON is public, so a warning names counts, not
-topics.
-
-Workers are counted from their heartbeat rows (``Heartbeat`` named ``worker:<node name>``, written
-by each worker every ``STRATA_WORKER_HEARTBEAT_SECONDS``, see :mod:`console.tasks`): a worker is
-up when its row is at most ``STRATA_WORKER_HEARTBEAT_MAX_AGE_SECONDS`` old. A health check is two
-cheap queries and a Redis PING; it never broadcasts to the workers (``control.ping`` held a web
-thread for up to half a second on every call, and the overview polls every 5 s per browser).
+Workers are counted from their heartbeat rows, never by broadcasting (``control.ping`` held a web
+thread up to 0.5 s per call, and the overview polls every 5 s per browser): two queries and a
+Redis PING. The object store is shown as the workers last probed it, not counted in ``status``:
+without it the console and the brokers' local logs still work. Warnings come from apps above
+this one through :func:`register_warning_source` (this app cannot import them). The JSON is
+public, so clusters' errors appear by code and warnings name counts, never topics.
 """
 
 from __future__ import annotations

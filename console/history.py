@@ -1,30 +1,12 @@
 """History of log dirs and tiered topics: written by the sync, rolled up hourly, read as series.
 
-- **Sampling** (:func:`write_samples`): inside a sync's transaction, at most every
-  ``STRATA_HISTORY_SAMPLE_SECONDS`` (default 30) per cluster, one row per log dir of every broker
-  whose agent answered (a broker that did not answer leaves a gap: nothing is known of it) and
-  one per topic that has been tiered (``tiered_state`` not ``NONE`` or remote bytes) *whose
-  figures changed* since its last sample, or whose last sample is
-  ``STRATA_HISTORY_KEEPALIVE_SECONDS`` old (default 300). Two ``INSERT ... SELECT`` statements:
-  no Python loop over dirs or topics.
-
-  Why topics are sampled on change: a fleet of 1,000,000 partitions has ~19,000 tiered topics,
-  every 30 s ~55 M rows a day, most of them repeating the one before (a topic without traffic, a
-  remote tier at rest). Its log dirs are ~1,200 and an SRE reads their probe latency and state
-  at every sample, so dirs are sampled every time. A topic's sample *holds* until the next one:
-  the series fill a bucket without a sample with the last value before it, for at most
-  :func:`hold` (twice the keep-alive), so a sync that stopped still shows as a gap, after the
-  hold (ten minutes by default) instead of at once. The keep-alive is under an hour so every
-  hour the roll-up reads has a sample of every followed topic.
-- **Roll-up** (:func:`roll_up`, a beat task every ``STRATA_HISTORY_ROLLUP_SECONDS``): raw
-  samples become one ``hour`` row per hour — the *peak* of the hour (highest usage, slowest
-  probe, largest bytes and lag, worst state), because a trend panel must not average an
-  incident away. Idempotent (re-rolling an hour overwrites it). Raw samples older than
-  :data:`RAW_KEPT` and hourly rows older than :data:`HOURLY_KEPT` are deleted.
-- **Series** (:func:`dir_series`, :func:`topic_series`): buckets of a fixed width over a window,
-  one query for any number of dirs / topics (the Brokers & disks grid asks for all its dirs at
-  once). A bucket without a sample is absent, so a chart shows a gap where nothing was known
-  (for topics: a bucket more than :func:`hold` after the last sample).
+:func:`write_samples` runs in a sync's transaction at most every ``STRATA_HISTORY_SAMPLE_SECONDS``:
+every answering broker's dirs each time, but a tiered topic only when its figures changed or its
+keep-alive is due (a 1,000,000-partition fleet would write ~55 M mostly repeated topic rows a
+day). A topic's sample therefore *holds* for at most :func:`hold`, after which a stopped sync
+shows as a gap. :func:`roll_up` keeps each hour's *peak*, never an average (a trend must not
+average an incident away), and is idempotent. :func:`dir_series` / :func:`topic_series` are one
+query for any number of dirs or topics; a bucket without a sample is a gap.
 """
 
 from __future__ import annotations

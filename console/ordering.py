@@ -29,23 +29,13 @@ expansion from 5,000 to 10,000 partitions gates 5,000 of them for every group.""
 def topic_ordering(topic: Topic) -> dict:
     """KIP-253 in-order delivery as the console shows it (topic page, API ``ordering``).
 
-    ``barrier``: False when ``enable.ordered.delivery=false`` (consumers then read every
-    partition at once, and keys may be delivered out of order across an expand or shrink).
-    ``groups``: per consumer group with positions on the topic (the controller's coordinator,
-    synced; the first :data:`ORDERING_GROUP_LIMIT` by id), its lag over every partition and each
-    partition that a gate concerns: made by an expansion (status ``waits on B`` until the group
-    has started it, B = ``barrier``, the first of its ancestors that existed before the
-    expansion, :func:`~broker_agent.ordering.creation_barrier`: its split ``parent`` unless that
-    parent is new too), marked for deletion (draining), or holding back because a marked
-    partition is not drained yet - with the group's position and lag (the first
-    :data:`ORDERING_ROW_LIMIT`, held ones first; ``held`` says which). The split and deletion
-    *offsets* are what
-    consumers ask the leaders for; the console shows the leader epochs they come from (a web
-    request never asks a broker).
-
-    Bounded at any size (#17): the lag is summed and the gates are classified in PostgreSQL
-    (:func:`_gate_rows`); Python sees the rows shown only. Two queries for a topic never
-    expanded or shrunk, at most six.
+    ``barrier`` is False when ``enable.ordered.delivery=false``. ``groups``: per consumer group (the
+    first :data:`ORDERING_GROUP_LIMIT`), its lag and each partition a gate concerns — new (``waits
+    on B`` until started, B from :func:`~broker_agent.ordering.creation_barrier`), marked (draining),
+    or held back by an undrained marked one — the first :data:`ORDERING_ROW_LIMIT`, held first. The
+    console shows the leader epochs the split and deletion offsets come from, since a web request
+    never asks a broker. Bounded at any size (#17): classified in PostgreSQL (:func:`_gate_rows`),
+    two queries for a topic never resized, at most six.
     """
     barrier = topic.configs.get("enable.ordered.delivery", "true") == "true"
     with connection.cursor() as cur:  # the first groups by id, and how many there are

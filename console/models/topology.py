@@ -1,26 +1,12 @@
 """Topics (with their KIP-950 tiering state), partitions (KIP-253) and replicas (KIP-112).
 
-Sync-owned foreign keys: Partition's and Replica's foreign keys have no database constraint
-(``db_constraint=False``). These two tables are written only by the sync
-(:mod:`console.sync.core`): 200,000 partitions and 600,000 replicas for a large cluster. With
-Django's ``DEFERRABLE INITIALLY DEFERRED`` constraints PostgreSQL queues one check per foreign
-key per inserted row and runs them all at COMMIT: 2.8 million checks, 11-20 s of a full sync
-(measured: with ``SET CONSTRAINTS ALL IMMEDIATE`` the commit drops to 0.3 s and the inserts grow
-by the same amount). The trade-off: the database no longer refuses a dangling row, so the sync
-guarantees integrity itself. It resolves every id it writes by joining the referenced table in
-the same statement (under its per-cluster lock, in one transaction), and deletes dependents
-before what they depend on (replicas before partitions before topics; ``log_dir`` set to NULL
-before a log dir goes). Deletions through the ORM (a cluster, a broker, a topic) still cascade:
-``on_delete`` is carried out by Django, not by the database. ``test_no_dangling_rows_*`` in
-``tests/console/test_sync.py`` pin this down. Anything else that deletes topics, partitions,
-brokers or log dirs with raw SQL must delete their replicas (and partitions) itself.
-
-Partitions and replicas are UNLOGGED tables (migration 0019), and so are group positions
-(migration 0022): the sync's copy of the cluster, not written to the WAL, emptied by PostgreSQL
-after a crash and rebuilt by the next sync. Nothing the console decides may live in them; the
-three observations the sync keeps on a partition (``previous_leader``, ``leader_changed_at``,
-``marked_log_start_offset``, shown by the incident panel and a drain's progress) start again
-from the rebuild.
+Partition's and Replica's foreign keys have no database constraint (``db_constraint=False``):
+deferred checks cost 11-20 s at COMMIT of a large full sync. So the sync guarantees integrity
+itself (ids resolved by joins, dependents deleted first; ``test_no_dangling_rows_*`` pin it), and
+any raw-SQL delete of topics, partitions, brokers or log dirs must delete their replicas (and
+partitions) itself; ORM deletes still cascade. Partitions, replicas and group positions are
+UNLOGGED, emptied after a crash and rebuilt by the next sync: nothing the console decides may
+live in them (``previous_leader``, ``leader_changed_at``, ``marked_log_start_offset`` restart).
 """
 
 from __future__ import annotations

@@ -1,46 +1,14 @@
 """Sync one cluster: controller metadata and every agent's snapshot into PostgreSQL.
 
-Design (console issue, "Sync"):
-
-1. **Incremental by version.** The controller is asked for metadata ``since`` the version last
-   applied (it answers ``changed=False`` when nothing moved); each agent for its snapshot
-   ``since`` the snapshot version last applied (it answers only replicas changed since, plus the
-   keys ``removed``). When the controller did change, only topics whose metadata digest changed
-   are rewritten. ``full=True`` asks everything again (``manage.py sync_cluster --full``).
-2. **Bulk.** Every kind of row is ``COPY``-ed into a temporary table and merged with one
-   statement (:mod:`console.sync.staging`); unchanged rows are not rewritten. Derived values
-   (partition offsets from the leader's replica, topic / broker / cluster aggregates) are then
-   recomputed with set-based ``UPDATE ... FROM`` over the partitions this sync touched. Agents
-   answer as COPY rows (``format=tsv``), so their replicas are never parsed as JSON, and the
-   answers are COPY-ed in batches (``STAGE_BATCH_BYTES``), not one COPY per agent. A
-   cluster's first sync has nothing to merge with: it inserts plainly and skips the
-   comparisons and deletes (``fresh``). A cluster without partitions is asked for everything
-   whatever versions it applied: partitions and replicas are UNLOGGED tables (migration
-   0019), which PostgreSQL empties after a crash, and the next sync rebuilds them.
-3. **One transaction, one sync at a time.** All writes of a sync commit together, so a page
-   never sees half a sync; a transaction-level advisory lock per cluster makes a concurrent
-   sync (beat and webhook at once) return :class:`SyncBusy` instead of waiting.
-4. **Per-source staleness.** A controller or agent that fails is recorded on its row (error,
-   time) and keeps its last good data and ``last_good_at``; everything else keeps syncing. A
-   failed agent is asked from its last applied version again next time, so nothing is missed.
-   Replicas an agent reports for partitions the console does not know yet (agent ahead of the
-   controller) leave that agent's version where it was, so they are fetched again.
-
-5. **History.** At most every ``STRATA_HISTORY_SAMPLE_SECONDS`` a sync also writes a sample of
-   every answering broker's log dirs and of every tiered topic whose figures changed (or whose
-   keep-alive is due), in the same transaction (:mod:`console.history`; the trend charts read
-   them).
-
-Where it lives: this module runs a sync (lock, order, the agents in parallel, the SyncRun). It
-composes parts, each with its own state, sharing the transaction's cursor
-(:class:`console.sync.common.SyncCursor`): the staging area (:mod:`console.sync.staging_area`,
-the tables the others fill and read), the controller's side (:mod:`console.sync.metadata`), the
-agents' (:mod:`console.sync.snapshots`), the derived values (:mod:`console.sync.aggregates`) and
-the consumer groups (:mod:`console.sync.groups`). What one part learns and the run records is
-handed back as a small outcome (``ControllerOutcome``, ``AgentsOutcome``, ``GroupsOutcome``);
-what one part writes and another reads stays in the transaction's tables. ``rows``,
-``staging`` and ``sources`` are the COPY formats, the stage table and where answers come from
-(``kafka_source`` and ``kafka_reads``: a ``kafka`` cluster, read over Kafka's protocol).
+Incremental by version (``since``; only topics whose digest changed are rewritten; ``full=True``
+asks everything again, as does a cluster whose UNLOGGED partitions a crash emptied). Bulk: rows
+are COPYed into staging tables and merged in one statement each, derived values recomputed
+set-based over what this sync touched; a first sync inserts plainly. One transaction per sync,
+so a page never sees half of one; a per-cluster advisory lock makes a concurrent sync raise
+:class:`SyncBusy` instead of waiting. A failing source keeps its last good data and is asked from
+its last applied version next time. This module runs a sync and composes its parts (staging
+area, metadata, snapshots, aggregates, groups), which share the transaction's cursor
+(:class:`console.sync.common.SyncCursor`) and hand back small outcomes.
 """
 
 from __future__ import annotations

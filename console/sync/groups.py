@@ -1,25 +1,12 @@
-"""The sync's step for consumer groups: the controller's group coordinator (groups with their
-generation and members, and their committed offsets) into :class:`console.models.ConsumerGroup`
-and :class:`console.models.GroupOffset`.
+"""The sync's step for consumer groups: the controller's coordinator into
+:class:`console.models.ConsumerGroup` and :class:`console.models.GroupOffset`.
 
-Groups change without the metadata version moving (a commit is not metadata), so this runs on
-every sync whose controller answered. The coordinator is asked for the groups changed ``since``
-the version last applied (``Cluster.groups_version``; in full on a first or ``--full`` sync, when
-the cluster has no partition rows - after a crash emptied the unlogged tables - and whenever the
-coordinator cannot answer that ``since``) as rows
-(:func:`broker_agent.models.group_changes_tsv`). The rows are staged with ``COPY`` and merged:
-positions that moved are updated (a group's generation and member count are its group row's),
-new ones inserted, and those no longer there deleted - of the groups in the answer when it is
-a delta, of the cluster when it is full. Never a Python object per row nor a rewrite of every
-row: a fleet's 20,000 groups hold ~500,000 positions, of which a sync sees what moved (#17).
-
-A controller without a coordinator answers 404 and the cluster simply has no groups. A failure
-here is recorded as the ``groups`` error of the run and leaves the previous rows (and the version)
-in place. A source that only lists groups (``groups()``, the tests' static sources) is merged as a
-full answer.
-
-A part of the sync (:mod:`console.sync.core` composes it), run once the controller's metadata is
-applied; it keeps its own staging tables and answers a :class:`GroupsOutcome`.
+A commit is not metadata, so this runs on every sync whose controller answered, asking for the
+groups changed since ``Cluster.groups_version`` (in full when that cannot be answered, on a
+``--full`` sync, or after a crash emptied the unlogged tables). Rows are COPYed and merged, never
+one Python object per row: a fleet's 20,000 groups hold ~500,000 positions (#17). A 404 means no
+coordinator; a failure is the run's ``groups`` error and leaves rows and version in place. A
+part composed by :mod:`console.sync.core`, answering a :class:`GroupsOutcome`.
 """
 
 from __future__ import annotations
