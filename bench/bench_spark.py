@@ -1,19 +1,9 @@
 """Spark jobs at scale: retention plan vs a bare scan, driver memory.
 
-Sizes come from the environment, so the default ``make bench`` fits in its time budget and a
-full-size run is one variable away:
-
-- ``BENCH_SPARK_SEGMENTS``: comma-separated inventory sizes for the retention plan, the bare
-  scan and the peak driver memory (default ``1000000,10000000``; the whole module takes ~10 minutes
-  on 2 shared cores; ``BENCH_SPARK_SEGMENTS=100000,1000000`` for a quick run);
-- ``BENCH_SPARK_REPEATS`` (3): retention plan and bare scan runs (alternating) per size; medians
-  are reported;
-- ``BENCH_SPARK_MASTER`` (local[2]).
-
-The purge figure is ``bench/bench_s3.py``'s: ``delete_objects`` on the S3 store against a floor
-of plain DeleteObjects batches over an identical key set (issue #13; the remote store is S3
-only, so there is no local-file purge to measure). The machine is shared with whatever else
-runs on it; the load average is printed beside the figures.
+Sizes come from the environment so the default ``make bench`` fits its budget and a full run is
+one variable away: ``BENCH_SPARK_SEGMENTS`` (default ``1000000,10000000``, ~10 minutes on 2
+shared cores), ``BENCH_SPARK_REPEATS`` (medians), ``BENCH_SPARK_MASTER``. The purge figure is
+:mod:`bench.bench_s3`'s (the store is S3 only). The load average is printed beside the figures.
 """
 
 from __future__ import annotations

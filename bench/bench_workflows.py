@@ -1,22 +1,12 @@
 """Workflow engine throughput: 500 queued ``noop_check`` workflows through a real worker.
 
-Method: a scratch PostgreSQL database (migrated, dropped afterwards) and Redis database; 500
-workflows are requested and approved through the product's ``do_*`` actions while no worker
-runs, so 500 ``run_workflow`` messages wait in Redis; then one ``celery worker`` (prefork,
-concurrency ``BENCH_WF_CONCURRENCY``, default 2) starts. Throughput = workflows / (last
-``finished_at`` - first ``started_at``), from the rows, so worker boot is not counted. Each
-workflow has 4 steps (check, apply on 2 pseudo-brokers, verify) and writes ~10 audit events;
-the chain is verified afterwards (``verify_audit``, timed too).
-
-``disable_tiering`` end to end, with the same worker: on a real simulated cluster
-(``BENCH_WF_TIERING_BROKERS`` broker processes, 12) and on the synthetic scale cluster
-(``BENCH_WF_SYN_BROKERS`` 60 brokers x ``BENCH_WF_SYN_TOPICS`` 100 topics x ``BENCH_WF_SYN_PPT``
-2000 partitions; KIP-950 endpoints in ``broker_agent/synthetic_tiering.py``), registered with
-``manage.py register_cluster`` and synced with ``manage.py sync_cluster`` first.
-
-Environment: ``BENCH_WF_COUNT`` (500), ``BENCH_WF_CONCURRENCY`` (2), ``BENCH_WF_REDIS_URL``
-(redis://127.0.0.1:6379/13), ``DATABASE_URL`` (server to create the scratch database on; the
-scratch database is ``<its database name>_bench_workflows``).
+The workflows are requested and approved through the product's ``do_*`` actions while no worker
+runs, then one worker starts; throughput is taken from the rows (first ``started_at`` to last
+``finished_at``), so worker boot is not counted, and the audit chain is verified afterwards
+(timed). Also ``disable_tiering`` end to end on a simulated cluster and on the synthetic one.
+Scratch PostgreSQL (``<name>_bench_workflows``) and Redis databases. Environment:
+``BENCH_WF_COUNT``, ``BENCH_WF_CONCURRENCY``, ``BENCH_WF_REDIS_URL``, ``BENCH_WF_TIERING_BROKERS``,
+``BENCH_WF_SYN_*``, ``DATABASE_URL``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The users of ``make bench BENCH=load`` (:mod:`bench.bench_load`): an SRE team in an incident.
 
-Run by locust (``locust -f bench/load_locustfile.py --headless``) in its own process, never
-imported by the bench runner (locust patches the standard library with gevent on import). The
-JSON file named by ``BENCH_LOAD_CONFIG`` says where the stack is and what is in it; the results
-(every request's route, time and outcome) are written to its ``results`` path when locust quits.
-
-- ``ConsoleUser`` (browser): signs in through the login form (CSRF), opens a page, stays on it
-  while htmx polls its live panel every 5 s (as the page does), then opens the next one.
-- ``ApiUser`` (a script with a session): the ``/api/v1/`` inventory routes.
-- ``ChangeUser`` (one): an operator and an approver; a workflow every ``workflow_interval`` s
-  (2 an hour), the first ``workflow_first_after`` s into the measured window: requested through
-  the form, planned by the worker, approved through the approval form, followed to its end.
-- ``MachineUser`` (one, not signed in): Prometheus scraping ``/metrics`` with a viewer's API
-  token every 15 s, a load balancer probing ``/api/v1/health`` every 5 s.
-
-The measured window starts when every user has been spawned (all signed in) and lasts
-``window_seconds``; then this file stops the run. Sign-ins are reported on their own.
+Run by locust in its own process, never imported by the bench runner (locust patches the
+standard library with gevent on import). ``BENCH_LOAD_CONFIG`` names a JSON file saying where the
+stack is; results go to its ``results`` path. Users: ``ConsoleUser`` (browser polling a page's
+live panel every 5 s), ``ApiUser``, ``ChangeUser`` (operator + approver running a workflow every
+``workflow_interval`` s) and ``MachineUser`` (Prometheus and a health probe). The window starts
+once every user is signed in; sign-ins are reported on their own.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The two workflows of the fleet-scale bench (#17), on the synthetic 1,000,000-partition cluster.
 
-Used by :mod:`bench.bench_scale` (not a bench section of its own). A scratch database
-(``<DATABASE_URL's name>_bench_scale``, dropped afterwards), one ``celery worker`` (prefork,
-concurrency 2, the product's settings), the fleet cluster (``sim up --synthetic-fleet``)
-registered and synced with ``manage.py``; then, each requested and approved through
-``workflows.actions`` and run by that worker:
-
-- ``disable_tiering`` (retain) of ``synthetic.topic-0000``: 10,000 partitions, RF 3, its
-  replicas round robin over all 300 brokers, so 300 DisableRemoteTopic commands;
-- ``expand_partitions`` of the first 5,000-partition topic to 10,000 (KIP-253: the synthetic
-  controller's ``POST /v1/topics/{t}/partition-count``), until the 5,000 new partitions have
-  a leader and a full ISR.
-
-Times: request -> planned (the pre-flight) and approval -> succeeded (end to end), from this
-process; the run's own span from the workflow row.
+Used by :mod:`bench.bench_scale`. On a scratch database with one real worker, requested and
+approved through ``workflows.actions``: ``disable_tiering`` (retain) of the 10,000-partition
+``synthetic.topic-0000`` (300 DisableRemoteTopic commands), and ``expand_partitions`` of a
+5,000-partition topic to 10,000 until every new partition has a leader and a full ISR. Times:
+request -> planned and approval -> succeeded from this process; the run's span from the row.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Celery's Redis transport, hardened against a Redis restart (``CELERY_BROKER_TRANSPORT``).
 
-Found by ``make chaos`` (issue #16): when Redis dies while the worker holds unacknowledged
-messages, Celery's consumer closes the broken connection, kombu's channel close tries to put
-those messages back into Redis through a connection that is already released, and the
-``AttributeError`` it raises (``'NoneType' object has no attribute 'hostname'``, kombu 5.7.0;
-the same path as celery/kombu#582) is not one of the connection errors Celery ignores there: the
-worker logs "Unrecoverable error" and exits. A task that finishes after the connection was lost
-takes the same way when its acknowledgement is sent on the dead channel.
-
-Those messages cannot be restored anyway: the server that held them is gone. Strata loses
-nothing by dropping them here, because no message carries state: the workflow rows are in
-PostgreSQL and the reconciler (beat) re-enqueues whatever lost its message. So when the
-connection is gone, the restore is skipped with a warning and the consumer reconnects as it
-does for any lost connection; any other use of the dead channel (an ack) raises Redis'
-``ConnectionError``, which Celery handles as the connection error it is ("Couldn't ack").
+Found by ``make chaos`` (#16): when Redis dies while the worker holds unacknowledged messages,
+kombu 5.7.0's restore on the released connection raises ``AttributeError`` (as celery/kombu#582),
+which Celery does not treat as a connection error, and the worker exits. Those messages are gone
+with the server anyway, and none carries state (workflow rows are in PostgreSQL and the
+reconciler re-enqueues), so the restore is skipped with a warning and any other use of the dead
+channel raises Redis' ``ConnectionError``, which Celery handles as the lost connection it is.
 """
 
 from __future__ import annotations

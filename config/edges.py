@@ -1,24 +1,12 @@
 """Bad input stops at the door: a NUL byte anywhere a request carries text, or a body over the
 size limit, is answered before any view, database query or audit event.
 
-PostgreSQL cannot store a NUL in text, so a NUL that reached a query used to surface as a 500
-(psycopg ``DataError``). Now:
-
-- a NUL in the path, a query parameter (name or value), a form field or a JSON string of the
-  body → 400 ``INVALID_REQUEST`` naming where it was;
-- a body whose ``Content-Length`` is over ``STRATA_MAX_BODY_BYTES`` → 413
-  ``PAYLOAD_TOO_LARGE``, before the body is read;
-- a request target (path and query) over :data:`MAX_URL_BYTES` → 414 ``URI_TOO_LONG``. The web
-  server's own request-line limit under ``make run`` (gunicorn ``--limit-request-line``,
-  :data:`WEB_LIMIT_REQUEST_LINE`, its maximum) lies above it, so an over-long URL gets Strata's
-  answer, not gunicorn's HTML page; a request line past that limit gets the same JSON 414 from
-  ``make run``'s gunicorn worker (:mod:`config.web_worker`);
-- on the JSON API, a query parameter given more than once → 400 ``INVALID_REQUEST``: every
-  API query parameter takes one value (the OpenAPI document types none as an array), and
-  which of two ``page`` values counted was up to the framework.
-
-The JSON API, ``/metrics`` and the agents' webhook get ``{"error": CODE, "message": ...}``;
-pages get the same text as ``text/plain``.
+PostgreSQL cannot store a NUL in text, so one reaching a query was a 500. Here: a NUL in path,
+query, form or JSON string → 400 ``INVALID_REQUEST``; ``Content-Length`` over
+``STRATA_MAX_BODY_BYTES`` → 413 before reading; a target over :data:`MAX_URL_BYTES` → 414, kept
+below gunicorn's request-line limit so Strata answers, not gunicorn; an API query parameter
+given twice → 400 (each takes one value, and which one counted was up to the framework). The
+API, ``/metrics`` and the webhook get JSON errors; pages the same text as ``text/plain``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The access gate: every page and API route needs a Strata role, unless it is listed as public.
 
-One rule, one place. A request that resolves to a URL pattern is let through only when
-
-- the pattern is in :data:`PUBLIC_VIEWS` (sign-in and sign-out, ``/api/v1/health``, the favicon,
-  and ``/agent-events/``, which checks the agents' HMAC signature itself), or
-- the user is signed in (a session, or ``Authorization: Bearer <token>`` on the JSON API and
-  ``/metrics``) and holds a role: viewer, operator, approver or admin (superusers count as admin).
-
-Otherwise an anonymous request is sent to the login page (pages, 302) or answered
-``401 {"error": "UNAUTHENTICATED", ...}`` (JSON API and ``/metrics``); a signed-in user without a
-role gets 403 (``{"error": "FORBIDDEN", ...}`` on the JSON API and ``/metrics``). Stronger roles
-(operator to request, approver to decide) are checked by the views and actions themselves. The
-Django admin sits behind the gate and keeps its own staff check. Static files never reach it
-(WhiteNoise serves them first; :data:`PUBLIC_PATH_PREFIXES` covers a URLconf that serves them).
-
-The gate writes its decision on ``request.strata_access`` (one of :class:`Access`).
+One rule, one place. A resolved request passes when its pattern is in :data:`PUBLIC_VIEWS`
+(``/agent-events/`` checks the agents' signature itself) or the user, by session or Bearer token
+(API and ``/metrics``), holds a role (superusers count as admin). Otherwise anonymous pages get a
+302 to sign-in and the API 401 ``UNAUTHENTICATED``; a user without a role 403. Stronger roles are
+checked by views and actions themselves. Static files never reach it (WhiteNoise serves them
+first). The decision is left on ``request.strata_access`` (:class:`Access`).
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """``make run``: bring up Strata and everything it needs, in the foreground, until Ctrl-C.
 
-Order: PostgreSQL and Redis (the configured ones, or our own under ``.run/`` when the default URL
-answers nothing), migrations, static files, demo users, then the web server (gunicorn), a Celery
-worker and beat. Ctrl-C (or SIGTERM) stops every process started here, and the servers we
-started: each main process gets SIGTERM alone (Celery's warm shutdown lets running tasks end),
-``STRATA_STOP_GRACE_SECONDS`` (default 60) later whatever is left of its process group is
-killed; a second Ctrl-C kills at once.
-
-The terminal stays calm: it shows the servers used, the URL and the demo logins, then one
-timestamped line per state change (a process exited and was restarted, ``/api/v1/health``
-changed, stopping). Every process logs to its own file under ``.run/logs/`` (:data:`LOG_DIR`):
-``web.log`` (gunicorn, its access log included), ``worker.log``, ``beat.log``, ``setup.log``
-(migrate, collectstatic, the database role, ``sim up`` / ``down``; never the passwords),
-``seaweedfs.log``, ``redis.log`` / ``postgres.log`` for servers started here, and ``sim/`` (the
-simulated cluster's processes, a link to ``.run/sim/logs``).
-
-Production-shaped unless asked otherwise (``make dev`` or ``DEBUG=1 make run``): ``DEBUG=0``, a
-secret key generated once into ``.run/secret-key`` (mode 0600) unless ``SECRET_KEY`` /
-``SECRET_KEY_FILE`` is set, loopback ``ALLOWED_HOSTS``. It serves plain HTTP on 127.0.0.1
-only, so it turns off what needs TLS (``SECURE_SSL_REDIRECT=0``, ``STRATA_SECURE_COOKIES=0``);
-behind a TLS proxy leave those unset and their secure defaults apply.
-
-The audit log (always, DEBUG or not): an audit key generated once into ``.run/audit-key``
-(0600) unless ``STRATA_AUDIT_KEY`` / ``_FILE`` is set; migrations run as the configured
-``DATABASE_URL``'s role (the owner), then ``grant_app_role`` makes ``STRATA_DB_APP_ROLE``
-(default ``strata_app``, password generated into ``.run/db-app-password``) and the web server,
-worker and beat connect as that role, which cannot UPDATE, DELETE or TRUNCATE the audit table.
-``STRATA_DB_APP_ROLE=`` (empty) runs them as the owner, as before.
+Uses the configured PostgreSQL, Redis and object store, or starts its own under ``.run/``; then
+migrations, static files, demo users, gunicorn, a Celery worker and beat. Ctrl-C sends SIGTERM
+to each main process alone (Celery's warm shutdown lets tasks end) and kills what is left of its
+group ``STRATA_STOP_GRACE_SECONDS`` later; a second Ctrl-C kills at once. The terminal stays
+calm (one line per state change); every process logs under ``.run/logs/`` (:data:`LOG_DIR`).
+Production-shaped unless ``DEBUG=1``: secrets generated once into ``.run/`` (0600), TLS-only
+settings off because it serves plain HTTP on loopback. Migrations run as the owner, the
+processes as ``STRATA_DB_APP_ROLE``, which cannot UPDATE, DELETE or TRUNCATE the audit table.
 """
 
 from __future__ import annotations

