@@ -1,17 +1,10 @@
 """``make chaos``: the chaos suite (``tests/chaos``) on a private PostgreSQL and Redis, then its
 table of faults by workflow kinds in ``bench/RESULTS.md``.
 
-Usage: ``python -m bench.chaos [pytest args ...]`` (e.g. ``-k disable_tiering``; a filtered run
-still rewrites the table, with the cells it did not run marked "not run").
-
-The suite stops PostgreSQL for 10 s and kills Redis, so it never uses the servers ``make test``
-and ``make run`` use: it starts its own on free ports under ``.run/chaos`` (as ``make run``
-starts its own) and stops them at the end. That also means it may run while another suite
-runs, if the machine has the cores.
-
-Not part of ``make test`` / ``.ci/run``: 35 cells take about an hour on 2 cores, beyond the
-suite's 30-minute budget. Each cell is a pass / fail of correctness, never of speed; the
-seconds in the table are what the cell took, for reading only.
+Usage: ``python -m bench.chaos [pytest args ...]``; a filtered run still rewrites the table, its
+other cells marked "not run". The suite stops PostgreSQL and kills Redis, so it starts its own on
+free ports under ``.run/chaos`` and may run beside another suite. Not part of ``make test``: 35
+cells take about an hour on 2 cores. Each cell is pass / fail of correctness, never of speed.
 """
 
 from __future__ import annotations

@@ -172,16 +172,11 @@ def plan_expiration(
     it deletes now, oldest first - Kafka's ``RLMExpirationTask.cleanupExpiredRemoteLogSegments``
     with the rules the Spark planner applies (``spark_tasks.rules``, DESIGN "Remote retention").
 
-    Only segments at or above the delete-policy fence count (fenced ones are the purge's). By
-    start offset: a COPY_SEGMENT_STARTED segment is being copied and stops the scan; a
-    COPY_SEGMENT_FINISHED one goes when it breaches the log start offset (all its epochs <= the
-    lineage's first epoch and ``end_offset < log_start_offset``); otherwise one outside the
-    leader-epoch lineage (:func:`segment_within_leader_epochs` on the filtered cache) is skipped
-    without stopping the scan; inside, it goes by time (:func:`expired_by_time`, which also
-    lowers the size breach) or by size (``breach - size >= 0``, where the breach counts the
-    not-yet-tiered local bytes and the finished segments inside the lineage); the first one kept
-    stops the scan. An empty lineage plans nothing, as in Kafka. The caller publishes the new log
-    start offset (max ``end_offset + 1``) before deleting anything.
+    Only segments at or above the delete-policy fence count (fenced ones are the purge's). A
+    COPY_SEGMENT_STARTED segment is being copied and stops the scan; otherwise the log start offset,
+    lineage (:func:`segment_within_leader_epochs`), time (:func:`expired_by_time`) and size rules
+    apply in DESIGN's order, and the first segment kept stops the scan. An empty lineage plans
+    nothing, as in Kafka. The caller publishes the new log start offset before deleting anything.
     """
     lineage = filtered_leader_epochs(leader_epochs)
     if not lineage:

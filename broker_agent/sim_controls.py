@@ -1,17 +1,11 @@
 """The simulated cluster's process controls, offered to a worker through the controller.
 
-Kafka brings a failed log dir back only when the broker process restarts (KIP-112: "fix disks
-and reboot broker"), so a recovery runbook must restart the broker. On the simulated cluster
-the controller (started by ``sim up`` with the cluster's data dir) advertises that it can
-(``GET /v1/sim/controls`` → ``{"restart_broker": true}``: a capability; a controller without
-the route, or a real Kafka cluster, cannot, and the runbook asks an operator instead) and does
-it the way ``python -m broker_agent sim restart-broker`` does: a controlled shutdown (leaders
-move off the broker at once, as Kafka's ControlledShutdown), SIGTERM, start the same process
-again, wait for its health.
-
-Idempotent across a caller's crash: every broker process has an ``incarnation`` (new at every
-start, on ``/v1/health``). The caller sends the incarnation it saw before it first asked; when
-the broker's incarnation already differs, the restart was done and is not done twice.
+Kafka brings a failed log dir back only when the broker restarts (KIP-112), so a recovery
+runbook must restart the broker. The sim's controller advertises that it can
+(``GET /v1/sim/controls``: a capability; elsewhere an operator is asked instead) and does it as
+``sim restart-broker`` does: controlled shutdown, SIGTERM, start, wait for health. Idempotent
+across a caller's crash: the caller sends the ``incarnation`` it saw before it first asked, and a
+broker whose incarnation already differs has been restarted and is not restarted twice.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Local log storage: log directories, replicas as ``<topic>-<partition>`` folders of segment files.
 
-A segment file is named by its base offset (``00000000000000000000.log``) and holds record
-batches. Batch framing (big-endian)::
-
-    base_offset q | leader_epoch i | producer_id q | base_sequence i | max_timestamp q |
-    record_count i | payload_len i | crc32(payload) I | payload
-
-and each record in the payload is ``timestamp q | key_len i (-1 = null) | key | value_len i |
-value``. Offsets are ``base_offset + index``. Segments roll by size (``segment.bytes``).
-
-Every I/O goes through :meth:`LogDir.io`, which turns an ``OSError`` into :class:`StorageError`
-and marks the directory OFFLINE (KIP-112: "a log directory is good until an I/O operation on it
-fails"). Nothing here is mocked: folders, files and errors are the operating system's.
+A segment file is named by its base offset and holds record batches, rolled at ``segment.bytes``:
+``_HEADER`` (big-endian base offset, leader epoch, producer id, base sequence, max timestamp,
+record count, payload length, CRC32 of the payload), then records of ``timestamp | key_len (-1 =
+null) | key | value_len | value``; offsets are ``base_offset + index``. Every I/O goes through
+:meth:`LogDir.io`, which turns an ``OSError`` into :class:`StorageError` and marks the dir OFFLINE
+(KIP-112: "a log directory is good until an I/O operation on it fails"). Nothing is mocked.
 """
 
 from __future__ import annotations

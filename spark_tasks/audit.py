@@ -1,17 +1,11 @@
 """Audit events of Spark runs, written through ``audit.trail.record`` in the transaction of
 the run's state change (fail closed: when the event cannot be written, the change rolls back).
 
-Rules:
-
-- One event per transition of a run: queued (by whom: the operator, or beat for schedules),
-  started (claimed by a worker, or taken over after a worker died), and finished with its outcome
-  (succeeded / failed / reaped). Progress updates are not audited.
-- The target is ``spark_run`` / the run's primary key; ``after`` carries what a reviewer needs to
-  judge the run without opening it: job, cluster, dry run, and at the end the plan's totals
-  (segments, bytes, deletions executed, partitions quarantined, a dry run's plan digest and
-  rows) or the error. A run that quarantined partitions gets one more event,
-  ``spark.partitions_quarantined``, naming them (``spark_tasks.quarantine_report``).
-- ``record()`` is the last statement of each transaction (it takes the audit chain's lock).
+One event per transition (queued, by whom; started or taken over; finished with its outcome);
+progress is not audited. Target ``spark_run:<id>``; ``after`` holds what a reviewer needs without
+opening the run (job, cluster, dry run, then the plan's totals or the error); a quarantining run
+gets one more event (``spark_tasks.quarantine_report``). ``record()`` is the last statement of
+each transaction, since it takes the audit chain's lock.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Purge's planning path: a co-group per partition, staged, then read back for the outputs.
 
 The inventory and the partition state are co-grouped by (cluster, topic, partition) and each
-group goes, as two Arrow tables, to ``rules.plan_purge`` on an executor
-(``cogroup(...).applyInArrow``, the UDF of :func:`_planner`). Its rows (segments, partitions,
-no-state counts) are staged in ``_staged/`` and read back for ``plan/``, ``partitions/`` and the
-counts (:func:`_staged_outputs`, which ``plan_job.run_plan_job`` calls for purge).
-
-``_planner`` still plans either kind (``rules.plan_retention`` for ``PlanKind.RETENTION``, the
-way retention ran before its own path, ``plan_retention``); only purge is sent here. Segments
-without partition state are counted (a ``no_partition_state`` row), never planned.
-
-The UDF's pickled closure references this module, ``plan_io`` and ``rules``: all in the
-``spark_tasks`` zip that ``submit`` ships with ``--py-files``.
+group goes to ``rules.plan_purge`` on an executor (the UDF of :func:`_planner`); its rows are
+staged in ``_staged/`` and read back by :func:`_staged_outputs`. ``_planner`` can still plan
+retention (the path retention took before ``plan_retention``), but only purge is sent here.
+Segments without partition state are counted, never planned. The UDF's closure references this
+module, ``plan_io`` and ``rules``: all in the ``spark_tasks`` zip ``submit`` ships.
 """
 
 from __future__ import annotations

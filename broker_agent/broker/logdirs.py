@@ -1,17 +1,12 @@
-"""KIP-112 log dirs of a broker: failure handling (the failures thread), the probe loop and its
-DEGRADED grading, cordon (KIP-1066), the simulator-only re-probe, removal of a dir from the
-configuration (option 2 of "the disk gets fixed") with its placement plan, and each dir's
-figures as the broker reports them.
+"""KIP-112 log dirs of a broker: failure handling, the probe loop and its DEGRADED grading, cordon
+(KIP-1066), the simulator-only re-probe, removal of a dir from the configuration, and each dir's
+figures.
 
-A failed dir stays OFFLINE until the broker process restarts, as in Kafka (KIP-112: "fix disks
-and reboot broker"; Kafka's ``LogManager.handleLogDirFailure`` drops the dir from its live dirs
-for the life of the process): the broker re-reads its dirs only
-at start (:meth:`LogDirs.start`). Cordon and removal are configuration, persisted in
-``meta/log-dirs.json``: a cordoned dir keeps serving its replicas and only gets no new ones; a
-removed dir leaves the broker at its next start.
-
-:class:`LogDirs` is a part of :class:`broker_agent.broker.Broker`: it owns the dirs, their
-configuration and failure bookkeeping, and reads the replicas from the broker's core.
+A failed dir stays OFFLINE until the broker restarts, as in Kafka (``LogManager.handleLogDirFailure``
+drops it for the life of the process): dirs are re-read only at :meth:`LogDirs.start`. Cordon and
+removal are configuration, persisted in ``meta/log-dirs.json``: a cordoned dir keeps serving and
+gets no new replicas; a removed dir leaves at the next start. A part of
+:class:`broker_agent.broker.Broker`: it owns the dirs and reads the replicas from the core.
 """
 
 from __future__ import annotations

@@ -151,19 +151,14 @@ def follow_spark_run(
 ) -> StepResult:
     """Queue ``job`` once for this step, then follow it to the end.
 
-    The run is queued in one transaction with a ``spark.run_queued_by_workflow`` audit event that
-    names the step's idempotency key: a step run again after a crash finds its run instead of
-    queueing a second one. While the run is active the step's progress is the run's Spark tasks
-    (done / total, shown as the step's progress bar) and the step log links to the run page;
-    after ``FOLLOW_SLICE_SECONDS`` the workflow waits (visible) and looks again.
-
-    A run *lost* with its worker (``SparkJobRun.lost``: no heartbeat, failed by the reaper) is
-    queued again under the next attempt key, up to :data:`LOST_RUN_RESUBMITS` times: every job a
-    step runs is idempotent (plans are rewritten, log start offsets never move back, a deleted
-    object counts as deleted), and a lost run says nothing about the job. Any other failed or
-    cancelled run fails the step with ``SPARK_RUN_FAILED``. A succeeded run that quarantined
-    partitions (issue #39) completes the step: the step log names them and its output lists
-    them as ``quarantined_partitions``."""
+    Queued in one transaction with a ``spark.run_queued_by_workflow`` event naming the step's
+    idempotency key, so a step run again after a crash finds its run instead of queueing another.
+    The run's Spark tasks are the step's progress; after ``FOLLOW_SLICE_SECONDS`` the workflow waits
+    and looks again. A run *lost* with its worker is queued again under the next attempt key, up to
+    :data:`LOST_RUN_RESUBMITS` times (every job is idempotent, and a lost run says nothing about the
+    job); any other failed or cancelled run fails the step with ``SPARK_RUN_FAILED``. A succeeded run
+    that quarantined partitions (#39) completes the step, naming them in its log and output.
+    """
     key = f"{ctx.idempotency_key}:spark"
     attempt, run = _latest_run(ctx, key)
     if run is None:

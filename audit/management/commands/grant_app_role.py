@@ -1,17 +1,11 @@
 """``manage.py grant_app_role ROLE``: the database role the web, workers and beat run as.
 
-Run as the role that owns the tables (the one ``migrate`` runs as), after every ``migrate``:
-
-- creates ``ROLE`` (LOGIN, not a superuser) when it does not exist, with the password read from
-  ``--password-file`` when given (else none: fine under trust or peer authentication);
-- grants it what the application needs on the current database: CONNECT, TEMPORARY (the sync
-  stages rows in temp tables), USAGE on the schema, SELECT / INSERT / UPDATE / DELETE on every
-  table, USAGE / SELECT / UPDATE on every sequence;
-- then takes back UPDATE, DELETE, TRUNCATE, TRIGGER and REFERENCES on the audit table, so the
-  application can only append to and read the audit log. Without UPDATE there is nothing the
-  trigger's ``pgtrigger.ignore`` bypass could let through; only the owner can disable a trigger.
-
-Refuses when ``ROLE`` is the current user or a superuser: the point is a role with less.
+Run as the tables' owner after every ``migrate``. Creates ``ROLE`` (LOGIN, not superuser;
+password from ``--password-file``), grants what the application needs (CONNECT, TEMPORARY for
+the sync's staging, table and sequence DML), then takes back UPDATE, DELETE, TRUNCATE, TRIGGER
+and REFERENCES on the audit table: the application can only append and read, and without UPDATE
+the trigger's ``pgtrigger.ignore`` bypass lets nothing through. Refuses when ``ROLE`` is the
+current user or a superuser: the point is a role with less.
 """
 
 from __future__ import annotations
