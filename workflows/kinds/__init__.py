@@ -75,6 +75,7 @@ from workflows.kinds.schema import (
     choice,
     form_fields,
     integer,
+    optional_text,
     text,
 )
 from workflows.steps import StepContext, StepDef, StepFunction, StepResult
@@ -103,6 +104,7 @@ __all__ = [
     "find_kind",
     "get_kind",
     "integer",
+    "optional_text",
     "plan_hash",
     "register",
     "size_text",
