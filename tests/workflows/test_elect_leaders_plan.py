@@ -1,7 +1,8 @@
 """``elect_leaders``'s plan and preview (#36), from the PostgreSQL inventory alone: per
 partition not led by its preferred replica (the first of its assignment), current leader →
 preferred; refusals; the request let through on a kafka cluster while the agents-only kinds
-are still refused there with the reason. End to end on both backends: test_elect_leaders."""
+are still refused there with the reason; the elect step's audit when a worker died between the
+command and its record. End to end on both backends: test_elect_leaders."""
 
 from __future__ import annotations
 
@@ -135,3 +136,69 @@ def test_elect_leaders_needs_electleaders_from_the_brokers(db):
     with pytest.raises(WorkflowError, match="do not answer ElectLeaders"):
         preview_plan("elect_leaders", {"cluster": "prod", "topic": "orders"})
     assert caps.kind_runs_on(c, "elect_leaders") and not caps.kind_runs_on(c, "orphan_sweep")
+
+
+def test_the_request_form_offers_elect_leaders_on_a_kafka_cluster(client, operator):
+    _kafka(api_versions={"43": [0, 2]})
+    client.force_login(operator)
+    form = client.get(
+        "/workflows/new/", {"kind": "elect_leaders", "cluster": "prod", "topic": "orders"}
+    ).content.decode()
+    assert "data-unsupported" not in form and 'data-testid="submit-request"' in form
+    other = client.get(
+        "/workflows/new/", {"kind": "disable_tiering", "cluster": "prod", "topic": "orders"}
+    ).content.decode()
+    assert "data-unsupported" in other and 'data-testid="submit-request"' not in other
+
+
+class _MovedAlready:
+    """A cluster whose leaders are on their preferred replicas already, and that records the
+    elections it is asked (the seam's side, without a cluster)."""
+
+    backend = "agents"
+
+    def __init__(self) -> None:
+        self.asked: list[list[int]] = []
+
+    def elect_preferred_leaders(self, topic: str, partitions: list[int]) -> dict:
+        self.asked.append(partitions)
+        return dict.fromkeys(partitions, "ELECTION_NOT_NEEDED")
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        return {1: 2, 3: 1}
+
+
+def test_leaders_moved_without_an_audited_election_are_asked_again(
+    inventory, operator, approver, monkeypatch
+):
+    """A worker killed after ElectLeaders moved the leaders, before the command's audit: the
+    next run finds them moved and nothing on record, and sends it again (ELECTION_NOT_NEEDED)
+    so that the audit holds the command; then verify reads them back."""
+    import contextlib
+
+    from audit.choices import AuditContext
+    from audit.models import AuditEvent
+    from tests.workflows.conftest import approve, planned
+    from workflows import engine
+    from workflows.actions import do_request_workflow
+    from workflows.kinds import leaders
+
+    cluster = _MovedAlready()
+    monkeypatch.setattr(leaders, "writes_for", lambda name: contextlib.nullcontext(cluster))
+    wf = planned(
+        do_request_workflow(
+            actor=operator,
+            kind="elect_leaders",
+            params=_params(),
+            reason="r",
+            context=AuditContext.CLI,
+        )
+    )
+    approve(wf, approver)
+    engine.run(wf.pk)
+    wf.refresh_from_db()
+    assert wf.state == "succeeded", (wf.error_code, wf.error_message)
+    assert cluster.asked == [[1, 3]]
+    [sent] = AuditEvent.objects.filter(workflow=wf, action=leaders.LeaderAction.ELECT_PREFERRED)
+    assert sent.after == {"1": "ELECTION_NOT_NEEDED", "3": "ELECTION_NOT_NEEDED"}
+    assert wf.steps.get(name="elect").output == {"elected": [], "not_needed": [1, 3]}

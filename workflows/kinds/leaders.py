@@ -18,7 +18,8 @@ Steps, through :mod:`workflows.kinds.cluster_writes` (one seam, two backends):
   led by their preferred replica; idempotent (a partition already on it answers
   ELECTION_NOT_NEEDED, which is fine). Every ElectLeaders sent is audited
   (``leaders.elect_preferred``, the leaders before, each partition's answer after), once per run
-  of the step. A partition answering PREFERRED_LEADER_NOT_AVAILABLE (its preferred replica out
+  of the step; a run that finds every leader moved but no election on record (a worker killed
+  between the command and its audit) asks again, so the audit always holds one. A partition answering PREFERRED_LEADER_NOT_AVAILABLE (its preferred replica out
   of the ISR or offline, e.g. still catching up after its restart) makes the step wait and ask
   again; any other partition error fails it.
 - ``verify_leaders``: the leaders read back (Kafka's Metadata on ``kafka``, the controller on
@@ -119,6 +120,19 @@ def _preferred(ctx: ElectContext) -> dict[int, int]:
     return {e["partition"]: e["preferred"] for e in ctx.plan.elections}
 
 
+def _sent_before(ctx: ElectContext) -> bool:
+    """Whether a run of this step already had an election answered (audited)."""
+    from audit.choices import AuditOutcome
+    from audit.models import AuditEvent
+
+    return AuditEvent.objects.filter(
+        workflow=ctx.workflow,
+        action=LeaderAction.ELECT_PREFERRED,
+        outcome=AuditOutcome.SUCCESS,
+        extra__idempotency_key__startswith=f"{ctx.idempotency_key}:",
+    ).exists()
+
+
 @waits_when_unreachable
 def elect(ctx: ElectContext) -> StepResult:
     """Ask the election for the planned partitions not on their preferred leader yet."""
@@ -128,7 +142,12 @@ def elect(ctx: ElectContext) -> StepResult:
         leaders = writes.leaders(topic)
         todo = sorted(p for p, want in preferred.items() if leaders.get(p) != want)
         if not todo:
-            return StepResult.done({"elected": [], "already_preferred": sorted(preferred)})
+            if _sent_before(ctx):
+                return StepResult.done({"elected": [], "already_preferred": sorted(preferred)})
+            # Led by the preferred replicas, yet no election of this step is on record: a
+            # worker killed between the command and its audit. Asked again (each answers
+            # ELECTION_NOT_NEEDED), so the audit holds the command that moved them.
+            todo = sorted(preferred)
         try:
             answer, _now = run_command(
                 ctx,
