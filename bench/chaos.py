@@ -27,6 +27,7 @@ KIND_ORDER = (
     "recover_log_dir",
     "expand_partitions",
     "shrink_partitions",
+    "elect_leaders",
     "remote_purge",
     "orphan_sweep",
 )

@@ -299,6 +299,24 @@ class ControllerClient(_SignedClient):
             )
         )
 
+    def elect_leaders(
+        self, election_type: str, partitions: dict[str, list[int]] | None
+    ) -> dict[str, dict[int, str | None]]:
+        """Kafka's ElectLeaders (``PREFERRED`` or ``UNCLEAN``, :mod:`broker_agent.elections`):
+        ``{topic: {partition: error code or None}}``, None where a new leader was elected.
+        ``partitions`` None asks for every partition (those not needing one are left out)."""
+        body = {
+            "election_type": election_type,
+            "partitions": None
+            if partitions is None
+            else [{"topic": t, "partitions": ps} for t, ps in partitions.items()],
+        }
+        answer = self.request("POST", "/v1/partitions/elect-leaders", body=body)
+        return {
+            r["topic"]: {int(p["partition"]): p["error"] for p in r["partitions"]}
+            for r in answer["results"]
+        }
+
     def partition_for_key(self, topic: str, key: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/topics/{topic}/partition-for-key", params={"key": key})
 

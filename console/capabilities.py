@@ -17,8 +17,10 @@ from console.models import Cluster
 
 __all__ = [
     "CORDON",
+    "KAFKA_KINDS",
     "KEYS",
     "KIP963_GAUGES",
+    "LEADER_ELECTION",
     "LINEAR_HASHING",
     "LOG_DIRS",
     "LOG_DIR_RESET",
@@ -30,6 +32,7 @@ __all__ = [
     "by_key",
     "capabilities",
     "gauges_not_available",
+    "kind_runs_on",
     "kind_unsupported",
     "task_states_not_available",
 ]
@@ -43,6 +46,7 @@ TIERED_OFFSETS = "tiered_offsets"
 PROBE_LATENCY = "probe_latency"
 RESTART_CONTROL = "restart_control"
 LOG_DIRS = "log_dirs"
+LEADER_ELECTION = "leader_election"
 
 LABELS = {
     TIERED_EPOCH: "Tiered epoch and per-broker acknowledgements (KIP-950)",
@@ -53,6 +57,7 @@ LABELS = {
     PROBE_LATENCY: "Log dir probe latency and KIP-963 remote-tier gauges",
     RESTART_CONTROL: "Broker restart from Strata",
     LOG_DIRS: "Log dirs, their state and replica sizes (DescribeLogDirs, KIP-113 / KIP-827)",
+    LEADER_ELECTION: "Preferred leader election (ElectLeaders, KIP-460)",
 }
 KEYS = tuple(LABELS)
 
@@ -63,6 +68,7 @@ NOT_LEARNT = "not known: the last sync did not learn it from the brokers"
 #: earliest-local (-4) came one version before.
 LIST_OFFSETS_API_KEY = 2
 DESCRIBE_LOG_DIRS_API_KEY = 35
+ELECT_LEADERS_API_KEY = 43
 LIST_OFFSETS_TIERED_VERSION = 9
 
 #: What Kafka as released does not do, whatever the brokers' version.
@@ -107,7 +113,13 @@ KIND_NEEDS = {
     "expand_partitions": (LINEAR_HASHING,),
     "shrink_partitions": (LINEAR_HASHING,),
     "recover_log_dir": (RESTART_CONTROL,),
+    "elect_leaders": (LEADER_ELECTION,),
 }
+
+#: The workflow kinds whose steps run on a ``kafka`` cluster (through Kafka's protocol, the
+#: ``kafka`` side of ``workflows.kinds.cluster_writes``); the others' steps still speak the
+#: agents' API only (#36), so a request of them on a kafka cluster is refused up front.
+KAFKA_KINDS = ("elect_leaders",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +188,19 @@ def _kafka_cordon(features: dict, synced: bool) -> Capability:
     )
 
 
+def _kafka_leader_election(features: dict, synced: bool) -> Capability:
+    versions = features.get("api_versions")
+    if versions is None:
+        return _unknown(LEADER_ELECTION, synced)
+    if str(ELECT_LEADERS_API_KEY) in versions:
+        return _yes(LEADER_ELECTION)
+    return _no(
+        LEADER_ELECTION,
+        "the brokers do not answer ElectLeaders: leadership cannot be moved back to the "
+        "preferred replicas from Strata",
+    )
+
+
 def _yes(key: str) -> Capability:
     return Capability(key, LABELS[key], True)
 
@@ -204,6 +229,8 @@ def capabilities(cluster: Cluster) -> list[Capability]:
             out.append(_kafka_cordon(features, synced))
         elif key == LOG_DIRS:
             out.append(_kafka_log_dirs(features, synced))
+        elif key == LEADER_ELECTION:
+            out.append(_kafka_leader_election(features, synced))
     return out
 
 
@@ -219,6 +246,12 @@ def kind_unsupported(cluster: Cluster, kind: str) -> Capability | None:
         if not caps[key].supported:
             return caps[key]
     return None
+
+
+def kind_runs_on(cluster: Cluster, kind: str) -> bool:
+    """Whether ``cluster``'s backend has the steps of workflow ``kind`` at all (every kind on
+    ``agents``; :data:`KAFKA_KINDS` on ``kafka``), whatever its capabilities."""
+    return cluster.backend != ClusterBackend.KAFKA or kind in KAFKA_KINDS
 
 
 def gauges_not_available(cluster: Cluster) -> dict[str, object]:

@@ -112,6 +112,7 @@ def cluster_detail(request: HttpRequest, cluster: str) -> HttpResponse:
     context = {
         "cluster": c,
         "capabilities": capabilities.capabilities(c),
+        "kafka_kinds": capabilities.KAFKA_KINDS if c.is_kafka else (),
         "last_sync": c.sync_runs.first(),
         "now": timezone.now(),
     }
@@ -255,6 +256,7 @@ def _topic_actions(c: Cluster, t: Topic) -> list[tuple[str, str, str]]:
         actions.append(
             _action(c, "Shrink partitions…", "shrink_partitions", topic=t.name, partitions=u - 1)
         )
+    actions.append(_action(c, "Elect preferred leaders…", "elect_leaders", topic=t.name))
     return actions
 
 

@@ -10,4 +10,4 @@ class WorkflowsConfig(AppConfig):
     def ready(self) -> None:
         # The built-in kinds register themselves when imported (``@register``); the registry
         # (``workflows.kinds``) imports none of them.
-        from workflows.kinds import disks, spark, tiering, topology  # noqa: F401
+        from workflows.kinds import disks, leaders, spark, tiering, topology  # noqa: F401

@@ -90,7 +90,7 @@ from console.sync.kafka_reads import (
 )
 from console.sync.sources import SourceError
 
-__all__ = ["CORDONED_LOG_DIRS", "KafkaClusterSource", "backend_features"]
+__all__ = ["CORDONED_LOG_DIRS", "KafkaClusterSource", "backend_features", "connect_admin"]
 
 log = logging.getLogger("console.sync")
 
@@ -160,6 +160,55 @@ class _Manager(KafkaConnectionManager):
     dropped_in_sasl = False
 
 
+def connect_admin(client: dict, *, timeout: float, request_timeout: float) -> KafkaAdminClient:
+    """A bootstrapped kafka-python admin client with ``client`` (``Cluster.kafka_client_kwargs()``)
+    or :class:`SourceError` saying why not (unreachable, refused credentials): the sync's reads
+    and the workflows' writes (``workflows.kinds.cluster_writes``) connect the same way."""
+    made: list[KafkaNetClient] = []
+
+    def net_client(**configs):
+        net = NetworkSelector(**configs)
+        made.append(KafkaNetClient(net=net, manager=_Manager(net, **configs), **configs))
+        return made[-1]
+
+    servers = client.get("bootstrap_servers", "")
+    if not isinstance(servers, str):  # kafka-python takes a list too
+        servers = ",".join(servers)
+    try:
+        return KafkaAdminClient(
+            **{
+                "request_timeout_ms": int(request_timeout * 1000),
+                "bootstrap_timeout_ms": int(timeout * 1000),
+                "max_in_flight_requests_per_connection": MAX_IN_FLIGHT,
+                "reconnect_backoff_max_ms": 1000,
+                **client,
+                "kafka_client": net_client,
+            }
+        )
+    except Exception as exc:
+        refused, dropped = None, False
+        for net in made:  # the admin client left its network thread running
+            refused = net._manager.refused or refused
+            dropped = dropped or net._manager.dropped_in_sasl
+            net.close()
+            net._net.stop()
+        if refused is not None:
+            raise SourceError(
+                f"Kafka at {servers} refused the credentials: {_error_text(refused)}"
+            ) from exc
+        if dropped:
+            raise SourceError(
+                f"Kafka at {servers} closed the connection during SASL authentication: "
+                "it refused the credentials (user, password or mechanism)"
+            ) from exc
+        if isinstance(exc, Errors.KafkaTimeoutError):
+            raise SourceError(
+                f"cannot reach Kafka at {servers}: no bootstrap server answered within "
+                f"{timeout:g} s"
+            ) from exc
+        raise SourceError(f"Kafka at {servers}: {_error_text(exc)}") from exc
+
+
 class KafkaClusterSource:
     """A ``kafka`` cluster read over Kafka's protocol (see the module docstring).
 
@@ -182,50 +231,9 @@ class KafkaClusterSource:
     # -- the one read ------------------------------------------------------------------------
 
     def _connect(self) -> KafkaAdminClient:
-        """A bootstrapped admin client, or :class:`SourceError` saying why not."""
-        made: list[KafkaNetClient] = []
-
-        def net_client(**configs):
-            net = NetworkSelector(**configs)
-            made.append(KafkaNetClient(net=net, manager=_Manager(net, **configs), **configs))
-            return made[-1]
-
-        servers = self.client.get("bootstrap_servers", "")
-        if not isinstance(servers, str):  # kafka-python takes a list too
-            servers = ",".join(servers)
-        try:
-            return KafkaAdminClient(
-                **{
-                    "request_timeout_ms": int(self.request_timeout * 1000),
-                    "bootstrap_timeout_ms": int(self.timeout * 1000),
-                    "max_in_flight_requests_per_connection": MAX_IN_FLIGHT,
-                    "reconnect_backoff_max_ms": 1000,
-                    **self.client,
-                    "kafka_client": net_client,
-                }
-            )
-        except Exception as exc:
-            refused, dropped = None, False
-            for net in made:  # the admin client left its network thread running
-                refused = net._manager.refused or refused
-                dropped = dropped or net._manager.dropped_in_sasl
-                net.close()
-                net._net.stop()
-            if refused is not None:
-                raise SourceError(
-                    f"Kafka at {servers} refused the credentials: {_error_text(refused)}"
-                ) from exc
-            if dropped:
-                raise SourceError(
-                    f"Kafka at {servers} closed the connection during SASL authentication: "
-                    "it refused the credentials (user, password or mechanism)"
-                ) from exc
-            if isinstance(exc, Errors.KafkaTimeoutError):
-                raise SourceError(
-                    f"cannot reach Kafka at {servers}: no bootstrap server answered within "
-                    f"{self.timeout:g} s"
-                ) from exc
-            raise SourceError(f"Kafka at {servers}: {_error_text(exc)}") from exc
+        return connect_admin(
+            self.client, timeout=self.timeout, request_timeout=self.request_timeout
+        )
 
     def read(self) -> ClusterRead:
         """The cluster, read once (thread-safe: the sync asks brokers from several threads)."""

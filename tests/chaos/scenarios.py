@@ -17,6 +17,7 @@ from tests import s3util
 from tests.workflows.simcluster import Sim, wait_plan_stable, wait_until
 from workflows.choices import StepState, WorkflowState
 from workflows.kinds.disks import DiskAction
+from workflows.kinds.leaders import LeaderAction
 from workflows.kinds.tiering import TieringAction
 from workflows.kinds.topology import TopologyAction
 from workflows.models import Workflow
@@ -240,6 +241,37 @@ def _check_shrink(cell: Cell, wf: Workflow) -> None:
     assert sorted(read) == sorted(cell.facts["values"])
 
 
+# --- preferred leader election -----------------------------------------------------------------
+
+
+def _setup_elect(cell: Cell) -> None:
+    """One partition led by another replica after its preferred broker restarted (back in the
+    ISR as a follower: the election needs no wait)."""
+    sim = cell.sim
+    _plain_topic(sim, cell.topic, 1)
+    sim.cli("produce", "--topic", cell.topic, "--records", "60", "--keyed", "--batch-size", "20")
+    preferred = sim.controller.topic(cell.topic).partitions[0].replicas[0]
+    sim.cli("restart-broker", str(preferred))
+
+    def follower_again() -> bool:
+        p = sim.controller.topic(cell.topic).partitions[0]
+        return p.leader not in (-1, preferred) and set(p.isr) == set(p.replicas)
+
+    wait_until(follower_again, 60, "the restarted broker a follower in the ISR")
+    p = sim.controller.topic(cell.topic).partitions[0]
+    cell.facts["preferred"] = preferred
+    # the "agent down" fault stops the replica that neither leads nor is preferred
+    cell.facts["bystander"] = next(b for b in p.replicas if b not in (preferred, p.leader))
+    cell.params = {"topic": cell.topic}
+
+
+def _check_elect(cell: Cell, wf: Workflow) -> None:
+    p = cell.sim.controller.topic(cell.topic).partitions[0]
+    assert p.leader == cell.facts["preferred"], p
+    _once(wf, LeaderAction.ELECT_PREFERRED)
+    _nothing_lost(cell)
+
+
 # --- Spark over the remote tier ----------------------------------------------------------------
 
 
@@ -311,6 +343,13 @@ SCENARIOS = {
         ),
         Scenario("expand_partitions", _setup_expand, _check_expand, waits_on_agent=False),
         Scenario("shrink_partitions", _setup_shrink, _check_shrink, waits_on_agent=False),
+        Scenario(
+            "elect_leaders",
+            _setup_elect,
+            _check_elect,
+            agent=lambda cell: cell.facts["bystander"],
+            waits_on_agent=False,  # its steps ask the controller, never an agent
+        ),
         Scenario(
             "remote_purge",
             _setup_purge,

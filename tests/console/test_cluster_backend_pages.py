@@ -44,7 +44,8 @@ def test_the_overview_and_the_cluster_page_show_each_clusters_backend(viewer_cli
     assert backends == [("local", "agents"), ("prod", "kafka")]
     page = viewer_client.get("/clusters/local/").content.decode()
     assert 'data-testid="controller-url"><code>http://127.0.0.1:1</code>' in page
-    assert page.count('data-status="supported"') == 8
+    assert page.count('data-status="supported"') == 9
+    assert "data-runnable-kinds" not in page  # every kind runs on agents
 
 
 def test_a_kafka_cluster_page_never_raises_before_its_first_sync(viewer_client):
@@ -61,6 +62,8 @@ def test_a_kafka_cluster_page_never_raises_before_its_first_sync(viewer_client):
         re.S,
     )
     assert re.search(r'data-capability="tiered_epoch" data-status="unsupported"', html)
+    assert re.search(r'data-capability="leader_election" data-status="unknown"', html)
+    assert 'data-runnable-kinds="elect_leaders"' in html
     for url in ("/", "/topics/?cluster=prod", "/brokers/?cluster=prod", "/topology/?cluster=prod"):
         assert viewer_client.get(url).status_code == 200, url
 
@@ -124,6 +127,7 @@ def test_the_clusters_api_gives_backend_bootstrap_and_capabilities(viewer_client
         "probe_latency",
         "restart_control",
         "log_dirs",
+        "leader_election",
     }
     assert (
         by_key["tiered_offsets"]["supported"] is False
@@ -196,6 +200,10 @@ def test_requests_a_kafka_cluster_cannot_run_are_shown_unsupported_with_why(
     ).content.decode()
     assert "Disable tiering (KIP-950) is not supported on cluster local: Tiered epoch" in form
     assert 'data-testid="submit-request"' not in form
+    # once a sync learnt the brokers answer ElectLeaders, preferred election is the one request
+    as_kafka(synced, backend_features={"api_versions": {"43": [0, 2]}})
+    topic = client.get("/topics/local/orders/").content.decode()
+    assert re.findall(r'href="/workflows/new\?kind=(\w+)', topic) == ["elect_leaders"]
 
 
 def test_metrics_leave_out_the_kip963_gauges_of_a_kafka_cluster_rather_than_export_zero(

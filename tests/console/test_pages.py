@@ -213,6 +213,7 @@ def test_workflow_buttons_name_real_workflow_kinds(client, operator, synced, bui
     assert "kind=disable_tiering&amp;cluster=local&amp;topic=orders" in topic
     assert "kind=expand_partitions&amp;cluster=local&amp;topic=orders&amp;partitions=7" in topic
     assert "kind=shrink_partitions&amp;cluster=local&amp;topic=orders&amp;partitions=5" in topic
+    assert "kind=elect_leaders&amp;cluster=local&amp;topic=orders" in topic
     for mode in ("replace", "remove"):
         assert (
             f"kind=recover_log_dir&amp;cluster=local&amp;broker=1&amp;log_dir=logdir-0&amp;mode={mode}"

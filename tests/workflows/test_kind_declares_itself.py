@@ -125,6 +125,11 @@ def test_the_openapi_document_types_each_kinds_request_in_a_schema_of_its_own(ap
     disable = resolve(mapping["disable_tiering"])["properties"]
     assert {"topic", "policy", "cluster"} <= set(disable) and "broker" not in disable
     assert disable["policy"]["anyOf"][0]["enum"] == ["retain", "delete"]
+    elect = resolve(resolve(mapping["elect_leaders"])["properties"]["params"]["anyOf"][0]["$ref"])
+    assert set(elect["required"]) == {"cluster", "topic"}  # partitions: all when left out
+    assert {"type": "string", "minLength": 1, "maxLength": 2000} in elect["properties"][
+        "partitions"
+    ]["anyOf"]
     kinds = {k["kind"]: k for k in api(viewer).get("/workflows/kinds").json()}
     assert kinds["tally_check"]["params_schema"] == {**tally, "title": "tally_check parameters"}
 

@@ -72,6 +72,9 @@ def test_retain_policy_deletes_nothing_but_flags_a_dir_the_growth_does_not_fit()
         ("orphan_sweep", {"spark_run": 6, "plan_rows": 1, "plan_bytes": 1000,
           "plan_sha256": "0123456789abcdef", "by_reason": None, "steps": ["delete_objects"]},
          {}, "1 object, 1000 bytes; plan sha256 0123456789ab"),
+        ("elect_leaders", {"topic": "t", "backend": "kafka",
+          "elections": [{"partition": 0, "leader": 2, "preferred": 1}]},
+         {"preferred_not_in_isr": []}, None),
     ],
 )  # fmt: skip
 def test_every_kind_reviews_its_plan(kind, actions, information, destructive_size):

@@ -227,6 +227,7 @@ def test_every_kind_declares_its_approval_count(settings):
         "orphan_sweep": None,
         "expand_partitions": None,
         "shrink_partitions": None,
+        "elect_leaders": None,
     }
     # remote_purge has no count of its own: it takes the delete-policy disablement's
     default = [k for k, n in declared.items() if n is None and k != "remote_purge"]

@@ -161,21 +161,26 @@ class RequestPreview:
 
 
 def _check_cluster(name: str, kind: str) -> None:
-    """The cluster exists and its backend can run ``kind``. A ``kafka`` cluster is read-only
-    for now: the workflows' steps speak the agents' API (the kinds on Kafka's own protocol come
-    next), so a request there is refused up front, with the capability it lacks when there is
-    one, rather than planned and failed at its first step."""
+    """The cluster exists and its backend can run ``kind``. On a ``kafka`` cluster only the
+    kinds whose steps speak Kafka's protocol run (``capabilities.KAFKA_KINDS``: preferred leader
+    election for now, #36), and only with the capability they need; any other is refused up
+    front, with the capability it lacks when there is one, rather than planned and failed at its
+    first step."""
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         raise WorkflowError(ErrorCode.INVALID_REQUEST, f"Unknown cluster {name!r}.")
-    if cluster.backend == ClusterBackend.KAFKA:
-        missing = capabilities.kind_unsupported(cluster, kind)
-        why = f" {missing.label}: {missing.reason}." if missing else ""
+    if cluster.backend != ClusterBackend.KAFKA:
+        return
+    missing = capabilities.kind_unsupported(cluster, kind)
+    why = f" {missing.label}: {missing.reason}." if missing else ""
+    if not capabilities.kind_runs_on(cluster, kind):
         raise WorkflowError(
             ErrorCode.INVALID_REQUEST,
             f"Cluster {name!r} is read through Kafka's protocol, where Strata does not run "
-            f"workflows yet.{why}",
+            f"{kind} yet.{why}",
         )
+    if missing is not None:
+        raise WorkflowError(ErrorCode.INVALID_REQUEST, f"Cluster {name!r} cannot run {kind}:{why}")
 
 
 def preview_plan(kind_name: Any, raw: dict[str, Any]) -> RequestPreview:

@@ -33,6 +33,7 @@ from workflows.kinds.schema import (
     choice,
     form_fields,
     integer,
+    optional_text,
     text,
 )
 from workflows.steps import StepContext, StepDef, StepFunction, StepResult
@@ -61,6 +62,7 @@ __all__ = [
     "find_kind",
     "get_kind",
     "integer",
+    "optional_text",
     "plan_hash",
     "register",
     "size_text",

@@ -167,13 +167,16 @@ def run_command(
     target_type: str,
     target_id: str | int,
     before: Callable[[], Any] | Any = None,
+    key: str | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Send ``call()`` unless this step already applied ``action``; audit it.
+    """Send ``call()`` unless this step already applied ``action`` (under ``key``, default the
+    step's idempotency key: a step that sends a command again on a later run, e.g. an election
+    retried until the preferred replica is back, gives each run its own); audit it.
 
     Returns ``(after, applied_now)``. A refusal from the agent (:class:`AgentError`) is audited
     with outcome ``failure`` and re-raised for the step to turn into a failure or a retry.
     """
-    prior = applied_before(ctx, action)
+    prior = applied_before(ctx, action, key)
     if prior is not None:
         return prior, False
     state_before = before() if callable(before) else before
@@ -188,10 +191,17 @@ def run_command(
             before=state_before,
             after={"error": exc.error, "message": exc.message, "status": exc.status},
             outcome=AuditOutcome.FAILURE,
+            key=key,
         )
         raise
     record_command(
-        ctx, action, target_type=target_type, target_id=target_id, before=state_before, after=after
+        ctx,
+        action,
+        target_type=target_type,
+        target_id=target_id,
+        before=state_before,
+        after=after,
+        key=key,
     )
     return after, True
 

@@ -33,6 +33,7 @@ __all__ = [
     "choice",
     "form_fields",
     "integer",
+    "optional_text",
     "text",
 ]
 
@@ -57,6 +58,13 @@ def text(label: str, *, help: str = "", max_length: int = MAX_TEXT) -> Any:
     """A required text parameter (1 to ``max_length`` printable characters)."""
     return pydantic.Field(
         title=label, description=help or None, min_length=1, max_length=max_length
+    )
+
+
+def optional_text(label: str, *, help: str = "", max_length: int = MAX_TEXT) -> Any:
+    """A text parameter a request may leave out (``None``; annotate it ``str | None``)."""
+    return pydantic.Field(
+        None, title=label, description=help or None, min_length=1, max_length=max_length
     )
 
 
@@ -157,8 +165,11 @@ def _bound(info: FieldInfo, kind: type) -> Any:
 
 
 def _field(name: str, info: FieldInfo) -> Field:
-    """The form / cleaning view of one model field (str, int or a Literal of strings)."""
+    """The form / cleaning view of one model field (str, int or a Literal of strings; a
+    ``str | None`` is an optional text)."""
     annotation = info.annotation
+    if annotation == str | None:
+        annotation = str
     required = info.is_required()
     common: dict[str, Any] = {
         "label": info.title or name.replace("_", " ").capitalize(),

@@ -1,0 +1,155 @@
+"""The one seam workflow steps change a cluster through, whichever backend it has (#36).
+
+A registered cluster (console's ``Cluster.backend``) is either ``agents`` — the simulated
+cluster's controller and broker agents over their signed HTTP API (:mod:`.cluster_access`) — or
+``kafka`` — a Kafka a team runs, through kafka-python's admin client over the cluster's client
+config (bootstrap, SASL, TLS). A step asks :func:`writes_for` and calls the same operations on
+either; each write is a command the step audits (:func:`workflows.kinds.commands.run_command`),
+each read a read-back that verifies it.
+
+Only the operations a kind needs now (preferred leader election); the others join as their
+kinds move onto the seam. Both sides fail the same way, so a step handles one set of outcomes:
+
+- a refusal of the whole request is an :class:`~broker_agent.client.AgentError` whose ``error``
+  is Kafka's error name (the agents' codes are Kafka's names already), ``status`` 503 when Kafka
+  calls it retriable, else 400: ``run_command`` audits it as a failure and
+  ``commands.is_unreachable`` tells a wait from a failure alike on both backends;
+- a cluster that does not answer raises :class:`~.cluster_access.Unreachable` (kafka) or a
+  transport error (agents): the step waits.
+
+Per-partition answers (an election's) are Kafka's error names, ``None`` for success.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Protocol
+
+import kafka.errors as Errors
+
+from broker_agent.client import AgentError, ControllerClient
+from console.choices import ClusterBackend
+from console.models import Cluster
+from workflows.kinds.cluster_access import Unreachable, controller
+
+if TYPE_CHECKING:
+    from kafka import KafkaAdminClient
+
+__all__ = ["AgentsWrites", "ClusterWrites", "KafkaWrites", "writes_for"]
+
+#: kafka-python's ElectionType.PREFERRED.
+PREFERRED_ELECTION = 0
+#: How long a kafka step waits for the bootstrap and for one answer (the engine retries).
+KAFKA_CONNECT_SECONDS = 8.0
+KAFKA_REQUEST_SECONDS = 15.0
+
+
+class ClusterWrites(Protocol):
+    """What a workflow step may do to a cluster (and read back to verify it)."""
+
+    backend: str
+
+    def elect_preferred_leaders(self, topic: str, partitions: list[int]) -> dict[int, str | None]:
+        """Kafka's ElectLeaders, PREFERRED: each partition's error name, ``None`` where the
+        preferred replica became leader (ELECTION_NOT_NEEDED where it already was)."""
+        ...
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """Each partition's leader now (-1: none), as the cluster answers it."""
+        ...
+
+
+class AgentsWrites:
+    """The ``agents`` side: the simulated controller's API."""
+
+    backend = ClusterBackend.AGENTS
+
+    def __init__(self, ctl: ControllerClient) -> None:
+        self.ctl = ctl
+
+    def elect_preferred_leaders(self, topic: str, partitions: list[int]) -> dict[int, str | None]:
+        return self.ctl.elect_leaders("PREFERRED", {topic: partitions}).get(topic, {})
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        return {p.partition: p.leader for p in self.ctl.topic(topic).partitions}
+
+
+def _refusal(code: int, message: str | None = None) -> AgentError:
+    """Kafka's error ``code`` as the seam's refusal (see the module docstring)."""
+    err = Errors.for_code(code)
+    name = str(getattr(err, "message", err.__name__))
+    return AgentError(503 if err.retriable else 400, name, message or err.description)
+
+
+class KafkaWrites:
+    """The ``kafka`` side: Kafka's protocol through kafka-python's admin client."""
+
+    backend = ClusterBackend.KAFKA
+
+    def __init__(self, admin: KafkaAdminClient) -> None:
+        self.admin = admin
+
+    def elect_preferred_leaders(self, topic: str, partitions: list[int]) -> dict[int, str | None]:
+        response = self._ask(
+            lambda: self.admin.elect_leaders(
+                PREFERRED_ELECTION, {topic: partitions}, raise_errors=False
+            )
+        )
+        top = getattr(response, "error_code", 0)  # v1+
+        if top:
+            raise _refusal(top)
+        out: dict[int, str | None] = {}
+        for result in response.replica_election_results:
+            if result.topic != topic:
+                continue
+            for p in result.partition_result:
+                code = p.error_code
+                out[p.partition_id] = None if code == 0 else Errors.for_code(code).message
+        return out
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """From Metadata (any broker's: it may lag the controller by a metadata update, which
+        a verifying step waits out)."""
+        [described] = self._ask(lambda: self.admin.describe_topics([topic]))
+        if described["error_code"]:
+            raise _refusal(described["error_code"], f"topic {topic!r}")
+        return {p["partition_index"]: p["leader_id"] for p in described["partitions"]}
+
+    @staticmethod
+    def _ask(call: Callable[[], Any]) -> Any:
+        """``call()``, with kafka-python's "could not reach it" as :class:`Unreachable`."""
+        try:
+            return call()
+        except (Errors.KafkaConnectionError, Errors.KafkaTimeoutError, RuntimeError) as exc:
+            raise Unreachable(f"Kafka did not answer: {type(exc).__name__}: {exc}") from exc
+        except Errors.KafkaError as exc:
+            if exc.retriable:
+                raise Unreachable(f"Kafka answered {type(exc).__name__}: {exc}") from exc
+            code = getattr(exc, "errno", None)
+            raise _refusal(code if isinstance(code, int) else -1, str(exc)) from exc
+
+
+@contextmanager
+def writes_for(cluster_name: str) -> Iterator[ClusterWrites]:
+    """The seam for ``cluster_name``'s backend, connected for one step's run."""
+    from console.sync.kafka_source import connect_admin
+    from console.sync.sources import SourceError
+
+    cluster = Cluster.objects.get(name=cluster_name)
+    if cluster.backend != ClusterBackend.KAFKA:
+        with controller(cluster_name) as ctl:
+            yield AgentsWrites(ctl)
+        return
+    try:
+        admin = connect_admin(
+            cluster.kafka_client_kwargs(),
+            timeout=KAFKA_CONNECT_SECONDS,
+            request_timeout=KAFKA_REQUEST_SECONDS,
+        )
+    except SourceError as exc:
+        raise Unreachable(str(exc)) from exc
+    try:
+        yield KafkaWrites(admin)
+    finally:
+        admin.close()
