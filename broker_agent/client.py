@@ -290,13 +290,16 @@ class ControllerClient(_SignedClient):
             params={"broker_id": broker_id, "tiered_epoch": tiered_epoch},
         )
 
-    def alter_partition_count(self, topic: str, undeleted_partition_count: int) -> TopicMetadata:
+    def alter_partition_count(
+        self, topic: str, undeleted_partition_count: int, *, increase_only: bool = False
+    ) -> TopicMetadata:
+        """KIP-253's expand or shrink; ``increase_only`` is Kafka's CreatePartitions (a count
+        that does not grow is INVALID_PARTITIONS)."""
+        body: dict[str, Any] = {"undeleted_partition_count": undeleted_partition_count}
+        if increase_only:
+            body["increase_only"] = True
         return TopicMetadata.model_validate(
-            self.request(
-                "POST",
-                f"/v1/topics/{topic}/partition-count",
-                body={"undeleted_partition_count": undeleted_partition_count},
-            )
+            self.request("POST", f"/v1/topics/{topic}/partition-count", body=body)
         )
 
     def elect_leaders(

@@ -88,7 +88,7 @@ class StaleSource(Schema):
 class CapabilityOut(Schema):
     key: str = Field(
         description="tiered_epoch, linear_hashing, log_dir_reset, cordon, tiered_offsets, "
-        "probe_latency or restart_control"
+        "probe_latency, restart_control, log_dirs, leader_election or partition_expansion"
     )
     label: str
     supported: bool

@@ -24,6 +24,7 @@ __all__ = [
     "LINEAR_HASHING",
     "LOG_DIRS",
     "LOG_DIR_RESET",
+    "PARTITION_EXPANSION",
     "PROBE_LATENCY",
     "RESTART_CONTROL",
     "TIERED_EPOCH",
@@ -47,6 +48,7 @@ PROBE_LATENCY = "probe_latency"
 RESTART_CONTROL = "restart_control"
 LOG_DIRS = "log_dirs"
 LEADER_ELECTION = "leader_election"
+PARTITION_EXPANSION = "partition_expansion"
 
 LABELS = {
     TIERED_EPOCH: "Tiered epoch and per-broker acknowledgements (KIP-950)",
@@ -58,6 +60,7 @@ LABELS = {
     RESTART_CONTROL: "Broker restart from Strata",
     LOG_DIRS: "Log dirs, their state and replica sizes (DescribeLogDirs, KIP-113 / KIP-827)",
     LEADER_ELECTION: "Preferred leader election (ElectLeaders, KIP-460)",
+    PARTITION_EXPANSION: "Partition expansion (CreatePartitions, KIP-195)",
 }
 KEYS = tuple(LABELS)
 
@@ -69,6 +72,7 @@ NOT_LEARNT = "not known: the last sync did not learn it from the brokers"
 LIST_OFFSETS_API_KEY = 2
 DESCRIBE_LOG_DIRS_API_KEY = 35
 ELECT_LEADERS_API_KEY = 43
+CREATE_PARTITIONS_API_KEY = 37
 LIST_OFFSETS_TIERED_VERSION = 9
 
 #: What Kafka as released does not do, whatever the brokers' version.
@@ -110,7 +114,9 @@ KIND_NEEDS = {
     "disable_tiering": (TIERED_EPOCH,),
     "enable_tiering": (TIERED_EPOCH,),
     "remote_purge": (TIERED_EPOCH,),
-    "expand_partitions": (LINEAR_HASHING,),
+    # Kafka's expansion is CreatePartitions, without KIP-253's order (shown unavailable in its
+    # plan); a shrink needs KIP-253: Kafka cannot remove partitions.
+    "expand_partitions": (PARTITION_EXPANSION,),
     "shrink_partitions": (LINEAR_HASHING,),
     "recover_log_dir": (RESTART_CONTROL,),
     "elect_leaders": (LEADER_ELECTION,),
@@ -119,7 +125,10 @@ KIND_NEEDS = {
 #: The workflow kinds whose steps run on a ``kafka`` cluster (through Kafka's protocol, the
 #: ``kafka`` side of ``workflows.kinds.cluster_writes``); the others' steps still speak the
 #: agents' API only (#36), so a request of them on a kafka cluster is refused up front.
-KAFKA_KINDS = ("elect_leaders",)
+KAFKA_KINDS = (
+    "elect_leaders",
+    "expand_partitions",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +210,19 @@ def _kafka_leader_election(features: dict, synced: bool) -> Capability:
     )
 
 
+def _kafka_partition_expansion(features: dict, synced: bool) -> Capability:
+    versions = features.get("api_versions")
+    if versions is None:
+        return _unknown(PARTITION_EXPANSION, synced)
+    if str(CREATE_PARTITIONS_API_KEY) in versions:
+        return _yes(PARTITION_EXPANSION)
+    return _no(
+        PARTITION_EXPANSION,
+        "the brokers do not answer CreatePartitions: a topic's partitions cannot be added from "
+        "Strata",
+    )
+
+
 def _yes(key: str) -> Capability:
     return Capability(key, LABELS[key], True)
 
@@ -231,6 +253,8 @@ def capabilities(cluster: Cluster) -> list[Capability]:
             out.append(_kafka_log_dirs(features, synced))
         elif key == LEADER_ELECTION:
             out.append(_kafka_leader_election(features, synced))
+        elif key == PARTITION_EXPANSION:
+            out.append(_kafka_partition_expansion(features, synced))
     return out
 
 

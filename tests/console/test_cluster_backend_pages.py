@@ -44,7 +44,7 @@ def test_the_overview_and_the_cluster_page_show_each_clusters_backend(viewer_cli
     assert backends == [("local", "agents"), ("prod", "kafka")]
     page = viewer_client.get("/clusters/local/").content.decode()
     assert 'data-testid="controller-url"><code>http://127.0.0.1:1</code>' in page
-    assert page.count('data-status="supported"') == 9
+    assert page.count('data-status="supported"') == 10
     assert "data-runnable-kinds" not in page  # every kind runs on agents
 
 
@@ -63,7 +63,8 @@ def test_a_kafka_cluster_page_never_raises_before_its_first_sync(viewer_client):
     )
     assert re.search(r'data-capability="tiered_epoch" data-status="unsupported"', html)
     assert re.search(r'data-capability="leader_election" data-status="unknown"', html)
-    assert 'data-runnable-kinds="elect_leaders"' in html
+    assert re.search(r'data-capability="partition_expansion" data-status="unknown"', html)
+    assert 'data-runnable-kinds="elect_leaders expand_partitions"' in html
     for url in ("/", "/topics/?cluster=prod", "/brokers/?cluster=prod", "/topology/?cluster=prod"):
         assert viewer_client.get(url).status_code == 200, url
 
@@ -128,6 +129,7 @@ def test_the_clusters_api_gives_backend_bootstrap_and_capabilities(viewer_client
         "restart_control",
         "log_dirs",
         "leader_election",
+        "partition_expansion",
     }
     assert (
         by_key["tiered_offsets"]["supported"] is False

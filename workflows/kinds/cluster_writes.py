@@ -7,8 +7,8 @@ config (bootstrap, SASL, TLS). A step asks :func:`writes_for` and calls the same
 either; each write is a command the step audits (:func:`workflows.kinds.commands.run_command`),
 each read a read-back that verifies it.
 
-Only the operations a kind needs now (preferred leader election); the others join as their
-kinds move onto the seam. Both sides fail the same way, so a step handles one set of outcomes:
+Only the operations a kind needs now (preferred leader election, partition expansion); the
+others join as their kinds move onto the seam. Both sides fail the same way, so a step handles one set of outcomes:
 
 - a refusal of the whole request is an :class:`~broker_agent.client.AgentError` whose ``error``
   is Kafka's error name (the agents' codes are Kafka's names already), ``status`` 503 when Kafka
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import kafka.errors as Errors
 
@@ -36,13 +36,21 @@ from workflows.kinds.cluster_access import Unreachable, controller
 if TYPE_CHECKING:
     from kafka import KafkaAdminClient
 
-__all__ = ["AgentsWrites", "ClusterWrites", "KafkaWrites", "writes_for"]
+__all__ = ["AgentsWrites", "ClusterWrites", "KafkaWrites", "PartitionState", "writes_for"]
 
 #: kafka-python's ElectionType.PREFERRED.
 PREFERRED_ELECTION = 0
 #: How long a kafka step waits for the bootstrap and for one answer (the engine retries).
 KAFKA_CONNECT_SECONDS = 8.0
 KAFKA_REQUEST_SECONDS = 15.0
+
+
+class PartitionState(NamedTuple):
+    """A partition as the cluster answers it now (Metadata on ``kafka``)."""
+
+    leader: int  # -1: none
+    replicas: list[int]
+    isr: list[int]
 
 
 class ClusterWrites(Protocol):
@@ -59,6 +67,21 @@ class ClusterWrites(Protocol):
         """Each partition's leader now (-1: none), as the cluster answers it."""
         ...
 
+    # -- partition expansion (expand_partitions on kafka) ------------------------------------
+
+    def partitions(self, topic: str) -> dict[int, PartitionState]:
+        """Each partition of ``topic`` now: its leader (-1: none), replicas and ISR."""
+        ...
+
+    def live_brokers(self) -> list[int]:
+        """The brokers the cluster lists as alive now."""
+        ...
+
+    def create_partitions(self, topic: str, count: int) -> None:
+        """Kafka's CreatePartitions to ``count`` in all, placed by the cluster (no assignment);
+        a count that does not grow is refused INVALID_PARTITIONS."""
+        ...
+
 
 class AgentsWrites:
     """The ``agents`` side: the simulated controller's API."""
@@ -73,6 +96,20 @@ class AgentsWrites:
 
     def leaders(self, topic: str) -> dict[int, int]:
         return {p.partition: p.leader for p in self.ctl.topic(topic).partitions}
+
+    # -- partition expansion -----------------------------------------------------------------
+
+    def partitions(self, topic: str) -> dict[int, PartitionState]:
+        return {
+            p.partition: PartitionState(p.leader, list(p.replicas), list(p.isr))
+            for p in self.ctl.topic(topic).partitions
+        }
+
+    def live_brokers(self) -> list[int]:
+        return sorted(b.broker_id for b in self.ctl.brokers() if b.alive)
+
+    def create_partitions(self, topic: str, count: int) -> None:
+        self.ctl.alter_partition_count(topic, count, increase_only=True)
 
 
 def _refusal(code: int, message: str | None = None) -> AgentError:
@@ -115,6 +152,33 @@ class KafkaWrites:
         if described["error_code"]:
             raise _refusal(described["error_code"], f"topic {topic!r}")
         return {p["partition_index"]: p["leader_id"] for p in described["partitions"]}
+
+    # -- partition expansion -----------------------------------------------------------------
+
+    def partitions(self, topic: str) -> dict[int, PartitionState]:
+        """From Metadata, as :meth:`leaders`."""
+        [described] = self._ask(lambda: self.admin.describe_topics([topic]))
+        if described["error_code"]:
+            raise _refusal(described["error_code"], f"topic {topic!r}")
+        return {
+            p["partition_index"]: PartitionState(
+                p["leader_id"], list(p["replica_nodes"]), list(p["isr_nodes"])
+            )
+            for p in described["partitions"]
+        }
+
+    def live_brokers(self) -> list[int]:
+        """Metadata's brokers: Kafka lists only the registered, unfenced ones."""
+        described = self._ask(self.admin.describe_cluster)
+        return sorted(b["broker_id"] for b in described["brokers"])
+
+    def create_partitions(self, topic: str, count: int) -> None:
+        response = self._ask(
+            lambda: self.admin.create_partitions({topic: count}, raise_errors=False)
+        )
+        for result in response.results:
+            if result.name == topic and result.error_code:
+                raise _refusal(result.error_code, result.error_message)
 
     @staticmethod
     def _ask(call: Callable[[], Any]) -> Any:

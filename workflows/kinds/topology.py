@@ -1,5 +1,9 @@
 """``expand_partitions`` / ``shrink_partitions``: KIP-253 partition expansion and deletion.
 
+On a ``kafka`` cluster the expansion is Kafka's CreatePartitions instead, keys remapped and no
+order kept (:mod:`.topology_kafka`); a shrink is refused there up front (Kafka cannot remove
+partitions: ``console.capabilities``, ``linear_hashing``).
+
 Both take ``topic`` and ``partitions``, the new ``undeleted_partition_count`` U'. Growing U by
 one splits exactly one parent (linear hashing, DESIGN.md "Domain rules"); shrinking runs the
 tree backwards, a marked partition's keys going to its first surviving ancestor. Expansion is
@@ -12,7 +16,7 @@ Controller commands are audited once per step (:mod:`workflows.kinds.commands`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from typing_extensions import TypedDict
 
@@ -23,6 +27,7 @@ from broker_agent.client import AgentError
 from broker_agent.hashing import parent_partition
 from broker_agent.models import TOPIC_NAME_MAX_LENGTH, BrokerInfo, TopicMetadata
 from broker_agent.ordering import deletion_target
+from console.choices import ClusterBackend
 from workflows.kinds import (
     Actions,
     Params,
@@ -38,6 +43,12 @@ from workflows.kinds import (
 )
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import preflight_reads, run_command, waits_when_unreachable
+from workflows.kinds.topology_kafka import (
+    KafkaExpandPlan,
+    kafka_expand_plan,
+    kafka_expand_review,
+    kafka_expand_steps,
+)
 
 if TYPE_CHECKING:
     from workflows.steps import StepContext
@@ -101,7 +112,10 @@ class ShrinkPlan(PartitionCountPlan):
     draining: str
 
 
-A = TypeVar("A", bound=PartitionCountPlan)
+#: An expansion's plan: KIP-253's (agents) or Kafka's CreatePartitions (kafka).
+ExpandActions = ExpandPlan | KafkaExpandPlan
+
+A = TypeVar("A", bound=Actions)
 
 if TYPE_CHECKING:
     PartitionsContext = StepContext[PartitionsParams, PartitionCountPlan]
@@ -302,17 +316,29 @@ class _PartitionCountKind(WorkflowKind[PartitionsParams, A]):
 
 
 @register
-class ExpandPartitions(_PartitionCountKind[ExpandPlan]):
+class ExpandPartitions(_PartitionCountKind[ExpandActions]):
     name = "expand_partitions"
     label = "Expand partitions (KIP-253)"
     description = (
         "Raise undeleted_partition_count: each new partition splits one parent (linear "
-        "hashing), so keys keep their order. Refused while partitions are marked for deletion."
+        "hashing), so keys keep their order. Refused while partitions are marked for deletion. "
+        "On a kafka cluster: CreatePartitions, keys remapped (no KIP-253)."
     )
     approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
-    actions_model = ExpandPlan
+    actions_model = ExpandPlan  # or KafkaExpandPlan, by the plan's backend (read_plan)
 
-    def plan(self, params: PartitionsParams) -> Plan[ExpandPlan]:
+    def read_plan(self, stored: dict[str, Any]) -> ExpandActions:
+        if stored.get("backend") == ClusterBackend.KAFKA:
+            return KafkaExpandPlan.model_validate(stored)
+        return ExpandPlan.model_validate(stored)
+
+    def plan(self, params: PartitionsParams) -> Plan[ExpandActions]:
+        from console.models import Cluster
+
+        with preflight_reads(params.cluster):
+            backend = Cluster.objects.values_list("backend", flat=True).get(name=params.cluster)
+        if backend == ClusterBackend.KAFKA:
+            return cast(Plan[ExpandActions], kafka_expand_plan(params))
         t, brokers = self._current(params)
         n, u, target = t.initial_partition_count, t.undeleted_partition_count, params.partitions
         if target <= u:
@@ -358,6 +384,8 @@ class ExpandPartitions(_PartitionCountKind[ExpandPlan]):
         return Plan(actions, {"live_brokers": alive})
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        if actions.get("backend") == ClusterBackend.KAFKA:
+            return kafka_expand_review(actions, information)
         topic, u, target = (
             actions["topic"],
             actions["undeleted_partition_count"],
@@ -380,7 +408,9 @@ class ExpandPartitions(_PartitionCountKind[ExpandPlan]):
             *_ordering_rows(actions, topic),
         ]
 
-    def steps(self, params: PartitionsParams, plan: ExpandPlan) -> list[StepDef]:
+    def steps(self, params: PartitionsParams, plan: ExpandActions) -> list[StepDef]:
+        if isinstance(plan, KafkaExpandPlan):
+            return kafka_expand_steps(params, plan)
         return [
             StepDef(
                 "alter_partition_count",
