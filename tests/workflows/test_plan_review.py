@@ -75,6 +75,11 @@ def test_retain_policy_deletes_nothing_but_flags_a_dir_the_growth_does_not_fit()
         ("elect_leaders", {"topic": "t", "backend": "kafka",
           "elections": [{"partition": 0, "leader": 2, "preferred": 1}]},
          {"preferred_not_in_isr": []}, None),
+        ("expand_partitions", {"topic": "t", "backend": "kafka", "partition_count": 2,
+          "new_partition_count": 4, "replication_factor": 3, "new_partitions": [2, 3],
+          "placement": "Kafka's default placement", "key_remapping": "keys move",
+          "ordered_expansion": "unavailable: no KIP-253"},
+         {}, "per-key order not kept across the change"),
     ],
 )  # fmt: skip
 def test_every_kind_reviews_its_plan(kind, actions, information, destructive_size):

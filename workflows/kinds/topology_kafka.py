@@ -157,6 +157,7 @@ def kafka_expand_review(actions: dict[str, Any], information: dict[str, Any]) ->
             f"topic {topic}",
             f"murmur2(key) mod {count}",
             f"murmur2(key) mod {target}",
+            "per-key order not kept across the change",
             destructive=True,
         ),
         ReviewRow(
