@@ -22,7 +22,8 @@ tiering (``remote.log.copy.disable=true``, ``remote.storage.enable=false`` with
 cluster disables tiering through KIP-950's acknowledged steps (``sim disable-tiering`` or the
 console's workflow), which Kafka 3.9's single config change does not carry.
 
-Broker resources: one dynamic config, Kafka's per-broker quota
+Broker resources: KIP-1066's ``cordoned.log.dirs`` (paths of the broker's dirs; SET, APPEND,
+SUBTRACT, DELETE) and Kafka's per-broker quota
 ``replica.alter.log.dirs.io.max.bytes.per.second`` (the copy rate of AlterReplicaLogDirs'
 moves; SET a long >= 0, DELETE lifts it; kept in the broker's memory, not across a restart);
 any other key is INVALID_REQUEST ("Cannot update these configs dynamically"), a name other than
@@ -31,6 +32,8 @@ simulated brokers do not share.
 """
 
 from __future__ import annotations
+
+import os
 
 import httpx
 import kafka.errors as Errors
@@ -41,7 +44,13 @@ from broker_agent import kafka39
 from broker_agent.choices import ErrorCode, TieredState, TopicConfig
 from broker_agent.client import AgentError
 from broker_agent.kafka_wire.api import Api
-from broker_agent.kafka_wire.configs import ALTER_LOG_DIRS_THROTTLE, BROKER, TOPIC, topic_configs
+from broker_agent.kafka_wire.configs import (
+    ALTER_LOG_DIRS_THROTTLE,
+    BROKER,
+    CORDONED_LOG_DIRS,
+    TOPIC,
+    topic_configs,
+)
 from broker_agent.topic_configs import check_local_retention, is_compacted, validate_topic_configs
 from broker_agent.web import ApiError
 
@@ -166,30 +175,62 @@ def _alter_topic(broker, resource, validate_only: bool) -> None:
         ) from None
 
 
+def _cordon(broker, c, validate_only: bool) -> None:
+    """KIP-1066's ``cordoned.log.dirs`` (a list of the broker's dir paths): SET replaces it,
+    APPEND / SUBTRACT add or take away paths, DELETE lifts every cordon; a path that is not
+    one of the broker's dirs is INVALID_CONFIG. Kept as the dirs' cordon (across a restart)."""
+    by_path = {os.path.abspath(d.path): d.name for d in broker.log_dirs.dirs.values()}
+    now = {p for p, n in by_path.items() if broker.log_dirs.dirs[n].cordoned}
+    given = {os.path.abspath(x.strip()) for x in (c.value or "").split(",") if x.strip()}
+    unknown = sorted(given - set(by_path))
+    if unknown:
+        raise _invalid_config(
+            f"Invalid value {c.value} for configuration {c.name}: not a log dir: {unknown}"
+        )
+    ops = {SET: given, DELETE: set(), APPEND: now | given, SUBTRACT: now - given}
+    if c.config_operation not in ops:
+        raise _invalid_request(f"Unknown config operation {c.config_operation}")
+    wanted = ops[c.config_operation]
+    if validate_only:
+        return
+    for path, name in sorted(by_path.items()):
+        if (path in wanted) != (path in now):
+            broker.log_dirs.cordon(name, path in wanted)
+
+
 def _alter_broker(broker, resource, validate_only: bool) -> None:
-    others = sorted(c.name for c in resource.configs if c.name != ALTER_LOG_DIRS_THROTTLE)
+    configs = [c for c in resource.configs if c.name != CORDONED_LOG_DIRS]
+    cordons = [c for c in resource.configs if c.name == CORDONED_LOG_DIRS]
+    others = sorted(c.name for c in configs if c.name != ALTER_LOG_DIRS_THROTTLE)
     if others:
         raise _invalid_request(f"Cannot update these configs dynamically: Set({', '.join(others)})")
     if not resource.configs:
         return
     if resource.resource_name == "":
         raise _invalid_request("cluster-wide broker defaults are not kept by the simulated brokers")
-    [c] = resource.configs  # duplicates were refused
-    if c.config_operation == DELETE:
-        value = None
-    elif c.config_operation == SET:
-        try:
-            value = int(c.value)
-        except (TypeError, ValueError):
-            value = -1
-        if value < 0:
-            raise _invalid_config(
-                f"Invalid value {c.value} for configuration {c.name}: a long of at least 0"
-            )
-    else:
-        raise _invalid_request(f"Config value append or subtract is not allowed: {c.name}")
-    if not validate_only:
+    for c in cordons:  # checked before anything is applied
+        _cordon(broker, c, validate_only=True)
+    value: int | None = None
+    for c in configs:  # the throttle; duplicates were refused
+        if c.config_operation == DELETE:
+            value = None
+        elif c.config_operation == SET:
+            try:
+                value = int(c.value)
+            except (TypeError, ValueError):
+                value = -1
+            if value < 0:
+                raise _invalid_config(
+                    f"Invalid value {c.value} for configuration {c.name}: a long of at least 0"
+                )
+        else:
+            raise _invalid_request(f"Config value append or subtract is not allowed: {c.name}")
+    if validate_only:
+        return
+    if configs:
         broker.dir_mover.throttle_bytes_per_s = value
+    for c in cordons:
+        _cordon(broker, c, validate_only=False)
 
 
 def _alter(broker, resource, validate_only: bool) -> tuple[int, str | None]:

@@ -327,3 +327,36 @@ def test_partition_reassignment_adds_catches_up_and_drops_replicas_under_produce
         wait_until(lambda: sim.replica(old_leader, "orders") is None, 20, what="replica dropped")
         load.wait_acked(100)
     load.verify_exactly_once()
+
+
+def test_cordoned_log_dirs_is_a_dynamic_broker_config_as_kip_1066_makes_it(sim_factory):
+    """IncrementalAlterConfigs on ``cordoned.log.dirs`` (the broker's dir paths): APPEND and
+    SUBTRACT add and take away a path, SET replaces the list, DELETE lifts every cordon; a path
+    that is not one of the broker's dirs is INVALID_CONFIG and changes nothing, and so does
+    ``validate_only``."""
+    APPEND, SUBTRACT, INVALID_CONFIG = 2, 3, 40
+    sim = sim_factory(1, 2, *FAST)
+    port = kafka_ports(sim)[1]
+    paths = {d.name: d.path for d in sim.agent(1).snapshot().log_dirs}
+    first, second = sorted(paths)
+    key = "cordoned.log.dirs"
+
+    def cordoned() -> set[str]:
+        return {d.name for d in sim.agent(1).snapshot().log_dirs if d.cordoned}
+
+    assert _alter(port, "1", [(key, APPEND, paths[first])], resource_type=BROKER) == (NONE, None)
+    assert cordoned() == {first}
+    assert _alter(port, "1", [(key, APPEND, paths[first])], resource_type=BROKER)[0] == NONE
+    assert cordoned() == {first}  # appending a listed path again changes nothing
+    both = f"{paths[first]},{paths[second]}"
+    assert _alter(port, "1", [(key, SET, both)], validate_only=True, resource_type=BROKER)[0] == 0
+    assert cordoned() == {first}
+    assert _alter(port, "1", [(key, SET, both)], resource_type=BROKER)[0] == NONE
+    assert cordoned() == {first, second}
+    assert _alter(port, "1", [(key, SUBTRACT, paths[first])], resource_type=BROKER)[0] == NONE
+    assert cordoned() == {second}
+    code, message = _alter(port, "1", [(key, APPEND, "/no/such/dir")], resource_type=BROKER)
+    assert code == INVALID_CONFIG and "not a log dir" in message
+    assert cordoned() == {second}
+    assert _alter(port, "1", [(key, DELETE, None)], resource_type=BROKER)[0] == NONE
+    assert cordoned() == set()
