@@ -118,7 +118,8 @@ KIND_NEEDS = {
     # plan); a shrink needs KIP-253: Kafka cannot remove partitions.
     "expand_partitions": (PARTITION_EXPANSION,),
     "shrink_partitions": (LINEAR_HASHING,),
-    "recover_log_dir": (RESTART_CONTROL,),
+    # On kafka the restart is the operator's (a manual step): it needs DescribeLogDirs.
+    "recover_log_dir": (LOG_DIRS,),
     "elect_leaders": (LEADER_ELECTION,),
 }
 
@@ -128,6 +129,8 @@ KIND_NEEDS = {
 KAFKA_KINDS = (
     "elect_leaders",
     "expand_partitions",
+    # log-dir recovery (#36): cordon, the operator's disk replacement and restart, verify
+    "recover_log_dir",
 )
 
 

@@ -74,7 +74,9 @@ def test_workflow_kinds_a_kafka_cluster_cannot_run_name_the_capability_they_need
     assert caps.kind_unsupported(c, "expand_partitions").key == "partition_expansion"
     assert caps.kind_unsupported(kafka(api_versions={"37": [0, 3]}), "expand_partitions") is None
     assert caps.kind_unsupported(c, "shrink_partitions").key == "linear_hashing"
-    assert caps.kind_unsupported(c, "recover_log_dir").key == "restart_control"
+    # the restart is the operator's manual step there: log-dir recovery needs DescribeLogDirs
+    assert caps.kind_unsupported(c, "recover_log_dir").key == "log_dirs"
+    assert caps.kind_unsupported(kafka(api_versions={"35": [0, 4]}), "recover_log_dir") is None
     assert caps.kind_unsupported(c, "a_kind_needing_nothing") is None
 
 

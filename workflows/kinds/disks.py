@@ -12,13 +12,14 @@ reads them back: nothing acknowledged may be lost. Commands: :mod:`workflows.kin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from audit import targets
 from audit.choices import AuditOutcome
 from broker_agent.choices import LogDirState, ReplicaState
 from broker_agent.client import AgentError
 from broker_agent.models import ClusterMetadata, partition_key
+from console.choices import ClusterBackend
 from workflows.kinds import (
     Plan,
     ReviewRow,
@@ -31,9 +32,16 @@ from workflows.kinds import (
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (
     applied_before,
+    preflight_reads,
     record_command,
     run_command,
     waits_when_unreachable,
+)
+from workflows.kinds.disks_kafka import (
+    KafkaRecoverPlan,
+    kafka_recover_plan,
+    kafka_recover_review,
+    kafka_recover_steps,
 )
 from workflows.kinds.disks_plan import (
     DiskRefusal,
@@ -398,6 +406,9 @@ def verify(ctx: RecoverContext) -> StepResult:
 
 @register
 class RecoverLogDir(WorkflowKind[RecoverParams, RecoverPlan]):
+    """On a ``kafka`` cluster the runbook is :mod:`.disks_kafka`'s (its plan, review and
+    steps, told apart by the plan's ``backend``); the agents' is below."""
+
     name = "recover_log_dir"
     label = "Recover a log dir (KIP-112)"
     description = (
@@ -419,10 +430,23 @@ class RecoverLogDir(WorkflowKind[RecoverParams, RecoverPlan]):
         # One recovery per broker at a time: LogDirReset is broker-wide.
         return f"broker:{params.broker}"
 
+    def read_plan(self, stored: dict[str, Any]) -> RecoverPlan:
+        if stored.get("backend") == ClusterBackend.KAFKA:
+            return cast(RecoverPlan, KafkaRecoverPlan.model_validate(stored))
+        return RecoverPlan.model_validate(stored)
+
     def plan(self, params: RecoverParams) -> Plan[RecoverPlan]:
+        from console.models import Cluster
+
+        with preflight_reads(params.cluster):
+            backend = Cluster.objects.values_list("backend", flat=True).get(name=params.cluster)
+        if backend == ClusterBackend.KAFKA:
+            return cast(Plan[RecoverPlan], kafka_recover_plan(params))
         return plan_recovery(params)
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        if actions.get("backend") == ClusterBackend.KAFKA:
+            return kafka_recover_review(actions, information)
         where = f"broker {actions['broker']} {actions['log_dir']}"
         replicas = ", ".join(
             partition_key(x["topic"], x["partition"]) for x in actions["replicas"][:20]
@@ -493,6 +517,8 @@ class RecoverLogDir(WorkflowKind[RecoverParams, RecoverPlan]):
         return rows
 
     def steps(self, params: RecoverParams, plan: RecoverPlan) -> list[StepDef]:
+        if getattr(plan, "backend", None) == ClusterBackend.KAFKA:  # read_plan's KafkaRecoverPlan
+            return kafka_recover_steps(params, cast(KafkaRecoverPlan, plan))
         broker, name = params.broker, params.log_dir
         if plan.restart == RestartVia.SIM:
             restart = StepDef("restart_broker", restart_broker, label=f"Restart broker {broker}")

@@ -1,0 +1,416 @@
+"""``recover_log_dir`` on a ``kafka`` cluster (#36): KIP-112's "fix disks and reboot broker".
+
+Kafka keeps a failed dir offline until its broker process restarts, and Kafka's protocol has no
+call to restart a broker, so the restart is the operator's: the runbook cordons the dir where
+the brokers have KIP-1066's ``cordoned.log.dirs``, waits for the operator to replace the disk
+and restart the broker and confirm it in the console (the agents' confirm gate: no worker held,
+who and when audited), then verifies the recovery from Kafka's own answers.
+
+Plan, read from the cluster in the planning worker (the sync's own reads: DescribeLogDirs for
+the dir and its replicas, Metadata for leaders and ISR): refused for an unknown broker or dir,
+a dir DescribeLogDirs answers without an error (healthy), or mode ``remove`` (``log.dirs`` is a
+static broker config: editing it is the operator's, outside Strata). No replica is moved: the
+restarted broker re-creates the dir's replicas on the new disk from their leaders (Kafka
+already moved leadership off the failed dir's replicas when it failed), so the plan states
+that no reassignment and no replication throttle are used.
+
+Steps, each audited per command and waiting (never failing) while Kafka does not answer:
+
+- ``cordon_log_dir`` (where the capability ``cordon`` holds): IncrementalAlterConfigs APPEND of
+  the dir's path to the broker's ``cordoned.log.dirs`` (idempotent: APPEND of a listed path);
+  where it does not, the plan says why and has no such step;
+- ``restart_broker``: the manual step "replace the disk and restart broker N", run only once an
+  operator confirmed;
+- ``verify``: DescribeLogDirs answers the dir ONLINE, Metadata has the broker back in the ISR of
+  every planned partition, and ListPartitionReassignments lists none of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+from audit import targets
+from broker_agent.choices import ErrorCode as AgentErrorCode
+from broker_agent.choices import LogDirState
+from broker_agent.client import AgentError
+from broker_agent.models import BrokerSnapshot, ClusterMetadata, partition_key
+from workflows.kinds import Actions, Plan, Refusal, ReviewRow, StepDef, StepResult
+from workflows.kinds.cluster_access import Unreachable
+from workflows.kinds.cluster_writes import KAFKA_CONNECT_SECONDS, KAFKA_REQUEST_SECONDS
+from workflows.kinds.commands import preflight_reads, run_command, waits_when_unreachable
+from workflows.kinds.disks_plan import (
+    DiskRefusal,
+    RecoverParams,
+    RecoveryMode,
+    ReplicaRef,
+    partitions_by_key,
+    replicas_on,
+)
+
+if TYPE_CHECKING:
+    from workflows.steps import StepContext
+
+    KafkaRecoverContext = StepContext[RecoverParams, "KafkaRecoverPlan"]
+
+__all__ = [
+    "CORDONED_LOG_DIRS",
+    "NO_REPLICA_MOVES",
+    "KafkaRecoverAction",
+    "KafkaRecoverPlan",
+    "kafka_recover_plan",
+    "kafka_recover_review",
+    "kafka_recover_steps",
+]
+
+POLL_SECONDS = 2.0
+#: KIP-1066's broker config (Kafka 4.3).
+CORDONED_LOG_DIRS = "cordoned.log.dirs"
+#: ``verify`` fails after this many runs (every 2 s) with the dir still not ONLINE.
+VERIFY_MAX_ATTEMPTS = 90
+
+NO_REPLICA_MOVES = (
+    "none: the restarted broker re-creates the dir's replicas on the new disk from their "
+    "leaders (Kafka moved leadership off them when the dir failed); no reassignment, so no "
+    "replication throttle (leader/follower.replication.throttled.rate) is set"
+)
+
+
+class KafkaRecoverAction:
+    """Audit actions of the commands this kind sends to a kafka cluster."""
+
+    CORDON = "disks.cordon_log_dir"  # the agents' action: one audit trail per dir
+
+
+class KafkaRecoverPlan(Actions):
+    summary: str
+    backend: str  # "kafka": how the kind tells this plan from the agents' runbook
+    broker: int
+    log_dir: str
+    log_dir_path: str
+    mode: Literal["replace", "remove"]
+    restart: Literal["sim", "manual"]  # always manual: Kafka has no restart call
+    cordon: str  # "IncrementalAlterConfigs ..." or "unavailable: <reason>"
+    replica_count: int
+    replicas: list[ReplicaRef]
+    replica_moves: str
+    steps: list[str]
+
+
+@contextmanager
+def _kafka(cluster: str) -> Iterator[Any]:
+    """The sync's Kafka source of ``cluster`` (its reads: Metadata, DescribeLogDirs) for one
+    plan or step run; a Kafka that does not answer is :class:`Unreachable` (wait)."""
+    from console.models import Cluster
+    from console.sync.kafka_source import KafkaClusterSource
+
+    row = Cluster.objects.get(name=cluster)
+    source = KafkaClusterSource(
+        row.kafka_client_kwargs(),
+        timeout=KAFKA_CONNECT_SECONDS,
+        request_timeout=KAFKA_REQUEST_SECONDS,
+    )
+    try:
+        yield source
+    finally:
+        source.close()
+
+
+def _read(cluster: str, broker: int) -> tuple[ClusterMetadata, BrokerSnapshot | None]:
+    """Metadata, and ``broker``'s DescribeLogDirs as a snapshot (``None``: not live now)."""
+    from console.sync.sources import SourceError
+
+    with _kafka(cluster) as source:
+        try:
+            md = source.metadata(None)
+            live = {b.broker_id for b in md.brokers if b.alive}
+            snap = source.snapshot(broker, "", None) if broker in live else None
+        except SourceError as exc:
+            raise Unreachable(str(exc)) from exc
+    return md, snap
+
+
+def kafka_recover_plan(params: RecoverParams) -> Plan[KafkaRecoverPlan]:
+    """The plan, from Kafka's answers now (see the module docstring)."""
+    from console import capabilities
+    from console.models import Cluster
+
+    cluster, broker, name = params.cluster, params.broker, params.log_dir
+    with preflight_reads(cluster):
+        row = Cluster.objects.get(name=cluster)
+        if params.mode == RecoveryMode.REMOVE:
+            raise Refusal(
+                AgentErrorCode.INVALID_REQUEST,
+                "On a kafka cluster a dir is removed by editing the broker's static log.dirs "
+                "config and restarting it, outside Strata: recover it by replace.",
+            )
+        md, snap = _read(cluster, broker)
+    if broker not in {b.broker_id for b in md.brokers}:
+        known = ", ".join(str(b.broker_id) for b in md.brokers)
+        raise Refusal(
+            DiskRefusal.UNKNOWN_BROKER,
+            f"Broker {broker} is not in {cluster}'s metadata (brokers: {known}).",
+        )
+    if snap is None:
+        raise Refusal(
+            DiskRefusal.UNKNOWN_BROKER,
+            f"Broker {broker} is not live: DescribeLogDirs cannot be asked of it.",
+            409,
+        )
+    dirs = {d.name: d for d in snap.log_dirs}
+    if name not in dirs:
+        raise Refusal(
+            DiskRefusal.LOG_DIR_NOT_FOUND,
+            f"Broker {broker} has no log dir {name!r} (log dirs: "
+            f"{', '.join(sorted(dirs)) or 'none'}).",
+        )
+    d = dirs[name]
+    if d.state == LogDirState.ONLINE:
+        raise Refusal(
+            DiskRefusal.LOG_DIR_NOT_OFFLINE,
+            f"{name} on broker {broker} is ONLINE (DescribeLogDirs answers it without an error): "
+            "only a failed log dir is recovered.",
+            409,
+        )
+    parts = partitions_by_key(md)
+    rows: list[dict[str, Any]] = []
+    for r in replicas_on(snap, name):
+        key = partition_key(r.topic, r.partition)
+        if key not in parts:
+            continue
+        _t, p = parts[key]
+        rows.append(
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "leader": p.leader,
+                "isr": list(p.isr),
+                "leader_on_failed_dir": p.leader == broker,
+                "leaderless": p.leader < 0,
+            }
+        )
+    cordon = capabilities.by_key(row)[capabilities.CORDON]
+    steps = ["cordon_log_dir"] if cordon.supported else []
+    steps += ["restart_broker", "verify"]
+    cordon_text = (
+        f"IncrementalAlterConfigs: APPEND {d.path} to broker {broker}'s {CORDONED_LOG_DIRS}"
+        if cordon.supported
+        else f"unavailable: {cordon.reason}"
+    )
+    actions = KafkaRecoverPlan(
+        summary=(
+            f"Recover {name} on broker {broker}: "
+            + ("cordon it, " if cordon.supported else "")
+            + f"wait for an operator to replace the disk and restart broker {broker} and "
+            "confirm, then verify the dir ONLINE (DescribeLogDirs), its replicas back in the "
+            "ISR (Metadata) and no reassignment left (ListPartitionReassignments)."
+        ),
+        backend=row.backend,
+        broker=broker,
+        log_dir=name,
+        log_dir_path=d.path or name,
+        mode=params.mode,
+        restart="manual",
+        cordon=cordon_text,
+        replica_count=len(rows),
+        replicas=[ReplicaRef(topic=x["topic"], partition=x["partition"]) for x in rows],
+        replica_moves=NO_REPLICA_MOVES,
+        steps=steps,
+    )
+    information: dict[str, Any] = {
+        "log_dir_state": d.state,
+        "log_dir_error": d.error,
+        "replicas": rows,
+        "partitions_leaderless": [
+            partition_key(x["topic"], x["partition"]) for x in rows if x["leaderless"]
+        ],
+        "partitions_led_from_failed_dir": [
+            partition_key(x["topic"], x["partition"]) for x in rows if x["leader_on_failed_dir"]
+        ],
+        "good_log_dirs": [
+            {"name": g.name, "usable_bytes": g.usable_bytes}
+            for g in snap.log_dirs
+            if g.name != name and g.state in LogDirState.GOOD
+        ],
+    }
+    return Plan(actions, information)
+
+
+def kafka_recover_review(actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+    broker = actions["broker"]
+    where = f"broker {broker} {actions['log_dir']}"
+    replicas = ", ".join(
+        partition_key(x["topic"], x["partition"]) for x in actions["replicas"][:20]
+    )
+    return [
+        ReviewRow(
+            "Cordon the log dir (KIP-1066 cordoned.log.dirs)",
+            where,
+            str(information.get("log_dir_state", "?")),
+            actions["cordon"],
+        ),
+        ReviewRow(
+            "Move replicas to other brokers",
+            replicas or "no replicas",
+            "",
+            "none",
+            actions["replica_moves"],
+        ),
+        ReviewRow(
+            f"Wait for an operator to replace the disk and restart broker {broker}, and confirm",
+            where,
+            "OFFLINE",
+            "restarted by hand",
+        ),
+        ReviewRow(
+            "Verify: the dir ONLINE, its replicas back in the ISR, no reassignment left",
+            replicas or "no replicas",
+            "offline replicas",
+            "in the ISR",
+            f"{actions['replica_count']} replicas, re-created by the broker from their leaders",
+            destructive=True,
+        ),
+    ]
+
+
+def _cordoned(cluster: str, broker: int, name: str) -> dict[str, Any]:
+    _md, snap = _read(cluster, broker)
+    d = next((x for x in snap.log_dirs if x.name == name), None) if snap else None
+    return {"log_dir": name, "cordoned": d.cordoned if d else None}
+
+
+@waits_when_unreachable
+def cordon_log_dir(ctx: KafkaRecoverContext) -> StepResult:
+    """APPEND the dir's path to the broker's ``cordoned.log.dirs`` (IncrementalAlterConfigs)."""
+    from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+
+    from workflows.kinds.cluster_writes import KafkaWrites, writes_for
+
+    cluster, broker, name = ctx.params.cluster, ctx.params.broker, ctx.params.log_dir
+    path = ctx.plan.log_dir_path
+
+    def call() -> dict[str, Any]:
+        resource = ConfigResource(
+            ConfigResourceType.BROKER,
+            str(broker),
+            configs={CORDONED_LOG_DIRS: (AlterConfigOp.APPEND, path)},
+        )
+        with writes_for(cluster) as writes:
+            assert isinstance(writes, KafkaWrites)
+            admin = writes.admin
+            answer = KafkaWrites._ask(
+                lambda: admin.alter_configs([resource], raise_on_unknown=False, incremental=True)
+            )
+        result = answer.get("broker", {}).get(str(broker), "no answer")
+        if result != "OK":
+            raise AgentError(400, AgentErrorCode.INVALID_REQUEST, str(result))
+        return {"log_dir": name, "path": path, "cordoned": True}
+
+    try:
+        after, now = run_command(
+            ctx,
+            KafkaRecoverAction.CORDON,
+            call,
+            **targets.log_dir(cluster, broker, name),
+            before=lambda: _cordoned(cluster, broker, name),
+        )
+    except AgentError as exc:
+        if exc.retriable or exc.status >= 500:
+            raise
+        return StepResult.fail(exc.error, exc.message)
+    return StepResult.done({"cordoned": after.get("cordoned"), "applied_now": now})
+
+
+def confirm_disk_replaced_and_restarted(ctx: KafkaRecoverContext) -> StepResult:
+    """The manual step: the engine runs this only after an operator confirmed it."""
+    return StepResult.done({"confirmed_by": ctx.step.confirmed_by_id})
+
+
+def _reassigning(cluster: str, keys: list[tuple[str, int]]) -> list[str]:
+    """The planned partitions ListPartitionReassignments lists as being reassigned."""
+    from kafka import TopicPartition
+
+    from workflows.kinds.cluster_writes import KafkaWrites, writes_for
+
+    if not keys:
+        return []
+    with writes_for(cluster) as writes:
+        assert isinstance(writes, KafkaWrites)
+        admin = writes.admin
+        listed = KafkaWrites._ask(
+            lambda: admin.list_partition_reassignments([TopicPartition(t, p) for t, p in keys])
+        )
+    return sorted(partition_key(tp.topic, tp.partition) for tp in listed)
+
+
+@waits_when_unreachable
+def verify(ctx: KafkaRecoverContext) -> StepResult:
+    """Until the dir is ONLINE, the planned replicas in the ISR and none being reassigned."""
+    cluster, broker, name = ctx.params.cluster, ctx.params.broker, ctx.params.log_dir
+    md, snap = _read(cluster, broker)
+    if snap is None:
+        return StepResult.wait(f"Broker {broker} is not live yet.", retry_in=POLL_SECONDS)
+    d = next((x for x in snap.log_dirs if x.name == name), None)
+    state = d.state if d else "REMOVED"
+    if state != LogDirState.ONLINE:
+        if ctx.step.attempts >= VERIFY_MAX_ATTEMPTS:
+            return StepResult.fail(
+                DiskRefusal.LOG_DIR_STILL_OFFLINE,
+                f"{name} on broker {broker} is {state} (DescribeLogDirs) after the restart: "
+                "is the new disk mounted at the dir's path?",
+            )
+        return StepResult.wait(
+            f"{name} on broker {broker} is {state} in DescribeLogDirs.", retry_in=POLL_SECONDS
+        )
+    parts = partitions_by_key(md)
+    keys = [
+        (r["topic"], r["partition"])
+        for r in ctx.plan.replicas
+        if partition_key(r["topic"], r["partition"]) in parts
+        and broker in parts[partition_key(r["topic"], r["partition"])][1].replicas
+    ]
+    in_sync = [k for k in keys if broker in parts[partition_key(*k)][1].isr]
+    ctx.progress(len(in_sync), len(keys), "replicas")
+    moving = _reassigning(cluster, keys)
+    if len(in_sync) < len(keys) or moving:
+        return StepResult.wait(
+            f"Broker {broker}: {len(in_sync)} of {len(keys)} replicas back in the ISR; "
+            f"{len(moving)} partition(s) being reassigned.",
+            retry_in=POLL_SECONDS,
+        )
+    return StepResult.done(
+        {
+            "log_dir_state": state,
+            "replicas_in_isr": len(in_sync),
+            "reassignments": [],
+        }
+    )
+
+
+def kafka_recover_steps(params: RecoverParams, plan: KafkaRecoverPlan) -> list[StepDef]:
+    broker, name = params.broker, params.log_dir
+    steps = []
+    if "cordon_log_dir" in plan.steps:
+        steps.append(StepDef("cordon_log_dir", cordon_log_dir, label=f"Cordon {name}"))
+    steps += [
+        StepDef(
+            "restart_broker",
+            confirm_disk_replaced_and_restarted,
+            label=f"Replace the disk and restart broker {broker} (manual)",
+            gate=True,
+            gate_prompt=(
+                f"Replace the disk of {name} on broker {broker} (mounted at "
+                f"{plan.log_dir_path}) and restart broker {broker} (Kafka brings the dir back "
+                "only when the broker process restarts), then confirm."
+            ),
+        ),
+        StepDef(
+            "verify",
+            verify,
+            label="Verify: dir ONLINE, replicas in the ISR, no reassignment",
+            unit="replicas",
+            total=plan.replica_count,
+        ),
+    ]
+    return steps
