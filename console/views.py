@@ -307,14 +307,17 @@ def brokers(request: HttpRequest) -> HttpResponse:
                     **params,
                     mode="replace",
                 ),
-                _action(
-                    cluster,
-                    "Remove log dir from config…",
-                    "recover_log_dir",
-                    **params,
-                    mode="remove",
-                ),
             ]
+            if not cluster.is_kafka:  # Kafka's log.dirs is static: removing a dir is by hand
+                context["incident_actions"].append(
+                    _action(
+                        cluster,
+                        "Remove log dir from config…",
+                        "recover_log_dir",
+                        **params,
+                        mode="remove",
+                    )
+                )
     return _render(
         request,
         "console/brokers.html",

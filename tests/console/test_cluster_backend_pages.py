@@ -64,7 +64,7 @@ def test_a_kafka_cluster_page_never_raises_before_its_first_sync(viewer_client):
     assert re.search(r'data-capability="tiered_epoch" data-status="unsupported"', html)
     assert re.search(r'data-capability="leader_election" data-status="unknown"', html)
     assert re.search(r'data-capability="partition_expansion" data-status="unknown"', html)
-    assert 'data-runnable-kinds="elect_leaders expand_partitions"' in html
+    assert 'data-runnable-kinds="elect_leaders expand_partitions recover_log_dir"' in html
     for url in ("/", "/topics/?cluster=prod", "/brokers/?cluster=prod", "/topology/?cluster=prod"):
         assert viewer_client.get(url).status_code == 200, url
 
@@ -206,6 +206,12 @@ def test_requests_a_kafka_cluster_cannot_run_are_shown_unsupported_with_why(
     as_kafka(synced, backend_features={"api_versions": {"43": [0, 2]}})
     topic = client.get("/topics/local/orders/").content.decode()
     assert re.findall(r'href="/workflows/new\?kind=(\w+)', topic) == ["elect_leaders"]
+    # once it learnt DescribeLogDirs, the failed dir offers its recovery by replace only (a
+    # dir leaves Kafka's static log.dirs by hand)
+    as_kafka(synced, backend_features={"api_versions": {"35": [0, 4]}})
+    brokers = client.get("/brokers/").content.decode()
+    links = re.findall(r'href="/workflows/new\?kind=recover_log_dir[^"]*mode=(\w+)"', brokers)
+    assert links == ["replace"]
 
 
 def test_metrics_leave_out_the_kip963_gauges_of_a_kafka_cluster_rather_than_export_zero(
