@@ -4,7 +4,8 @@ Celery worker.
 
 Kafka keeps a failed dir offline until the broker restarts and has no restart call, so the
 runbook cordons the dir (IncrementalAlterConfigs on ``cordoned.log.dirs``), waits for the
-operator to replace the disk and restart the broker and confirm, then verifies from Kafka's
+operator to replace the disk and confirm, lifts the cordon, waits for the operator to restart
+the broker and confirm, then verifies from Kafka's
 answers: the dir ONLINE in DescribeLogDirs, the replicas back in the ISR, no reassignment left.
 The agents' runbook: test_recover_log_dir, test_recover_manual_restart."""
 
@@ -126,7 +127,13 @@ def test_a_failed_dir_is_cordoned_replaced_and_restarted_by_the_operator_then_ve
         assert created["state"] == WorkflowState.PENDING_APPROVAL, created
         plan = created["plan"]
         assert (plan["backend"], plan["restart"], plan["mode"]) == ("kafka", "manual", "replace")
-        assert plan["steps"] == ["cordon_log_dir", "restart_broker", "verify"]
+        assert plan["steps"] == [
+            "cordon_log_dir",
+            "confirm_disk_replaced",
+            "uncordon_log_dir",
+            "restart_broker",
+            "verify",
+        ]
         assert plan["cordon"].startswith("IncrementalAlterConfigs: APPEND ")
         assert plan["log_dir_path"].endswith(f"/broker-{broker}/{name}")
         assert {"topic": TOPIC, "partition": 0} in plan["replicas"]
@@ -140,15 +147,19 @@ def test_a_failed_dir_is_cordoned_replaced_and_restarted_by_the_operator_then_ve
             f"/workflows/{wf_id}/approve", {"plan_hash": created["plan_hash"]}
         )
         assert approved.status_code == 200, approved.json()
-        wait_for(lambda: _waiting_at(wf_id, "restart_broker"), 120, "the manual step")
+        wait_for(lambda: _waiting_at(wf_id, "confirm_disk_replaced"), 120, "the disk gate")
         wf = Workflow.objects.get(pk=wf_id)
-        assert f"restart broker {broker}" in wf.waiting_reason
+        assert f"Replace the disk of {name} on broker {broker}" in wf.waiting_reason
         assert wf.lease_owner == ""  # waiting on a person holds no worker
         assert _cordoned(sim, broker, name)  # cordoned.log.dirs set through Kafka's protocol
-        # the running broker keeps the dir offline (KIP-112): verify has not run
-        assert sim.dir_state(broker, name) == LogDirState.OFFLINE
-
         sim.replace_disk(broker, name)
+        assert api(operator).post(f"/workflows/{wf_id}/confirm").status_code == 200
+
+        wait_for(lambda: _waiting_at(wf_id, "restart_broker"), 120, "the restart gate")
+        assert f"Restart broker {broker}" in Workflow.objects.get(pk=wf_id).waiting_reason
+        assert not _cordoned(sim, broker, name)  # lifted before the restart
+        # the running broker keeps the dir offline (KIP-112) though the new disk works
+        assert sim.dir_state(broker, name) == LogDirState.OFFLINE
         sim.cli("restart-broker", str(broker))  # the operator's restart, by hand
         confirmed = api(operator).post(f"/workflows/{wf_id}/confirm", {"comment": "new disk"})
         assert confirmed.status_code == 200
@@ -166,12 +177,19 @@ def test_a_failed_dir_is_cordoned_replaced_and_restarted_by_the_operator_then_ve
     assert verified["log_dir_state"] == LogDirState.ONLINE
     assert verified["replicas_in_isr"] == len(plan["replicas"]) and verified["reassignments"] == []
     assert sim.dir_state(broker, name) == LogDirState.ONLINE
+    assert sim.dir_of(broker, TOPIC, 0) == name  # re-created on the new disk
     [cordon] = AuditEvent.objects.filter(workflow=wf, action=KafkaRecoverAction.CORDON)
-    assert cordon.outcome == AuditOutcome.SUCCESS
-    assert cordon.target_id == f"{cluster.name}/{broker}:{name}"
-    assert cordon.before == {"log_dir": name, "cordoned": False}
-    [confirmation] = AuditEvent.objects.filter(workflow=wf, action=AuditAction.WORKFLOW_CONFIRMED)
-    assert confirmation.actor_id == operator.pk and confirmation.extra["step"] == "restart_broker"
+    [uncordon] = AuditEvent.objects.filter(workflow=wf, action=KafkaRecoverAction.UNCORDON)
+    for event, was in ((cordon, False), (uncordon, True)):
+        assert event.outcome == AuditOutcome.SUCCESS
+        assert event.target_id == f"{cluster.name}/{broker}:{name}"
+        assert event.before == {"log_dir": name, "cordoned": was}
+    confirmations = AuditEvent.objects.filter(workflow=wf, action=AuditAction.WORKFLOW_CONFIRMED)
+    assert sorted(e.extra["step"] for e in confirmations) == [
+        "confirm_disk_replaced",
+        "restart_broker",
+    ]
+    assert {e.actor_id for e in confirmations} == {operator.pk}
     assert verify_chain().ok
 
 
@@ -198,6 +216,20 @@ def test_a_stored_kafka_plan_is_read_and_reviewed_as_kafkas():
     rows = kind.review(stored, {"log_dir_state": "OFFLINE"})
     assert rows[0].after.startswith("unavailable: ")
     assert any("replace the disk and restart broker 1" in r.what for r in rows)
+    cordoned = {
+        **stored,
+        "cordon": "IncrementalAlterConfigs: APPEND /var/lib/kafka/data-0 to broker 1's ...",
+        "steps": [
+            "cordon_log_dir",
+            "confirm_disk_replaced",
+            "uncordon_log_dir",
+            "restart_broker",
+            "verify",
+        ],
+    }
+    got = kind.steps(kind.read_params({"cluster": "c", **_params()}), kind.read_plan(cordoned))
+    assert [s.name for s in got] == cordoned["steps"]
+    assert [s.name for s in got if s.gate] == ["confirm_disk_replaced", "restart_broker"]
 
 
 def _params() -> dict:

@@ -18,9 +18,11 @@ Steps, each audited per command and waiting (never failing) while Kafka does not
 
 - ``cordon_log_dir`` (where the capability ``cordon`` holds): IncrementalAlterConfigs APPEND of
   the dir's path to the broker's ``cordoned.log.dirs`` (idempotent: APPEND of a listed path);
-  where it does not, the plan says why and has no such step;
-- ``restart_broker``: the manual step "replace the disk and restart broker N", run only once an
-  operator confirmed;
+  then the manual ``confirm_disk_replaced`` and ``uncordon_log_dir`` (SUBTRACT), so the
+  restarted broker re-creates the replicas on the new disk, as the agents' runbook does; where
+  the capability does not hold, the plan says why and has none of these three steps;
+- ``restart_broker``: the manual step "restart broker N" (without a cordon: "replace the disk
+  and restart broker N"), run only once an operator confirmed;
 - ``verify``: DescribeLogDirs answers the dir ONLINE, Metadata has the broker back in the ISR of
   every planned partition, and ListPartitionReassignments lists none of them.
 """
@@ -80,7 +82,9 @@ NO_REPLICA_MOVES = (
 class KafkaRecoverAction:
     """Audit actions of the commands this kind sends to a kafka cluster."""
 
-    CORDON = "disks.cordon_log_dir"  # the agents' action: one audit trail per dir
+    # the agents' actions: one audit trail per dir whichever backend
+    CORDON = "disks.cordon_log_dir"
+    UNCORDON = "disks.uncordon_log_dir"
 
 
 class KafkaRecoverPlan(Actions):
@@ -191,7 +195,9 @@ def kafka_recover_plan(params: RecoverParams) -> Plan[KafkaRecoverPlan]:
             }
         )
     cordon = capabilities.by_key(row)[capabilities.CORDON]
-    steps = ["cordon_log_dir"] if cordon.supported else []
+    steps = (
+        ["cordon_log_dir", "confirm_disk_replaced", "uncordon_log_dir"] if cordon.supported else []
+    )
     steps += ["restart_broker", "verify"]
     cordon_text = (
         f"IncrementalAlterConfigs: APPEND {d.path} to broker {broker}'s {CORDONED_LOG_DIRS}"
@@ -201,9 +207,14 @@ def kafka_recover_plan(params: RecoverParams) -> Plan[KafkaRecoverPlan]:
     actions = KafkaRecoverPlan(
         summary=(
             f"Recover {name} on broker {broker}: "
-            + ("cordon it, " if cordon.supported else "")
-            + f"wait for an operator to replace the disk and restart broker {broker} and "
-            "confirm, then verify the dir ONLINE (DescribeLogDirs), its replicas back in the "
+            + (
+                "cordon it, wait for an operator to replace the disk and confirm, lift the "
+                f"cordon, wait for the operator to restart broker {broker} and confirm, "
+                if cordon.supported
+                else f"wait for an operator to replace the disk, restart broker {broker} and "
+                "confirm, "
+            )
+            + "then verify the dir ONLINE (DescribeLogDirs), its replicas back in the "
             "ISR (Metadata) and no reassignment left (ListPartitionReassignments)."
         ),
         backend=row.backend,
@@ -243,7 +254,9 @@ def kafka_recover_review(actions: dict[str, Any], information: dict[str, Any]) -
     replicas = ", ".join(
         partition_key(x["topic"], x["partition"]) for x in actions["replicas"][:20]
     )
-    return [
+    more = len(actions["replicas"]) - 20
+    replicas += f" and {more} more" if more > 0 else ""
+    rows = [
         ReviewRow(
             "Cordon the log dir (KIP-1066 cordoned.log.dirs)",
             where,
@@ -257,21 +270,41 @@ def kafka_recover_review(actions: dict[str, Any], information: dict[str, Any]) -
             "none",
             actions["replica_moves"],
         ),
+    ]
+    if "confirm_disk_replaced" in actions["steps"]:
+        rows += [
+            ReviewRow("Wait for an operator to replace the disk and confirm", where),
+            ReviewRow("Lift the cordon (the new disk takes the replicas)", where),
+            ReviewRow(
+                f"Wait for an operator to restart broker {broker} and confirm",
+                f"broker {broker}",
+                "running",
+                "restarted by hand",
+            ),
+        ]
+    else:
+        rows.append(
+            ReviewRow(
+                f"Wait for an operator to replace the disk and restart broker {broker}, and "
+                "confirm",
+                where,
+                "OFFLINE",
+                "restarted by hand",
+            )
+        )
+    rows.append(
         ReviewRow(
-            f"Wait for an operator to replace the disk and restart broker {broker}, and confirm",
-            where,
-            "OFFLINE",
-            "restarted by hand",
-        ),
-        ReviewRow(
-            "Verify: the dir ONLINE, its replicas back in the ISR, no reassignment left",
+            "Verify: the dir ONLINE, its replicas back in the ISR, no reassignment left (the "
+            "restarted broker re-creates them from their leaders; what only the old disk held "
+            "is given up)",
             replicas or "no replicas",
             "offline replicas",
             "in the ISR",
-            f"{actions['replica_count']} replicas, re-created by the broker from their leaders",
+            f"{actions['replica_count']} replicas",
             destructive=True,
-        ),
-    ]
+        )
+    )
+    return rows
 
 
 def _cordoned(cluster: str, broker: int, name: str) -> dict[str, Any]:
@@ -280,37 +313,41 @@ def _cordoned(cluster: str, broker: int, name: str) -> dict[str, Any]:
     return {"log_dir": name, "cordoned": d.cordoned if d else None}
 
 
-@waits_when_unreachable
-def cordon_log_dir(ctx: KafkaRecoverContext) -> StepResult:
-    """APPEND the dir's path to the broker's ``cordoned.log.dirs`` (IncrementalAlterConfigs)."""
+def _alter_cordon(cluster: str, broker: int, op: str, path: str) -> None:
+    """IncrementalAlterConfigs ``op`` (APPEND / SUBTRACT) of ``path`` on the broker's
+    ``cordoned.log.dirs``; Kafka's refusal as an :class:`AgentError`."""
     from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
 
     from workflows.kinds.cluster_writes import KafkaWrites, writes_for
 
+    resource = ConfigResource(
+        ConfigResourceType.BROKER,
+        str(broker),
+        configs={CORDONED_LOG_DIRS: (AlterConfigOp[op], path)},
+    )
+    with writes_for(cluster) as writes:
+        assert isinstance(writes, KafkaWrites)
+        admin = writes.admin
+        answer = KafkaWrites._ask(
+            lambda: admin.alter_configs([resource], raise_on_unknown=False, incremental=True)
+        )
+    result = answer.get("broker", {}).get(str(broker), "no answer")
+    if result != "OK":
+        raise AgentError(400, AgentErrorCode.INVALID_REQUEST, str(result))
+
+
+def _cordon_step(ctx: KafkaRecoverContext, action: str, cordon: bool) -> StepResult:
     cluster, broker, name = ctx.params.cluster, ctx.params.broker, ctx.params.log_dir
     path = ctx.plan.log_dir_path
 
     def call() -> dict[str, Any]:
-        resource = ConfigResource(
-            ConfigResourceType.BROKER,
-            str(broker),
-            configs={CORDONED_LOG_DIRS: (AlterConfigOp.APPEND, path)},
-        )
-        with writes_for(cluster) as writes:
-            assert isinstance(writes, KafkaWrites)
-            admin = writes.admin
-            answer = KafkaWrites._ask(
-                lambda: admin.alter_configs([resource], raise_on_unknown=False, incremental=True)
-            )
-        result = answer.get("broker", {}).get(str(broker), "no answer")
-        if result != "OK":
-            raise AgentError(400, AgentErrorCode.INVALID_REQUEST, str(result))
-        return {"log_dir": name, "path": path, "cordoned": True}
+        _alter_cordon(cluster, broker, "APPEND" if cordon else "SUBTRACT", path)
+        return {"log_dir": name, "path": path, "cordoned": cordon}
 
     try:
         after, now = run_command(
             ctx,
-            KafkaRecoverAction.CORDON,
+            action,
             call,
             **targets.log_dir(cluster, broker, name),
             before=lambda: _cordoned(cluster, broker, name),
@@ -322,8 +359,27 @@ def cordon_log_dir(ctx: KafkaRecoverContext) -> StepResult:
     return StepResult.done({"cordoned": after.get("cordoned"), "applied_now": now})
 
 
-def confirm_disk_replaced_and_restarted(ctx: KafkaRecoverContext) -> StepResult:
-    """The manual step: the engine runs this only after an operator confirmed it."""
+@waits_when_unreachable
+def cordon_log_dir(ctx: KafkaRecoverContext) -> StepResult:
+    """APPEND the dir's path to the broker's ``cordoned.log.dirs`` (IncrementalAlterConfigs):
+    idempotent, a listed path is listed once."""
+    return _cordon_step(ctx, KafkaRecoverAction.CORDON, cordon=True)
+
+
+@waits_when_unreachable
+def uncordon_log_dir(ctx: KafkaRecoverContext) -> StepResult:
+    """SUBTRACT the replaced dir's path from ``cordoned.log.dirs`` before the restart, so the
+    restarted broker re-creates the dir's replicas on the new disk."""
+    return _cordon_step(ctx, KafkaRecoverAction.UNCORDON, cordon=False)
+
+
+def confirm_disk_replaced(ctx: KafkaRecoverContext) -> StepResult:
+    """The manual disk replacement: the engine runs this only after an operator confirmed."""
+    return StepResult.done({"confirmed_by": ctx.step.confirmed_by_id})
+
+
+def confirm_broker_restarted(ctx: KafkaRecoverContext) -> StepResult:
+    """The manual restart (or replacement and restart): run only once an operator confirmed."""
     return StepResult.done({"confirmed_by": ctx.step.confirmed_by_id})
 
 
@@ -389,28 +445,54 @@ def verify(ctx: KafkaRecoverContext) -> StepResult:
 
 
 def kafka_recover_steps(params: RecoverParams, plan: KafkaRecoverPlan) -> list[StepDef]:
+    """With a cordon, two manual steps around lifting it (as the agents' runbook: the restarted
+    broker must find the new disk uncordoned); without, one: replace the disk and restart."""
     broker, name = params.broker, params.log_dir
-    steps = []
+    restart_then = "Kafka brings the dir back only when the broker process restarts), then confirm."
+    steps: list[StepDef] = []
     if "cordon_log_dir" in plan.steps:
-        steps.append(StepDef("cordon_log_dir", cordon_log_dir, label=f"Cordon {name}"))
-    steps += [
-        StepDef(
-            "restart_broker",
-            confirm_disk_replaced_and_restarted,
-            label=f"Replace the disk and restart broker {broker} (manual)",
-            gate=True,
-            gate_prompt=(
-                f"Replace the disk of {name} on broker {broker} (mounted at "
-                f"{plan.log_dir_path}) and restart broker {broker} (Kafka brings the dir back "
-                "only when the broker process restarts), then confirm."
+        steps += [
+            StepDef("cordon_log_dir", cordon_log_dir, label=f"Cordon {name}"),
+            StepDef(
+                "confirm_disk_replaced",
+                confirm_disk_replaced,
+                label="Disk replaced (manual)",
+                gate=True,
+                gate_prompt=(
+                    f"Replace the disk of {name} on broker {broker} (an empty disk mounted at "
+                    f"{plan.log_dir_path}), then confirm. The cordon is lifted next and then "
+                    f"broker {broker} restarted."
+                ),
             ),
-        ),
+            StepDef("uncordon_log_dir", uncordon_log_dir, label=f"Lift the cordon of {name}"),
+            StepDef(
+                "restart_broker",
+                confirm_broker_restarted,
+                label=f"Restart broker {broker} (manual)",
+                gate=True,
+                gate_prompt=f"Restart broker {broker} ({restart_then}",
+            ),
+        ]
+    else:
+        steps.append(
+            StepDef(
+                "restart_broker",
+                confirm_broker_restarted,
+                label=f"Replace the disk and restart broker {broker} (manual)",
+                gate=True,
+                gate_prompt=(
+                    f"Replace the disk of {name} on broker {broker} (mounted at "
+                    f"{plan.log_dir_path}) and restart broker {broker} ({restart_then}"
+                ),
+            )
+        )
+    steps.append(
         StepDef(
             "verify",
             verify,
             label="Verify: dir ONLINE, replicas in the ISR, no reassignment",
             unit="replicas",
             total=plan.replica_count,
-        ),
-    ]
+        )
+    )
     return steps
