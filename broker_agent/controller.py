@@ -197,7 +197,7 @@ class Controller:
             self._save_broker(b)
         self._bump(*self._reelect(self.topics.values()))
 
-    async def resume_disablements(self, secret: bytes) -> None:
+    async def resume_disablements(self, secret: bytes, only: set[str] | None = None) -> None:
         """KIP-950 "Controller Failover in DISABLING State": after a (re)start, the controller
         sends DisableRemoteTopic again to every broker hosting a topic left DISABLING that has
         not acknowledged its tiered epoch, retried until each answers, and completes the
@@ -205,8 +205,14 @@ class Controller:
 
         Only what the start found DISABLING: in normal operation a Strata workflow sends the
         commands and completes; a workflow that resumes the same disablement meanwhile gets the
-        brokers' idempotent answers (same epoch: ``applied: false``) and a no-op completion."""
-        pending = {n for n, t in self.topics.items() if t["tiered_state"] == TieredState.DISABLING}
+        brokers' idempotent answers (same epoch: ``applied: false``) and a no-op completion.
+        ``only``: just those topics, disabled through the Kafka listener (Kafka 3.9's
+        disablement, which no workflow drives step by step)."""
+        pending = {
+            n
+            for n, t in self.topics.items()
+            if t["tiered_state"] == TieredState.DISABLING and (only is None or n in only)
+        }
         delay = 0.5
         while pending:
             for name in sorted(pending):

@@ -254,6 +254,10 @@ class AlterConfigsRequest(_Model):
 
     configs: dict[str, str | None]
     expected_tiered_epoch: int | None = None
+    drive_disablement: bool = False
+    """Kafka 3.9's semantics (the Kafka listener's requests): a disablement this starts is
+    driven to DISABLED by the controller itself, as Kafka's brokers act on the config change
+    with no acknowledgement anyone waits for."""
 
 
 class TieringCommandRequest(_Model):
