@@ -247,11 +247,11 @@ class ControllerClient(_SignedClient):
         configs: dict[str, Any],
         expected_tiered_epoch: int | None = None,
         *,
-        drive_disablement: bool = False,
+        drive_brokers: bool = False,
     ) -> TopicMetadata:
         body: dict[str, Any] = {"configs": configs, "expected_tiered_epoch": expected_tiered_epoch}
-        if drive_disablement:
-            body["drive_disablement"] = True
+        if drive_brokers:
+            body["drive_brokers"] = True
         return TopicMetadata.model_validate(
             self.request("POST", f"/v1/topics/{topic}/configs", body=body)
         )

@@ -118,9 +118,15 @@ def create_app(
 
     @app.post("/v1/topics/{topic}/configs", response_model=TopicMetadata)
     async def alter_configs(topic: str, req: AlterConfigsRequest):
+        was = c().topic(topic)["tiered_state"]
         t = c().alter_configs(topic, req)
-        if req.drive_disablement and t["tiered_state"] == TieredState.DISABLING:
-            task = asyncio.create_task(c().resume_disablements(secret, only={topic}))
+        now, driver = t["tiered_state"], None
+        if req.drive_brokers and now == TieredState.DISABLING:
+            driver = c().resume_disablements(secret, only={topic})
+        elif req.drive_brokers and (was, now) == (TieredState.DISABLED, TieredState.ENABLED):
+            driver = c().drive_enablement(secret, topic)
+        if driver is not None:
+            task = asyncio.create_task(driver)
             drivers.add(task)  # held until done (the loop keeps only weak references)
             task.add_done_callback(drivers.discard)
         return c().topic_view(t)

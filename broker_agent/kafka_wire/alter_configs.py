@@ -19,7 +19,8 @@ Tiering is written in Kafka 3.9's keys and read through :mod:`broker_agent.kafka
 ``remote.storage.enable`` on (or dropping ``remote.log.copy.disable``) re-enables; a disable
 (``remote.log.copy.disable=true``: retain; ``remote.storage.enable=false`` with
 ``remote.log.delete.on.disable=true``: delete) starts KIP-950's disablement at the controller,
-which drives it to DISABLED itself (Kafka 3.9 has no acknowledged steps to wait for). Kafka's
+which drives it to DISABLED itself (Kafka 3.9 has no acknowledged steps to wait for), as it
+sends a re-enablement's EnableRemoteTopic itself. Kafka's
 rules: copy disable needs ``local.retention.*`` at -2 or equal to ``retention.*``, and
 ``remote.storage.enable=false`` without the delete flag is refused (both INVALID_CONFIG).
 
@@ -183,9 +184,9 @@ def _alter_topic(broker, resource, validate_only: bool) -> None:
     _validate(t, changes)
     if validate_only or not changes:
         return
-    disables = changes.get(TopicConfig.REMOTE_STORAGE_ENABLE) == "false"
+    tiering = TopicConfig.REMOTE_STORAGE_ENABLE in changes
     try:
-        broker.controller.alter_configs(resource.resource_name, changes, drive_disablement=disables)
+        broker.controller.alter_configs(resource.resource_name, changes, drive_brokers=tiering)
     except AgentError as exc:
         raise _Refused(_CODES.get(exc.error, Errors.UnknownError.errno), exc.message) from None
     except httpx.HTTPError as exc:

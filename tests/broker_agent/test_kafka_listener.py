@@ -640,13 +640,14 @@ def test_incremental_alter_configs_applies_valid_changes_and_refuses_what_kafka_
     # Kafka 3.9's disablement rules: copy disable needs local.retention.* at -2 or equal to
     # retention.*; remote.storage.enable=false needs the delete flag
     assert _alter(port, "orders", [("local.retention.ms", SET, "60000")]) == (NONE, None)
+    wait_until(lambda: described("local.retention.ms") == "60000", 10, what="cache")
     code, message = _alter(port, "orders", [("remote.log.copy.disable", SET, "true")])
     assert code == INVALID_CONFIG and "local.retention.ms" in message
     assert _alter(port, "orders", [("remote.storage.enable", SET, "false")])[0] == INVALID_CONFIG
     assert sim.controller.topic("orders").tiered_state == "ENABLED"
     # with local retention back at -2 a copy disable is one config change; the simulated
     # controller drives KIP-950's steps itself (no acknowledgement for anyone to wait for)
-    retain = [("local.retention.ms", SET, "-2"), ("remote.log.copy.disable", SET, "true")]
+    retain = [("local.retention.ms", DELETE, None), ("remote.log.copy.disable", SET, "true")]
     assert _alter(port, "orders", retain) == (NONE, None)
     wait_until(
         lambda: sim.controller.topic("orders").tiered_state == "DISABLED", 30, what="DISABLED"

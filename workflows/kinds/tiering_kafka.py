@@ -311,7 +311,7 @@ def verify_copy_stopped(ctx: KafkaContext) -> StepResult:
             until = time.monotonic() + quiet
             while (left := until - time.monotonic()) > 0:
                 ctx.progress(0, 1, "checks")  # renews the lease
-                time.sleep(min(left, 5.0))
+                time.sleep(min(left, 1.0))
             second = writes.offsets(topic, parts, LATEST_TIERED)
             if second == first:
                 break
