@@ -1,13 +1,18 @@
 """The tiering kinds' plans on a ``kafka`` cluster (#36), from the PostgreSQL inventory alone:
 every config change before → after (with the ``local.retention.*`` change Kafka requires for
 ``remote.log.copy.disable=true``), the statement that there is no tiered epoch and no per-broker
-acknowledgement, the delete policy's destructive row, and the steps. End to end on the simulated
-cluster's Kafka listener: test_tiering_kafka."""
+acknowledgement, the delete policy's destructive row, and the steps; the steps against a fake
+of the seam's kafka side (once, audited; a change applied but not on record sent again; a topic
+changed since the plan; an unreachable cluster). End to end on the simulated cluster's Kafka
+listener: test_tiering_kafka."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
+from audit.models import AuditEvent
 from broker_agent.choices import TieredState
 from console.choices import SyncTrigger
 from console.models import Cluster, Topic
@@ -15,7 +20,10 @@ from console.sync import do_sync_cluster
 from tests.console.factories import ClusterBuilder
 from workflows.actions import preview_plan
 from workflows.kinds import Refusal, get_kind
-from workflows.kinds.tiering_kafka import NO_EPOCH, KafkaTieringPlan
+from workflows.kinds.cluster_access import Unreachable
+from workflows.kinds.cluster_writes import KafkaWrites
+from workflows.kinds.tiering_kafka import ALTER_CONFIGS, NO_EPOCH, KafkaTieringPlan
+from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
 
@@ -136,3 +144,111 @@ def test_refusals(inventory, kind, topic, code):
 def test_the_tiering_kinds_are_requestable_on_a_kafka_cluster(inventory):
     assert preview_plan("disable_tiering", {"cluster": "prod", "topic": "orders"}).target
     assert preview_plan("enable_tiering", {"cluster": "prod", "topic": "kept"}).target
+
+
+class _Kafka(KafkaWrites):
+    """The seam's kafka side without a cluster: a topic's configs, the changes sent to it."""
+
+    def __init__(self, configs: dict[str, str], *, unreachable: bool = False) -> None:
+        self.configs, self.unreachable = dict(configs), unreachable
+        self.sent: list[dict] = []
+
+    def topic_configs(self, topic: str) -> dict:
+        if self.unreachable:
+            raise Unreachable("Kafka did not answer: KafkaConnectionError")
+        return dict(self.configs)
+
+    def alter_topic_configs(self, topic: str, changes: dict) -> None:
+        self.sent.append(changes)
+        for k, v in changes.items():
+            self.configs[k] = "false" if v is None else v
+
+    def offsets(self, topic: str, partitions: list[int], spec: int) -> dict[int, int]:
+        return dict.fromkeys(partitions, 40)
+
+
+ORDERS_NOW = {
+    "remote.storage.enable": "true",
+    "remote.log.copy.disable": "false",
+    "retention.ms": "86400000",
+    "local.retention.ms": "3600000",
+}
+RETAIN = {"local.retention.ms": "-2", "remote.log.copy.disable": "true"}
+
+
+def _run_retain(kafka: _Kafka, operator, approver, monkeypatch, settings) -> Workflow:
+    from audit.choices import AuditContext
+    from tests.workflows.conftest import approve, planned
+    from workflows import engine
+    from workflows.actions import do_request_workflow
+    from workflows.kinds import tiering_kafka
+
+    settings.STRATA_TIER_COPY_QUIET_SECONDS = 0
+    monkeypatch.setattr(tiering_kafka, "writes_for", lambda name: contextlib.nullcontext(kafka))
+    monkeypatch.setattr(tiering_kafka, "sync_console", lambda ctx: None)
+    wf = planned(
+        do_request_workflow(
+            actor=operator,
+            kind="disable_tiering",
+            params={"cluster": "prod", "topic": "orders", "policy": "retain"},
+            reason="r",
+            context=AuditContext.CLI,
+        )
+    )
+    approve(wf, approver)
+    engine.run(wf.pk)
+    wf.refresh_from_db()
+    return wf
+
+
+def test_the_change_is_sent_once_audited_and_read_back(
+    inventory, operator, approver, monkeypatch, settings
+):
+    kafka = _Kafka(ORDERS_NOW)
+    wf = _run_retain(kafka, operator, approver, monkeypatch, settings)
+    assert wf.state == "succeeded", (wf.error_code, wf.error_message)
+    assert kafka.sent == [RETAIN]
+    [event] = AuditEvent.objects.filter(workflow=wf, action=ALTER_CONFIGS)
+    assert event.before["configs"] == {
+        "local.retention.ms": "3600000",
+        "remote.log.copy.disable": "false",
+    }
+    assert event.after == {"configs": RETAIN}
+    assert wf.steps.get(name="verify_copy_stopped").output["latest_tiered"] == {
+        "0": 40,
+        "1": 40,
+        "2": 40,
+    }
+
+
+def test_a_change_applied_but_not_on_record_is_sent_again_so_the_audit_holds_it(
+    inventory, operator, approver, monkeypatch, settings
+):
+    """A worker killed between IncrementalAlterConfigs and its audit: the next run finds the
+    topic in the planned state with nothing on record and sends the same change again (a no-op
+    for Kafka), audited once."""
+    kafka = _Kafka({**ORDERS_NOW, **RETAIN})
+    wf = _run_retain(kafka, operator, approver, monkeypatch, settings)
+    assert wf.state == "succeeded", (wf.error_code, wf.error_message)
+    assert kafka.sent == [RETAIN]
+    assert AuditEvent.objects.filter(workflow=wf, action=ALTER_CONFIGS).count() == 1
+
+
+def test_a_topic_changed_since_the_plan_fails_the_step_and_sends_nothing(
+    inventory, operator, approver, monkeypatch, settings
+):
+    deleted = {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"}
+    kafka = _Kafka(deleted)
+    wf = _run_retain(kafka, operator, approver, monkeypatch, settings)
+    assert (wf.state, wf.error_code) == ("failed", "PLAN_CHANGED")
+    assert kafka.sent == []
+
+
+def test_an_unreachable_cluster_makes_the_step_wait_not_fail(
+    inventory, operator, approver, monkeypatch, settings
+):
+    kafka = _Kafka(ORDERS_NOW, unreachable=True)
+    wf = _run_retain(kafka, operator, approver, monkeypatch, settings)
+    assert wf.state == "waiting"
+    assert wf.steps.get(name="alter_tiering_configs").state != "failed"
+    assert kafka.sent == []
