@@ -1,4 +1,4 @@
-"""``disable_tiering`` (retain, then delete) and ``enable_tiering`` end to end on a ``kafka``
+"""``disable_tiering`` (retain, then delete) and ``enable_tiering`` (after each) end to end on a ``kafka``
 cluster (#36): the simulated cluster registered through its brokers' Kafka listeners (SASL/PLAIN,
 as ``make run``'s ``local-kafka``), under a produce load, with a real Celery worker. Each
 workflow is requested, planned from the synced inventory, approved and run; its one
@@ -197,6 +197,17 @@ def test_disable_retain_re_enable_and_disable_delete_on_kafka_under_load(
         )
         start, local = _offsets(cluster, -2), _offsets(cluster, -4)
         assert all(start[p] >= local[p] for p in range(PARTITIONS)), (start, local)
+
+        # re-enable after delete: remote storage on again, the delete flag dropped
+        wf = _run(api, operator, approvers, cluster, "enable_tiering")
+        assert _sent(wf).after == {
+            "configs": {"remote.storage.enable": "true", "remote.log.delete.on.disable": None}
+        }
+        configs = _configs(cluster)
+        assert (configs["remote.storage.enable"], configs["remote.log.delete.on.disable"]) == (
+            "true",
+            "false",
+        )
         load.wait_acked(100)
     assert not load.errors, load.errors
     assert verify_chain().ok

@@ -76,6 +76,7 @@ class KafkaTieringPlan(Actions):
     topic: str
     topic_id: str
     tiered_state: str
+    disable_policy: str | None = None  # the topic's as planned (a DISABLED one's)
     policy: Literal["retain", "delete"] | None = None  # disable only
     partitions: list[int]
     changes: list[ConfigChange]
@@ -156,6 +157,7 @@ def plan_enable(topic: Topic, partitions: list[Partition]) -> Plan[KafkaTieringP
         topic=topic.name,
         topic_id=topic.topic_id,
         tiered_state=topic.tiered_state,
+        **({"disable_policy": topic.disable_policy} if topic.disable_policy else {}),
         partitions=[p.partition for p in partitions],
         changes=_diff(topic, changes),
         verification="The configs read back: remote.storage.enable=true, copying not disabled.",
@@ -243,7 +245,7 @@ def alter_tiering_configs(ctx: KafkaContext) -> StepResult:
             return StepResult.fail(exc.code, exc.message)
         live = writes.topic_configs(topic)
         view = kafka39.from_configs(live)
-        if view != target and view.tiered_state != plan.tiered_state:
+        if view not in (target, kafka39.TieringView(plan.tiered_state, plan.disable_policy)):
             return StepResult.fail(
                 ErrorCode.PLAN_CHANGED,
                 f"{topic} is {view.tiered_state} ({view.disable_policy or 'no policy'}) now; the "
