@@ -1,5 +1,5 @@
-"""``disable_tiering`` (retain, then delete) and ``enable_tiering`` (after each) end to end on a ``kafka``
-cluster (#36): the simulated cluster registered through its brokers' Kafka listeners (SASL/PLAIN,
+"""``disable_tiering`` (retain, then delete) and ``enable_tiering`` (after each) end to end on
+a ``kafka`` cluster (#36): the simulated cluster registered through its brokers' Kafka listeners (SASL/PLAIN,
 as ``make run``'s ``local-kafka``), under a produce load, with a real Celery worker. Each
 workflow is requested, planned from the synced inventory, approved and run; its one
 IncrementalAlterConfigs is audited and the outcome read back over Kafka's protocol (configs,
