@@ -7,15 +7,11 @@ ListOffsets -2 / -4 / -5), independently of the steps' own reads."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
 from audit.choices import AuditOutcome
 from audit.models import AuditEvent
 from audit.trail import verify_chain
-from broker_agent.client import Consumer, Producer
-from console.choices import ClusterBackend
 from console.models import Cluster, Topic
 from console.sync import do_sync_cluster
 from tests.broker_agent.conftest import Load
@@ -25,11 +21,17 @@ from workflows.models import Workflow
 
 from .conftest import wait_for
 from .simcluster import Sim, request_planned, sim_cluster, wait_until
+from .tiering_kafka_sim import (
+    PARTITIONS,
+    TOPIC,
+    Loaded,
+    configs,
+    offsets,
+    register_kafka,
+    tiered,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-TOPIC = "events"
-PARTITIONS = 3
 
 
 @pytest.fixture(scope="module")
@@ -42,60 +44,6 @@ def sim(tmp_path_factory) -> Sim:
 def worker(workflow_worker):
     # latest-tiered must stand still this long (the simulated copier runs every 0.5 s)
     return workflow_worker(STRATA_TIER_COPY_QUIET_SECONDS="3")
-
-
-class _Loaded:
-    def __init__(self, sim: Sim) -> None:
-        self.sim = sim
-
-    def producer(self) -> Producer:
-        return Producer(self.sim.controller, self.sim.secret)
-
-    def consumer(self) -> Consumer:
-        return Consumer(self.sim.controller, self.sim.secret)
-
-
-def _register(sim: Sim) -> Cluster:
-    return Cluster.objects.create(
-        name="local-kafka",
-        backend=ClusterBackend.KAFKA,
-        kafka_bootstrap=sim.urls["kafka_bootstrap"],
-        kafka_client_config={
-            "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "PLAIN",
-            "sasl_username": "strata",
-            "sasl_password_ref": str(sim.secret_file),
-        },
-    )
-
-
-@contextlib.contextmanager
-def _admin(cluster: Cluster):
-    from console.sync.kafka_source import connect_admin
-
-    admin = connect_admin(cluster.kafka_client_kwargs(), timeout=10, request_timeout=20)
-    try:
-        yield admin
-    finally:
-        admin.close()
-
-
-def _offsets(cluster: Cluster, spec: int) -> dict[int, int]:
-    from kafka import TopicPartition
-
-    with _admin(cluster) as a:
-        got = a.list_partition_offsets({TopicPartition(TOPIC, p): spec for p in range(PARTITIONS)})
-    return {tp.partition: at.offset for tp, at in got.items()}
-
-
-def _configs(cluster: Cluster) -> dict[str, str]:
-    from kafka.admin import ConfigResource, ConfigResourceType
-
-    with _admin(cluster) as a:
-        got = a.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, TOPIC)], config_filter="all"
-        )
-    return {k: c["value"] for k, c in got["topic"][TOPIC].items()}
 
 
 def _run(api, operator, approvers, cluster: Cluster, kind: str, **params) -> Workflow:
@@ -130,25 +78,13 @@ def _sent(wf: Workflow) -> AuditEvent:
 def test_disable_retain_re_enable_and_disable_delete_on_kafka_under_load(
     sim, worker, api, operator, approver, second_approver
 ):
-    sim.cli(
-        "create-topic",
-        TOPIC,
-        "--partitions",
-        str(PARTITIONS),
-        "--replication-factor",
-        "3",
-        "--tiered",
-        "--segment-bytes",
-        "2048",
-        "--config",
-        "local.retention.bytes=1",  # Kafka refuses copy disable with it: the plan sets -2
-    )
-    cluster = _register(sim)
+    tiered(sim)
+    cluster = register_kafka(sim)
     approvers = [approver, second_approver]
-    with Load(_Loaded(sim), TOPIC) as load:
+    with Load(Loaded(sim), TOPIC) as load:
         load.wait_acked(400)
         wait_until(
-            lambda: all(o >= 0 for o in _offsets(cluster, -5).values()),
+            lambda: all(o >= 0 for o in offsets(cluster, -5).values()),
             60,
             "every partition tiering",
         )
@@ -164,22 +100,22 @@ def test_disable_retain_re_enable_and_disable_delete_on_kafka_under_load(
         assert _sent(wf).after == {
             "configs": {"local.retention.bytes": "-2", "remote.log.copy.disable": "true"}
         }
-        configs = _configs(cluster)
-        assert configs["remote.log.copy.disable"] == "true"
-        assert configs["local.retention.bytes"] == "-2"
-        stopped = _offsets(cluster, -5)
+        read = configs(cluster)
+        assert read["remote.log.copy.disable"] == "true"
+        assert read["local.retention.bytes"] == "-2"
+        stopped = offsets(cluster, -5)
         assert wf.steps.get(name="verify_copy_stopped").output["latest_tiered"] == {
             str(p): o for p, o in stopped.items()
         }
         load.wait_acked(400)  # more segments close; none is copied
-        assert _offsets(cluster, -5) == stopped
+        assert offsets(cluster, -5) == stopped
 
         # re-enable: copy disable dropped
         wf = _run(api, operator, approvers, cluster, "enable_tiering")
         assert _sent(wf).after == {"configs": {"remote.log.copy.disable": None}}
-        assert _configs(cluster)["remote.log.copy.disable"] == "false"
+        assert configs(cluster)["remote.log.copy.disable"] == "false"
         wait_until(
-            lambda: all(o > stopped[p] for p, o in _offsets(cluster, -5).items()),
+            lambda: all(o > stopped[p] for p, o in offsets(cluster, -5).items()),
             60,
             "copying resumed on every partition",
         )
@@ -195,7 +131,7 @@ def test_disable_retain_re_enable_and_disable_delete_on_kafka_under_load(
         assert all(
             output["log_start"][p] >= output["earliest_local"][p] for p in output["log_start"]
         )
-        start, local = _offsets(cluster, -2), _offsets(cluster, -4)
+        start, local = offsets(cluster, -2), offsets(cluster, -4)
         assert all(start[p] >= local[p] for p in range(PARTITIONS)), (start, local)
 
         # re-enable after delete: remote storage on again, the delete flag dropped
@@ -203,8 +139,8 @@ def test_disable_retain_re_enable_and_disable_delete_on_kafka_under_load(
         assert _sent(wf).after == {
             "configs": {"remote.storage.enable": "true", "remote.log.delete.on.disable": None}
         }
-        configs = _configs(cluster)
-        assert (configs["remote.storage.enable"], configs["remote.log.delete.on.disable"]) == (
+        read = configs(cluster)
+        assert (read["remote.storage.enable"], read["remote.log.delete.on.disable"]) == (
             "true",
             "false",
         )
