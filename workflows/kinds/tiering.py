@@ -9,7 +9,9 @@ hosting broker; the first sends to every pending broker at once (:data:`FANOUT_C
 later ones find their acknowledgement recorded. ``STALE_TIERED_EPOCH`` fails (fenced); an
 unreachable broker waits without limit. We spell ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS``
 correctly (the KIP writes ``TIERED_STORAGET_…``). Bytes and projected growth are information;
-whether growth ``fits`` a dir is an action. Narrative: DESIGN.md "Domain rules".
+whether growth ``fits`` a dir is an action. Narrative: DESIGN.md "Domain rules". On a ``kafka``
+cluster both kinds plan and run as Kafka 3.9 shipped KIP-950 (:mod:`.tiering_kafka`; a stored
+plan with ``backend: kafka`` reads back as its model).
 """
 
 from __future__ import annotations
