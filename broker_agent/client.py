@@ -242,14 +242,18 @@ class ControllerClient(_SignedClient):
         )
 
     def alter_configs(
-        self, topic: str, configs: dict[str, Any], expected_tiered_epoch: int | None = None
+        self,
+        topic: str,
+        configs: dict[str, Any],
+        expected_tiered_epoch: int | None = None,
+        *,
+        drive_brokers: bool = False,
     ) -> TopicMetadata:
+        body: dict[str, Any] = {"configs": configs, "expected_tiered_epoch": expected_tiered_epoch}
+        if drive_brokers:
+            body["drive_brokers"] = True
         return TopicMetadata.model_validate(
-            self.request(
-                "POST",
-                f"/v1/topics/{topic}/configs",
-                body={"configs": configs, "expected_tiered_epoch": expected_tiered_epoch},
-            )
+            self.request("POST", f"/v1/topics/{topic}/configs", body=body)
         )
 
     def start_disable(

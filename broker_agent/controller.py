@@ -197,7 +197,7 @@ class Controller:
             self._save_broker(b)
         self._bump(*self._reelect(self.topics.values()))
 
-    async def resume_disablements(self, secret: bytes) -> None:
+    async def resume_disablements(self, secret: bytes, only: set[str] | None = None) -> None:
         """KIP-950 "Controller Failover in DISABLING State": after a (re)start, the controller
         sends DisableRemoteTopic again to every broker hosting a topic left DISABLING that has
         not acknowledged its tiered epoch, retried until each answers, and completes the
@@ -205,8 +205,14 @@ class Controller:
 
         Only what the start found DISABLING: in normal operation a Strata workflow sends the
         commands and completes; a workflow that resumes the same disablement meanwhile gets the
-        brokers' idempotent answers (same epoch: ``applied: false``) and a no-op completion."""
-        pending = {n for n, t in self.topics.items() if t["tiered_state"] == TieredState.DISABLING}
+        brokers' idempotent answers (same epoch: ``applied: false``) and a no-op completion.
+        ``only``: just those topics, disabled through the Kafka listener (Kafka 3.9's
+        disablement, which no workflow drives step by step)."""
+        pending = {
+            n
+            for n, t in self.topics.items()
+            if t["tiered_state"] == TieredState.DISABLING and (only is None or n in only)
+        }
         delay = 0.5
         while pending:
             for name in sorted(pending):
@@ -228,6 +234,38 @@ class Controller:
                     pending.discard(name)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    async def drive_enablement(self, secret: bytes, name: str) -> None:
+        """A re-enablement through the Kafka listener (Kafka 3.9's config change alone): the
+        controller sends EnableRemoteTopic to every broker hosting ``name`` itself, retried
+        until each answers, as the simulated brokers (like KIP-950's) resume copying on it."""
+        t = self.topics.get(name)
+        pending = set(self.hosting_brokers(t)) if t else set()
+        delay = 0.5
+        while pending:
+            t = self.topics.get(name)
+            if t is None or t["tiered_state"] != TieredState.ENABLED:
+                return  # deleted, or disabled again meanwhile
+            for b in sorted(pending):
+                if not self._alive(b):
+                    continue  # retried once its session is back
+                try:
+                    await asyncio.to_thread(self._send_enable, secret, t, b)
+                    pending.discard(b)
+                except Exception as exc:  # any refusal or silence: retried with backoff
+                    log.info("EnableRemoteTopic %s to broker %s: %s", name, b, exc)
+            if pending:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _send_enable(self, secret: bytes, t: dict, broker_id: int) -> None:
+        with AgentClient(self.brokers[broker_id]["url"], secret, retries=0, timeout=10) as a:
+            a.enable_remote_topic(
+                t["name"],
+                t["topic_id"],
+                t["tiered_epoch"],
+                idempotency_key=f"controller-enable-{t['topic_id']}-{t['tiered_epoch']}-{broker_id}",
+            )
 
     def _send_disable(self, secret: bytes, t: dict, broker_id: int) -> None:
         with AgentClient(self.brokers[broker_id]["url"], secret, retries=0, timeout=10) as a:

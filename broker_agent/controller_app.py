@@ -11,6 +11,7 @@ import anyio.from_thread
 from fastapi import FastAPI, Query
 from fastapi.responses import Response
 
+from broker_agent.choices import TieredState
 from broker_agent.controller import Controller
 from broker_agent.elections import install_election_routes
 from broker_agent.groups import install_group_routes
@@ -49,6 +50,7 @@ def create_app(
     URL), the only target a request signed for it may name. ``nonce_path``: see
     :func:`broker_agent.web.install`."""
     state: dict = {}
+    drivers: set[asyncio.Task] = set()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -58,6 +60,8 @@ def create_app(
         yield
         reaper.cancel()
         resumer.cancel()
+        for task in list(drivers):
+            task.cancel()
 
     app = FastAPI(
         title="Strata simulated controller",
@@ -114,7 +118,18 @@ def create_app(
 
     @app.post("/v1/topics/{topic}/configs", response_model=TopicMetadata)
     async def alter_configs(topic: str, req: AlterConfigsRequest):
-        return c().topic_view(c().alter_configs(topic, req))
+        was = c().topic(topic)["tiered_state"]
+        t = c().alter_configs(topic, req)
+        now, driver = t["tiered_state"], None
+        if req.drive_brokers and now == TieredState.DISABLING:
+            driver = c().resume_disablements(secret, only={topic})
+        elif req.drive_brokers and (was, now) == (TieredState.DISABLED, TieredState.ENABLED):
+            driver = c().drive_enablement(secret, topic)
+        if driver is not None:
+            task = asyncio.create_task(driver)
+            drivers.add(task)  # held until done (the loop keeps only weak references)
+            task.add_done_callback(drivers.discard)
+        return c().topic_view(t)
 
     @app.post("/v1/topics/{topic}/tiering/disable", response_model=TopicMetadata)
     async def start_disable(topic: str, req: TieringCommandRequest):

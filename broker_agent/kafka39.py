@@ -22,6 +22,7 @@ __all__ = [
     "Kafka39MappingError",
     "TieringView",
     "configs_for_state",
+    "copy_disable_violations",
     "disable_configs",
     "enable_configs",
     "from_configs",
@@ -30,6 +31,13 @@ __all__ = [
 REMOTE_STORAGE_ENABLE = TopicConfig.REMOTE_STORAGE_ENABLE  # "remote.storage.enable"
 REMOTE_LOG_COPY_DISABLE = "remote.log.copy.disable"
 REMOTE_LOG_DELETE_ON_DISABLE = "remote.log.delete.on.disable"
+#: Each ``local.retention.*`` with the ``retention.*`` it must equal (or be -2, "the same") for
+#: Kafka 3.9 to accept ``remote.log.copy.disable=true``.
+LOCAL_RETENTION = (
+    (TopicConfig.LOCAL_RETENTION_MS, TopicConfig.RETENTION_MS),
+    (TopicConfig.LOCAL_RETENTION_BYTES, TopicConfig.RETENTION_BYTES),
+)
+SAME_AS_RETENTION = "-2"
 
 
 class Kafka39MappingError(ValueError):
@@ -95,7 +103,8 @@ def disable_configs(
 ) -> dict[str, str | None]:
     """The incremental AlterConfigs that disables tiering on Kafka 3.9 with ``policy``.
 
-    Refused as Strata's controller refuses it: an unknown policy is ``INVALID_REQUEST``; a topic
+    With ``retain``, each ``local.retention.*`` Kafka would refuse it with is set to -2 (the
+    same as ``retention.*``) in the same request. Refused as Strata's controller refuses it: an unknown policy is ``INVALID_REQUEST``; a topic
     not ENABLED cannot be disabled (``INVALID_STATE_TRANSITION``). An ``expected_tiered_epoch`` is
     refused (``INVALID_REQUEST``): 3.9 has no epoch to check it against, and silently ignoring a
     fencing request would be worse than failing.
@@ -111,8 +120,27 @@ def disable_configs(
             ErrorCode.INVALID_STATE_TRANSITION, f"tiering is {state}, not ENABLED"
         )
     if policy == DisablePolicy.RETAIN:
-        return {REMOTE_LOG_COPY_DISABLE: "true"}
+        local = {key: SAME_AS_RETENTION for key, _total in copy_disable_violations(current)}
+        return {**local, REMOTE_LOG_COPY_DISABLE: "true"}
     return {REMOTE_STORAGE_ENABLE: "false", REMOTE_LOG_DELETE_ON_DISABLE: "true"}
+
+
+def copy_disable_violations(configs: dict[str, str | None]) -> list[tuple[str, str]]:
+    """The ``(local.retention.*, retention.*)`` pairs that keep Kafka 3.9 from accepting
+    ``remote.log.copy.disable=true`` (the local one neither -2 nor equal to the total): with
+    copying stopped, local segments are the only copy of new data, so they must be kept as long
+    as the topic's retention. Unset keys are at Kafka's defaults; a retain disablement sets the
+    offending ones to -2 (:func:`disable_configs`)."""
+
+    def value(key: str) -> str:
+        v = configs.get(key)
+        return str(TopicConfig.DEFAULTS[key] if v is None else v).strip()
+
+    return [
+        (local, total)
+        for local, total in LOCAL_RETENTION
+        if value(local) not in (SAME_AS_RETENTION, value(total))
+    ]
 
 
 def enable_configs(current: dict[str, str | None]) -> dict[str, str | None]:

@@ -254,6 +254,10 @@ class AlterConfigsRequest(_Model):
 
     configs: dict[str, str | None]
     expected_tiered_epoch: int | None = None
+    drive_brokers: bool = False
+    """Kafka 3.9's semantics (the Kafka listener's requests): the controller sends the brokers
+    the KIP-950 commands a tiering change needs itself (DisableRemoteTopic then DISABLED, or
+    EnableRemoteTopic), as Kafka's brokers act on the config change alone."""
 
 
 class TieringCommandRequest(_Model):

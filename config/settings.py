@@ -333,6 +333,10 @@ CELERY_BEAT_SCHEDULE["spark-prune-run-files"] = {
 # STRATA_APPROVALS_DEFAULT. A site overrides a kind here: {"kind": {"approvals": N,
 # "when": {"param=value": M}}} (the first matching "when" wins, then "approvals").
 STRATA_APPROVALS_DEFAULT = env_int("STRATA_APPROVALS_DEFAULT", 1)
+# How long latest-tiered (ListOffsets -5) must stand still for a retain disablement on a kafka
+# cluster to count as "copying stopped": one remote log manager task interval (Kafka's
+# remote.log.manager.task.interval.ms, 30 s by default) or more.
+STRATA_TIER_COPY_QUIET_SECONDS = env_float("STRATA_TIER_COPY_QUIET_SECONDS", 30.0)
 STRATA_APPROVAL_POLICY: dict[str, dict] = {}
 STRATA_APPROVER_ROLE = env_str("STRATA_APPROVER_ROLE", "approver")  # an accounts.roles.Role
 STRATA_APPROVAL_TTL_HOURS = env_float("STRATA_APPROVAL_TTL_HOURS", 24.0)

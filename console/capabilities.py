@@ -111,8 +111,8 @@ KAFKA_NO_TASK_STATES = (
 
 #: The capabilities each workflow kind needs (by name: the console reads no workflow code).
 KIND_NEEDS = {
-    "disable_tiering": (TIERED_EPOCH,),
-    "enable_tiering": (TIERED_EPOCH,),
+    # on kafka, Kafka 3.9's config change verified by the -4 / -5 offsets (no epoch needed)
+    "disable_tiering": (TIERED_OFFSETS,),
     "remote_purge": (TIERED_EPOCH,),
     # Kafka's expansion is CreatePartitions, without KIP-253's order (shown unavailable in its
     # plan); a shrink needs KIP-253: Kafka cannot remove partitions.
@@ -126,11 +126,15 @@ KIND_NEEDS = {
 #: The workflow kinds whose steps run on a ``kafka`` cluster (through Kafka's protocol, the
 #: ``kafka`` side of ``workflows.kinds.cluster_writes``); the others' steps still speak the
 #: agents' API only (#36), so a request of them on a kafka cluster is refused up front.
-KAFKA_KINDS = (
+KAFKA_KINDS: tuple[str, ...] = (
     "elect_leaders",
     "expand_partitions",
-    # log-dir recovery (#36): cordon, the operator's disk replacement and restart, verify
+    # log-dir recovery: cordon, the operator's disk replacement and restart, verify
     "recover_log_dir",
+    # tiering as Kafka 3.9 shipped it (``workflows.kinds.tiering_kafka``): config changes mapped
+    # by ``broker_agent.kafka39``, verified by the configs and offsets read back
+    "disable_tiering",
+    "enable_tiering",
 )
 
 

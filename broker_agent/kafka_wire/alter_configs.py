@@ -16,11 +16,13 @@ Per resource, in Kafka's order (``ConfigAdminManager.prepareIncrementalConfigs``
 - ``validate_only``: all of the above, nothing applied.
 
 Tiering is written in Kafka 3.9's keys and read through :mod:`broker_agent.kafka39`: turning
-``remote.storage.enable`` on enables (or re-enables) tiering. A change that would *disable*
-tiering (``remote.log.copy.disable=true``, ``remote.storage.enable=false`` with
-``remote.log.delete.on.disable=true``) is refused with INVALID_REQUEST for now: the simulated
-cluster disables tiering through KIP-950's acknowledged steps (``sim disable-tiering`` or the
-console's workflow), which Kafka 3.9's single config change does not carry.
+``remote.storage.enable`` on (or dropping ``remote.log.copy.disable``) re-enables; a disable
+(``remote.log.copy.disable=true``: retain; ``remote.storage.enable=false`` with
+``remote.log.delete.on.disable=true``: delete) starts KIP-950's disablement at the controller,
+which drives it to DISABLED itself (Kafka 3.9 has no acknowledged steps to wait for), as it
+sends a re-enablement's EnableRemoteTopic itself. Kafka's
+rules: copy disable needs ``local.retention.*`` at -2 or equal to ``retention.*``, and
+``remote.storage.enable=false`` without the delete flag is refused (both INVALID_CONFIG).
 
 Broker resources: KIP-1066's ``cordoned.log.dirs`` (paths of the broker's dirs; SET, APPEND,
 SUBTRACT, DELETE) and Kafka's per-broker quota
@@ -41,7 +43,7 @@ from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlte
 from kafka.protocol.api_key import ApiKey
 
 from broker_agent import kafka39
-from broker_agent.choices import ErrorCode, TieredState, TopicConfig
+from broker_agent.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
 from broker_agent.client import AgentError
 from broker_agent.kafka_wire.api import Api
 from broker_agent.kafka_wire.configs import (
@@ -121,14 +123,40 @@ def _changes(t: dict, configs) -> dict[str, str | None]:
             changes[name] = ",".join(items)
     before = kafka39.from_configs({k: current[k] for k in TIERING_KEYS})
     after = kafka39.from_configs(tiering)
-    if after != before:
-        if after.tiered_state != TieredState.ENABLED:
-            raise _invalid_request(
-                "disabling tiered storage is not answered over Kafka's protocol yet: the "
-                "simulated cluster disables it through KIP-950's acknowledged steps "
-                "(sim disable-tiering, or Strata's workflow)"
+    if after.disable_policy == DisablePolicy.RETAIN:
+        merged = {**current, **changes}
+        for k, v in changes.items():
+            if v is None:
+                merged[k] = TopicConfig.DEFAULTS[k]
+        for local, total in kafka39.copy_disable_violations(merged):
+            raise _invalid_config(
+                f"When `{kafka39.REMOTE_LOG_COPY_DISABLE}` is set to true, the `{local}` and "
+                f"`{total}` must be set to the identical value because there will be no more "
+                "logs copied to the remote storage."
             )
+    if after == before:
+        return changes
+    if after.tiered_state == TieredState.ENABLED:
         changes[TopicConfig.REMOTE_STORAGE_ENABLE] = "true"
+    elif before.tiered_state == TieredState.ENABLED and after.disable_policy is not None:
+        # Kafka 3.9's disablement, a config change the brokers act on with no acknowledgement:
+        # KIP-950's steps at the controller, which drives them itself (_alter_topic)
+        changes[TopicConfig.REMOTE_STORAGE_ENABLE] = "false"
+        changes[TopicConfig.REMOTE_LOG_DISABLE_POLICY] = after.disable_policy
+    elif before.tiered_state == TieredState.ENABLED:
+        raise _invalid_config(
+            "It is invalid to disable remote storage without deleting remote data. If you want "
+            "to keep the remote data and turn to read only, please set "
+            "`remote.storage.enable=true,remote.log.copy.disable=true`. If you want to disable "
+            "remote storage and delete all remote data, please set "
+            "`remote.storage.enable=false,remote.log.delete.on.disable=true`."
+        )
+    else:
+        raise _invalid_request(
+            f"the simulated cluster does not change a disabled topic's policy "
+            f"({before.disable_policy} -> {after.disable_policy}) over Kafka's protocol: "
+            "re-enable it first"
+        )
     return changes
 
 
@@ -165,8 +193,9 @@ def _alter_topic(broker, resource, validate_only: bool) -> None:
     _validate(t, changes)
     if validate_only or not changes:
         return
+    tiering = TopicConfig.REMOTE_STORAGE_ENABLE in changes
     try:
-        broker.controller.alter_configs(resource.resource_name, changes)
+        broker.controller.alter_configs(resource.resource_name, changes, drive_brokers=tiering)
     except AgentError as exc:
         raise _Refused(_CODES.get(exc.error, Errors.UnknownError.errno), exc.message) from None
     except httpx.HTTPError as exc:

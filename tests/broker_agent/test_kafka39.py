@@ -91,3 +91,26 @@ def test_requests_3_9_cannot_express_are_refused_with_kip_codes():
     assert exc.value.error == ErrorCode.INVALID_STATE_TRANSITION
     with pytest.raises(kafka39.Kafka39MappingError):
         kafka39.configs_for_state("PAUSED")
+
+
+def test_retain_sets_the_local_retention_kafka_refuses_copy_disable_without():
+    """Kafka 3.9 accepts remote.log.copy.disable=true only with local.retention.* at -2 or equal
+    to retention.*: the retain change sets the offending ones to -2 in the same request."""
+    short_local = {
+        **ENABLED,
+        "retention.ms": "86400000",
+        "local.retention.ms": "3600000",
+        "retention.bytes": "1000",
+        "local.retention.bytes": "1000",  # equal: accepted as is
+    }
+    assert kafka39.copy_disable_violations(short_local) == [("local.retention.ms", "retention.ms")]
+    assert kafka39.disable_configs(short_local, "retain") == {
+        "local.retention.ms": "-2",
+        "remote.log.copy.disable": "true",
+    }
+    assert kafka39.copy_disable_violations(_apply(short_local, {"local.retention.ms": "-2"})) == []
+    # unset keys are at Kafka's defaults (-2): nothing to change; delete has no such rule
+    assert kafka39.copy_disable_violations({**ENABLED, "local.retention.bytes": "5"}) == [
+        ("local.retention.bytes", "retention.bytes")
+    ]
+    assert "local.retention.ms" not in kafka39.disable_configs(short_local, "delete")

@@ -637,9 +637,29 @@ def test_incremental_alter_configs_applies_valid_changes_and_refuses_what_kafka_
     wait_until(lambda: described("remote.storage.enable") == "true", 10, what="cache")
     local_above_total = [("retention.bytes", SET, "1024"), ("local.retention.bytes", SET, "2048")]
     assert _alter(port, "orders", local_above_total)[0] == INVALID_CONFIG
-    # disabling goes through KIP-950's acknowledged steps, not one config change (yet)
+    # Kafka 3.9's disablement rules: copy disable needs local.retention.* at -2 or equal to
+    # retention.*; remote.storage.enable=false needs the delete flag
+    assert _alter(port, "orders", [("local.retention.ms", SET, "60000")]) == (NONE, None)
+    wait_until(lambda: described("local.retention.ms") == "60000", 10, what="cache")
     code, message = _alter(port, "orders", [("remote.log.copy.disable", SET, "true")])
-    assert code == INVALID_REQUEST and "KIP-950" in message
+    assert code == INVALID_CONFIG and "local.retention.ms" in message
+    assert _alter(port, "orders", [("remote.storage.enable", SET, "false")])[0] == INVALID_CONFIG
+    assert sim.controller.topic("orders").tiered_state == "ENABLED"
+    # with local retention back at -2 a copy disable is one config change; the simulated
+    # controller drives KIP-950's steps itself (no acknowledgement for anyone to wait for)
+    retain = [("local.retention.ms", DELETE, None), ("remote.log.copy.disable", SET, "true")]
+    assert _alter(port, "orders", retain) == (NONE, None)
+    wait_until(
+        lambda: sim.controller.topic("orders").tiered_state == "DISABLED", 30, what="DISABLED"
+    )
+    assert sim.controller.topic("orders").disable_policy == "retain"
+    wait_until(lambda: described("remote.log.copy.disable") == "true", 10, what="cache")
+    to_delete = [
+        ("remote.storage.enable", SET, "false"),
+        ("remote.log.delete.on.disable", SET, "true"),
+    ]
+    assert _alter(port, "orders", to_delete)[0] == INVALID_REQUEST  # the sim: re-enable first
+    assert _alter(port, "orders", [("remote.log.copy.disable", DELETE, None)]) == (NONE, None)
     assert sim.controller.topic("orders").tiered_state == "ENABLED"
 
 

@@ -69,7 +69,11 @@ def test_cordon_follows_whether_the_brokers_know_kip_1066_cordoned_log_dirs():
 
 def test_workflow_kinds_a_kafka_cluster_cannot_run_name_the_capability_they_need():
     c = kafka(api_versions={"2": [0, 9]})
-    assert caps.kind_unsupported(c, "disable_tiering").key == "tiered_epoch"
+    assert caps.kind_unsupported(c, "remote_purge").key == "tiered_epoch"
+    # tiering on kafka is Kafka 3.9's config change, verified by the -4 / -5 offsets
+    assert caps.kind_unsupported(c, "disable_tiering") is None
+    older = kafka(api_versions={"2": [0, 8]})
+    assert caps.kind_unsupported(older, "disable_tiering").key == "tiered_offsets"
     # Kafka grows a topic by CreatePartitions (API key 37), keys remapped; it never shrinks one
     assert caps.kind_unsupported(c, "expand_partitions").key == "partition_expansion"
     assert caps.kind_unsupported(kafka(api_versions={"37": [0, 3]}), "expand_partitions") is None

@@ -119,13 +119,13 @@ def _kafka(**features) -> Cluster:
     )
 
 
-def test_on_a_kafka_cluster_only_elect_leaders_is_let_through(db):
+def test_on_a_kafka_cluster_only_the_kafka_kinds_are_let_through(db):
     _kafka(api_versions={"43": [0, 2], "2": [0, 9]})
     assert preview_plan("elect_leaders", {"cluster": "prod", "topic": "orders"}).target
     with pytest.raises(WorkflowError, match="does not run orphan_sweep yet"):
         preview_plan("orphan_sweep", {"cluster": "prod", "spark_run": 1})
     with pytest.raises(WorkflowError, match="Kafka shipped KIP-950 without a tiered epoch"):
-        preview_plan("disable_tiering", {"cluster": "prod", "topic": "orders"})
+        preview_plan("remote_purge", {"cluster": "prod", "spark_run": 1})
     assert not Workflow.objects.exists()
 
 
@@ -146,7 +146,7 @@ def test_the_request_form_offers_elect_leaders_on_a_kafka_cluster(client, operat
     ).content.decode()
     assert "data-unsupported" not in form and 'data-testid="submit-request"' in form
     other = client.get(
-        "/workflows/new/", {"kind": "disable_tiering", "cluster": "prod", "topic": "orders"}
+        "/workflows/new/", {"kind": "remote_purge", "cluster": "prod", "spark_run": "1"}
     ).content.decode()
     assert "data-unsupported" in other and 'data-testid="submit-request"' not in other
 

@@ -7,8 +7,10 @@ config (bootstrap, SASL, TLS). A step asks :func:`writes_for` and calls the same
 either; each write is a command the step audits (:func:`workflows.kinds.commands.run_command`),
 each read a read-back that verifies it.
 
-Only the operations a kind needs now (preferred leader election, partition expansion); the
-others join as their kinds move onto the seam. Both sides fail the same way, so a step handles one set of outcomes:
+Only the operations a kind needs now (preferred leader election and partition expansion on both
+sides; a topic's configs and offsets on the kafka side, which the tiering kinds' kafka steps use);
+the others join as their kinds move onto the seam. Both sides fail the same way, so a step handles
+one set of outcomes:
 
 - a refusal of the whole request is an :class:`~broker_agent.client.AgentError` whose ``error``
   is Kafka's error name (the agents' codes are Kafka's names already), ``status`` 503 when Kafka
@@ -22,6 +24,7 @@ Per-partition answers (an election's) are Kafka's error names, ``None`` for succ
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -179,6 +182,54 @@ class KafkaWrites:
         for result in response.results:
             if result.name == topic and result.error_code:
                 raise _refusal(result.error_code, result.error_message)
+
+    # --- tiering (#36): a topic's configs and the offsets that verify a change of them -----
+
+    def topic_configs(self, topic: str) -> dict[str, str | None]:
+        """Every config of ``topic`` as its brokers describe it, defaults included
+        (DescribeConfigs)."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        answer = self._ask(
+            lambda: self.admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"
+            )
+        )
+        described = answer.get("topic", {}).get(topic)
+        if described is None:
+            raise _refusal(Errors.UnknownTopicOrPartitionError.errno, f"topic {topic!r}")
+        return {key: c.get("value") for key, c in described.items()}
+
+    def alter_topic_configs(self, topic: str, changes: dict[str, str | None]) -> None:
+        """IncrementalAlterConfigs on ``topic``: SET each value, DELETE each ``None``; Kafka
+        applies all or none of one resource's changes."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        ops = {k: ("DELETE", None) if v is None else ("SET", v) for k, v in changes.items()}
+        answer = self._ask(
+            lambda: self.admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic, ops)],
+                incremental=True,
+                raise_on_unknown=False,
+            )
+        )
+        result = answer.get("topic", {}).get(topic, "OK")
+        if result != "OK":  # kafka-python's "[Error 40] InvalidConfigurationError: why"
+            found = re.match(r"\[Error (-?\d+)\] \w+: ?(.*)", str(result), re.S)
+            code = int(found.group(1)) if found else -1
+            raise _refusal(code, found.group(2) if found else str(result))
+
+    def offsets(self, topic: str, partitions: list[int], spec: int) -> dict[int, int]:
+        """ListOffsets ``spec`` of each partition at its leader: -2 log start, -4 earliest
+        local (the local log start), -5 latest tiered (KIP-1005; -1 when nothing is)."""
+        from kafka import TopicPartition
+
+        answer = self._ask(
+            lambda: self.admin.list_partition_offsets(
+                {TopicPartition(topic, p): spec for p in partitions}
+            )
+        )
+        return {tp.partition: at.offset for tp, at in answer.items()}
 
     @staticmethod
     def _ask(call: Callable[[], Any]) -> Any:

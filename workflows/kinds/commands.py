@@ -35,6 +35,7 @@ __all__ = [
     "record_command",
     "record_successes",
     "run_command",
+    "sync_console",
     "unreachable_wait",
     "waits_when_unreachable",
 ]
@@ -274,3 +275,16 @@ def waits_when_unreachable(
             return unreachable_wait(ctx, exc, cap=retry_in)
 
     return step
+
+
+def sync_console(ctx: AnyContext) -> None:
+    """Best effort: refresh the console's inventory so pages and the next pre-flight see a
+    workflow's change (beat syncs later when this fails)."""
+    from console.choices import SyncTrigger
+    from console.models import Cluster
+    from console.sync import do_sync_cluster
+
+    try:
+        do_sync_cluster(Cluster.objects.get(name=ctx.params.cluster), trigger=SyncTrigger.COMMAND)
+    except Exception as exc:  # the workflow's change is done; beat will sync later
+        ctx.log(f"console sync after the change failed: {exc}", "warning")

@@ -9,14 +9,16 @@ hosting broker; the first sends to every pending broker at once (:data:`FANOUT_C
 later ones find their acknowledgement recorded. ``STALE_TIERED_EPOCH`` fails (fenced); an
 unreachable broker waits without limit. We spell ``TIERED_STORAGE_DISABLEMENT_IN_PROGRESS``
 correctly (the KIP writes ``TIERED_STORAGET_…``). Bytes and projected growth are information;
-whether growth ``fits`` a dir is an action. Narrative: DESIGN.md "Domain rules".
+whether growth ``fits`` a dir is an action. Narrative: DESIGN.md "Domain rules". On a ``kafka``
+cluster both kinds plan and run as Kafka 3.9 shipped KIP-950 (:mod:`.tiering_kafka`; a stored
+plan with ``backend: kafka`` reads back as its model).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from audit import targets
 from broker_agent.choices import (
@@ -28,6 +30,7 @@ from broker_agent.choices import (
 )
 from broker_agent.choices import ErrorCode as AgentCode
 from broker_agent.client import AgentError
+from console.choices import ClusterBackend
 from console.models import Cluster, LogDir, Partition, Replica, Topic
 from spark_tasks.models import SparkJob
 from workflows.errors import ErrorCode
@@ -45,6 +48,7 @@ from workflows.kinds.commands import (
     applied_before,
     is_unreachable,
     record_command,
+    sync_console,
     unreachable_wait,
 )
 from workflows.kinds.spark import follow_spark_run
@@ -53,6 +57,13 @@ from workflows.kinds.tiering_fanout import (
     UNREACHABLE_RETRY_CAP_SECONDS,
     audit_ack,
     broker_command,
+)
+from workflows.kinds.tiering_kafka import (
+    KafkaTieringPlan,
+    kafka_review,
+    kafka_steps,
+    plan_disable,
+    plan_enable,
 )
 from workflows.kinds.tiering_review import disable_review, enable_review
 from workflows.kinds.tiering_types import (
@@ -86,6 +97,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+A = TypeVar("A", DisablePlan, EnablePlan)
 
 COMPACT = "compact"
 
@@ -236,17 +248,6 @@ def _topic_state(t: TopicMetadata) -> dict[str, Any]:
     }
 
 
-def _sync_console(ctx: StepContext[TopicParams, Any]) -> None:
-    """Best effort: refresh the console's inventory so pages and the next pre-flight see it."""
-    from console.choices import SyncTrigger
-    from console.sync import do_sync_cluster
-
-    try:
-        do_sync_cluster(Cluster.objects.get(name=ctx.params.cluster), trigger=SyncTrigger.COMMAND)
-    except Exception as exc:  # the workflow's change is done; beat will sync later
-        ctx.log(f"console sync after the change failed: {exc}", "warning")
-
-
 # --- disable_tiering steps -------------------------------------------------------------------
 
 
@@ -350,7 +351,7 @@ def complete_disablement(ctx: DisableContext) -> StepResult:
         after=_topic_state(after),
         extra={"expected_tiered_epoch": epoch},
     )
-    _sync_console(ctx)
+    sync_console(ctx)
     return StepResult.done({"tiered_state": after.tiered_state, "tiered_epoch": after.tiered_epoch})
 
 
@@ -481,7 +482,7 @@ def verify_tiering(ctx: EnableContext) -> StepResult:
     if any(values.get(o) != v for o, v in expected.items()):
         return StepResult.fail("VERIFY_MISMATCH", f"{topic}-{p}: marker records read back wrong")
     ctx.progress(1, 1, "segments")
-    _sync_console(ctx)
+    sync_console(ctx)
     return StepResult.done(
         {
             "partition": p,
@@ -497,15 +498,24 @@ def verify_tiering(ctx: EnableContext) -> StepResult:
 # --- the kinds -------------------------------------------------------------------------------
 
 
+def _read_plan(stored: dict[str, Any], agents_model: type[A]) -> A | KafkaTieringPlan:
+    """A stored plan as its backend's model (a kafka plan says ``backend: kafka``)."""
+    if stored.get("backend") == ClusterBackend.KAFKA:
+        return KafkaTieringPlan.model_validate(stored)
+    return agents_model.model_validate(stored)
+
+
 @register
-class DisableTiering(WorkflowKind[DisableParams, DisablePlan]):
+class DisableTiering(WorkflowKind[DisableParams, DisablePlan | KafkaTieringPlan]):
     name = "disable_tiering"
     label = "Disable tiering (KIP-950)"
     description = (
         "ENABLED → DISABLING (tiered epoch + 1) → DisableRemoteTopic to every hosting broker → "
         "DISABLED; with policy delete, then the Spark purge job. A topic left DISABLING with no "
         "workflow driving it (started by AlterConfigs, or by a workflow that failed) is taken "
-        "over at its epoch and policy."
+        "over at its epoch and policy. On a kafka cluster: Kafka 3.9's topic config change "
+        "(remote.log.copy.disable, or remote.storage.enable=false with "
+        "remote.log.delete.on.disable), verified by the configs and offsets read back."
     )
     approvals = 1
     params_model, actions_model = DisableParams, DisablePlan
@@ -517,8 +527,13 @@ class DisableTiering(WorkflowKind[DisableParams, DisablePlan]):
     def target(self, params: DisableParams) -> str:
         return f"topic:{params.topic}"
 
-    def plan(self, params: DisableParams) -> Plan[DisablePlan]:
+    def read_plan(self, stored: dict[str, Any]) -> DisablePlan | KafkaTieringPlan:
+        return _read_plan(stored, DisablePlan)
+
+    def plan(self, params: DisableParams) -> Plan[DisablePlan | KafkaTieringPlan]:
         topic = _topic(params)
+        if topic.cluster.backend == ClusterBackend.KAFKA:
+            return cast(Plan[Any], plan_disable(topic, _partitions(topic), params.policy))
         policy = params.policy
         adopt = topic.tiered_state == TieredState.DISABLING
         if adopt and policy != (topic.disable_policy or DisablePolicy.DEFAULT):
@@ -598,9 +613,13 @@ class DisableTiering(WorkflowKind[DisableParams, DisablePlan]):
         return Plan(actions, information)
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        if actions.get("backend") == ClusterBackend.KAFKA:
+            return kafka_review(actions, information)
         return disable_review(actions, information)
 
-    def steps(self, params: DisableParams, plan: DisablePlan) -> list[StepDef]:
+    def steps(self, params: DisableParams, plan: DisablePlan | KafkaTieringPlan) -> list[StepDef]:
+        if isinstance(plan, KafkaTieringPlan):
+            return kafka_steps(plan)
         steps = [
             StepDef(
                 "start_disablement",
@@ -633,12 +652,13 @@ class DisableTiering(WorkflowKind[DisableParams, DisablePlan]):
 
 
 @register
-class EnableTiering(WorkflowKind[EnableParams, EnablePlan]):
+class EnableTiering(WorkflowKind[EnableParams, EnablePlan | KafkaTieringPlan]):
     name = "enable_tiering"
     label = "Enable tiering (KIP-950 re-enablement)"
     description = (
         "ENABLED at the controller (tiered epoch kept), EnableRemoteTopic to every hosting "
-        "broker, then a produced batch must tier with the current epoch without an offset gap."
+        "broker, then a produced batch must tier with the current epoch without an offset gap. "
+        "On a kafka cluster: Kafka 3.9's topic config change, verified by the configs read back."
     )
     approvals = None  # the site's STRATA_APPROVALS_DEFAULT (1 unless set)
     params_model, actions_model = EnableParams, EnablePlan
@@ -646,7 +666,10 @@ class EnableTiering(WorkflowKind[EnableParams, EnablePlan]):
     def target(self, params: EnableParams) -> str:
         return f"topic:{params.topic}"
 
-    def plan(self, params: EnableParams) -> Plan[EnablePlan]:
+    def read_plan(self, stored: dict[str, Any]) -> EnablePlan | KafkaTieringPlan:
+        return _read_plan(stored, EnablePlan)
+
+    def plan(self, params: EnableParams) -> Plan[EnablePlan | KafkaTieringPlan]:
         topic = _topic(params)
         if _is_compacted(topic):
             raise Refusal(
@@ -663,6 +686,8 @@ class EnableTiering(WorkflowKind[EnableParams, EnablePlan]):
             )
         if topic.tiered_state == TieredState.ENABLED:
             raise Refusal(ErrorCode.INVALID_REQUEST, f"{topic.name} is already tiered.")
+        if topic.cluster.backend == ClusterBackend.KAFKA:
+            return cast(Plan[Any], plan_enable(topic, _partitions(topic)))
         partitions = _partitions(topic)
         brokers = _hosting_brokers(partitions)
         placed = verify_placement(
@@ -703,9 +728,13 @@ class EnableTiering(WorkflowKind[EnableParams, EnablePlan]):
         return Plan(actions, information)
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
+        if actions.get("backend") == ClusterBackend.KAFKA:
+            return kafka_review(actions, information)
         return enable_review(actions, information)
 
-    def steps(self, params: EnableParams, plan: EnablePlan) -> list[StepDef]:
+    def steps(self, params: EnableParams, plan: EnablePlan | KafkaTieringPlan) -> list[StepDef]:
+        if isinstance(plan, KafkaTieringPlan):
+            return kafka_steps(plan)
         return [
             StepDef("enable_at_controller", enable_at_controller, label="ENABLED at controller"),
             *(
