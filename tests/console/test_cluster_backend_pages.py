@@ -64,7 +64,7 @@ def test_a_kafka_cluster_page_never_raises_before_its_first_sync(viewer_client):
     assert re.search(r'data-capability="tiered_epoch" data-status="unsupported"', html)
     assert re.search(r'data-capability="leader_election" data-status="unknown"', html)
     assert re.search(r'data-capability="partition_expansion" data-status="unknown"', html)
-    assert 'data-runnable-kinds="elect_leaders expand_partitions recover_log_dir"' in html
+    assert 'data-runnable-kinds="elect_leaders expand_partitions recover_log_dir disable_tiering enable_tiering"' in html
     for url in ("/", "/topics/?cluster=prod", "/brokers/?cluster=prod", "/topology/?cluster=prod"):
         assert viewer_client.get(url).status_code == 200, url
 
@@ -200,7 +200,7 @@ def test_requests_a_kafka_cluster_cannot_run_are_shown_unsupported_with_why(
     form = client.get(
         "/workflows/new?kind=disable_tiering&cluster=local&topic=orders", follow=True
     ).content.decode()
-    assert "Disable tiering (KIP-950) is not supported on cluster local: Tiered epoch" in form
+    assert "Disable tiering (KIP-950) is not supported on cluster local: Tiered offsets" in form
     assert 'data-testid="submit-request"' not in form
     # once a sync learnt the brokers answer ElectLeaders, preferred election is the one request
     as_kafka(synced, backend_features={"api_versions": {"43": [0, 2]}})
