@@ -46,10 +46,42 @@ def _wanted(request):
     return {(t.topic, p) for t in request.topics for p in t.partitions}
 
 
+def _by_dir(broker, wanted) -> dict[str, dict[str, list]]:
+    """dir name -> topic -> its replicas' answers (the current ones, then the future ones of a
+    move), in one pass over the broker's replicas sorted once, not one per dir."""
+    out: dict[str, dict[str, list]] = {}
+    for (topic, p), r in sorted(broker.replicas.items()):
+        plog = r.log
+        if plog is None or (wanted is not None and (topic, p) not in wanted):
+            continue
+        out.setdefault(r.dir_name, {}).setdefault(topic, []).append(
+            P(
+                partition_index=p,
+                partition_size=plog.size_bytes,
+                offset_lag=max(plog.high_watermark - plog.log_end_offset, 0),
+                is_future_key=False,
+            )
+        )
+    for (topic, p), move in sorted(broker.dir_mover.futures.items()):
+        r = broker.replicas.get((topic, p))
+        if r is None or r.log is None or (wanted is not None and (topic, p) not in wanted):
+            continue
+        out.setdefault(move.dir_name, {}).setdefault(topic, []).append(
+            P(
+                partition_index=p,
+                partition_size=move.log.size_bytes,
+                offset_lag=max(r.log.log_end_offset - move.log.log_end_offset, 0),
+                is_future_key=True,
+            )
+        )
+    return out
+
+
 def _describe_log_dirs(broker, request, _version):
     wanted = _wanted(request)
     results = []
     with broker.lock:
+        by_dir = _by_dir(broker, wanted)
         for d in broker.log_dirs.values():
             info = broker.log_dir_info(d)
             if not d.good:
@@ -63,35 +95,7 @@ def _describe_log_dirs(broker, request, _version):
                     )
                 )
                 continue
-            by_topic: dict[str, list] = {}
-            for (topic, p), r in sorted(broker.replicas.items()):
-                plog = r.log
-                if r.dir_name != d.name or plog is None:
-                    continue
-                if wanted is not None and (topic, p) not in wanted:
-                    continue
-                by_topic.setdefault(topic, []).append(
-                    P(
-                        partition_index=p,
-                        partition_size=plog.size_bytes,
-                        offset_lag=max(plog.high_watermark - plog.log_end_offset, 0),
-                        is_future_key=False,
-                    )
-                )
-            for (topic, p), move in sorted(broker.dir_mover.futures.items()):
-                r = broker.replicas.get((topic, p))
-                if move.dir_name != d.name or r is None or r.log is None:
-                    continue
-                if wanted is not None and (topic, p) not in wanted:
-                    continue
-                by_topic.setdefault(topic, []).append(
-                    P(
-                        partition_index=p,
-                        partition_size=move.log.size_bytes,
-                        offset_lag=max(r.log.log_end_offset - move.log.log_end_offset, 0),
-                        is_future_key=True,
-                    )
-                )
+            by_topic = by_dir.get(d.name, {})
             results.append(
                 R(
                     error_code=0,
