@@ -31,13 +31,15 @@ from kafka.protocol.admin import (
 from kafka.protocol.api_key import ApiKey
 
 from broker_agent.choices import ErrorCode
-from broker_agent.kafka_wire.api import Api
+from broker_agent.kafka_wire.api import Api, row_of
 
 __all__ = ["APIS"]
 
 R = DescribeLogDirsResponse.DescribeLogDirsResult
 T = R.DescribeLogDirsTopic
 P = T.DescribeLogDirsPartition
+#: A replica's answer as :func:`_by_dir` makes it (:func:`~.api.row_of`'s names).
+P_ROW = ("partition_index", "partition_size", "offset_lag", "is_future_key")
 
 
 def _wanted(request):
@@ -46,42 +48,40 @@ def _wanted(request):
     return {(t.topic, p) for t in request.topics for p in t.partitions}
 
 
-def _by_dir(broker, wanted) -> dict[str, dict[str, list]]:
+def _by_dir(broker, wanted, version: int) -> dict[str, dict[str, list]]:
     """dir name -> topic -> its replicas' answers (the current ones, then the future ones of a
     move), in one pass over the broker's replicas sorted once, not one per dir."""
+    row = row_of(P, version, P_ROW)
     out: dict[str, dict[str, list]] = {}
     for (topic, p), r in sorted(broker.replicas.items()):
         plog = r.log
         if plog is None or (wanted is not None and (topic, p) not in wanted):
             continue
         out.setdefault(r.dir_name, {}).setdefault(topic, []).append(
-            P(
-                partition_index=p,
-                partition_size=plog.size_bytes,
-                offset_lag=max(plog.high_watermark - plog.log_end_offset, 0),
-                is_future_key=False,
-            )
+            row((p, plog.size_bytes, max(plog.high_watermark - plog.log_end_offset, 0), False))
         )
     for (topic, p), move in sorted(broker.dir_mover.futures.items()):
         r = broker.replicas.get((topic, p))
         if r is None or r.log is None or (wanted is not None and (topic, p) not in wanted):
             continue
         out.setdefault(move.dir_name, {}).setdefault(topic, []).append(
-            P(
-                partition_index=p,
-                partition_size=move.log.size_bytes,
-                offset_lag=max(r.log.log_end_offset - move.log.log_end_offset, 0),
-                is_future_key=True,
+            row(
+                (
+                    p,
+                    move.log.size_bytes,
+                    max(r.log.log_end_offset - move.log.log_end_offset, 0),
+                    True,
+                )
             )
         )
     return out
 
 
-def _describe_log_dirs(broker, request, _version):
+def _describe_log_dirs(broker, request, version):
     wanted = _wanted(request)
     results = []
     with broker.lock:
-        by_dir = _by_dir(broker, wanted)
+        by_dir = _by_dir(broker, wanted, version)
         for d in broker.log_dirs.values():
             info = broker.log_dir_info(d)
             if not d.good:

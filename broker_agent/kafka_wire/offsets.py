@@ -35,7 +35,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from broker_agent import kafka39
 from broker_agent.choices import TieredState
 from broker_agent.kafka_wire import timestamps
-from broker_agent.kafka_wire.api import Api
+from broker_agent.kafka_wire.api import Api, row_of
 from broker_agent.remote import RemoteStorageError
 from broker_agent.storage import StorageError
 
@@ -45,6 +45,8 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 
 T = ListOffsetsResponse.ListOffsetsTopicResponse
 P = T.ListOffsetsPartitionResponse
+#: A partition's answer as :func:`_partition` makes it (:func:`~.api.row_of`'s names).
+P_ROW = ("partition_index", "error_code", "timestamp", "offset", "leader_epoch")
 
 
 def epoch_for_offset(leader_epochs: list[tuple[int, int]], offset: int) -> int:
@@ -132,7 +134,8 @@ def _has_partition(partitions, partition: int) -> bool:
     return any(p["partition"] == partition for p in partitions)
 
 
-def _partition(broker, topic: _Topic, req) -> P:
+def _partition(broker, topic: _Topic, req) -> tuple[int, int, int, int, int]:
+    """The partition's answer, as :data:`P_ROW`."""
     index = req.partition_index
     error, timestamp, offset, epoch = 0, -1, -1, -1
     with broker.lock:
@@ -158,21 +161,16 @@ def _partition(broker, topic: _Topic, req) -> P:
                 error, timestamp, offset, epoch = _offset(broker, r, req.timestamp, topic)
             except (AttributeError, StorageError):  # the log's dir failed between the checks
                 error = Errors.KafkaStorageError.errno
-    return P(
-        partition_index=index,
-        error_code=error,
-        timestamp=timestamp,
-        offset=offset,
-        leader_epoch=epoch,
-    )
+    return index, error, timestamp, offset, epoch
 
 
-def _list_offsets(broker, request, _version):
+def _list_offsets(broker, request, version):
+    row = row_of(P, version, P_ROW)
     answers = []
     for t in request.topics:
         topic = _Topic(broker, t.name)
         answers.append(
-            T(name=t.name, partitions=[_partition(broker, topic, p) for p in t.partitions])
+            T(name=t.name, partitions=[row(_partition(broker, topic, p)) for p in t.partitions])
         )
     return ListOffsetsResponse(throttle_time_ms=0, topics=answers)
 
