@@ -169,24 +169,27 @@ class _Partitions(Sequence):
 
 class _Topics(Mapping):
     """name -> the topic as the controller's metadata has it (``TopicMetadata`` fields, the
-    live tiering state's configs), its partitions a :class:`_Partitions`. The last topic read
-    is kept for its metadata version: ListOffsets reads it once per requested partition."""
+    live tiering state's configs), its partitions a :class:`_Partitions`. The topics read are
+    kept for the metadata version they were read at (every topic-level change, tiering
+    included, is a new version): each ListOffsets reads every topic it names, and a first
+    sync sends 240 of them (a few KB per topic, nothing per partition)."""
 
     def __init__(self, cluster: SyntheticCluster):
         self._c = cluster
-        self._last: tuple[tuple[str, int], dict] | None = None
+        self._version: int | None = None
+        self._read: dict[str, dict] = {}
 
     def __getitem__(self, name: str) -> dict:
         c = self._c
         t = c._index[name]  # KeyError: an unknown topic
         with c.lock:
-            key = (name, c.metadata_version)  # every topic-level change is a new version
-            last = self._last
-            if last is not None and last[0] == key:
-                return last[1]
-            fields = c._topic_fields(t)
-            fields["partitions"] = _Partitions(c, t)
-            self._last = (key, fields)
+            if self._version != c.metadata_version:
+                self._version, self._read = c.metadata_version, {}
+            fields = self._read.get(name)
+            if fields is None:
+                fields = c._topic_fields(t)
+                fields["partitions"] = _Partitions(c, t)
+                self._read[name] = fields
             return fields
 
     def __iter__(self):

@@ -72,16 +72,25 @@ def _remote_enabled(broker, topic: str) -> bool:
 class _Topic:
     """What a request's topic needs of the broker's metadata, read once for all its requested
     partitions (a leader is asked for thousands of partitions of one topic at once): its
-    partitions, and whether its remote storage is enabled, read when a spec first needs it."""
+    partitions, and whether its remote storage is enabled, read when a spec first needs it.
+    A metadata view that knows its partition numbers without building its entries has them as
+    ``numbers`` (the synthetic fleet's)."""
 
-    __slots__ = ("_broker", "_remote", "name", "partitions")
+    __slots__ = ("_broker", "_numbers", "_remote", "name", "partitions")
 
     def __init__(self, broker, name: str):
         self._broker, self.name = broker, name
         with broker.lock:
             t = broker.topics.get(name)
-        self.partitions = None if t is None else t["partitions"]
+            self.partitions = None if t is None else t["partitions"]
+            self._numbers = getattr(self.partitions, "numbers", None)
         self._remote: bool | None = None
+
+    def has(self, partition: int) -> bool:
+        """Whether the metadata lists ``partition``."""
+        if self._numbers is not None:
+            return partition in self._numbers
+        return self.partitions is not None and _has_partition(self.partitions, partition)
 
     def remote_enabled(self) -> bool:
         if self._remote is None:
@@ -121,14 +130,9 @@ def _offset(broker, r, spec: int, topic: _Topic) -> tuple[int, int, int, int]:
 
 
 def _has_partition(partitions, partition: int) -> bool:
-    """Whether the metadata lists ``partition``. A metadata view that knows its partition
-    numbers without building its entries has them as ``numbers`` (the synthetic fleet's).
-    Otherwise they are listed in partition order, so it is found at its own index first: a scan
-    per requested partition would be quadratic in a 10,000-partition topic asked for all its
-    offsets."""
-    numbers = getattr(partitions, "numbers", None)
-    if numbers is not None:
-        return partition in numbers
+    """Whether the metadata lists ``partition``. They are listed in partition order, so it is
+    found at its own index first: a scan per requested partition would be quadratic in a
+    10,000-partition topic (the synthetic fleet's) asked for all its offsets."""
     if 0 <= partition < len(partitions) and partitions[partition]["partition"] == partition:
         return True
     return any(p["partition"] == partition for p in partitions)
@@ -139,7 +143,7 @@ def _partition(broker, topic: _Topic, req) -> tuple[int, int, int, int, int]:
     index = req.partition_index
     error, timestamp, offset, epoch = 0, -1, -1, -1
     with broker.lock:
-        known = topic.partitions is not None and _has_partition(topic.partitions, index)
+        known = topic.has(index)
         r = broker.replicas.get((topic.name, index))
     if not known:
         error = Errors.UnknownTopicOrPartitionError.errno
