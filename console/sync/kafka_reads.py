@@ -227,41 +227,47 @@ def _offsets_requests(led: list[tuple[str, int]], high: int) -> dict[int, ListOf
 
 async def _broker_reads(manager, broker_ids, leaders, api_versions):
     """Every broker's DescribeLogDirs, DescribeConfigs and ListOffsets -2 / -1, all sent at
-    once; then the -4 / -5 offsets (:data:`TIERED_SPECS`) of the brokers that answered."""
+    once; then each broker's -4 / -5 offsets (:data:`TIERED_SPECS`) as soon as its own first
+    answers are in, not once every broker's are: a broker is not left idle meanwhile, nor the
+    whole cluster waiting for its slowest broker twice."""
     high = api_versions[ApiKey.ListOffsets][1]
     has_dirs = ApiKey.DescribeLogDirs in api_versions
-    futures = {}
-    tiered = {}
-    for bid in broker_ids:
+
+    async def broker(bid: int) -> tuple[BrokerRead, str | None]:
+        first = {}
+        tiered = {}
         if has_dirs:
-            futures[(bid, "dirs")] = _send(manager, DescribeLogDirsRequest(topics=None), bid)
-        futures[(bid, "configs")] = _send(
+            first[(bid, "dirs")] = _send(manager, DescribeLogDirsRequest(topics=None), bid)
+        first[(bid, "configs")] = _send(
             manager, DescribeConfigsRequest(resources=[(BROKER, str(bid), None)]), bid
         )
         led = leaders.get(bid, [])
-        if led:
-            for spec, req in _offsets_requests(led, high).items():
-                if spec in TIERED_SPECS:
-                    tiered[(bid, spec)] = req
-                else:
-                    futures[(bid, spec)] = _send(manager, req, bid)
-    answers = await _gather(futures)
+        for spec, req in (_offsets_requests(led, high) if led else {}).items():
+            if spec in TIERED_SPECS:
+                tiered[spec] = req
+            else:
+                first[(bid, spec)] = _send(manager, req, bid)
+        read = _broker_read(bid, await _gather(first), has_dirs)  # raises: this broker fails
+        refused = None
+        second = await _gather({spec: _send(manager, req, bid) for spec, req in tiered.items()})
+        for spec, resp in second.items():
+            if isinstance(resp, Exception):
+                refused = f"broker {bid} failed ListOffsets {spec}: {type(resp).__name__}: {resp}"
+                continue
+            _take_offsets(read, spec, resp)
+        return read, refused
+
+    answers = await _gather({bid: manager.call_soon(broker, bid) for bid in broker_ids})
     reads: dict[int, BrokerRead] = {}
     errors: dict[int, str] = {}
-    for bid in broker_ids:
-        try:
-            reads[bid] = _broker_read(bid, answers, has_dirs)
-        except Exception as exc:  # this broker fails alone, as an agent that does not answer
-            errors[bid] = f"{type(exc).__name__}: {exc}"
-    second = await _gather(
-        {key: _send(manager, req, key[0]) for key, req in tiered.items() if key[0] in reads}
-    )
     refused = None
-    for (bid, spec), resp in second.items():
-        if isinstance(resp, Exception):
-            refused = f"broker {bid} failed ListOffsets {spec}: {type(resp).__name__}: {resp}"
+    for bid in broker_ids:
+        answer = answers[bid]
+        if isinstance(answer, Exception):  # it fails alone, as an agent that does not answer
+            errors[bid] = f"{type(answer).__name__}: {answer}"
             continue
-        _take_offsets(reads[bid], spec, resp)
+        reads[bid], refused_here = answer
+        refused = refused_here or refused
     return reads, errors, refused
 
 
