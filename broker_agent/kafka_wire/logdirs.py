@@ -38,8 +38,10 @@ __all__ = ["APIS"]
 R = DescribeLogDirsResponse.DescribeLogDirsResult
 T = R.DescribeLogDirsTopic
 P = T.DescribeLogDirsPartition
-#: A replica's answer as :func:`_by_dir` makes it (:func:`~.api.row_of`'s names).
+#: A replica's answer as :func:`_by_dir` makes it, a topic's as :func:`_describe_log_dirs`
+#: does (:func:`~.api.row_of`'s names).
 P_ROW = ("partition_index", "partition_size", "offset_lag", "is_future_key")
+T_ROW = ("name", "partitions")
 
 
 def _wanted(request):
@@ -80,6 +82,7 @@ def _by_dir(broker, wanted, version: int) -> dict[str, dict[str, list]]:
 def _describe_log_dirs(broker, request, version):
     wanted = _wanted(request)
     results = []
+    topic_row = row_of(T, version, T_ROW)
     with broker.lock:
         by_dir = _by_dir(broker, wanted, version)
         for d in broker.log_dirs.values():
@@ -100,7 +103,7 @@ def _describe_log_dirs(broker, request, version):
                 R(
                     error_code=0,
                     log_dir=info["path"],
-                    topics=[T(name=t, partitions=ps) for t, ps in sorted(by_topic.items())],
+                    topics=[topic_row(tp) for tp in sorted(by_topic.items())],
                     total_bytes=info["total_bytes"],
                     usable_bytes=info["usable_bytes"],
                 )

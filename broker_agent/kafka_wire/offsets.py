@@ -45,8 +45,10 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 
 T = ListOffsetsResponse.ListOffsetsTopicResponse
 P = T.ListOffsetsPartitionResponse
-#: A partition's answer as :func:`_partition` makes it (:func:`~.api.row_of`'s names).
+#: A partition's answer as :func:`_partition` makes it, a topic's as :func:`_list_offsets`
+#: does (:func:`~.api.row_of`'s names).
 P_ROW = ("partition_index", "error_code", "timestamp", "offset", "leader_epoch")
+T_ROW = ("name", "partitions")
 
 
 def epoch_for_offset(leader_epochs: list[tuple[int, int]], offset: int) -> int:
@@ -169,12 +171,12 @@ def _partition(broker, topic: _Topic, req) -> tuple[int, int, int, int, int]:
 
 
 def _list_offsets(broker, request, version):
-    row = row_of(P, version, P_ROW)
+    row, topic_row = row_of(P, version, P_ROW), row_of(T, version, T_ROW)
     answers = []
     for t in request.topics:
         topic = _Topic(broker, t.name)
         answers.append(
-            T(name=t.name, partitions=[row(_partition(broker, topic, p)) for p in t.partitions])
+            topic_row((t.name, [row(_partition(broker, topic, p)) for p in t.partitions]))
         )
     return ListOffsetsResponse(throttle_time_ms=0, topics=answers)
 

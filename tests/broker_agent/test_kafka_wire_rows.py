@@ -46,10 +46,11 @@ def _encoded(resp, version: int) -> bytes:
 def test_list_offsets_rows_encode_as_the_structs(version):
     T = ListOffsetsResponse.ListOffsetsTopicResponse
     obj, row = _both(offsets.P, version, offsets.P_ROW)
-    as_struct, as_row = (
-        ListOffsetsResponse(throttle_time_ms=0, topics=[T(name="orders", partitions=[p, p])])
-        for p in (obj, row)
+    topic_row = row_of(T, version, offsets.T_ROW)
+    as_struct = ListOffsetsResponse(
+        throttle_time_ms=0, topics=[T(name="orders", partitions=[obj, obj])]
     )
+    as_row = ListOffsetsResponse(throttle_time_ms=0, topics=[topic_row(("orders", [row, row]))])
     assert _encoded(as_row, version) == _encoded(as_struct, version)
     decoded = ListOffsetsResponse.decode(_encoded(as_row, version), version=version)
     [answer, _] = decoded.topics[0].partitions
@@ -61,6 +62,13 @@ def test_list_offsets_rows_encode_as_the_structs(version):
 def test_describe_log_dirs_rows_encode_as_the_structs(version):
     R = DescribeLogDirsResponse.DescribeLogDirsResult
     obj, row = _both(logdirs.P, version, logdirs.P_ROW)
+    topic_row = row_of(logdirs.T, version, logdirs.T_ROW)
+
+    def topic(p):
+        if p is obj:
+            return R.DescribeLogDirsTopic(name="orders", partitions=[p])
+        return topic_row(("orders", [p]))
+
     as_struct, as_row = (
         DescribeLogDirsResponse(
             throttle_time_ms=0,
@@ -69,7 +77,7 @@ def test_describe_log_dirs_rows_encode_as_the_structs(version):
                 R(
                     error_code=0,
                     log_dir="/data/a",
-                    topics=[R.DescribeLogDirsTopic(name="orders", partitions=[p])],
+                    topics=[topic(p)],
                     total_bytes=10,
                     usable_bytes=5,
                 )
