@@ -151,6 +151,12 @@ class _Partitions(Sequence):
     def __len__(self) -> int:
         return len(self._c.topic_range(self._t))
 
+    @property
+    def numbers(self) -> range:
+        """The partition numbers, without an entry built: a synthetic topic's are 0..n-1 (an
+        expansion appends the next ones). ListOffsets checks each requested one here."""
+        return range(self._c.sizes[self._t])
+
     def __getitem__(self, k):
         if isinstance(k, slice):
             return [self._entry(i) for i in self._c.topic_range(self._t)[k]]
@@ -163,24 +169,27 @@ class _Partitions(Sequence):
 
 class _Topics(Mapping):
     """name -> the topic as the controller's metadata has it (``TopicMetadata`` fields, the
-    live tiering state's configs), its partitions a :class:`_Partitions`. The last topic read
-    is kept for its metadata version: ListOffsets reads it once per requested partition."""
+    live tiering state's configs), its partitions a :class:`_Partitions`. The topics read are
+    kept for the metadata version they were read at (every topic-level change, tiering
+    included, is a new version): each ListOffsets reads every topic it names, and a first
+    sync sends 240 of them (a few KB per topic, nothing per partition)."""
 
     def __init__(self, cluster: SyntheticCluster):
         self._c = cluster
-        self._last: tuple[tuple[str, int], dict] | None = None
+        self._version: int | None = None
+        self._read: dict[str, dict] = {}
 
     def __getitem__(self, name: str) -> dict:
         c = self._c
         t = c._index[name]  # KeyError: an unknown topic
         with c.lock:
-            key = (name, c.metadata_version)  # every topic-level change is a new version
-            last = self._last
-            if last is not None and last[0] == key:
-                return last[1]
-            fields = c._topic_fields(t)
-            fields["partitions"] = _Partitions(c, t)
-            self._last = (key, fields)
+            if self._version != c.metadata_version:
+                self._version, self._read = c.metadata_version, {}
+            fields = self._read.get(name)
+            if fields is None:
+                fields = c._topic_fields(t)
+                fields["partitions"] = _Partitions(c, t)
+                self._read[name] = fields
             return fields
 
     def __iter__(self):
@@ -193,17 +202,27 @@ class _Topics(Mapping):
 class _Replicas(Mapping):
     """(topic, partition) -> :class:`_Replica` for the partitions broker ``b`` hosts."""
 
-    def __init__(self, cluster: SyntheticCluster, b: int, memo: list):
-        self._c, self._b, self._memo = cluster, b, memo
+    def __init__(self, cluster: SyntheticCluster, b: int):
+        self._c, self._b = cluster, b
 
-    def __getitem__(self, key: tuple[str, int]) -> _Replica:
+    def get(self, key: tuple[str, int], default=None):
+        """The replica or ``default``, without a KeyError raised and caught per miss (ListOffsets
+        and the log dirs look up every requested partition)."""
         topic, p = key
         c = self._c
-        t = c._index[topic]
+        t = c._index.get(topic)
+        if t is None:
+            return default
         parts = c.topic_range(t)
         if not 0 <= p < len(parts) or not c._hosts(self._b, parts[p]):
-            raise KeyError(key)
+            return default
         return _Replica(c, parts[p], t, p)
+
+    def __getitem__(self, key: tuple[str, int]) -> _Replica:
+        r = self.get(key)
+        if r is None:
+            raise KeyError(key)
+        return r
 
     def __iter__(self):
         return (k for k, _ in self.items())
@@ -212,22 +231,16 @@ class _Replicas(Mapping):
         return len(self._c.hosted[self._b])
 
     def items(self) -> list[tuple[tuple[str, int], _Replica]]:
-        """One pass over the hosted indexes (not a lookup per key). The fleet keeps the last
-        broker's list in ``memo`` (one slot, so its 3,000,000 replica views are never all
-        held) while that broker's placement holds: DescribeLogDirs reads it once per dir."""
-        c, b = self._c, self._b
+        """One pass over the hosted indexes (not a lookup per key); DescribeLogDirs reads it
+        once per request, whatever the number of dirs."""
+        c = self._c
         with c.lock:
-            hosted = c.hosted[b]
-            memo = self._memo[0]
-            if memo is not None and memo[0] is self and memo[1] == len(hosted):
-                return memo[2]
             topics, topic_of, start, layout_n = c.topics, c._topic_of, c.topic_start, c._layout_n
             out = []
-            for i in hosted:
+            for i in c.hosted[self._b]:
                 t = topic_of[i]
                 p = i - start[t] if i < layout_n else c._extra_part[i - layout_n]
                 out.append(((topics[t], p), _Replica(c, i, t, p)))
-            self._memo[0] = (self, len(hosted), out)
             return out
 
 
@@ -361,7 +374,7 @@ class SyntheticBroker:
         self.secret = fleet.secret
         self.lock = c.lock
         self.topics = _Topics(c)
-        self.replicas = _Replicas(c, broker_id, fleet.replica_memo)
+        self.replicas = _Replicas(c, broker_id)
         self.tiering = _Tiering(_BrokerTiering(c, broker_id))
         self.controller = _Coordinator(fleet, broker_id)
         self.log_dirs = _LogDirs(
@@ -394,7 +407,6 @@ class SyntheticKafka:
             {"broker_id": b, "alive": True, "kafka_listener": f"{host}:{port}"}
             for b, (host, port) in enumerate(listeners, start=1)
         ]
-        self.replica_memo: list = [None]  # see _Replicas.items
         self.brokers = {b: SyntheticBroker(self, b) for b in range(1, cluster.brokers + 1)}
         self._coordinated: dict[int, list[int]] | None = None
         self._coordinated_lock = threading.Lock()

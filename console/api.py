@@ -184,7 +184,10 @@ class TopicSummary(Schema):
     partition_count: int
     initial_partition_count: int
     undeleted_partition_count: int
-    remote_bytes: int
+    remote_bytes: int | None = Field(
+        description="bytes in the remote tier; null: not available for this cluster (Kafka "
+        "reports it only as KIP-963's RemoteLogSizeBytes, in JMX)"
+    )
     local_bytes: int
     has_remote_data: bool
     offline_partition_count: int
@@ -497,7 +500,9 @@ def list_brokers(request: HttpRequest, name: str) -> dict:
     }
 
 
-def _topic_summary(t: Topic) -> dict:
+def _topic_summary(t: Topic, nulls: dict[str, object]) -> dict:
+    """A topic of the list; ``nulls``: :func:`_not_available`'s (its remote bytes null where
+    the cluster cannot report them)."""
     return {
         "name": t.name,
         "topic_id": t.topic_id,
@@ -513,6 +518,7 @@ def _topic_summary(t: Topic) -> dict:
         "offline_partition_count": t.offline_partition_count,
         "under_replicated_partition_count": t.under_replicated_partition_count,
         "under_min_isr_partition_count": t.under_min_isr_partition_count,
+        **{k: v for k, v in nulls.items() if k == "remote_bytes"},
     }
 
 
@@ -534,6 +540,7 @@ def list_topics(request: HttpRequest, name: str, filters: Query[TopicFilters]) -
     if form.errors:
         raise InvalidRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
     page = selectors.paginate(qs, filters.page, filters.page_size)
+    nulls = _not_available(cluster)
     return {
         "cluster": cluster.name,
         "synced_at": cluster.synced_at,
@@ -542,7 +549,7 @@ def list_topics(request: HttpRequest, name: str, filters: Query[TopicFilters]) -
         "page": page.number,
         "page_size": page.paginator.per_page,
         "num_pages": page.paginator.num_pages,
-        "results": [_topic_summary(t) for t in page.object_list],
+        "results": [_topic_summary(t, nulls) for t in page.object_list],
     }
 
 
@@ -704,11 +711,11 @@ class DirPointOut(Schema):
 
 class TopicPointOut(Schema):
     at: datetime
-    remote_bytes: int
+    remote_bytes: int | None = Field(description="null: not available for this cluster (JMX)")
     local_bytes: int
     fenced_remote_bytes: int
-    remote_copy_lag_bytes: int
-    remote_delete_lag_bytes: int
+    remote_copy_lag_bytes: int | None = Field(description="KIP-963; null: not available")
+    remote_delete_lag_bytes: int | None = Field(description="KIP-963; null: not available")
 
 
 class SeriesOut(Schema):
@@ -782,15 +789,22 @@ def log_dir_history(
 def topic_history(
     request: HttpRequest, name: str, topic: str, range_: str = Query("1h", alias="range")
 ) -> dict:
-    """``range`` as for log dirs. A topic that was never tiered is not sampled: no points."""
+    """``range`` as for log dirs. A topic that was never tiered is not sampled: no points. The
+    remote bytes and KIP-963's lags are null where the cluster cannot report them (a kafka
+    cluster: JMX only), as its page shows them not available."""
     _require_viewer(request)
     cluster = selectors.get_cluster(name)
     win, now = _window(range_), timezone.now()
     t = selectors.get_topic(cluster, topic)
+    points = history.topic_series([t.pk], win, now)[t.pk]
+    nulls = _not_available(cluster)
+    if nulls:
+        blank = {k: None for k in TopicPointOut.model_fields if k in nulls}
+        points = [{**p, **blank} for p in points]
     return {
         **_series_head(cluster, win, now),
         "topic": t.name,
-        "points": history.topic_series([t.pk], win, now)[t.pk],
+        "points": points,
     }
 
 

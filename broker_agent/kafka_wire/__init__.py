@@ -3,7 +3,10 @@ listener (``sim up`` gives it its own loopback port) and answers Kafka clients f
 state, as a Kafka 3.9 broker would.
 
 Every message is encoded and decoded with kafka-python's protocol classes (generated from
-Kafka's message schemas; never hand-packed bytes). :mod:`.server` frames requests, reads the
+Kafka's message schemas; never hand-packed bytes); an answer's partitions (ListOffsets,
+DescribeLogDirs, Metadata: 200,000 of them for the synthetic fleet) go to those classes'
+encoders as tuples of the answered version's fields (:func:`.api.row_of`), not a struct object
+each. :mod:`.server` frames requests, reads the
 request header and dispatches by api key and version to one handler module per concern:
 
 - :mod:`.cluster`: ApiVersions' list, Metadata, DescribeCluster (the broker's metadata cache);

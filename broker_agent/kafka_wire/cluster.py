@@ -23,13 +23,14 @@ A sim topic id is 22 hex digits; on the wire it is the UUID those digits start (
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import kafka.errors as Errors
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from broker_agent.kafka_wire.api import Api
+from broker_agent.kafka_wire.api import Api, row_of
 from broker_agent.models import is_internal_topic
 
 __all__ = ["APIS", "controller_id", "live_brokers", "topic_uuid"]
@@ -58,24 +59,34 @@ def controller_id(brokers: list[tuple[int, str, int]]) -> int:
     return brokers[0][0] if brokers else -1
 
 
-def _partition(part: dict, live: set[int]):
-    P = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+P = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+#: A partition's answer as :func:`_partition` makes it (:func:`~.api.row_of`'s names).
+P_ROW = (
+    *("error_code", "partition_index", "leader_id", "leader_epoch"),
+    *("replica_nodes", "isr_nodes", "offline_replicas"),
+)
+
+
+def _partition(part: dict, live: set[int]) -> tuple:
+    """The partition's answer, as :data:`P_ROW`."""
     leader = part["leader"]
     error = 0
     if leader < 0 or leader not in live:
         leader, error = -1, Errors.LeaderNotAvailableError.errno
-    return P(
-        error_code=error,
-        partition_index=part["partition"],
-        leader_id=leader,
-        leader_epoch=part["leader_epoch"],
-        replica_nodes=list(part["replicas"]),
-        isr_nodes=list(part["isr"]),
-        offline_replicas=list(part.get("offline_replicas", [])),
+    return (
+        *(error, part["partition"], leader, part["leader_epoch"]),
+        *(list(part["replicas"]), list(part["isr"]), list(part.get("offline_replicas", []))),
     )
 
 
-def _topic(t: dict | None, name: str | None, tid: uuid.UUID | None, live: set[int], error=0):
+def _topic(
+    t: dict | None,
+    name: str | None,
+    tid: uuid.UUID | None,
+    live: set[int],
+    row: Callable[[tuple], tuple],
+    error=0,
+):
     T = MetadataResponse.MetadataResponseTopic
     if t is None:
         return T(
@@ -90,7 +101,7 @@ def _topic(t: dict | None, name: str | None, tid: uuid.UUID | None, live: set[in
         name=t["name"],
         topic_id=topic_uuid(t["topic_id"]),
         is_internal=is_internal_topic(t["name"]),
-        partitions=[_partition(p, live) for p in t["partitions"]],
+        partitions=[row(_partition(p, live)) for p in t["partitions"]],
     )
 
 
@@ -99,9 +110,10 @@ def _metadata(broker, request, version):
         topics = dict(broker.topics)
         brokers = live_brokers(broker)
     live = {b[0] for b in brokers}
+    row = row_of(P, version, P_ROW)
     wanted = request.topics
     if wanted is None or (version == 0 and not wanted):
-        answer = [_topic(t, None, None, live) for _, t in sorted(topics.items())]
+        answer = [_topic(t, None, None, live, row) for _, t in sorted(topics.items())]
     else:
         by_id = {topic_uuid(t["topic_id"]): t for t in topics.values()}
         answer = []
@@ -110,11 +122,11 @@ def _metadata(broker, request, version):
             if w.name is None and tid is not None and tid.int != 0:
                 t = by_id.get(tid)
                 err = Errors.UnknownTopicIdError.errno
-                answer.append(_topic(t, None, tid, live, err))
+                answer.append(_topic(t, None, tid, live, row, err))
             else:
                 t = topics.get(w.name)
                 err = Errors.UnknownTopicOrPartitionError.errno
-                answer.append(_topic(t, w.name, None, live, err))
+                answer.append(_topic(t, w.name, None, live, row, err))
     B = MetadataResponse.MetadataResponseBroker
     return MetadataResponse(
         throttle_time_ms=0,

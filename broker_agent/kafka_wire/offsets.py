@@ -35,7 +35,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from broker_agent import kafka39
 from broker_agent.choices import TieredState
 from broker_agent.kafka_wire import timestamps
-from broker_agent.kafka_wire.api import Api
+from broker_agent.kafka_wire.api import Api, row_of
 from broker_agent.remote import RemoteStorageError
 from broker_agent.storage import StorageError
 
@@ -45,6 +45,10 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 
 T = ListOffsetsResponse.ListOffsetsTopicResponse
 P = T.ListOffsetsPartitionResponse
+#: A partition's answer as :func:`_partition` makes it, a topic's as :func:`_list_offsets`
+#: does (:func:`~.api.row_of`'s names).
+P_ROW = ("partition_index", "error_code", "timestamp", "offset", "leader_epoch")
+T_ROW = ("name", "partitions")
 
 
 def epoch_for_offset(leader_epochs: list[tuple[int, int]], offset: int) -> int:
@@ -67,28 +71,57 @@ def _remote_enabled(broker, topic: str) -> bool:
     return cfg[kafka39.REMOTE_STORAGE_ENABLE] == "true"
 
 
-def _offset(broker, r, spec: int) -> tuple[int, int, int, int]:
+class _Topic:
+    """What a request's topic needs of the broker's metadata, read once for all its requested
+    partitions (a leader is asked for thousands of partitions of one topic at once): its
+    partitions, and whether its remote storage is enabled, read when a spec first needs it.
+    A metadata view that knows its partition numbers without building its entries has them as
+    ``numbers`` (the synthetic fleet's)."""
+
+    __slots__ = ("_broker", "_numbers", "_remote", "name", "partitions")
+
+    def __init__(self, broker, name: str):
+        self._broker, self.name = broker, name
+        with broker.lock:
+            t = broker.topics.get(name)
+            self.partitions = None if t is None else t["partitions"]
+            self._numbers = getattr(self.partitions, "numbers", None)
+        self._remote: bool | None = None
+
+    def has(self, partition: int) -> bool:
+        """Whether the metadata lists ``partition``."""
+        if self._numbers is not None:
+            return partition in self._numbers
+        return self.partitions is not None and _has_partition(self.partitions, partition)
+
+    def remote_enabled(self) -> bool:
+        if self._remote is None:
+            self._remote = _remote_enabled(self._broker, self.name)
+        return self._remote
+
+
+def _offset(broker, r, spec: int, topic: _Topic) -> tuple[int, int, int, int]:
     """``(error_code, timestamp, offset, leader_epoch)`` of one partition's leader replica."""
     if spec >= 0:
-        return timestamps.offset_for_timestamp(broker, r, spec, _remote_enabled(broker, r.topic))
+        return timestamps.offset_for_timestamp(broker, r, spec, topic.remote_enabled())
     if spec == MAX_TIMESTAMP:
         return timestamps.max_timestamp(r)
     plog = r.log
     with plog.lock:
-        epochs = list(plog.leader_epochs)
+        if spec == LATEST:
+            return 0, -1, plog.high_watermark, r.leader_epoch
         if spec == EARLIEST:
             offset = plog.log_start_offset
-        elif spec == LATEST:
-            return 0, -1, plog.high_watermark, r.leader_epoch
         elif spec == EARLIEST_LOCAL:
             offset = plog.local_log_start_offset
         elif spec == LATEST_TIERED:
+            if not topic.remote_enabled():
+                return 0, -1, -1, -1
             offset = None
         else:  # no other negative spec exists in Kafka 3.9
             return Errors.InvalidRequestError.errno, -1, -1, -1
+        epochs = list(plog.leader_epochs)
     if offset is None:
-        if not _remote_enabled(broker, r.topic):
-            return 0, -1, -1, -1
         try:
             offset = broker.tiering.remote_log_end_offset(r)
         except RemoteStorageError:
@@ -107,46 +140,45 @@ def _has_partition(partitions, partition: int) -> bool:
     return any(p["partition"] == partition for p in partitions)
 
 
-def _partition(broker, topic: str, req) -> P:
-    def answer(error, timestamp=-1, offset=-1, epoch=-1):
-        return P(
-            partition_index=req.partition_index,
-            error_code=error,
-            timestamp=timestamp,
-            offset=offset,
-            leader_epoch=epoch,
-        )
-
+def _partition(broker, topic: _Topic, req) -> tuple[int, int, int, int, int]:
+    """The partition's answer, as :data:`P_ROW`."""
+    index = req.partition_index
+    error, timestamp, offset, epoch = 0, -1, -1, -1
     with broker.lock:
-        t = broker.topics.get(topic)
-        known = t is not None and _has_partition(t["partitions"], req.partition_index)
-        r = broker.replicas.get((topic, req.partition_index))
+        known = topic.has(index)
+        r = broker.replicas.get((topic.name, index))
     if not known:
-        return answer(Errors.UnknownTopicOrPartitionError.errno)
-    if r is not None and r.log is None:
-        return answer(Errors.KafkaStorageError.errno)
-    if r is None or r.leader != broker.broker_id:
-        return answer(Errors.NotLeaderForPartitionError.errno)
-    current = getattr(req, "current_leader_epoch", -1)
-    if current is not None and current >= 0:
-        if current < r.leader_epoch:
-            return answer(Errors.FencedLeaderEpochError.errno)
-        if current > r.leader_epoch:
-            return answer(Errors.UnknownLeaderEpochError.errno)
-    try:
-        return answer(*_offset(broker, r, req.timestamp))
-    except (AttributeError, StorageError):  # the log's dir failed between the checks
-        return answer(Errors.KafkaStorageError.errno)
+        error = Errors.UnknownTopicOrPartitionError.errno
+    elif r is not None and r.log is None:
+        error = Errors.KafkaStorageError.errno
+    elif r is None or r.leader != broker.broker_id:
+        error = Errors.NotLeaderForPartitionError.errno
+    else:
+        current = getattr(req, "current_leader_epoch", -1)
+        leader_epoch = r.leader_epoch
+        if current is not None and current >= 0 and current != leader_epoch:
+            error = (
+                Errors.FencedLeaderEpochError.errno
+                if current < leader_epoch
+                else Errors.UnknownLeaderEpochError.errno
+            )
+        else:
+            try:
+                error, timestamp, offset, epoch = _offset(broker, r, req.timestamp, topic)
+            except (AttributeError, StorageError):  # the log's dir failed between the checks
+                error = Errors.KafkaStorageError.errno
+    return index, error, timestamp, offset, epoch
 
 
-def _list_offsets(broker, request, _version):
-    return ListOffsetsResponse(
-        throttle_time_ms=0,
-        topics=[
-            T(name=t.name, partitions=[_partition(broker, t.name, p) for p in t.partitions])
-            for t in request.topics
-        ],
-    )
+def _list_offsets(broker, request, version):
+    row, topic_row = row_of(P, version, P_ROW), row_of(T, version, T_ROW)
+    answers = []
+    for t in request.topics:
+        topic = _Topic(broker, t.name)
+        answers.append(
+            topic_row((t.name, [row(_partition(broker, topic, p)) for p in t.partitions]))
+        )
+    return ListOffsetsResponse(throttle_time_ms=0, topics=answers)
 
 
 APIS = {ApiKey.ListOffsets: Api(ListOffsetsRequest, ListOffsetsResponse, 1, 9, _list_offsets)}

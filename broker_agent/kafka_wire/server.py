@@ -27,6 +27,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.schemas.fields.codecs import Int32
 
+from broker_agent.client import gc_paused
 from broker_agent.kafka_wire import (
     alter_configs,
     cluster,
@@ -113,10 +114,16 @@ def respond(broker, payload: bytes, session: dict, apis: dict | None = None) -> 
     if key != ApiKey.ApiVersions and not session.get("authenticated"):
         log.info("api_key=%s before SASL authentication from %r: closing", key, header.client_id)
         return None
-    request = api.request.decode(payload, version=version, header=True)
     if key == ApiKey.ApiVersions:
+        api.request.decode(payload, version=version, header=True)
         return _encode(api_versions(apis), version, header.correlation_id)
-    return _encode(api.handle(broker, request, version), version, header.correlation_id)
+    # A leader's ListOffsets or a broker's DescribeLogDirs names 10,000 partitions of a
+    # 200,000-partition fleet: the objects of its decode, answer and encode would otherwise
+    # set off collections that walk all the state a broker (or the whole synthetic fleet)
+    # keeps, most of the call's CPU at that size (as the console's Kafka source pauses it).
+    with gc_paused():
+        request = api.request.decode(payload, version=version, header=True)
+        return _encode(api.handle(broker, request, version), version, header.correlation_id)
 
 
 def _encode(resp, version: int, correlation_id: int) -> bytes:

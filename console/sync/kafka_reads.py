@@ -1,15 +1,17 @@
 """The Kafka protocol calls of a sync of a ``kafka`` cluster, batched and sent concurrently.
 
 One :func:`read_cluster` answers everything a sync needs, as plain dicts and tuples (a
-200,000-partition answer is never a pydantic object per partition): DescribeCluster, Metadata
-and DescribeConfigs of every topic (in requests of ``CONFIG_TOPICS_PER_REQUEST`` topics, spread
-over the brokers), then to every broker at once its DescribeLogDirs, its own DescribeConfigs
-and four ListOffsets of the partitions it leads. Four, not one: Kafka refuses a ListOffsets
-naming a partition twice (``KafkaApis.handleListOffsetRequest``: INVALID_REQUEST for duplicate
-partitions), so the specs -2 (earliest), -4 (earliest-local, KIP-405, v8), -5 (latest-tiered,
-KIP-1005, v9) and -1 (latest) go as four requests on the same connection, all in flight
-together. :func:`read_groups` lists the consumer groups (ListGroups to every broker) and their
-committed offsets (FindCoordinator, then OffsetFetch to each coordinator).
+200,000-partition answer is never a pydantic object per partition): DescribeCluster, then to
+every broker at once its DescribeLogDirs and its own DescribeConfigs while the cluster answers
+Metadata, then DescribeConfigs of every topic (in requests of ``CONFIG_TOPICS_PER_REQUEST``
+topics, spread over the brokers) and to every broker four ListOffsets of the partitions it
+leads. Four, not one: Kafka refuses a ListOffsets naming a partition twice
+(``KafkaApis.handleListOffsetRequest``: INVALID_REQUEST for duplicate partitions), so the specs
+-2 (earliest) and -1 (latest) go as two requests on the same connection, and -4
+(earliest-local, KIP-405, v8) and -5 (latest-tiered, KIP-1005, v9) as two more once that
+broker answered the first (:data:`TIERED_SPECS`). :func:`read_groups` lists the consumer
+groups (ListGroups to every broker) and their committed offsets (FindCoordinator, then
+OffsetFetch to each coordinator).
 
 The calls run as coroutines on kafka-python's network thread (``KafkaAdminClient._manager``):
 every request of a stage is sent before any answer is awaited, so brokers answer in parallel.
@@ -225,43 +227,58 @@ def _offsets_requests(led: list[tuple[str, int]], high: int) -> dict[int, ListOf
     return out
 
 
-async def _broker_reads(manager, broker_ids, leaders, api_versions):
-    """Every broker's DescribeLogDirs, DescribeConfigs and ListOffsets -2 / -1, all sent at
-    once; then the -4 / -5 offsets (:data:`TIERED_SPECS`) of the brokers that answered."""
-    high = api_versions[ApiKey.ListOffsets][1]
-    has_dirs = ApiKey.DescribeLogDirs in api_versions
+def _own_calls(manager, broker_ids, api_versions) -> dict:
+    """Every broker's DescribeLogDirs and DescribeConfigs, sent now: they need no topic
+    metadata, so they go while the cluster answers Metadata (200,000 partitions to build,
+    send and decode)."""
     futures = {}
-    tiered = {}
     for bid in broker_ids:
-        if has_dirs:
+        if ApiKey.DescribeLogDirs in api_versions:
             futures[(bid, "dirs")] = _send(manager, DescribeLogDirsRequest(topics=None), bid)
         futures[(bid, "configs")] = _send(
             manager, DescribeConfigsRequest(resources=[(BROKER, str(bid), None)]), bid
         )
+    return futures
+
+
+async def _broker_reads(manager, broker_ids, leaders, api_versions, own: dict):
+    """Every broker's ListOffsets -2 / -1, all sent at once beside its own calls (``own``:
+    :func:`_own_calls`' futures); then each broker's -4 / -5 offsets (:data:`TIERED_SPECS`) as
+    soon as its own first answers are in, not once every broker's are: a broker is not left
+    idle meanwhile, nor the whole cluster waiting for its slowest broker twice."""
+    high = api_versions[ApiKey.ListOffsets][1]
+    has_dirs = ApiKey.DescribeLogDirs in api_versions
+
+    async def broker(bid: int) -> tuple[BrokerRead, str | None]:
+        first = {key: own[key] for key in ((bid, "dirs"), (bid, "configs")) if key in own}
+        tiered = {}
         led = leaders.get(bid, [])
-        if led:
-            for spec, req in _offsets_requests(led, high).items():
-                if spec in TIERED_SPECS:
-                    tiered[(bid, spec)] = req
-                else:
-                    futures[(bid, spec)] = _send(manager, req, bid)
-    answers = await _gather(futures)
+        for spec, req in (_offsets_requests(led, high) if led else {}).items():
+            if spec in TIERED_SPECS:
+                tiered[spec] = req
+            else:
+                first[(bid, spec)] = _send(manager, req, bid)
+        read = _broker_read(bid, await _gather(first), has_dirs)  # raises: this broker fails
+        refused = None
+        second = await _gather({spec: _send(manager, req, bid) for spec, req in tiered.items()})
+        for spec, resp in second.items():
+            if isinstance(resp, Exception):
+                refused = f"broker {bid} failed ListOffsets {spec}: {type(resp).__name__}: {resp}"
+                continue
+            _take_offsets(read, spec, resp)
+        return read, refused
+
+    answers = await _gather({bid: manager.call_soon(broker, bid) for bid in broker_ids})
     reads: dict[int, BrokerRead] = {}
     errors: dict[int, str] = {}
-    for bid in broker_ids:
-        try:
-            reads[bid] = _broker_read(bid, answers, has_dirs)
-        except Exception as exc:  # this broker fails alone, as an agent that does not answer
-            errors[bid] = f"{type(exc).__name__}: {exc}"
-    second = await _gather(
-        {key: _send(manager, req, key[0]) for key, req in tiered.items() if key[0] in reads}
-    )
     refused = None
-    for (bid, spec), resp in second.items():
-        if isinstance(resp, Exception):
-            refused = f"broker {bid} failed ListOffsets {spec}: {type(resp).__name__}: {resp}"
+    for bid in broker_ids:
+        answer = answers[bid]
+        if isinstance(answer, Exception):  # it fails alone, as an agent that does not answer
+            errors[bid] = f"{type(answer).__name__}: {answer}"
             continue
-        _take_offsets(reads[bid], spec, resp)
+        reads[bid], refused_here = answer
+        refused = refused_here or refused
     return reads, errors, refused
 
 
@@ -307,11 +324,13 @@ async def read_cluster(admin) -> ClusterRead:
     _check_apis(api_versions)
     cluster_f = manager.call_soon(_cluster, manager, api_versions)
     brokers_f = manager.send(MetadataRequest(topics=[]))
-    metadata = await manager.send(MetadataRequest(topics=None, allow_auto_topic_creation=False))
+    metadata_f = manager.send(MetadataRequest(topics=None, allow_auto_topic_creation=False))
     cluster_id, controller_id, brokers = await cluster_f
     # The client connects to a broker it has metadata of: the brokers as of now, not as of
     # its bootstrap (a broker that came back since would be unknown to it).
     manager.cluster.update_metadata(await brokers_f)
+    own = _own_calls(manager, sorted(brokers), api_versions)
+    metadata = await metadata_f
     topics = sorted((t for t in metadata.topics if t.name), key=lambda t: t.name)
     bad = [
         t for t in topics if t.error_code and t.error_code != Errors.LeaderNotAvailableError.errno
@@ -327,7 +346,7 @@ async def read_cluster(admin) -> ClusterRead:
         _topic_configs, manager, [t.name for t in topics], sorted(brokers)
     )
     per_broker, errors, refused = await _broker_reads(
-        manager, sorted(brokers), leaders, api_versions
+        manager, sorted(brokers), leaders, api_versions, own
     )
     topic_configs = await configs_f
     return ClusterRead(

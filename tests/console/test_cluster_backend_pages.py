@@ -307,3 +307,25 @@ def test_the_topic_page_of_a_kafka_cluster_replaces_kip_253_panels_by_one_not_av
     panel = _section(html, "kip253-h")
     assert 'data-not-available="linear_hashing"' in panel
     assert "Kafka never shipped KIP-253" in panel
+
+
+def test_the_topic_list_and_history_apis_of_a_kafka_cluster_give_remote_bytes_null_not_0(
+    viewer_client, synced
+):
+    def read() -> tuple[dict, dict]:
+        listed = viewer_client.get("/api/v1/clusters/local/topics?name=orders").json()
+        history = viewer_client.get("/api/v1/clusters/local/topics/orders/history").json()
+        [topic] = listed["results"]
+        return topic, history["points"][-1]
+
+    topic, point = read()
+    assert topic["remote_bytes"] > 0 and point["remote_bytes"] > 0
+    assert isinstance(point["remote_copy_lag_bytes"], int)
+    as_kafka(synced)
+    topic, point = read()
+    # Kafka reports remote bytes only as KIP-963's RemoteLogSizeBytes (JMX): the pages say
+    # "not available for this cluster", the API null whatever the rows hold (a sync writes 0).
+    assert topic["remote_bytes"] is None and topic["local_bytes"] > 0
+    assert point["remote_bytes"] is None and point["local_bytes"] > 0
+    assert point["remote_copy_lag_bytes"] is None and point["remote_delete_lag_bytes"] is None
+    assert isinstance(point["fenced_remote_bytes"], int)  # Strata's own, not a JMX gauge
