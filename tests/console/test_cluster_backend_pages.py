@@ -64,7 +64,10 @@ def test_a_kafka_cluster_page_never_raises_before_its_first_sync(viewer_client):
     assert re.search(r'data-capability="tiered_epoch" data-status="unsupported"', html)
     assert re.search(r'data-capability="leader_election" data-status="unknown"', html)
     assert re.search(r'data-capability="partition_expansion" data-status="unknown"', html)
-    assert 'data-runnable-kinds="elect_leaders expand_partitions recover_log_dir disable_tiering enable_tiering"' in html
+    assert (
+        'data-runnable-kinds="elect_leaders expand_partitions recover_log_dir disable_tiering enable_tiering"'
+        in html
+    )
     for url in ("/", "/topics/?cluster=prod", "/brokers/?cluster=prod", "/topology/?cluster=prod"):
         assert viewer_client.get(url).status_code == 200, url
 
