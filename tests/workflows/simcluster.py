@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from broker_agent.client import AgentClient, ControllerClient, Producer
+from broker_agent.client import AgentClient, Consumer, ControllerClient, Producer
 from tests.broker_agent import agent_hooks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +48,31 @@ class Sim:
         return Cluster.objects.create(
             name=name, controller_url=self.urls["controller"], secret_ref=str(self.secret_file)
         )
+
+    def register_kafka(self, name: str = "local-kafka"):
+        """The same cluster registered through its brokers' Kafka listeners (SASL/PLAIN, as
+        ``make run``'s ``local-kafka``): the ``kafka`` backend's reads and writes."""
+        from console.choices import ClusterBackend
+        from console.models import Cluster
+
+        return Cluster.objects.create(
+            name=name,
+            backend=ClusterBackend.KAFKA,
+            kafka_bootstrap=self.urls["kafka_bootstrap"],
+            kafka_client_config={
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "PLAIN",
+                "sasl_username": "strata",
+                "sasl_password_ref": str(self.secret_file),
+            },
+        )
+
+    def producer(self) -> Producer:
+        """What :class:`tests.broker_agent.conftest.Load` drives (with :meth:`consumer`)."""
+        return Producer(self.controller, self.secret)
+
+    def consumer(self) -> Consumer:
+        return Consumer(self.controller, self.secret)
 
     def produce(self, topic: str, records: list[dict[str, Any]]) -> list[tuple[int, int]]:
         producer = Producer(self.controller, self.secret)

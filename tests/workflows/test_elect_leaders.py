@@ -13,7 +13,6 @@ import pytest
 from audit.choices import AuditOutcome
 from audit.models import AuditEvent
 from audit.trail import verify_chain
-from broker_agent.client import Consumer, Producer
 from console.choices import ClusterBackend
 from console.models import Cluster
 from console.sync import do_sync_cluster
@@ -41,33 +40,10 @@ def worker(workflow_worker):
     return workflow_worker()
 
 
-class _Loaded:
-    """What :class:`Load` drives on the simulated cluster (a producer, a consumer)."""
-
-    def __init__(self, sim: Sim) -> None:
-        self.sim = sim
-
-    def producer(self) -> Producer:
-        return Producer(self.sim.controller, self.sim.secret)
-
-    def consumer(self) -> Consumer:
-        return Consumer(self.sim.controller, self.sim.secret)
-
-
 def _register(sim: Sim, backend: str) -> Cluster:
     if backend == ClusterBackend.AGENTS:
         return sim.register("local")
-    return Cluster.objects.create(
-        name="local-kafka",
-        backend=ClusterBackend.KAFKA,
-        kafka_bootstrap=sim.urls["kafka_bootstrap"],
-        kafka_client_config={
-            "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "PLAIN",
-            "sasl_username": "strata",
-            "sasl_password_ref": str(sim.secret_file),
-        },
-    )
+    return sim.register_kafka()
 
 
 def _partitions(sim: Sim, topic: str) -> dict:
@@ -93,7 +69,7 @@ def test_leaders_move_back_to_the_preferred_replicas_after_a_broker_restart(
     assert led_by_restarted and _off_preferred(sim, topic) == []
     cluster = _register(sim, backend)
 
-    with Load(_Loaded(sim), topic) as load:
+    with Load(sim, topic) as load:
         load.wait_acked(100)
         sim.cli("restart-broker", str(RESTARTED))
         # its partitions are led by the others, and it is back in their ISR as a follower

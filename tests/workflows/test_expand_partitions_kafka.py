@@ -14,8 +14,6 @@ import pytest
 from audit.choices import AuditOutcome
 from audit.models import AuditEvent
 from audit.trail import verify_chain
-from broker_agent.client import Consumer, Producer
-from console.choices import ClusterBackend
 from console.models import Cluster
 from console.sync import do_sync_cluster
 from tests.broker_agent.conftest import Load
@@ -42,33 +40,10 @@ def worker(workflow_worker):
     return workflow_worker()
 
 
-class _Loaded:
-    """What :class:`Load` drives on the simulated cluster (a producer, a consumer)."""
-
-    def __init__(self, sim: Sim) -> None:
-        self.sim = sim
-
-    def producer(self) -> Producer:
-        return Producer(self.sim.controller, self.sim.secret)
-
-    def consumer(self) -> Consumer:
-        return Consumer(self.sim.controller, self.sim.secret)
-
-
 @pytest.fixture
 def cluster(sim: Sim) -> Cluster:
     """``local-kafka``, synced once (its capabilities come from the brokers' ApiVersions)."""
-    c = Cluster.objects.create(
-        name="local-kafka",
-        backend=ClusterBackend.KAFKA,
-        kafka_bootstrap=sim.urls["kafka_bootstrap"],
-        kafka_client_config={
-            "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "PLAIN",
-            "sasl_username": "strata",
-            "sasl_password_ref": str(sim.secret_file),
-        },
-    )
+    c = sim.register_kafka()
     run = do_sync_cluster(c).run
     assert run.errors == {}, run.errors
     c.refresh_from_db()
@@ -107,7 +82,7 @@ def test_expansion_adds_partitions_by_create_partitions_with_the_key_remapping_w
 ):
     topic = "orders-kafka"
     _create(sim, topic, 2)
-    with Load(_Loaded(sim), topic) as load:
+    with Load(sim, topic) as load:
         load.wait_acked(50)
         body = {"kind": "expand_partitions", "cluster": cluster.name, "topic": topic}
         created = request_planned(api, operator, {**body, "partitions": 4})

@@ -17,8 +17,6 @@ from audit.choices import AuditOutcome
 from audit.models import AuditEvent
 from audit.trail import verify_chain
 from broker_agent.choices import LogDirState
-from broker_agent.client import Consumer, Producer
-from console.choices import ClusterBackend
 from console.models import Cluster
 from console.sync import do_sync_cluster
 from tests.broker_agent.conftest import Load
@@ -53,33 +51,10 @@ def worker(workflow_worker):
     return workflow_worker()
 
 
-class _Loaded:
-    """What :class:`Load` drives on the simulated cluster (a producer, a consumer)."""
-
-    def __init__(self, sim: Sim) -> None:
-        self.sim = sim
-
-    def producer(self) -> Producer:
-        return Producer(self.sim.controller, self.sim.secret)
-
-    def consumer(self) -> Consumer:
-        return Consumer(self.sim.controller, self.sim.secret)
-
-
 @pytest.fixture
 def cluster(sim: Sim) -> Cluster:
     """``local-kafka``, synced once (DescribeLogDirs and cordoned.log.dirs learnt)."""
-    c = Cluster.objects.create(
-        name="local-kafka",
-        backend=ClusterBackend.KAFKA,
-        kafka_bootstrap=sim.urls["kafka_bootstrap"],
-        kafka_client_config={
-            "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "PLAIN",
-            "sasl_username": "strata",
-            "sasl_password_ref": str(sim.secret_file),
-        },
-    )
+    c = sim.register_kafka()
     run = do_sync_cluster(c).run
     assert run.errors == {}, run.errors
     c.refresh_from_db()
@@ -108,7 +83,7 @@ def _cordoned(sim: Sim, broker: int, name: str) -> bool:
 def test_a_failed_dir_is_cordoned_replaced_and_restarted_by_the_operator_then_verified(
     sim, worker, cluster, api, operator, approver
 ):
-    with Load(_Loaded(sim), TOPIC) as load:
+    with Load(sim, TOPIC) as load:
         load.wait_acked(50)
         broker = sim.controller.topic(TOPIC).partitions[0].leader
         name = sim.dir_of(broker, TOPIC, 0)

@@ -24,10 +24,8 @@ from .simcluster import Sim, request_planned, sim_cluster, wait_until
 from .tiering_kafka_sim import (
     PARTITIONS,
     TOPIC,
-    Loaded,
     configs,
     offsets,
-    register_kafka,
     tiered,
 )
 
@@ -79,9 +77,9 @@ def test_disable_retain_re_enable_and_disable_delete_on_kafka_under_load(
     sim, worker, api, operator, approver, second_approver
 ):
     tiered(sim)
-    cluster = register_kafka(sim)
+    cluster = sim.register_kafka()
     approvers = [approver, second_approver]
-    with Load(Loaded(sim), TOPIC) as load:
+    with Load(sim, TOPIC) as load:
         load.wait_acked(400)
         wait_until(
             lambda: all(o >= 0 for o in offsets(cluster, -5).values()),

@@ -21,7 +21,7 @@ from workflows.models import Workflow
 
 from .conftest import wait_for
 from .simcluster import Sim, request_planned, sim_cluster, wait_until
-from .tiering_kafka_sim import TOPIC, Loaded, configs, offsets, register_kafka, tiered
+from .tiering_kafka_sim import TOPIC, configs, offsets, tiered
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -51,8 +51,8 @@ def test_sigkill_at_every_step_boundary_still_disables_once(
     )
     try:
         tiered(sim)
-        cluster = register_kafka(sim)
-        with Load(Loaded(sim), TOPIC) as load:
+        cluster = sim.register_kafka()
+        with Load(sim, TOPIC) as load:
             load.wait_acked(300)
             wait_until(lambda: all(o >= 0 for o in offsets(cluster, -5).values()), 60, "tiering")
             do_sync_cluster(cluster)

@@ -9,43 +9,14 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from broker_agent.client import Consumer, Producer
-from console.choices import ClusterBackend
 from console.models import Cluster
 
 from .simcluster import Sim
 
-__all__ = ["PARTITIONS", "TOPIC", "Loaded", "configs", "offsets", "register_kafka", "tiered"]
+__all__ = ["PARTITIONS", "TOPIC", "configs", "offsets", "tiered"]
 
 TOPIC = "events"
 PARTITIONS = 3
-
-
-class Loaded:
-    """What :class:`tests.broker_agent.conftest.Load` drives on the simulated cluster."""
-
-    def __init__(self, sim: Sim) -> None:
-        self.sim = sim
-
-    def producer(self) -> Producer:
-        return Producer(self.sim.controller, self.sim.secret)
-
-    def consumer(self) -> Consumer:
-        return Consumer(self.sim.controller, self.sim.secret)
-
-
-def register_kafka(sim: Sim) -> Cluster:
-    return Cluster.objects.create(
-        name="local-kafka",
-        backend=ClusterBackend.KAFKA,
-        kafka_bootstrap=sim.urls["kafka_bootstrap"],
-        kafka_client_config={
-            "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "PLAIN",
-            "sasl_username": "strata",
-            "sasl_password_ref": str(sim.secret_file),
-        },
-    )
 
 
 def tiered(sim: Sim, topic: str = TOPIC) -> None:
