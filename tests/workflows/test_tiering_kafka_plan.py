@@ -106,7 +106,8 @@ def test_delete_turns_storage_off_with_the_delete_flag_in_red(inventory):
     ]
     assert actions["steps"][-1] == "verify_log_start"
     [red] = [r for r in DISABLE.review(actions, plan.information) if r.destructive]
-    assert "deleted" in red.after and "remote segments" in red.size
+    assert "deleted" in red.after and "in remote storage only" in red.size
+    assert "not available for this cluster" in red.size  # never a size of 0
     assert DISABLE.approvals_for(params) == 2
 
 

@@ -23,7 +23,7 @@ from broker_agent import kafka39
 from broker_agent.choices import DisablePolicy, TieredState, TopicConfig
 from broker_agent.client import AgentError
 from workflows.errors import ErrorCode
-from workflows.kinds import Plan, Refusal, ReviewRow, StepDef, StepResult, size_text
+from workflows.kinds import Plan, Refusal, ReviewRow, StepDef, StepResult
 from workflows.kinds.cluster_writes import KafkaWrites, writes_for
 from workflows.kinds.commands import run_command, sync_console, waits_when_unreachable
 from workflows.kinds.schema import Actions
@@ -102,10 +102,15 @@ def _diff(topic: Topic, changes: dict[str, str | None]) -> list[ConfigChange]:
 
 
 def _information(topic: Topic, partitions: list[Partition]) -> dict[str, Any]:
+    """What the last sync knows of the remote data. Kafka's protocol gives no remote size or
+    segment count (RemoteLogSizeBytes is a JMX metric), so the plan counts what ListOffsets
+    gives: the offsets below each partition's local log start (-4), held in remote storage
+    only."""
     at = getattr(topic.cluster, "synced_at", None)
     return {
-        "remote_segments": sum(p.remote_segments for p in partitions),
-        "remote_bytes": sum(p.remote_bytes for p in partitions),
+        "remote_only_offsets": sum(
+            max(p.local_log_start_offset - p.log_start_offset, 0) for p in partitions
+        ),
         "synced_at": at.isoformat() if at else None,
     }
 
@@ -173,8 +178,9 @@ def plan_enable(topic: Topic, partitions: list[Partition]) -> Plan[KafkaTieringP
 def kafka_review(actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:
     topic, policy = actions["topic"], actions.get("policy")
     remote = (
-        f"{information.get('remote_segments', '?')} remote segments, "
-        f"{size_text(information.get('remote_bytes'))} (as of the last sync)"
+        f"{information.get('remote_only_offsets', '?')} offsets below the local log start, in "
+        "remote storage only (as of the last sync); their size is not available for this "
+        "cluster (a JMX metric, not in Kafka's protocol)"
     )
     rows = [
         ReviewRow(
