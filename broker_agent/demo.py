@@ -90,7 +90,7 @@ def _read_acked(data: str, topic: str) -> list[tuple[str, str | None, int | None
 def cmd_produce(args) -> int:
     """``--keyed``: keys ``key-0`` .. ``key-999`` in turn, each record's per-key sequence in the
     ledger, so ``sim consume --group G --verify`` can check order per key."""
-    from broker_agent.client import Producer
+    from broker_agent.producer import Producer
 
     data = os.path.abspath(args.data)
     ctl = controller_client(data)
@@ -141,7 +141,7 @@ def cmd_produce(args) -> int:
 
 
 def verify_topic(data: str, topic: str) -> dict:
-    from broker_agent.client import Consumer
+    from broker_agent.producer import Consumer
 
     ctl = controller_client(data)
     consumer = Consumer(ctl, data_secret(data))
@@ -255,7 +255,7 @@ def cmd_consume(args) -> int:
     if args.max_records is not None:
         raise SystemExit("error: --max-records needs --group (positions are kept per group)")
     if not args.verify:
-        from broker_agent.client import Consumer
+        from broker_agent.producer import Consumer
 
         consumer = Consumer(controller_client(data), data_secret(data))
         for p, recs in consumer.read_topic(args.topic).items():
@@ -311,7 +311,7 @@ def cmd_demo_load(args) -> int:
 
 
 def _demo_worker(data: str, rate: float, duration: float) -> int:
-    from broker_agent.client import Producer
+    from broker_agent.producer import Producer
 
     setup_logging()
     ctl = controller_client(data)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from broker_agent import processes
-from broker_agent.client import AgentClient, AgentError, Consumer, ControllerClient, Producer
+from broker_agent.client import AgentClient, AgentError, ControllerClient
+from broker_agent.producer import Consumer, Producer
 
 from . import agent_hooks
 

@@ -23,7 +23,6 @@ import pytest
 from kafka.protocol.api_key import ApiKey
 
 from broker_agent.choices import LogDirState, ReplicaState
-from broker_agent.client import Consumer, Producer
 from broker_agent.kafka39 import (
     REMOTE_LOG_COPY_DISABLE,
     REMOTE_LOG_DELETE_ON_DISABLE,
@@ -32,6 +31,7 @@ from broker_agent.kafka39 import (
 from broker_agent.kafka_wire.cluster import topic_uuid
 from broker_agent.metadata_rows import metadata_tsv
 from broker_agent.models import snapshot_tsv
+from broker_agent.producer import Consumer, Producer
 from console.choices import ClusterBackend
 from console.models import Broker, Cluster, GroupOffset, LogDir, Partition, Replica, SyncRun, Topic
 from console.sync import do_sync_cluster, kafka_reads, source_for
