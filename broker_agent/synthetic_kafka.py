@@ -1,29 +1,13 @@
 """The synthetic fleet answers Kafka's read calls (issue #35): one Kafka listener per synthetic
 broker, all in the synthetic process, answered by :mod:`broker_agent.kafka_wire`'s own handlers
-from the same :class:`~broker_agent.synthetic.SyntheticCluster` state the HTTP API serves - so
+from the same :class:`~broker_agent.synthetic.SyntheticCluster` state the HTTP API serves, so
 the agents' path and the Kafka path describe one cluster.
 
-The handlers take a ``broker`` and read what a simulated :class:`~broker_agent.broker.Broker`
-has (its metadata cache, replicas, log dirs, tiering state, the controller's groups).
-:class:`SyntheticBroker` is that view of one synthetic broker over the shared arrays, built
-lazily per request (nothing per partition is kept: the fleet is 1,000,000 partitions):
-
-- ``topics``: the controller's metadata (every broker's cache is the controller's here: the
-  synthetic cluster has no propagation delay), each topic's partitions materialised on demand;
-- ``replicas``: the partitions the broker hosts (``SyntheticCluster.hosted``), each a view that
-  is also its log: log start = local log start (a synthetic tiered partition has nothing in
-  remote storage, as its snapshot says: ``remote_log_end_offset`` -1, so LATEST_TIERED is -1),
-  high watermark = log end offset, 0 bytes; no leader-epoch history is kept, so every offset is
-  answered in the partition's current leader epoch;
-- ``log_dirs``: ``logdir-N`` at ``/synthetic/broker-B/logdir-N``, always online, with the
-  HTTP API's total / usable bytes (as a broker's ``log_dirs`` part: ``dirs`` and ``info``);
-- ``tiering``: the KIP-950 state the broker applied (``SyntheticTiering.brokers``) as a broker's
-  ``tiering`` part (``states``), ``remote_log_end_offset`` -1; ``remote``: a store with no
-  segments (a lookup by time finds nothing: the fleet keeps no records);
-- ``controller``: the synthetic groups (``SyntheticGroups``) as the coordinator's views.
-
-Only the read calls are served (:data:`READ_APIS`): ApiVersions lists exactly those, and a
-write call closes the connection as any unsupported request does.
+:class:`SyntheticBroker` gives the handlers what a simulated broker has (metadata cache,
+replicas, log dirs, tiering, groups) as views over the shared arrays, built per request: nothing
+per partition is kept at 1,000,000 partitions. No bytes, no remote segments, no leader-epoch
+history. Only the read calls (:data:`READ_APIS`) are served; a write closes the connection, as
+any unsupported request does.
 """
 
 from __future__ import annotations

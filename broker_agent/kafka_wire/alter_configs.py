@@ -1,36 +1,13 @@
-"""IncrementalAlterConfigs on topics, validated as Kafka 3.9 validates them, then applied by
-the controller (a Kafka broker forwards the request to the active controller; so does this
-one, over the controller's HTTP API).
+"""IncrementalAlterConfigs on topics, validated as Kafka 3.9 validates them
+(``ConfigAdminManager.prepareIncrementalConfigs`` then ``LogConfig.validate``, in that order),
+then applied by the controller, as a Kafka broker forwards the request to the active controller.
 
-Per resource, in Kafka's order (``ConfigAdminManager.prepareIncrementalConfigs`` then
-``LogConfig.validate``):
-
-- the same key twice: INVALID_REQUEST ("Error due to duplicate config keys");
-- an operation other than SET (0), DELETE (1), APPEND (2), SUBTRACT (3), a SET without a value,
-  or APPEND / SUBTRACT on a key that is not a list (only ``cleanup.policy`` is):
-  INVALID_REQUEST;
-- an unknown topic: UNKNOWN_TOPIC_OR_PARTITION; an unknown key (KIP-950's
-  ``remote.log.disable.policy`` included: Kafka 3.9 has no such key): INVALID_CONFIG;
-- a value of the wrong type or range, ``local.retention.*`` above ``retention.*``, tiering a
-  compacted topic: INVALID_CONFIG (:mod:`broker_agent.topic_configs`, the controller's checks);
-- ``validate_only``: all of the above, nothing applied.
-
-Tiering is written in Kafka 3.9's keys and read through :mod:`broker_agent.kafka39`: turning
-``remote.storage.enable`` on (or dropping ``remote.log.copy.disable``) re-enables; a disable
-(``remote.log.copy.disable=true``: retain; ``remote.storage.enable=false`` with
-``remote.log.delete.on.disable=true``: delete) starts KIP-950's disablement at the controller,
-which drives it to DISABLED itself (Kafka 3.9 has no acknowledged steps to wait for), as it
-sends a re-enablement's EnableRemoteTopic itself. Kafka's
-rules: copy disable needs ``local.retention.*`` at -2 or equal to ``retention.*``, and
-``remote.storage.enable=false`` without the delete flag is refused (both INVALID_CONFIG).
-
-Broker resources: KIP-1066's ``cordoned.log.dirs`` (paths of the broker's dirs; SET, APPEND,
-SUBTRACT, DELETE) and Kafka's per-broker quota
-``replica.alter.log.dirs.io.max.bytes.per.second`` (the copy rate of AlterReplicaLogDirs'
-moves; SET a long >= 0, DELETE lifts it; kept in the broker's memory, not across a restart);
-any other key is INVALID_REQUEST ("Cannot update these configs dynamically"), a name other than
-the broker's own id INVALID_REQUEST too, and so are the cluster-wide defaults (``""``), which the
-simulated brokers do not share.
+Tiering is written in Kafka 3.9's keys and read through :mod:`broker_agent.kafka39` (the one
+mapping); KIP-950's ``remote.log.disable.policy`` is an unknown key (INVALID_CONFIG), as in
+Kafka 3.9. A disable starts KIP-950's disablement, which the controller drives to DISABLED
+itself. A broker takes only KIP-1066's ``cordoned.log.dirs`` and the AlterReplicaLogDirs copy
+quota (in memory, lost at restart), and only under its own id; anything else is INVALID_REQUEST.
+``validate_only`` checks everything and applies nothing.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
-"""Metadata and DescribeCluster, answered from the broker's metadata cache: the cluster
-metadata this broker applied last from the controller (``Broker.topics``,
-``Broker.cluster_brokers``), as a Kafka broker answers from its ``MetadataCache`` - a broker
-that has not caught up yet answers what it knows.
+"""Metadata and DescribeCluster, answered from the broker's metadata cache (what it applied
+last from the controller), as a Kafka broker answers from its ``MetadataCache``: a broker that
+has not caught up answers what it knows.
 
-Kafka 3.9 (KRaft) rules kept here:
-
-- brokers: the live (unfenced) brokers that have the listener, with their rack (``null``: the
-  simulated cluster has no ``broker.rack``);
-- controller id: the controller quorum is not reachable by clients, so KRaft brokers answer a
-  random live broker id (``KRaftMetadataCache.getRandomAliveBrokerId``); here the lowest one,
-  which is one such answer and stays stable between calls;
-- topics: ``null`` asks for every topic (v0: an empty list does); an unknown topic is
-  UNKNOWN_TOPIC_OR_PARTITION (topics are never auto-created here); a topic id (v10+) that is
-  unknown is UNKNOWN_TOPIC_ID; ``__consumer_offsets`` and the other internal names are
-  ``is_internal``;
-- a partition whose leader is not live is LEADER_NOT_AVAILABLE with leader -1; replicas, ISR
-  and offline replicas are listed whole (v1+ filters nothing).
-
-A sim topic id is 22 hex digits; on the wire it is the UUID those digits start (zero-filled).
+Kafka 3.9 (KRaft) rules: only live brokers with the listener are listed (rack ``null``); the
+controller id is a live broker id (KRaft hides the quorum; here the lowest, stable between
+calls); topics are never auto-created (UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID); a
+partition without a live leader is LEADER_NOT_AVAILABLE with leader -1. A sim topic id (22 hex
+digits) is on the wire the UUID those digits start, zero-filled.
 """
 
 from __future__ import annotations

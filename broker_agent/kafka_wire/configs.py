@@ -1,23 +1,12 @@
 """DescribeConfigs (Kafka 3.9 ``ConfigHelper.describeConfigs``), from the broker's metadata
 cache and its own start-up configuration.
 
-Topics: every topic config the simulated cluster implements, with its value and source -
-DYNAMIC_TOPIC_CONFIG for an override set on the topic, DEFAULT_CONFIG otherwise - and its type
-(v3+). Tiering is shown as Kafka 3.9 spells it, through :mod:`broker_agent.kafka39` (the one
-mapping): ``remote.storage.enable``, ``remote.log.copy.disable`` and
-``remote.log.delete.on.disable`` instead of the KIP-950 ``remote.log.disable.policy``.
-``configuration_keys`` narrows the answer to the names asked for. An unknown topic is
-UNKNOWN_TOPIC_OR_PARTITION.
-
-Brokers: the resource name must be this broker's id (INVALID_REQUEST otherwise, as Kafka);
-``""`` (the cluster-wide dynamic defaults) has none here. A few static configs are described
-(``broker.id``, ``log.dirs``, ``log.segment.bytes``, ``replica.lag.time.max.ms``,
-``remote.log.storage.system.enable``), source STATIC_BROKER_CONFIG, and the one dynamic
-broker config, ``replica.alter.log.dirs.io.max.bytes.per.second``, once set (source
-DYNAMIC_BROKER_CONFIG).
-
-``include_synonyms`` lists each config's own entry as its only synonym (the broker-level
-synonyms such as ``log.retention.ms`` are not modelled).
+Tiering is shown as Kafka 3.9 spells it (``remote.storage.enable``, ``remote.log.copy.disable``,
+``remote.log.delete.on.disable``) through :mod:`broker_agent.kafka39`, the one mapping, never as
+KIP-950's ``remote.log.disable.policy``. Topic configs carry their source (DYNAMIC_TOPIC_CONFIG
+for an override, else DEFAULT_CONFIG); a broker resource must name this broker's id
+(INVALID_REQUEST otherwise, as Kafka), and only a few static configs plus the one dynamic copy
+quota are described. Synonyms are not modelled beyond each config's own entry.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
-"""DescribeLogDirs, answered by each broker for its own log dirs (Kafka's
-``ReplicaManager.describeLogDirs``; the admin client asks every broker).
+"""DescribeLogDirs and AlterReplicaLogDirs, answered by each broker for its own log dirs
+(Kafka's ``ReplicaManager.describeLogDirs`` / ``alterReplicaLogDirs``; the admin client asks
+every broker).
 
-- every configured dir (a dir removed from the configuration is not one), by absolute path;
-- a dir that failed (OFFLINE: the real I/O error the broker hit, e.g. the folder replaced by a
-  file) answers KAFKA_STORAGE_ERROR with no topics and total / usable bytes unknown (-1), as
-  Kafka answers a dir that is not in its live dirs;
-- a good dir: KIP-827 total / usable bytes (v4+; the capacity the broker was given, if any,
-  as its snapshot reports it) and, per replica on it (the requested partitions, or all when
-  ``topics`` is null), its size, its offset lag (``max(high watermark - log end offset, 0)``,
-  Kafka's ``getLogEndOffsetLag``) and ``is_future`` false; a replica being moved here from
-  another dir of the broker is listed too, ``is_future`` true, its lag how far its copy is
-  behind the current log; a topic with no requested partition on the dir is left out.
-
-AlterReplicaLogDirs (KIP-113, Kafka's ``ReplicaManager.alterReplicaLogDirs``), answered by the
-broker that hosts the replicas: each one is moved to the dir at the path given, through a
-future replica (:mod:`broker_agent.broker.dirmoves`, which has the rules and the error codes:
-LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR, REPLICA_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION).
-The answer says the move started; DescribeLogDirs shows it going and done.
+A failed (OFFLINE) dir answers KAFKA_STORAGE_ERROR with no topics and bytes -1, as Kafka answers
+a dir not in its live dirs; a good one its KIP-827 total / usable bytes and its replicas with
+size and offset lag (Kafka's ``getLogEndOffsetLag``), a replica being moved in listed as
+``is_future``. AlterReplicaLogDirs (KIP-113) only starts a move through a future replica
+(:mod:`broker_agent.broker.dirmoves` has the rules and codes); DescribeLogDirs shows its progress.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """ListOffsets, answered by the partition's leader from its own log (Kafka's
 ``ReplicaManager.fetchOffset`` / ``UnifiedLog.fetchOffsetByTimestamp``, 3.9 semantics).
 
-Per partition, in Kafka's order of checks:
-
-- a topic or partition the broker's metadata does not have: UNKNOWN_TOPIC_OR_PARTITION;
-- the replica is here but on a failed log dir: KAFKA_STORAGE_ERROR;
-- this broker is not the leader (or hosts no replica): NOT_LEADER_OR_FOLLOWER - a consumer's
-  ListOffsets is only served by the leader, the client refreshes its metadata and retries;
-- ``current_leader_epoch`` (v4+) older than the leader's: FENCED_LEADER_EPOCH; newer:
-  UNKNOWN_LEADER_EPOCH.
-
-Then the offset for the spec, with timestamp -1 and the leader epoch of that offset:
-
-- ``-2`` EARLIEST: the log start offset, remote part included;
-- ``-1`` LATEST: the high watermark (read_uncommitted; the simulated cluster has no
-  transactions, so read_committed's last stable offset is the same), with the current leader
-  epoch;
-- ``-4`` EARLIEST_LOCAL (KIP-405, v8+): the local log start offset (the first offset still on
-  the leader's disk);
-- ``-5`` LATEST_TIERED (KIP-1005, v9): the highest offset copied to remote storage, -1 when
-  nothing is there yet; -1 with epoch -1 when the topic's remote storage is not enabled (its
-  Kafka 3.9 ``remote.storage.enable``, read through :mod:`broker_agent.kafka39`).
-
-- a timestamp ``>= 0`` and ``-3`` MAX_TIMESTAMP: :mod:`.timestamps` (remote, then local; the
-  record's own timestamp is answered).
+Checks in Kafka's order: unknown partition, replica on a failed dir (KAFKA_STORAGE_ERROR), not
+the leader (NOT_LEADER_OR_FOLLOWER: only the leader serves a consumer's ListOffsets), leader
+epoch (FENCED / UNKNOWN_LEADER_EPOCH). Specs: -2 log start (remote included), -1 high watermark
+(no transactions here, so read_committed is the same), -4 local log start (KIP-405), -5 highest
+offset in remote storage (KIP-1005; -1 when none or remote storage is off); a timestamp or -3
+goes to :mod:`.timestamps`. Each answer carries the leader epoch of its offset.
 """
 
 from __future__ import annotations

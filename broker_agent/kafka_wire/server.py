@@ -1,18 +1,12 @@
-"""The Kafka listener of a simulated broker: asyncio framing (an int32 size, then the request),
-the request header, dispatch by api key and version, and ApiVersions.
+"""The Kafka listener of a simulated broker: framing (an int32 size, then the request), the
+request header, dispatch by api key and version, and ApiVersions.
 
-A request is decoded with the kafka-python class of its api key at its version
-(``Request.decode(payload, version=v, header=True)``) and answered with the matching response
-class encoded at the same version with the header Kafka uses for it (v1, with tagged fields, for
-flexible versions; v0 always for ApiVersions). Requests on one connection are answered in order,
-one at a time, as Kafka does. A handler runs in a worker thread: it reads the broker's state
-under the broker's locks, never on the event loop the agent's HTTP API also runs on.
-
-Like Kafka, a request whose api key or version the broker does not implement closes the
-connection, except ApiVersions at an unknown version, which is answered at v0 with
-UNSUPPORTED_VERSION and the supported list (KIP-511) so the client can retry. Every connection
-authenticates with SASL/PLAIN first (:mod:`.sasl`): until then only ApiVersions and the SASL
-calls are answered, anything else closes it.
+Messages are kafka-python's classes at the request's version, answered with Kafka's header for
+it (v1 for flexible versions, v0 always for ApiVersions), in order, one at a time per
+connection, as Kafka does. Handlers run in a worker thread under the broker's locks, never on
+the event loop the agent's HTTP API shares. An unimplemented api key or version closes the
+connection, except ApiVersions, answered at v0 with UNSUPPORTED_VERSION (KIP-511) so the client
+retries. SASL/PLAIN (:mod:`.sasl`) comes first: until then only ApiVersions and SASL are served.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """The Kafka protocol calls of a sync of a ``kafka`` cluster, batched and sent concurrently.
 
-One :func:`read_cluster` answers everything a sync needs, as plain dicts and tuples (a
-200,000-partition answer is never a pydantic object per partition): DescribeCluster, then to
-every broker at once its DescribeLogDirs and its own DescribeConfigs while the cluster answers
-Metadata, then DescribeConfigs of every topic (in requests of ``CONFIG_TOPICS_PER_REQUEST``
-topics, spread over the brokers) and to every broker four ListOffsets of the partitions it
-leads. Four, not one: Kafka refuses a ListOffsets naming a partition twice
-(``KafkaApis.handleListOffsetRequest``: INVALID_REQUEST for duplicate partitions), so the specs
--2 (earliest) and -1 (latest) go as two requests on the same connection, and -4
-(earliest-local, KIP-405, v8) and -5 (latest-tiered, KIP-1005, v9) as two more once that
-broker answered the first (:data:`TIERED_SPECS`). :func:`read_groups` lists the consumer
-groups (ListGroups to every broker) and their committed offsets (FindCoordinator, then
-OffsetFetch to each coordinator).
-
-The calls run as coroutines on kafka-python's network thread (``KafkaAdminClient._manager``):
-every request of a stage is sent before any answer is awaited, so brokers answer in parallel.
-A broker whose own calls fail fails alone (its error is kept in ``ClusterRead.broker_errors``);
-a failure of the cluster-wide calls fails the read.
+:func:`read_cluster` answers everything a sync needs as plain dicts and tuples (a
+200,000-partition answer is never a pydantic object per partition); :func:`read_groups` the
+consumer groups and their committed offsets. The calls run as coroutines on kafka-python's
+network thread: every request of a stage is sent before any answer is awaited, so brokers answer
+in parallel. ListOffsets goes as one request per spec to each broker, since Kafka refuses a
+partition named twice in one (INVALID_REQUEST). A broker whose own calls fail fails alone
+(``ClusterRead.broker_errors``); a failed cluster-wide call fails the read.
 """
 
 from __future__ import annotations

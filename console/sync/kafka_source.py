@@ -1,43 +1,14 @@
 """The sync's :class:`~console.sync.sources.ClusterSource` for a ``kafka`` cluster: Kafka's own
-protocol through its bootstrap servers (kafka-python), translated into the same
-:mod:`broker_agent.models` answers the agents give, so nothing above the seam knows which
-backend it reads.
+protocol through its bootstrap servers, translated into the same :mod:`broker_agent.models`
+answers the agents give, so nothing above the seam knows which backend it reads.
 
 One sync builds one source; its first call reads the whole cluster once
-(:func:`console.sync.kafka_reads.read_cluster`: batched, every broker at once) and every
-later call answers from that read. What Kafka's answers become:
-
-- **metadata**: brokers from DescribeCluster (the live ones; a broker a replica names that is
-  not live is listed ``alive=False``, as the controller lists a fenced one), topics and
-  partitions from Metadata, topic configs from DescribeConfigs - every config whose source is
-  not Kafka's default (a topic override or a broker-wide setting), and the KIP-950 tiering
-  state read from them through :func:`broker_agent.kafka39.from_configs` (the one mapping).
-  Kafka has no metadata version: ``version`` is a digest of the answer (never ordered), so a
-  sync whose answer did not change gets ``changed=False`` and rewrites nothing. Not on the
-  wire: the tiered epoch (Kafka 3.9 has none; 0), KIP-253's counts (the partition count),
-  the partition epoch (0) and KIP-112's ``created`` list (empty); ELR is in
-  DescribeTopicPartitions (KIP-966), which the models have no field for.
-- **snapshots**: one per broker, always in full, from its DescribeLogDirs (a dir with an error
-  is OFFLINE; total / usable bytes, KIP-827; replica sizes; a future replica of a move between
-  dirs is not a second replica row), its ``cordoned.log.dirs`` (KIP-1066, where it has it) and
-  the ListOffsets of its leaders: log start (-2), local log start (-4), high watermark (-1),
-  remote end (-5, KIP-1005; the remote range starts at the log start when anything is
-  remote). A replica Metadata lists offline on a live broker is OFFLINE, on its failed dir when
-  the broker has exactly one. Only a leader's offsets are Kafka's; a follower's are its
-  leader's (Kafka gives no follower's log end offset to clients). What only JMX has is absent,
-  never 0 where the models allow: a dir's probe latency is None; KIP-963's gauges, remote bytes
-  and segments and the copier / expiration task states are the models' neutral values (0, "")
-  because those fields are required. An incremental snapshot could ask ListOffsets only for
-  partitions whose DescribeLogDirs size moved since the last sync; in full is ~4 requests per
-  broker and fine at fleet size.
-- **groups**: ListGroups and OffsetFetch (:func:`console.sync.kafka_reads.read_groups`),
-  answered whole, or as "no group changed" when their digest equals ``since``.
-
-Failures: an unreachable bootstrap, refused credentials, a cluster without a call the sync
-needs (UNSUPPORTED_VERSION) or a protocol error in a cluster-wide call raise
-:class:`~console.sync.sources.SourceError` from every call, with a message an operator can act
-on; the sync records it as the controller's error and writes no inventory, and the next beat
-tries again (as for an agents cluster). A broker whose own calls fail fails alone.
+(:func:`console.sync.kafka_reads.read_cluster`) and later calls answer from that read. Tiering
+comes from topic configs through :func:`broker_agent.kafka39.from_configs` (the one mapping).
+Kafka has no metadata version, so ``version`` is a digest of the answer (unchanged: nothing
+rewritten). What only JMX has (probe latency, KIP-963 gauges) is None where the models allow,
+else their neutral value (0, ""). An unreachable or unsupported cluster raises
+:class:`~console.sync.sources.SourceError`; a broker whose own calls fail fails alone.
 """
 
 from __future__ import annotations

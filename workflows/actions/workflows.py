@@ -1,20 +1,12 @@
-"""Requests and human decisions on workflows.
+"""Requests and human decisions on workflows (DESIGN.md "Access, approvals and audit").
 
-Rules (DESIGN.md "Approvals and audit", issues 6 and 11):
-- Operators request; a request freezes its parameters and creates the workflow in
-  ``planning``; a worker computes the plan (actions + information) and its hash.
-- Approvers approve or reject, naming the plan hash they reviewed: a stale hash is 409
-  ``PLAN_CHANGED``. Nobody approves (or rejects) their own request (403
-  ``SELF_APPROVAL_FORBIDDEN``) or decides twice (409 ``ALREADY_DECIDED``). Any rejection rejects.
-  Approvals expire after ``STRATA_APPROVAL_TTL_HOURS``. Enough valid approvals make the workflow
-  ``approved`` and enqueue it after commit.
-- The requester or an admin may cancel before execution starts.
-- An admin may request with break-glass: approved at once, only with a written reason, flagged
-  in the audit event and on the workflow page.
-- One open workflow per (cluster, target): 409 ``WORKFLOW_CONFLICT``, enforced by a partial
-  unique index.
-
-Refused actions change nothing and leave a ``denied`` audit event (who tried what, and why).
+Operators request (parameters frozen, state ``planning``; a worker plans); approvers approve or
+reject naming the plan hash they reviewed (stale: 409 ``PLAN_CHANGED``), never their own request
+(403 ``SELF_APPROVAL_FORBIDDEN``) nor twice (409 ``ALREADY_DECIDED``). Any rejection rejects;
+enough valid approvals make it ``approved``, enqueued after commit. Break-glass (admins, with a
+written reason) approves at once, flagged. One open workflow per (cluster, target): 409
+``WORKFLOW_CONFLICT`` (a partial unique index). Refused actions change nothing and leave a
+``denied`` audit event.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """The one seam workflow steps change a cluster through, whichever backend it has (#36).
 
-A registered cluster (console's ``Cluster.backend``) is either ``agents`` — the simulated
-cluster's controller and broker agents over their signed HTTP API (:mod:`.cluster_access`) — or
-``kafka`` — a Kafka a team runs, through kafka-python's admin client over the cluster's client
-config (bootstrap, SASL, TLS). A step asks :func:`writes_for` and calls the same operations on
-either; each write is a command the step audits (:func:`workflows.kinds.commands.run_command`),
-each read a read-back that verifies it.
-
-Only the operations a kind needs now (preferred leader election and partition expansion on both
-sides; a topic's configs and offsets on the kafka side, which the tiering kinds' kafka steps use);
-the others join as their kinds move onto the seam. Both sides fail the same way, so a step handles
-one set of outcomes:
-
-- a refusal of the whole request is an :class:`~broker_agent.client.AgentError` whose ``error``
-  is Kafka's error name (the agents' codes are Kafka's names already), ``status`` 503 when Kafka
-  calls it retriable, else 400: ``run_command`` audits it as a failure and
-  ``commands.is_unreachable`` tells a wait from a failure alike on both backends;
-- a cluster that does not answer raises :class:`~.cluster_access.Unreachable` (kafka) or a
-  transport error (agents): the step waits.
-
-Per-partition answers (an election's) are Kafka's error names, ``None`` for success.
+``agents`` goes through the controller and agents' signed HTTP API (:mod:`.cluster_access`),
+``kafka`` through kafka-python's admin client; a step asks :func:`writes_for` and calls the same
+operations on either. Each write is a command the step audits
+(:func:`workflows.kinds.commands.run_command`), each read a read-back that verifies it. Both
+sides fail the same way, so a step handles one set of outcomes: a refusal is an
+:class:`~broker_agent.client.AgentError` named with Kafka's error (503 when retriable, else 400);
+a cluster that does not answer raises (:class:`~.cluster_access.Unreachable` or a transport
+error) and the step waits. Per-partition answers are Kafka's error names, ``None`` for success.
 """
 
 from __future__ import annotations

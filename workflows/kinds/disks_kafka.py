@@ -1,30 +1,12 @@
 """``recover_log_dir`` on a ``kafka`` cluster (#36): KIP-112's "fix disks and reboot broker".
 
-Kafka keeps a failed dir offline until its broker process restarts, and Kafka's protocol has no
-call to restart a broker, so the restart is the operator's: the runbook cordons the dir where
-the brokers have KIP-1066's ``cordoned.log.dirs``, waits for the operator to replace the disk
-and restart the broker and confirm it in the console (the agents' confirm gate: no worker held,
-who and when audited), then verifies the recovery from Kafka's own answers.
-
-Plan, read from the cluster in the planning worker (the sync's own reads: DescribeLogDirs for
-the dir and its replicas, Metadata for leaders and ISR): refused for an unknown broker or dir,
-a dir DescribeLogDirs answers without an error (healthy), or mode ``remove`` (``log.dirs`` is a
-static broker config: editing it is the operator's, outside Strata). No replica is moved: the
-restarted broker re-creates the dir's replicas on the new disk from their leaders (Kafka
-already moved leadership off the failed dir's replicas when it failed), so the plan states
-that no reassignment and no replication throttle are used.
-
-Steps, each audited per command and waiting (never failing) while Kafka does not answer:
-
-- ``cordon_log_dir`` (where the capability ``cordon`` holds): IncrementalAlterConfigs APPEND of
-  the dir's path to the broker's ``cordoned.log.dirs`` (idempotent: APPEND of a listed path);
-  then the manual ``confirm_disk_replaced`` and ``uncordon_log_dir`` (SUBTRACT), so the
-  restarted broker re-creates the replicas on the new disk, as the agents' runbook does; where
-  the capability does not hold, the plan says why and has none of these three steps;
-- ``restart_broker``: the manual step "restart broker N" (without a cordon: "replace the disk
-  and restart broker N"), run only once an operator confirmed;
-- ``verify``: DescribeLogDirs answers the dir ONLINE, Metadata has the broker back in the ISR of
-  every planned partition, and ListPartitionReassignments lists none of them.
+Kafka keeps a failed dir offline until its broker restarts and its protocol cannot restart a
+broker, so the restart is the operator's: the runbook cordons the dir (where the brokers have
+KIP-1066's ``cordoned.log.dirs``), waits for the operator to replace the disk, restart the broker
+and confirm it (a gate: no worker held, audited), then verifies from Kafka's own answers. No
+replica is moved (the restarted broker re-creates them from their leaders), so no reassignment or
+throttle. ``remove`` is refused: ``log.dirs`` is static config, the operator's to edit. Steps
+wait, never fail, while Kafka does not answer.
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """``elect_leaders``: move a topic's leadership back to its preferred replicas (Kafka's
 ElectLeaders, PREFERRED), on an ``agents`` or a ``kafka`` cluster alike (#36).
 
-After a broker restart its partitions are led by the others: the restarted broker rejoins the
-ISR as a follower and, without ``auto.leader.rebalance.enable``, stays one. The preferred
-leader of a partition is the first replica of its assignment.
-
-Plan, from the PostgreSQL inventory (the last sync; no call to the cluster): per partition of
-``topic`` (or of the ``partitions`` asked, e.g. ``0,3``) not already led by its preferred
-replica, its current leader → the preferred one. Refusals: UNKNOWN_TOPIC_OR_PARTITION (a topic
-or partition the inventory does not have) and ELECTION_NOT_NEEDED (every partition is led by
-its preferred replica already). The actions hold the elections; whether each preferred replica
-is in the ISR now moves with traffic and is information.
-
-Steps, through :mod:`workflows.kinds.cluster_writes` (one seam, two backends):
-
-- ``elect``: reads the leaders back and asks the election for the planned partitions not yet
-  led by their preferred replica; idempotent (a partition already on it answers
-  ELECTION_NOT_NEEDED, which is fine). Every ElectLeaders sent is audited
-  (``leaders.elect_preferred``, the leaders before, each partition's answer after), once per run
-  of the step; a run that finds every leader moved but no election on record (a worker killed
-  between the command and its audit) asks again, so the audit always holds one. A partition answering PREFERRED_LEADER_NOT_AVAILABLE (its preferred replica out
-  of the ISR or offline, e.g. still catching up after its restart) makes the step wait and ask
-  again; any other partition error fails it.
-- ``verify_leaders``: the leaders read back (Kafka's Metadata on ``kafka``, the controller on
-  ``agents``) until each planned partition is led by its preferred replica; progress in
-  partitions.
-
-Both wait, never fail, while the cluster does not answer.
+After a restart a broker rejoins the ISR as a follower and, without
+``auto.leader.rebalance.enable``, stays one; the preferred leader is the first assigned replica.
+Planned from the PostgreSQL inventory (no call to the cluster); whether a preferred replica is
+in the ISR moves with traffic, so it is information. ``elect`` is idempotent
+(ELECTION_NOT_NEEDED is fine) and its audit always holds one election, even across a worker
+killed between command and audit; PREFERRED_LEADER_NOT_AVAILABLE waits. Steps go through
+:mod:`workflows.kinds.cluster_writes` and wait, never fail, while the cluster does not answer.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """``expand_partitions`` on a ``kafka`` cluster: Kafka's CreatePartitions, without KIP-253 (#36).
 
-Kafka never shipped KIP-253: adding partitions changes which partition a key maps to (the
-default partitioner takes murmur2(key) modulo the count) and keeps no per-key order across the
-change, and no partition can be removed. So the plan states that remapping as a warning, shows
-the ordered expansion unavailable (the cluster's ``linear_hashing`` capability and its reason)
-and leaves the new replicas to Kafka's default placement (Strata chooses none).
-
-Plan, read from the cluster (Metadata, in the planning worker): the partition count now → the
-count asked, the new partitions, the replication factor they get. Refusals: the count does not
-grow (INVALID_PARTITIONS: Kafka cannot remove partitions, so the way down is none), more
-replicas than live brokers (INVALID_REPLICATION_FACTOR), an unknown topic.
-
-Steps, through :mod:`workflows.kinds.cluster_writes`:
-
-- ``create_partitions``: CreatePartitions to the target count, audited
-  (``topology.create_partitions``, the count before, after). Idempotent: a run that finds it
-  recorded is done; a topic already at or past the count answers INVALID_PARTITIONS, which is
-  done (and, sent again by a run after a worker killed between the command and its record, the
-  audit holds the command that grew it).
-- ``verify_partitions``: Metadata read back until every new partition has a leader.
-
-Both wait, never fail, while the cluster does not answer.
+Kafka never shipped KIP-253: adding partitions remaps keys (murmur2(key) modulo the count) and
+keeps no per-key order across the change, and no partition can be removed. So the plan warns of
+the remapping, shows the ordered expansion unsupported (``linear_hashing`` capability, with its
+reason) and leaves placement to Kafka. ``create_partitions`` is idempotent: a topic already at
+or past the count (INVALID_PARTITIONS) counts as done, so a re-run after a worker killed between
+command and audit finds the command that grew it on record. Steps go through
+:mod:`workflows.kinds.cluster_writes` and wait, never fail, while the cluster does not answer.
 """
 
 from __future__ import annotations
