@@ -280,6 +280,8 @@ CELERY_BEAT_SCHEDULE["console-history-rollup"] = {
 SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
 SPARK_WORK_DIR = Path(env_str("SPARK_WORK_DIR", str(RUN_DIR / "spark")))
 SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "1g")
+# Extra JVM options of the driver (local mode: the executors too), after Strata's own tmpdir.
+SPARK_DRIVER_JAVA_OPTIONS = env_str("SPARK_DRIVER_JAVA_OPTIONS", "")
 SPARK_JOB_TIMEOUT_SECONDS = env_int("SPARK_JOB_TIMEOUT_SECONDS", 3000)
 # A Spark run's task runs up to two spark-submits (plan, then delete) plus metadata calls.
 SPARK_TASK_HARD_TIME_LIMIT = SPARK_JOB_TIMEOUT_SECONDS * 2 + 420

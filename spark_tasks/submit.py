@@ -222,7 +222,7 @@ def spark_submit(
         "spark.ui.showConsoleProgress": "false",
         "spark.local.dir": str(local_dir),
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={local_dir}",
+        "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={local_dir} {defaults['java_options']}".strip(),
         **(conf or {}),
     }
     cmd = [
@@ -323,10 +323,12 @@ def _settings_defaults() -> dict[str, Any]:
             "master": settings.SPARK_MASTER,
             "driver_memory": settings.SPARK_DRIVER_MEMORY,
             "timeout": float(settings.SPARK_JOB_TIMEOUT_SECONDS),
+            "java_options": settings.SPARK_DRIVER_JAVA_OPTIONS,
         }
     except Exception:  # Django not configured: used from the bench or a shell
         return {
             "master": os.environ.get("SPARK_MASTER", "local[2]"),
             "driver_memory": os.environ.get("SPARK_DRIVER_MEMORY", "1g"),
             "timeout": 0.0,
+            "java_options": os.environ.get("SPARK_DRIVER_JAVA_OPTIONS", ""),
         }
