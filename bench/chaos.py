@@ -4,7 +4,8 @@ table of faults by workflow kinds in ``bench/RESULTS.md``.
 Usage: ``python -m bench.chaos [pytest args ...]``; a filtered run still rewrites the table, its
 other cells marked "not run". The suite stops PostgreSQL and kills Redis, so it starts its own on
 free ports under ``.run/chaos`` and may run beside another suite. Not part of ``make test``: 65
-cells, 30 of them on a ``kafka`` cluster (the 35 agents' cells take about an hour on 2 cores). Each cell is pass / fail of correctness, never of speed.
+cells, 30 of them on a ``kafka`` cluster (about 20 min on 2 cores; the 35 agents' cells
+take about an hour). Each cell is pass / fail of correctness, never of speed.
 """
 
 from __future__ import annotations
