@@ -43,7 +43,7 @@ test: install browser-deps
 bench: install
 	$(PY) -m bench.run $(BENCH)
 
-chaos: install  # every workflow kind under every fault, on its own PostgreSQL and Redis (20-30 min on 2 cores)
+chaos: install  # every workflow kind under every fault, on its own PostgreSQL and Redis (20-30 min on 2 cores, and about 20 more for the kafka rows)
 	$(PY) -m bench.chaos $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -31,6 +31,8 @@ from tests.workflows.conftest import api  # noqa: F401  (the API client fixture)
 from tests.workflows.simcluster import Sim, sim_cluster, wait_until
 
 CLUSTER = "chaos"
+#: the same simulated cluster registered through its brokers' Kafka listeners (#36)
+KAFKA_CLUSTER = "chaos-kafka"
 LOAD_TOPIC = "chaos.load"
 
 #: Short leases and reconcile interval so a killed run resumes within seconds; the Spark

@@ -22,7 +22,7 @@ from workflows.kinds.tiering import TieringAction
 from workflows.kinds.topology import TopologyAction
 from workflows.models import Workflow
 
-from .conftest import CLUSTER
+from .conftest import CLUSTER, KAFKA_CLUSTER
 
 HOUR_MS = 3_600_000
 
@@ -53,6 +53,14 @@ class Scenario:
     #: where the Redis, agent and PostgreSQL faults come in (``step:when``): after the first
     #: step, or before the only one
     pause_at: str = "*:after"
+    #: the cell's cluster: the controller's API (``agents``) or the brokers' Kafka listeners
+    #: (``kafka``, #36), and the worker's extra settings
+    kafka: bool = False
+    worker_env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def cluster(self) -> str:
+        return KAFKA_CLUSTER if self.kafka else CLUSTER
 
 
 # --- shared set-ups ----------------------------------------------------------------------------
@@ -152,6 +160,12 @@ def _check_enable(cell: Cell, wf: Workflow) -> None:
 
 
 def _setup_recover(cell: Cell) -> None:
+    break_leader_dir(cell, CLUSTER)
+
+
+def break_leader_dir(cell: Cell, cluster: str) -> None:
+    """A topic under records whose partition 0 leader's dir fails; the plan on ``cluster``
+    settled (the ISR shrink and the election after the failure)."""
     sim = cell.sim
     _plain_topic(sim, cell.topic, 2)
     sim.cli("produce", "--topic", cell.topic, "--records", "100", "--keyed", "--batch-size", "20")
@@ -162,7 +176,7 @@ def _setup_recover(cell: Cell) -> None:
     shutil.rmtree(f"{sim.log_dir_path(broker, name)}.failed", ignore_errors=True)
     sim.break_log_dir(broker, name)
     cell.params = {"broker": broker, "log_dir": name, "mode": "replace"}
-    wait_plan_stable("recover_log_dir", {"cluster": CLUSTER, **cell.params}, timeout=60)
+    wait_plan_stable("recover_log_dir", {"cluster": cluster, **cell.params}, timeout=60)
 
 
 def _recover_gate(cell: Cell, wf_id: int, api: Any) -> None:

@@ -38,6 +38,7 @@ from workflows.models import Workflow
 
 from .conftest import (
     CLUSTER,
+    KAFKA_CLUSTER,
     Load,
     Worker,
     db_safe,
@@ -46,6 +47,7 @@ from .conftest import (
     wait_for,
 )
 from .scenarios import SCENARIOS, Cell, Scenario
+from .scenarios_kafka import KAFKA_SCENARIOS
 
 pytestmark = [
     pytest.mark.integration,
@@ -67,6 +69,24 @@ CELL_TIMEOUT = 1200.0
 def test_every_product_kind_has_a_chaos_scenario():
     kinds = {k.name for k in all_kinds(include_hidden=True) if k.name != "noop_check"}
     assert kinds == set(SCENARIOS)
+    assert all(not s.kafka and s.kind == name for name, s in SCENARIOS.items())
+
+
+def test_every_kind_that_runs_on_kafka_has_a_kafka_scenario():
+    """#36's kinds on a ``kafka`` cluster; ``shrink_partitions`` is refused there (Kafka
+    cannot remove partitions) and the Spark kinds read the agents' remote-log metadata."""
+    on_kafka = {
+        "disable_tiering",
+        "enable_tiering",
+        "recover_log_dir",
+        "expand_partitions",
+        "elect_leaders",
+    }
+    assert {s.kind for s in KAFKA_SCENARIOS.values()} == on_kafka
+    assert all(s.kafka and s.cluster == KAFKA_CLUSTER for s in KAFKA_SCENARIOS.values())
+    # disable_tiering once per policy: Kafka spells retain and delete as different configs
+    tiering = sorted(n for n, s in KAFKA_SCENARIOS.items() if s.kind == "disable_tiering")
+    assert tiering == ["disable_tiering-delete", "disable_tiering-retain"]
 
 
 def _fault_env(scenario: Scenario, fault: str) -> dict[str, str]:
@@ -214,17 +234,52 @@ def _effects_once(wf: Workflow) -> int:
 def test_cell(
     kind, fault, sim, worker_factory, api, operator, approver, second_approver, record_property
 ):
-    scenario = SCENARIOS[kind]
     cell = Cell(sim, topic=f"c.{kind}.{fault}")
     cluster = sim.register(CLUSTER)
+    run_cell(
+        SCENARIOS[kind], fault, cell, cluster, worker_factory, api,
+        (operator, approver, second_approver), record_property,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("kafka_kind", sorted(KAFKA_SCENARIOS))
+def test_kafka_cell(
+    kafka_kind, fault, sim, worker_factory, api, operator, approver, second_approver,
+    record_property,
+):  # fmt: skip
+    """The same cell on the same simulated cluster registered as a ``kafka`` cluster (#36):
+    its steps speak Kafka's protocol to the brokers' listeners; "agent down" stops one
+    broker's process, its Kafka listener with it."""
+    cell = Cell(sim, topic=f"k.{kafka_kind}.{fault}")
+    cluster = sim.register_kafka(KAFKA_CLUSTER)
+    run_cell(
+        KAFKA_SCENARIOS[kafka_kind], fault, cell, cluster, worker_factory, api,
+        (operator, approver, second_approver), record_property,
+    )  # fmt: skip
+
+
+def run_cell(
+    scenario: Scenario,
+    fault: str,
+    cell: Cell,
+    cluster: Any,
+    worker_factory: Any,
+    api: Any,
+    users: tuple[Any, Any, Any],
+    record_property: Any,
+) -> None:
+    """One cell: set up, request, approve, bring the fault in, then check exactly once."""
+    kind, sim = scenario.kind, cell.sim
+    operator, approver, second_approver = users
     scenario.setup(cell)
     do_sync_cluster(cluster)
-    worker = worker_factory(**_fault_env(scenario, fault))
+    worker = worker_factory(**dict(scenario.worker_env), **_fault_env(scenario, fault))
     load = Load(sim)
     started = time.monotonic()
     try:
         response = api(operator).post(
-            "/workflows", {"kind": kind, "cluster": CLUSTER, **cell.params}
+            "/workflows", {"kind": kind, "cluster": cluster.name, **cell.params}
         )
         assert response.status_code == 201, response.json()
         created = planned_from(api, operator, response.json(), timeout=300)

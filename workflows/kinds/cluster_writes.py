@@ -221,10 +221,18 @@ class KafkaWrites:
 
     @staticmethod
     def _ask(call: Callable[[], Any]) -> Any:
-        """``call()``, with kafka-python's "could not reach it" as :class:`Unreachable`."""
+        """``call()``, with kafka-python's "could not reach it" as :class:`Unreachable`. A
+        request for one broker (its configs) while it is down fails before it is sent
+        (``UnknownBrokerIdError``: Metadata lists only live brokers): a wait, as a broker the
+        controller does not list is on ``agents``, not a refusal."""
         try:
             return call()
-        except (Errors.KafkaConnectionError, Errors.KafkaTimeoutError, RuntimeError) as exc:
+        except (
+            Errors.KafkaConnectionError,
+            Errors.KafkaTimeoutError,
+            Errors.UnknownBrokerIdError,
+            RuntimeError,
+        ) as exc:
             raise Unreachable(f"Kafka did not answer: {type(exc).__name__}: {exc}") from exc
         except Errors.KafkaError as exc:
             if exc.retriable:
