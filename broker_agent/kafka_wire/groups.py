@@ -1,22 +1,12 @@
 """Consumer groups over Kafka's protocol: FindCoordinator, ListGroups, OffsetFetch.
 
-In Kafka a group's coordinator is the leader of partition ``abs(groupId.hashCode()) % 50`` of
-``__consumer_offsets``; the simulated cluster keeps its groups in the controller's group
-coordinator (:mod:`broker_agent.groups`) and has no ``__consumer_offsets`` topic, so the
-coordinator of that partition is the live broker at index ``partition % live brokers`` (by
-id): every broker computes the same answer from its metadata cache. The coordinator answers
-for its groups by asking the controller's coordinator (the groups' one store); a broker that
-does not coordinate the group answers NOT_COORDINATOR, as Kafka does, and the client asks
-FindCoordinator again.
-
-- FindCoordinator (group keys; v4+ batched): the coordinator's id and listener; a transaction
-  key is COORDINATOR_NOT_AVAILABLE (the simulated cluster has no transaction coordinator).
-- ListGroups: the groups this broker coordinates (the admin client asks every broker), protocol
-  type ``consumer``, state ``Stable`` with members and ``Empty`` without (v4+, with Kafka's
-  case-insensitive states filter), type ``classic`` (v5+).
-- OffsetFetch (v2-v7 one group, v8 several): each requested partition's committed offset, -1
-  where none is committed; ``topics`` null asks for every committed partition; an unknown group
-  has no offsets (no error, as Kafka).
+Kafka's coordinator leads partition ``abs(groupId.hashCode()) % 50`` of ``__consumer_offsets``;
+the simulated cluster has no such topic, so every broker computes the same coordinator from its
+metadata (the live broker at ``partition % live brokers``), which answers from the controller's
+group store (:mod:`broker_agent.groups`); any other broker answers NOT_COORDINATOR, as Kafka.
+A transaction key is COORDINATOR_NOT_AVAILABLE (no transaction coordinator); ListGroups gives
+``Stable`` / ``Empty`` with Kafka's case-insensitive filter (v4+); OffsetFetch gives -1 where
+nothing is committed and no error for an unknown group, as Kafka.
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
-"""CreatePartitions and ElectLeaders: a KRaft broker forwards both to the active controller;
-this one forwards them to the simulated controller over its HTTP API, and answers with the
-controller's verdict in Kafka's error codes.
+"""CreatePartitions and ElectLeaders: forwarded, as a KRaft broker does, to the (simulated)
+controller, whose verdict is answered in Kafka's error codes.
 
-CreatePartitions (Kafka 3.9 ``ControllerApis.createPartitions`` and
-``ReplicationControlManager.createPartitions``), per topic:
-
-- a name given twice: INVALID_REQUEST ("Duplicate topic name.");
-- an unknown topic: UNKNOWN_TOPIC_OR_PARTITION;
-- a count that does not grow: INVALID_PARTITIONS ("Topic already has N partition(s)." / "The
-  topic T currently has N partition(s); M would not be an increase.");
-- more replicas than live brokers: INVALID_REPLICATION_FACTOR;
-- manual ``assignments``: INVALID_REQUEST, the simulated controller places new partitions
-  itself (round robin, as Kafka without assignments) and takes no placement;
-- ``validate_only``: the controller runs every check and changes nothing.
-
-The simulated controller's expansion is KIP-253's (:meth:`broker_agent.controller.Controller.
-alter_partition_count`): it bumps every existing partition's leader epoch and records them in
-the new partitions' ``leaderEpochAfterCreation``, so a key that moves to a new partition keeps
-its order (a producer writes there only after the old partition's records are consumable).
-Shipped Kafka keeps no per-key order across an expansion; a client sees the same new count
-either way. A topic with partitions marked for deletion (KIP-253 shrink) cannot grow until they
-are gone: INVALID_PARTITIONS.
-
-ElectLeaders (``ReplicationControlManager.electLeaders``): PREFERRED and UNCLEAN elections with
-Kafka's per-partition answers (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
-ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION), decided by the controller
-(:mod:`broker_agent.elections`). A controller that does not answer: REQUEST_TIMED_OUT.
+CreatePartitions follows Kafka 3.9's ``ReplicationControlManager.createPartitions``: a name
+given twice INVALID_REQUEST, an unknown topic UNKNOWN_TOPIC_OR_PARTITION, a count that does not
+grow (or a topic still draining a KIP-253 shrink) INVALID_PARTITIONS, too few live brokers
+INVALID_REPLICATION_FACTOR, manual ``assignments`` INVALID_REQUEST (the controller places new
+partitions itself), ``validate_only`` changes nothing. The simulated expansion is KIP-253's
+(keys keep their order); a client sees the same new count as on Kafka. ElectLeaders (PREFERRED,
+UNCLEAN) answers per partition as ``electLeaders`` does (:mod:`broker_agent.elections`); a
+controller that does not answer: REQUEST_TIMED_OUT.
 """
 
 from __future__ import annotations
