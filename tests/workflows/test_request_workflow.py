@@ -75,17 +75,26 @@ def test_a_request_naming_an_unregistered_cluster_is_refused_at_once(api, operat
 
 
 def test_a_request_on_a_kafka_backend_cluster_is_refused_with_why(api, operator):
-    """Workflows speak the agents' API: on a cluster read through Kafka's protocol a request is
-    refused up front (with the capability the kind lacks), not planned and failed later."""
+    """On a cluster read through Kafka's protocol a kind whose steps speak only the agents' API,
+    or one whose capability the cluster lacks, is refused up front with why, not planned and
+    failed later."""
     from console.models import Cluster
 
     Cluster.objects.create(name="prod", backend="kafka", kafka_bootstrap="kafka-1:9092")
     response = api(operator).post(
-        "/workflows", {"kind": "disable_tiering", "cluster": "prod", "topic": "t"}
+        "/workflows",
+        {"kind": "shrink_partitions", "cluster": "prod", "topic": "t", "partitions": 1},
     )
     message = response.json()["message"]
     assert response.status_code == 400 and "read through Kafka's protocol" in message
-    assert "Kafka shipped KIP-950 without a tiered epoch" in message
+    assert "Kafka never shipped KIP-253" in message
+    # disable_tiering runs on kafka (#36), once a sync learnt the brokers' tiered offsets
+    response = api(operator).post(
+        "/workflows", {"kind": "disable_tiering", "cluster": "prod", "topic": "t"}
+    )
+    message = response.json()["message"]
+    assert response.status_code == 400 and "cannot run disable_tiering" in message
+    assert "Tiered offsets" in message and "not known until the first sync" in message
     assert not Workflow.objects.exists()
 
 

@@ -154,9 +154,9 @@ class RequestPreview:
 
 def _check_cluster(name: str, kind: str) -> None:
     """The cluster exists and its backend can run ``kind``. On a ``kafka`` cluster only the
-    kinds whose steps speak Kafka's protocol run (``capabilities.KAFKA_KINDS``, #36), and only with the capability they need; any other is refused up
-    front, with the capability it lacks when there is one, rather than planned and failed at its
-    first step."""
+    kinds whose steps speak Kafka's protocol run (``capabilities.KAFKA_KINDS``, #36), and only
+    with the capability they need; any other is refused up front, with the capability it lacks
+    when there is one, rather than planned and failed at its first step."""
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         raise WorkflowError(ErrorCode.INVALID_REQUEST, f"Unknown cluster {name!r}.")
