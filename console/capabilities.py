@@ -178,17 +178,35 @@ def _kafka_tiered_offsets(features: dict, synced: bool) -> Capability:
     )
 
 
-def _kafka_log_dirs(features: dict, synced: bool) -> Capability:
-    versions = features.get("api_versions")
-    if versions is None:
-        return _unknown(LOG_DIRS, synced)
-    if str(DESCRIBE_LOG_DIRS_API_KEY) in versions:
-        return _yes(LOG_DIRS)
-    return _no(
-        LOG_DIRS,
+#: The capabilities that are one Kafka API each: the API key, and what is lost without it.
+KAFKA_APIS = {
+    LOG_DIRS: (
+        DESCRIBE_LOG_DIRS_API_KEY,
         "the brokers do not answer DescribeLogDirs: no log dir, its state or a replica's size "
         "can be read, and replicas are listed from Metadata alone",
-    )
+    ),
+    LEADER_ELECTION: (
+        ELECT_LEADERS_API_KEY,
+        "the brokers do not answer ElectLeaders: leadership cannot be moved back to the "
+        "preferred replicas from Strata",
+    ),
+    PARTITION_EXPANSION: (
+        CREATE_PARTITIONS_API_KEY,
+        "the brokers do not answer CreatePartitions: a topic's partitions cannot be added from "
+        "Strata",
+    ),
+}
+
+
+def _kafka_api(key: str, api_key: int, missing: str, features: dict, synced: bool) -> Capability:
+    """A capability that is one Kafka API: supported when the brokers advertise ``api_key`` in
+    ApiVersions, unknown until a sync learnt their versions; ``missing`` says what is lost."""
+    versions = features.get("api_versions")
+    if versions is None:
+        return _unknown(key, synced)
+    if str(api_key) in versions:
+        return _yes(key)
+    return _no(key, missing)
 
 
 def _kafka_cordon(features: dict, synced: bool) -> Capability:
@@ -201,32 +219,6 @@ def _kafka_cordon(features: dict, synced: bool) -> Capability:
         CORDON,
         "the brokers have no cordoned.log.dirs config (KIP-1066, Kafka 4.3 and later): a log dir "
         "cannot be kept from receiving new replicas",
-    )
-
-
-def _kafka_leader_election(features: dict, synced: bool) -> Capability:
-    versions = features.get("api_versions")
-    if versions is None:
-        return _unknown(LEADER_ELECTION, synced)
-    if str(ELECT_LEADERS_API_KEY) in versions:
-        return _yes(LEADER_ELECTION)
-    return _no(
-        LEADER_ELECTION,
-        "the brokers do not answer ElectLeaders: leadership cannot be moved back to the "
-        "preferred replicas from Strata",
-    )
-
-
-def _kafka_partition_expansion(features: dict, synced: bool) -> Capability:
-    versions = features.get("api_versions")
-    if versions is None:
-        return _unknown(PARTITION_EXPANSION, synced)
-    if str(CREATE_PARTITIONS_API_KEY) in versions:
-        return _yes(PARTITION_EXPANSION)
-    return _no(
-        PARTITION_EXPANSION,
-        "the brokers do not answer CreatePartitions: a topic's partitions cannot be added from "
-        "Strata",
     )
 
 
@@ -256,12 +248,9 @@ def capabilities(cluster: Cluster) -> list[Capability]:
             out.append(_kafka_tiered_offsets(features, synced))
         elif key == CORDON:
             out.append(_kafka_cordon(features, synced))
-        elif key == LOG_DIRS:
-            out.append(_kafka_log_dirs(features, synced))
-        elif key == LEADER_ELECTION:
-            out.append(_kafka_leader_election(features, synced))
-        elif key == PARTITION_EXPANSION:
-            out.append(_kafka_partition_expansion(features, synced))
+        elif key in KAFKA_APIS:
+            api_key, missing = KAFKA_APIS[key]
+            out.append(_kafka_api(key, api_key, missing, features, synced))
     return out
 
 
