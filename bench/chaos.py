@@ -1,11 +1,12 @@
 """``make chaos``: the chaos suite (``tests/chaos``) on a private PostgreSQL and Redis, then its
 table of faults by workflow kinds in ``bench/RESULTS.md``.
 
-Usage: ``python -m bench.chaos [pytest args ...]``; a filtered run still rewrites the table, its
-other cells marked "not run". The suite stops PostgreSQL and kills Redis, so it starts its own on
-free ports under ``.run/chaos`` and may run beside another suite. Not part of ``make test``: 65
-cells, 30 of them on a ``kafka`` cluster (about 20 min on 2 cores; the 35 agents' cells
-take about an hour). Each cell is pass / fail of correctness, never of speed.
+Usage: ``python -m bench.chaos [pytest args ...]``; a filtered run (e.g. ``-k kafka_cell``)
+rewrites the cells it ran and keeps the others' last results, each marked with the run it is from,
+so one row can be re-run without an hour for the rest. The suite stops PostgreSQL and kills
+Redis, so it starts its own on free ports under ``.run/chaos`` and may run beside another suite. Not part of ``make test``: 70
+cells, 30 of them on a ``kafka`` cluster (about 20 min on 2 cores; the 40 agents' cells
+about 40 min). Each cell is pass / fail of correctness, never of speed.
 """
 
 from __future__ import annotations
@@ -67,16 +68,69 @@ def _row_name(row: dict) -> str | None:
     return row.get("kind")
 
 
+KEPT = " (from the run of "
+
+
+def _previous(path: Path) -> tuple[dict[tuple[str, str], str], str]:
+    """The cells of the table ``path`` holds, by (kind, fault label), and the run they are from
+    (its date and commit lines), so a filtered run keeps what it did not re-run."""
+    if not path.exists():
+        return {}, ""
+    text = path.read_text().splitlines()
+    header = next((line for line in text if line.startswith("| kind |")), None)
+    if header is None:
+        return {}, ""
+    labels = [c.strip() for c in header.strip("|").split("|")][1:]
+    cells: dict[tuple[str, str], str] = {}
+    for line in text:
+        if not line.startswith("| ") or line == header:
+            continue
+        parts = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        for label, cell in zip(labels, parts[1:], strict=False):
+            cells[(parts[0], label)] = cell
+    date = next((x.split(": ", 1)[1] for x in text if x.startswith("- date: ")), "?")
+    commit = next((x.split(": ", 1)[1] for x in text if x.startswith("- commit: ")), "")
+    return cells, f"{date[:16]}" + (f" at {commit}" if commit else "")
+
+
+def _commit() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    return out.stdout.strip() or "?"
+
+
 def write_section(rows: list[dict], elapsed: float, machine: list[str]) -> Path:
+    path = BENCH_DIR / "results" / "chaos.md"
+    before, before_run = _previous(path)
     cells = {(_row_name(r), r["fault"]): r for r in rows if _row_name(r) and "fault" in r}
     passed = sum(1 for r in cells.values() if r["passed"])
+    total = len(KIND_ORDER) * len(FAULT_ORDER)
+
+    def text(kind: str, fault: str, label: str) -> str:
+        if (kind, fault) in cells:
+            return _cell_text(cells[(kind, fault)])
+        kept = before.get((kind, label), "not run")
+        if kept == "not run" or KEPT in kept:
+            return kept
+        return f"{kept}{KEPT}{before_run})"
+
+    texts = {k: [text(k, f, label) for f, label in FAULT_ORDER] for k in KIND_ORDER}
+    kept_count = sum(1 for row in texts.values() for t in row if KEPT in t)
     lines = [
         "## Chaos: every workflow kind under every fault",
         "",
-        f"(`make chaos`, `tests/chaos`, {elapsed / 60:.1f} min; {passed} of "
-        f"{len(KIND_ORDER) * len(FAULT_ORDER)} cells passed; measured on:)",
+        f"(`make chaos`, `tests/chaos`, {elapsed / 60:.1f} min; "
+        + (
+            f"{passed} of {len(cells)} cells run passed, {kept_count} of {total} kept from "
+            "earlier runs as marked"
+            if kept_count
+            else f"{passed} of {total} cells passed"
+        )
+        + "; measured on:)",
         "",
         *machine,
+        f"- commit: {_commit()}",
         "",
         "Method: one simulated cluster (3 brokers x 2 log dirs, real processes) under a steady "
         "keyed produce load (acks=all, 25 records/s); per cell a fresh topic, a real Celery "
@@ -103,8 +157,7 @@ def write_section(rows: list[dict], elapsed: float, machine: list[str]) -> Path:
         "|---|" + "---|" * len(FAULT_ORDER),
     ]
     for kind in KIND_ORDER:
-        texts = [_cell_text(cells.get((kind, fault))) for fault, _ in FAULT_ORDER]
-        lines.append(f"| {kind} | " + " | ".join(texts) + " |")
+        lines.append(f"| {kind} | " + " | ".join(texts[kind]) + " |")
     loads = [r["load"] for r in cells.values() if isinstance(r.get("load"), dict)]
     if loads:
         lines += [
@@ -112,9 +165,9 @@ def write_section(rows: list[dict], elapsed: float, machine: list[str]) -> Path:
             f"Load: {sum(x['acked'] for x in loads)} records acknowledged during the cells, "
             f"{sum(x['lost'] for x in loads)} lost, {sum(x['duplicated'] for x in loads)} "
             f"duplicated; {sum(x['unacknowledged_sends'] for x in loads)} sends were not "
-            "acknowledged (a broker down) and are not counted.",
+            "acknowledged (a broker down) and are not counted"
+            + (" (the cells of this run)." if kept_count else "."),
         ]
-    path = BENCH_DIR / "results" / "chaos.md"
     path.write_text("\n".join(lines) + "\n")
     return path
 
