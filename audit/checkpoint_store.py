@@ -25,7 +25,7 @@ from django.conf import settings
 
 from audit.checkpoints import Checkpoint, parse, spans
 from audit.keys import AuditKey
-from broker_agent.objectstore import (
+from broker_agent.contract.objectstore import (
     DEFAULT_REMOTE_STORE,
     EMBEDDED_ENDPOINT,
     ObjectStoreConfig,

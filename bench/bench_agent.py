@@ -32,7 +32,7 @@ def _cli(ctx, data, *args, timeout=300):
 
 
 def _synthetic(ctx) -> list[dict]:
-    from broker_agent.signing import audience_of, sign_headers
+    from broker_agent.contract.signing import audience_of, sign_headers
 
     data = ctx.work_dir / "agent-synthetic"
     shutil.rmtree(data, ignore_errors=True)
@@ -132,8 +132,8 @@ def _synthetic_metadata(ctx, data, urls, secret, get) -> list[dict]:
     """Controller metadata of the synthetic cluster (what the console's sync pulls), full and
     after a 1% churn as a delta, plus all 60 broker snapshots, timed through the typed clients
     (request + gzip + pydantic parse), as the console uses them."""
-    from broker_agent.client import AgentClient, ControllerClient
-    from broker_agent.signing import audience_of, sign_headers
+    from broker_agent.contract.client import AgentClient, ControllerClient
+    from broker_agent.contract.signing import audience_of, sign_headers
 
     r, raw, cold = get("/v1/metadata")
     _r, _raw, warm = get("/v1/metadata")

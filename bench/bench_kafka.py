@@ -244,7 +244,7 @@ class _Cpu:
     time goes besides PostgreSQL, read from ``getrusage`` and ``/proc/<pid>/stat``."""
 
     def __init__(self, data: Path):
-        from broker_agent.processes import running_pid
+        from broker_agent.simulator.processes import running_pid
 
         self.fleet_pid = running_pid(str(data), "synthetic")
         self.spent: dict[str, list[float]] = {}

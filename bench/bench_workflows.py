@@ -465,7 +465,7 @@ def run(ctx) -> list[dict]:
             "value": f"{synthetic['approve_to_end_seconds']:.2f} ({synthetic['state']})",
             "target": "≤ 5 (issue #16)",
             "method": f"synthetic scale cluster (one process, KIP-950 endpoints of "
-            f"broker_agent/synthetic_tiering.py), registered + synced with manage.py "
+            f"broker_agent/simulator/synthetic_tiering.py), registered + synced with manage.py "
             f"(first sync {synthetic['sync_seconds']:.1f} s); topic of "
             f"{synthetic['partitions']} partitions RF 3 on all {synthetic['brokers']} brokers, "
             f"retain; request + approve via workflows.actions, run by the same celery worker "

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench.run import BENCH_DIR, ROOT, _machine, assemble
-from broker_agent.processes import free_ports
+from broker_agent.simulator.processes import free_ports
 from config import services
 
 KIND_ORDER = (

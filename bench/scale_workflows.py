@@ -20,7 +20,7 @@ import psycopg
 from psycopg import sql
 
 from bench.bench_workflows import _fresh_sim_dir, _with_db, start_worker, stop_worker
-from broker_agent.synthetic import fleet_topic_sizes
+from broker_agent.simulator.synthetic import fleet_topic_sizes
 
 __all__ = ["run_scale_workflows"]
 

@@ -1,5 +1,5 @@
 import sys
 
-from broker_agent.sim import main
+from broker_agent.cli import main
 
 sys.exit(main())

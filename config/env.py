@@ -2,14 +2,14 @@
 
 Every helper takes the variable's name and a default; ``env_secret`` also reads ``NAME_FILE``
 so secrets can come from a mounted file instead of the process environment (the same reader as
-the broker agent's secret, :func:`broker_agent.signing.read_secret`).
+the broker agent's secret, :func:`broker_agent.contract.signing.read_secret`).
 """
 
 from __future__ import annotations
 
 import os
 
-from broker_agent.signing import read_secret
+from broker_agent.contract.signing import read_secret
 
 __all__ = ["env_bool", "env_float", "env_int", "env_list", "env_secret", "env_str"]
 
@@ -62,6 +62,6 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
 
 def env_secret(name: str, default: str = "") -> str:
     """Return ``$NAME``, else the stripped contents of the file named by ``$NAME_FILE``, else
-    ``default`` (an empty value counts as unset; :func:`broker_agent.signing.read_secret`)."""
+    ``default`` (an empty value counts as unset; :func:`broker_agent.contract.signing.read_secret`)."""
     secret = read_secret(name)
     return default if secret is None else secret

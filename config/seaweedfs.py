@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from broker_agent.objectstore import (
+from broker_agent.contract.objectstore import (
     DEFAULT_BUCKET,
     DEFAULT_REMOTE_STORE,
     EMBEDDED_ENDPOINT,

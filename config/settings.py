@@ -14,7 +14,7 @@ import dj_database_url
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from broker_agent.signing import read_secret_file
+from broker_agent.contract.signing import read_secret_file
 from config.env import env_bool, env_float, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent

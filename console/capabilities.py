@@ -132,7 +132,7 @@ KAFKA_KINDS: tuple[str, ...] = (
     # log-dir recovery: cordon, the operator's disk replacement and restart, verify
     "recover_log_dir",
     # tiering as Kafka 3.9 shipped it (``workflows.kinds.tiering_kafka``): config changes mapped
-    # by ``broker_agent.kafka39``, verified by the configs and offsets read back
+    # by ``broker_agent.contract.kafka39``, verified by the configs and offsets read back
     "disable_tiering",
     "enable_tiering",
 )

@@ -1,13 +1,13 @@
 """Choices the console stores and shows, as classes of constants.
 
 The Kafka-side vocabularies (tiered state, disable policy, log dir and replica state, the copier /
-expiration task states) are the agent's own (:mod:`broker_agent.choices`) and re-exported here so
+expiration task states) are the agent's own (:mod:`broker_agent.contract.choices`) and re-exported here so
 console code imports its choices from one place; the console adds only what it derives itself.
 """
 
 from __future__ import annotations
 
-from broker_agent.choices import (
+from broker_agent.contract.choices import (
     DisablePolicy,
     LogDirState,
     ReplicaState,

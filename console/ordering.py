@@ -10,7 +10,7 @@ from django.core.paginator import Page
 from django.db import connection
 from django.shortcuts import get_object_or_404
 
-from broker_agent.ordering import creation_barrier, deletion_target, split_parent
+from broker_agent.contract.ordering import creation_barrier, deletion_target, split_parent
 from console import selectors
 from console.models import Cluster, ConsumerGroup, GroupOffset, Partition, Topic
 
@@ -31,7 +31,7 @@ def topic_ordering(topic: Topic) -> dict:
 
     ``barrier`` is False when ``enable.ordered.delivery=false``. ``groups``: per consumer group (the
     first :data:`ORDERING_GROUP_LIMIT`), its lag and each partition a gate concerns — new (``waits
-    on B`` until started, B from :func:`~broker_agent.ordering.creation_barrier`), marked (draining),
+    on B`` until started, B from :func:`~broker_agent.contract.ordering.creation_barrier`), marked (draining),
     or held back by an undrained marked one — the first :data:`ORDERING_ROW_LIMIT`, held first. The
     console shows the leader epochs the split and deletion offsets come from, since a web request
     never asks a broker. Bounded at any size (#17): classified in PostgreSQL (:func:`_gate_rows`),

@@ -18,16 +18,16 @@ from django.db.models import Count, F, Min, Q, QuerySet, RowRange, Sum, Window
 from django.http import Http404
 from django.template.defaultfilters import filesizeformat
 
-from broker_agent.choices import TopicConfig
-from broker_agent.hashing import (
+from broker_agent.contract.choices import TopicConfig
+from broker_agent.contract.hashing import (
     murmur2,
     parent_partition,
     partition_for_hash,
     partitions_split_from,
     to_positive,
 )
-from broker_agent.ordering import creation_barrier, deletion_target
-from broker_agent.probes import slow_probe
+from broker_agent.contract.ordering import creation_barrier, deletion_target
+from broker_agent.contract.probes import slow_probe
 from console.choices import (
     BrokerState,
     DisablePolicy,
@@ -522,7 +522,7 @@ class KeyLookup:
 def lookup_key(topic: Topic, key: str) -> KeyLookup:
     """KIP-253 linear hashing of ``key`` now and before the last expansion / shrink.
 
-    h = toPositive(murmur2(key)), as Kafka's default partitioner; see broker_agent.hashing.
+    h = toPositive(murmur2(key)), as Kafka's default partitioner; see broker_agent.contract.hashing.
     """
     h = to_positive(murmur2(key.encode()))
     n, u = topic.initial_partition_count, topic.undeleted_partition_count
@@ -593,7 +593,7 @@ def broker_grid(
 ) -> dict:
     """Brokers x log dirs: rows of brokers, columns of dir names. Each dir gets ``slow_probe``:
     its last probe was slow next to its broker's other dirs
-    (:func:`broker_agent.probes.slow_probe`) while it is still ONLINE.
+    (:func:`broker_agent.contract.probes.slow_probe`) while it is still ONLINE.
 
     ``paged`` (the page): :data:`BROKERS_PER_PAGE` brokers of page ``page``, only those not
     ONLINE or whose agent did not answer with ``problems``, and the first

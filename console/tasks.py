@@ -15,7 +15,7 @@ from django.db import close_old_connections, connection
 from django.db.models import F
 from django.utils import timezone
 
-from broker_agent import objectstore
+from broker_agent.contract import objectstore
 from console import history
 from console.choices import SyncTrigger
 from console.health import WORKER_HEARTBEAT_PREFIX

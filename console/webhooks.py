@@ -1,7 +1,7 @@
 """The signed webhook agents push events to (KIP-112 LogDirFailure, its recovery, ...).
 
 ``POST /agent-events/<cluster>/`` (or ``/agent-events/`` with the cluster's id in the body),
-signed with the cluster's agent secret exactly like agent requests (:mod:`broker_agent.signing`:
+signed with the cluster's agent secret exactly like agent requests (:mod:`broker_agent.contract.signing`:
 timestamp, nonce, HMAC of method, path with query and body's hash). A verified event is stored
 once (its ``event_id``) and triggers an immediate sync of the cluster after commit.
 """
@@ -18,8 +18,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from pydantic import ValidationError
 
-from broker_agent.models import WebhookEvent
-from broker_agent.signing import NonceCache, SignatureError, verify_signature
+from broker_agent.contract.models import WebhookEvent
+from broker_agent.contract.signing import NonceCache, SignatureError, verify_signature
 from console.choices import SyncTrigger
 from console.models import AgentEvent, Cluster
 

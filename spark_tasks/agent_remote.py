@@ -1,4 +1,4 @@
-"""``RemoteMetadata`` over one cluster's broker agents (``broker_agent.client``): the adapter the
+"""``RemoteMetadata`` over one cluster's broker agents (``broker_agent.contract.client``): the adapter the
 Celery side of the Spark jobs uses to export their inputs and to carry out Kafka's deletion order.
 
 Choose it with ``SPARK_REMOTE_METADATA = "spark_tasks.agent_remote.for_cluster"``. A cluster's
@@ -28,9 +28,9 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker_agent.choices import ErrorCode, RemoteSegmentState
-from broker_agent.client import AgentClient, AgentError, ControllerClient
-from broker_agent.models import ClusterMetadata
+from broker_agent.contract.choices import ErrorCode, RemoteSegmentState
+from broker_agent.contract.client import AgentClient, AgentError, ControllerClient
+from broker_agent.contract.models import ClusterMetadata
 from spark_tasks.remote import NotConfigured, PartitionLogStart, RemoteMetadata, SegmentRef
 from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA
 
@@ -118,7 +118,7 @@ def configured_remote_root(cluster: str) -> str:
     return (getattr(settings, "SPARK_REMOTE_ROOTS", None) or {}).get(cluster, "")
 
 
-#: The simulator's manifest in its data directory (``broker_agent.sim``).
+#: The simulator's manifest in its data directory (``broker_agent.cli``).
 SIM_MANIFEST = "cluster.json"
 
 

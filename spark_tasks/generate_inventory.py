@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker_agent.choices import DisablePolicy, RemoteSegmentState, TieredState
-from broker_agent.objectstore import ObjectStoreConfig, S3Location
+from broker_agent.contract.choices import DisablePolicy, RemoteSegmentState, TieredState
+from broker_agent.contract.objectstore import ObjectStoreConfig, S3Location
 from spark_tasks.schema import EPOCH_ENTRY, INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA
 
 __all__ = ["DEFAULT_REMOTE_ROOT", "generate"]

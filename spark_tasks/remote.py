@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow.dataset as ds
 
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.contract.choices import RemoteSegmentState
 from spark_tasks.jobkit import DeleteOutcome
 
 __all__ = [

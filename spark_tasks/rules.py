@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from broker_agent.choices import RemoteSegmentState
-from broker_agent.remote_retention import (
+from broker_agent.contract.choices import RemoteSegmentState
+from broker_agent.contract.remote_retention import (
     epoch_map,
     expired_by_time,
     filtered_leader_epochs,
@@ -99,7 +99,7 @@ _as_map = epoch_map  # kept for vector_rules
 def is_within_leader_epochs(segment: Segment, log_end_offset: int, lineage: dict[int, int]) -> bool:
     """Kafka's ``RemoteLogManager.isRemoteSegmentWithinLeaderEpochs`` on a filtered lineage: the
     one rule the agent's own expiration applies too
-    (:func:`broker_agent.remote_retention.segment_within_leader_epochs`)."""
+    (:func:`broker_agent.contract.remote_retention.segment_within_leader_epochs`)."""
     return segment_within_leader_epochs(
         segment.leader_epochs, segment.end_offset, log_end_offset, lineage
     )

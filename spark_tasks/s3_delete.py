@@ -2,7 +2,7 @@
 
 The counterpart of :func:`spark_tasks.jobkit.unlink_paths` for an ``s3://`` root, same inputs
 and outputs. A key is deleted only when strictly under the configured bucket and prefix
-(:meth:`broker_agent.objectstore.S3Location.key_of`), else ``refused`` — the second check after
+(:meth:`broker_agent.contract.objectstore.S3Location.key_of`), else ``refused`` — the second check after
 ``jobkit.ensure_inside_store``. DeleteObjects with 1,000 keys a call (S3's maximum),
 :data:`CALLS_IN_FLIGHT` at once, ``Quiet``; botocore retries throttling and 5xx, retryable
 per-key failures are re-sent :data:`KEY_RETRIES` rounds; the rest is ``failed``, never skipped.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
-from broker_agent.objectstore import ObjectStoreConfig, S3Location
+from broker_agent.contract.objectstore import ObjectStoreConfig, S3Location
 
 __all__ = ["CALLS_IN_FLIGHT", "KEYS_PER_CALL", "delete_paths", "store_client"]
 

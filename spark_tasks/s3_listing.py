@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from broker_agent.objectstore import S3Location
+from broker_agent.contract.objectstore import S3Location
 from spark_tasks.s3_delete import store_client
 
 __all__ = ["METADATA_PREFIX", "children", "walk"]
 
-#: Where the brokers keep the metadata records (``broker_agent.remote.METADATA_DIR``).
+#: Where the brokers keep the metadata records (``broker_agent.simulator.remote.METADATA_DIR``).
 METADATA_PREFIX = "__remote_log_metadata/"
 
 

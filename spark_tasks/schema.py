@@ -2,7 +2,7 @@
 
 Imported by the job modules under ``spark-submit`` and by the generator, so it depends on pyarrow
 only (no Django, no PySpark). The KIP-405 / KIP-950 states the columns hold are the broker's own
-(:mod:`broker_agent.choices`, shipped in the job zip): one definition for the agent and the jobs.
+(:mod:`broker_agent.contract.choices`, shipped in the job zip): one definition for the agent and the jobs.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import argparse
 import time
 from typing import Any
 
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.contract.choices import RemoteSegmentState
 from spark_tasks import jobkit
 
 JOB = "storage_report"

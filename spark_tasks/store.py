@@ -3,7 +3,7 @@
 The root always comes from configuration (``--store-root``), never from inventory or plan rows:
 a bad row must not widen what it may delete. A root is ``s3://BUCKET/PREFIX``; an object is
 inside when its key lies strictly under the prefix with plain segments only (no empty, ``.`` or
-``..``; :meth:`broker_agent.objectstore.S3Location.key_of`). The rule: :func:`store_root`,
+``..``; :meth:`broker_agent.contract.objectstore.S3Location.key_of`). The rule: :func:`store_root`,
 :func:`store_entry`, :func:`inside_store`. Runs on the executors too: stdlib only at import.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from broker_agent.objectstore import S3Location
+from broker_agent.contract.objectstore import S3Location
 
 __all__ = ["inside_store", "store_entry", "store_root"]
 

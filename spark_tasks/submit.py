@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from broker_agent import objectstore
+from broker_agent.contract import objectstore
 
 __all__ = ["SubmitResult", "find_spark_submit", "spark_submit"]
 
@@ -102,8 +102,15 @@ def _package_zip(work_dir: Path) -> Path:
             zf.write(path, f"spark_tasks/{path.name}")
         # the KIP-405 / KIP-950 states (choices), the object store's location rules and client
         # (standard library and boto3 only), and the remote-retention rules the planners share
-        # with the agent (standard library only)
-        for name in ("__init__.py", "choices.py", "objectstore.py", "remote_retention.py"):
+        # with the agent (standard library only), with their packages' __init__ files (which
+        # import nothing)
+        for name in (
+            "__init__.py",
+            "contract/__init__.py",
+            "contract/choices.py",
+            "contract/objectstore.py",
+            "contract/remote_retention.py",
+        ):
             zf.write(PACKAGE_DIR.parent / "broker_agent" / name, f"broker_agent/{name}")
     return target
 

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_agent.choices import RemoteSegmentState
-from broker_agent.remote_retention import expired_by_time, retention_cleanup_until
+from broker_agent.contract.choices import RemoteSegmentState
+from broker_agent.contract.remote_retention import expired_by_time, retention_cleanup_until
 from spark_tasks import rules
 from spark_tasks.schema import PlanReason
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from broker_agent.objectstore import ObjectStoreConfig, S3Location
+from broker_agent.contract.objectstore import ObjectStoreConfig, S3Location
 
 
 @functools.lru_cache(maxsize=1)

@@ -6,7 +6,8 @@ Messages go through kafka-python's protocol classes (generated from Kafka's sche
 hand-packed bytes); large answers (200,000 partitions) are encoded from tuples of the version's
 fields (:func:`.api.row_of`), not an object each. :mod:`.server` frames and dispatches to one
 handler module per concern. ApiVersions lists exactly :data:`.server.APIS`; a request for
-anything else closes the connection, as Kafka does for an unsupported request.
+anything else closes the connection, as Kafka does for an unsupported request. The handlers
+answer from the simulator's brokers; :mod:`.synthetic` serves the synthetic fleet's listeners.
 """
 
 from broker_agent.kafka_wire.server import APIS, open_when_caught_up, start_listener

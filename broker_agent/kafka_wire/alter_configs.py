@@ -2,7 +2,7 @@
 (``ConfigAdminManager.prepareIncrementalConfigs`` then ``LogConfig.validate``, in that order),
 then applied by the controller, as a Kafka broker forwards the request to the active controller.
 
-Tiering is written in Kafka 3.9's keys and read through :mod:`broker_agent.kafka39` (the one
+Tiering is written in Kafka 3.9's keys and read through :mod:`broker_agent.contract.kafka39` (the one
 mapping); KIP-950's ``remote.log.disable.policy`` is an unknown key (INVALID_CONFIG), as in
 Kafka 3.9. A disable starts KIP-950's disablement, which the controller drives to DISABLED
 itself. A broker takes only KIP-1066's ``cordoned.log.dirs`` and the AlterReplicaLogDirs copy
@@ -19,9 +19,10 @@ import kafka.errors as Errors
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 from kafka.protocol.api_key import ApiKey
 
-from broker_agent import kafka39
-from broker_agent.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
-from broker_agent.client import AgentError
+from broker_agent.contract import kafka39
+from broker_agent.contract.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
+from broker_agent.contract.client import AgentError
+from broker_agent.contract.errors import ApiError
 from broker_agent.kafka_wire.api import Api
 from broker_agent.kafka_wire.configs import (
     ALTER_LOG_DIRS_THROTTLE,
@@ -30,8 +31,11 @@ from broker_agent.kafka_wire.configs import (
     TOPIC,
     topic_configs,
 )
-from broker_agent.topic_configs import check_local_retention, is_compacted, validate_topic_configs
-from broker_agent.web import ApiError
+from broker_agent.simulator.topic_configs import (
+    check_local_retention,
+    is_compacted,
+    validate_topic_configs,
+)
 
 __all__ = ["APIS"]
 

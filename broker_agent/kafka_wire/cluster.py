@@ -19,8 +19,8 @@ from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from broker_agent.contract.models import is_internal_topic
 from broker_agent.kafka_wire.api import Api, row_of
-from broker_agent.models import is_internal_topic
 
 __all__ = ["APIS", "controller_id", "live_brokers", "topic_uuid"]
 

@@ -2,7 +2,7 @@
 cache and its own start-up configuration.
 
 Tiering is shown as Kafka 3.9 spells it (``remote.storage.enable``, ``remote.log.copy.disable``,
-``remote.log.delete.on.disable``) through :mod:`broker_agent.kafka39`, the one mapping, never as
+``remote.log.delete.on.disable``) through :mod:`broker_agent.contract.kafka39`, the one mapping, never as
 KIP-950's ``remote.log.disable.policy``. Topic configs carry their source (DYNAMIC_TOPIC_CONFIG
 for an override, else DEFAULT_CONFIG); a broker resource must name this broker's id
 (INVALID_REQUEST otherwise, as Kafka), and only a few static configs plus the one dynamic copy
@@ -17,8 +17,8 @@ import kafka.errors as Errors
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.api_key import ApiKey
 
-from broker_agent import kafka39
-from broker_agent.choices import TieredState, TopicConfig
+from broker_agent.contract import kafka39
+from broker_agent.contract.choices import TieredState, TopicConfig
 from broker_agent.kafka_wire.api import Api
 
 __all__ = ["ALTER_LOG_DIRS_THROTTLE", "APIS", "ConfigSource", "topic_configs"]
@@ -87,7 +87,7 @@ def topic_configs(t: dict) -> list[tuple[str, str, int]]:
 
 
 #: Kafka's per-broker quota on moving replicas between dirs (the one dynamic broker config
-#: here; :mod:`broker_agent.broker.dirmoves`)
+#: here; :mod:`broker_agent.simulator.broker.dirmoves`)
 ALTER_LOG_DIRS_THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
 CORDONED_LOG_DIRS = "cordoned.log.dirs"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import kafka.errors as Errors
 
-from broker_agent.choices import ErrorCode
-from broker_agent.client import AgentError
+from broker_agent.contract.choices import ErrorCode
+from broker_agent.contract.client import AgentError
 
 __all__ = ["forward", "kafka_errno"]
 

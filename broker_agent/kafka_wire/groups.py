@@ -3,7 +3,7 @@
 Kafka's coordinator leads partition ``abs(groupId.hashCode()) % 50`` of ``__consumer_offsets``;
 the simulated cluster has no such topic, so every broker computes the same coordinator from its
 metadata (the live broker at ``partition % live brokers``), which answers from the controller's
-group store (:mod:`broker_agent.groups`); any other broker answers NOT_COORDINATOR, as Kafka.
+group store (:mod:`broker_agent.simulator.groups`); any other broker answers NOT_COORDINATOR, as Kafka.
 A transaction key is COORDINATOR_NOT_AVAILABLE (no transaction coordinator); ListGroups gives
 ``Stable`` / ``Empty`` with Kafka's case-insensitive filter (v4+); OffsetFetch gives -1 where
 nothing is committed and no error for an unknown group, as Kafka.
@@ -18,7 +18,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from broker_agent.client import AgentError
+from broker_agent.contract.client import AgentError
 from broker_agent.kafka_wire.api import Api
 from broker_agent.kafka_wire.cluster import live_brokers
 

@@ -6,7 +6,7 @@ A failed (OFFLINE) dir answers KAFKA_STORAGE_ERROR with no topics and bytes -1, 
 a dir not in its live dirs; a good one its KIP-827 total / usable bytes and its replicas with
 size and offset lag (Kafka's ``getLogEndOffsetLag``), a replica being moved in listed as
 ``is_future``. AlterReplicaLogDirs (KIP-113) only starts a move through a future replica
-(:mod:`broker_agent.broker.dirmoves` has the rules and codes); DescribeLogDirs shows its progress.
+(:mod:`broker_agent.simulator.broker.dirmoves` has the rules and codes); DescribeLogDirs shows its progress.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.api_key import ApiKey
 
-from broker_agent.choices import ErrorCode
+from broker_agent.contract.choices import ErrorCode
 from broker_agent.kafka_wire.api import Api, row_of
 
 __all__ = ["APIS"]

@@ -15,12 +15,12 @@ import kafka.errors as Errors
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
-from broker_agent import kafka39
-from broker_agent.choices import TieredState
+from broker_agent.contract import kafka39
+from broker_agent.contract.choices import TieredState
 from broker_agent.kafka_wire import timestamps
 from broker_agent.kafka_wire.api import Api, row_of
-from broker_agent.remote import RemoteStorageError
-from broker_agent.storage import StorageError
+from broker_agent.simulator.remote import RemoteStorageError
+from broker_agent.simulator.storage import StorageError
 
 __all__ = ["APIS", "EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED", "epoch_for_offset"]
 

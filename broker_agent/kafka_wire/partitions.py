@@ -7,7 +7,7 @@ grow (or a topic still draining a KIP-253 shrink) INVALID_PARTITIONS, too few li
 INVALID_REPLICATION_FACTOR, manual ``assignments`` INVALID_REQUEST (the controller places new
 partitions itself), ``validate_only`` changes nothing. The simulated expansion is KIP-253's
 (keys keep their order); a client sees the same new count as on Kafka. ElectLeaders (PREFERRED,
-UNCLEAN) answers per partition as ``electLeaders`` does (:mod:`broker_agent.elections`); a
+UNCLEAN) answers per partition as ``electLeaders`` does (:mod:`broker_agent.simulator.elections`); a
 controller that does not answer: REQUEST_TIMED_OUT.
 """
 

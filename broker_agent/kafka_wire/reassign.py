@@ -1,6 +1,6 @@
 """AlterPartitionReassignments and ListPartitionReassignments (KIP-455), forwarded to the
 simulated controller as a KRaft broker forwards them to the active controller; the controller
-runs the reassignment (:mod:`broker_agent.reassignment`: adding replicas, their catch-up, the
+runs the reassignment (:mod:`broker_agent.simulator.reassignment`: adding replicas, their catch-up, the
 removed replicas dropped once the target is in sync).
 
 Per partition, Kafka's answers: INVALID_REPLICA_ASSIGNMENT (an empty target, a broker twice,

@@ -21,7 +21,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.schemas.fields.codecs import Int32
 
-from broker_agent.client import gc_paused
+from broker_agent.contract.client import gc_paused
 from broker_agent.kafka_wire import (
     alter_configs,
     cluster,

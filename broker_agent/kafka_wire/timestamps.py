@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import kafka.errors as Errors
 
-from broker_agent.remote import RemoteStorageError, is_readable
-from broker_agent.storage import decode_batches
+from broker_agent.simulator.remote import RemoteStorageError, is_readable
+from broker_agent.simulator.storage import decode_batches
 
 __all__ = ["max_timestamp", "offset_for_timestamp"]
 

@@ -6,7 +6,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils import timezone
 
-from broker_agent.signing import read_secret, read_secret_file
+from broker_agent.contract.signing import read_secret, read_secret_file
 from console.choices import ClusterBackend, SyncTrigger, choices
 
 __all__ = ["TOPIC_STATE_SUMS", "AgentEvent", "Cluster", "SyncRun", "read_secret_ref"]
@@ -28,7 +28,7 @@ def read_secret_ref(ref: str, cluster: str) -> bytes:
     file named by ``NAME_FILE``, as every Strata secret is read) or the path of a file (its
     contents, stripped). Empty is an error naming ``cluster``.
 
-    Read by :mod:`broker_agent.signing`'s one secret reader, so a secret means the same bytes
+    Read by :mod:`broker_agent.contract.signing`'s one secret reader, so a secret means the same bytes
     to the console as to the agents that verify it."""
     if ref.startswith("env:"):
         value = read_secret(ref[4:])

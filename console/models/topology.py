@@ -14,7 +14,7 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from broker_agent.models import is_internal_topic
+from broker_agent.contract.models import is_internal_topic
 from console.choices import TieredState, choices
 from console.models.clusters import Cluster
 from console.models.disks import Broker, LogDir

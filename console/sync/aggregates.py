@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker_agent.models import split_partition_key
+from broker_agent.contract.models import split_partition_key
 from console.choices import BrokerState, LogDirState
 from console.models.clusters import TOPIC_STATE_SUMS
 from console.sync.common import SyncCursor
 from console.sync.rows import TIER_METRICS
 
 if TYPE_CHECKING:
-    from broker_agent.models import ClusterMetadata
+    from broker_agent.contract.models import ClusterMetadata
 
 __all__ = ["AggregateSync"]
 

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from broker_agent.models import ClusterMetadata
+from broker_agent.contract.models import ClusterMetadata
 from console import history
 from console.choices import ClusterBackend, SyncTrigger
 from console.models import Cluster, Partition, SyncRun, Topic

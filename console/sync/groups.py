@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from broker_agent.models import split_group_tsv
+from broker_agent.contract.models import split_group_tsv
 from console.models import Cluster, GroupOffset
 from console.sync.common import SyncCursor, error_text
 from console.sync.sources import ClusterSource
@@ -36,7 +36,7 @@ GROUP_COLUMNS = [
     ("generation", "int4"),
     ("members", "int4"),
 ]
-"""The staged position rows: :data:`broker_agent.models.GROUP_TSV_COLUMNS`, typed."""
+"""The staged position rows: :data:`broker_agent.contract.models.GROUP_TSV_COLUMNS`, typed."""
 
 _GROUP_HEAD_COLUMNS = [("group_id", "text"), ("generation", "int4"), ("members", "int4")]
 

@@ -1,10 +1,10 @@
 """The sync's :class:`~console.sync.sources.ClusterSource` for a ``kafka`` cluster: Kafka's own
-protocol through its bootstrap servers, translated into the same :mod:`broker_agent.models`
+protocol through its bootstrap servers, translated into the same :mod:`broker_agent.contract.models`
 answers the agents give, so nothing above the seam knows which backend it reads.
 
 One sync builds one source; its first call reads the whole cluster once
 (:func:`console.sync.kafka_reads.read_cluster`) and later calls answer from that read. Tiering
-comes from topic configs through :func:`broker_agent.kafka39.from_configs` (the one mapping).
+comes from topic configs through :func:`broker_agent.contract.kafka39.from_configs` (the one mapping).
 Kafka has no metadata version, so ``version`` is a digest of the answer (unchanged: nothing
 rewritten). What only JMX has (probe latency, KIP-963 gauges) is None where the models allow,
 else their neutral value (0, ""). An unreachable or unsupported cluster raises
@@ -26,14 +26,11 @@ from kafka.net.compat import KafkaNetClient
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 
-from broker_agent import kafka39
-from broker_agent.choices import ExpirationMode, LogDirState, ReplicaState, TieredState
-from broker_agent.client import gc_paused
-from broker_agent.metadata_rows import (
-    metadata_rows_body,
-    metadata_tsv,
-)
-from broker_agent.models import (
+from broker_agent.contract import kafka39
+from broker_agent.contract.choices import ExpirationMode, LogDirState, ReplicaState, TieredState
+from broker_agent.contract.client import gc_paused
+from broker_agent.contract.metadata_rows import metadata_rows_body, metadata_tsv
+from broker_agent.contract.models import (
     SNAPSHOT_TSV_COLUMNS,
     TIER_METRIC_FIELDS,
     BrokerInfo,
@@ -474,7 +471,7 @@ class KafkaClusterSource:
 
     def group_changes(self, since: int | None) -> bytes | None:
         """The consumer groups and their committed offsets as the coordinator's rows
-        (:func:`broker_agent.models.group_changes_tsv`): in full, or no group at all when
+        (:func:`broker_agent.contract.models.group_changes_tsv`): in full, or no group at all when
         their digest is ``since``. Generation and member count are not in ListGroups: 0."""
         read = self.read()
         try:

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 from django.db import transaction
 
-from broker_agent.metadata_rows import split_metadata_tsv
-from broker_agent.models import ClusterMetadata, split_partition_key
+from broker_agent.contract.metadata_rows import split_metadata_tsv
+from broker_agent.contract.models import ClusterMetadata, split_partition_key
 from console.choices import BrokerState, TopicConfig
 from console.models import Cluster
 from console.sync.common import (
@@ -133,7 +133,7 @@ class MetadataSync:
         ``stage_topic`` and their partitions into ``stage_partition``. Answers the metadata
         without its topics (validated by pydantic); :meth:`apply` merges.
 
-        The answer is ``format=tsv`` (:mod:`broker_agent.metadata_rows`): its rows go in with
+        The answer is ``format=tsv`` (:mod:`broker_agent.contract.metadata_rows`): its rows go in with
         ``COPY`` as they came, and NOT NULL columns refuse a row that lacks a field. A JSON
         answer (a controller that predates the format) is expanded in PostgreSQL instead."""
         try:

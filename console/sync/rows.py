@@ -1,11 +1,16 @@
 """Stage-table layouts of the sync and the SQL that fills them from the JSON the controller
-and agents send (shaped as :mod:`broker_agent.models`)."""
+and agents send (shaped as :mod:`broker_agent.contract.models`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from broker_agent.models import TIER_METRIC_FIELDS, BrokerSnapshot, LogDirInfo, split_partition_key
+from broker_agent.contract.models import (
+    TIER_METRIC_FIELDS,
+    BrokerSnapshot,
+    LogDirInfo,
+    split_partition_key,
+)
 from console.choices import TopicConfig
 
 __all__ = [
@@ -46,7 +51,7 @@ TOPIC_COLUMNS = [
     ("metadata_digest", "text"),
 ]
 #: ``stage_partition``, in the order of a ``format=tsv`` partition row
-#: (``broker_agent.metadata_rows.METADATA_PARTITION_COLUMNS``); the flags derived from them
+#: (``broker_agent.contract.metadata_rows.METADATA_PARTITION_COLUMNS``); the flags derived from them
 #: (under-replicated, offline ...) are worked out where they are merged.
 PARTITION_COLUMNS = [
     ("topic_name", "text"),
@@ -134,7 +139,7 @@ REPLICA_NOT_NULL = [c for c, _ in REPLICA_COLUMNS if c != "log_dir"]
 # PostgreSQL to parse. A controller or agent that predates the format answers JSON, which goes
 # to PostgreSQL unparsed and is expanded there with ``jsonb_to_recordset`` (``STAGE_TOPICS_SQL``
 # and ``STAGE_PARTITIONS_SQL``, ``STAGE_SNAPSHOT_SQL``). Defaults are the pydantic models'
-# (broker_agent.models); a missing required field shows as NULL and is refused.
+# (broker_agent.contract.models); a missing required field shows as NULL and is refused.
 
 MIN_ISR_DEFAULT = TopicConfig.DEFAULTS.get(TopicConfig.MIN_INSYNC_REPLICAS, "1")
 

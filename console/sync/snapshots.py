@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from broker_agent.models import BrokerSnapshot, ClusterMetadata, split_snapshot_tsv
+from broker_agent.contract.models import BrokerSnapshot, ClusterMetadata, split_snapshot_tsv
 from console.models import Broker, Cluster
 from console.sync.common import (
     Backwards,

@@ -1,7 +1,7 @@
 """Where a sync reads a cluster from: the controller's metadata and each agent's snapshot.
 
 :class:`HttpClusterSource` talks to the real (or simulated) controller and agents through
-:mod:`broker_agent.client`; :class:`console.sync.kafka_source.KafkaClusterSource` reads a
+:mod:`broker_agent.contract.client`; :class:`console.sync.kafka_source.KafkaClusterSource` reads a
 ``kafka`` cluster over Kafka's protocol into the same answers. :class:`StaticClusterSource`
 serves pydantic objects given to it; the tests, the bench and anyone replaying a capture build
 inventories through the same sync code.
@@ -14,9 +14,9 @@ from typing import Protocol
 
 import httpx
 
-from broker_agent.client import AgentClient, AgentError, ControllerClient
-from broker_agent.metadata_rows import metadata_tsv
-from broker_agent.models import BrokerSnapshot, ClusterMetadata, GroupView, snapshot_tsv
+from broker_agent.contract.client import AgentClient, AgentError, ControllerClient
+from broker_agent.contract.metadata_rows import metadata_tsv
+from broker_agent.contract.models import BrokerSnapshot, ClusterMetadata, GroupView, snapshot_tsv
 
 __all__ = [
     "ClusterSource",
@@ -45,7 +45,7 @@ class ClusterSource(Protocol):
 
 def metadata_rows(source: ClusterSource, since: int | None) -> bytes:
     """The controller's answer as the sync stages it: ``format=tsv``
-    (:mod:`broker_agent.metadata_rows`), the source's own bytes when it has them. A source that
+    (:mod:`broker_agent.contract.metadata_rows`), the source's own bytes when it has them. A source that
     only has JSON bytes (``metadata_json``; a controller that predates the format answers JSON
     too) hands those, which the sync also takes; else the pydantic answer is written as rows."""
     for own in ("metadata_tsv", "metadata_json"):
@@ -57,7 +57,7 @@ def metadata_rows(source: ClusterSource, since: int | None) -> bytes:
 
 def snapshot_rows(source: ClusterSource, broker_id: int, url: str, since: int | None) -> bytes:
     """One agent's snapshot as the sync stages it: ``format=tsv`` (the replicas as COPY rows,
-    see ``broker_agent.models.snapshot_tsv``), the source's own bytes when it has them. An agent
+    see ``broker_agent.contract.models.snapshot_tsv``), the source's own bytes when it has them. An agent
     that predates the format answers JSON, which the sync also takes."""
     raw = getattr(source, "snapshot_tsv", None)
     if raw:

@@ -20,9 +20,11 @@ from typing import Annotated
 
 from fastapi import Body, FastAPI, Request
 
-from broker_agent import processes, sim
-from broker_agent.choices import ErrorCode
-from broker_agent.web import ApiError
+from broker_agent import cli
+from broker_agent.contract.choices import ErrorCode
+from broker_agent.contract.errors import ApiError
+from broker_agent.server import entry
+from broker_agent.simulator import processes
 
 __all__ = ["ENV", "MODULE", "install_test_hooks", "main"]
 
@@ -32,7 +34,7 @@ ENV = {processes.SIM_MODULE_ENV: MODULE}
 
 
 def install_test_hooks(app: FastAPI) -> None:
-    """The test-only routes on an agent app (:func:`broker_agent.agent_app.create_app`)."""
+    """The test-only routes on an agent app (:func:`broker_agent.server.agent_app.create_app`)."""
 
     @app.put("/v1/test/log-dirs/{name}/probe-delay", include_in_schema=False)
     def probe_delay(request: Request, name: str, body: Annotated[dict, Body()]) -> dict:
@@ -53,11 +55,11 @@ def install_test_hooks(app: FastAPI) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] != ["broker"]:
-        return sim.main(argv)
-    args = sim.build_parser().parse_args(argv)
-    app = processes.broker_app(args)
+        return cli.main(argv)
+    args = cli.build_parser().parse_args(argv)
+    app = entry.broker_app(args)
     install_test_hooks(app)
-    processes.serve_broker(app, args)
+    entry.serve_broker(app, args)
     return 0
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from broker_agent import processes
-from broker_agent.client import AgentClient, AgentError, ControllerClient
-from broker_agent.producer import Consumer, Producer
+from broker_agent.contract.client import AgentClient, AgentError, ControllerClient
+from broker_agent.contract.producer import Consumer, Producer
+from broker_agent.simulator import processes
 
 from . import agent_hooks
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker_agent.agent_app import create_app
+from broker_agent.server.agent_app import create_app
 
 from .agent_hooks import install_test_hooks
 

@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from broker_agent.signing import NonceCache, audience_of, sign_headers
-from broker_agent.web import DEFAULT_MAX_BODY_BYTES
+from broker_agent.contract.signing import NonceCache, audience_of, sign_headers
+from broker_agent.server.web import DEFAULT_MAX_BODY_BYTES
 
 from .conftest import wait_until
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import time
 
-from broker_agent.processes import stop_process
+from broker_agent.simulator.processes import stop_process
 
 from .conftest import wait_until
 

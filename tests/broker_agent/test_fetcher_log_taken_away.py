@@ -4,9 +4,9 @@ fetcher thread a dozen times on one broker (#16)."""
 
 from __future__ import annotations
 
-from broker_agent.broker.replication import Replication
-from broker_agent.broker.state import BrokerCore, Replica
-from broker_agent.storage import LogDir, PartitionLog
+from broker_agent.simulator.broker.replication import Replication
+from broker_agent.simulator.broker.state import BrokerCore, Replica
+from broker_agent.simulator.storage import LogDir, PartitionLog
 
 
 def _fetcher(replicas: dict) -> Replication:

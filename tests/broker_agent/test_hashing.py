@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_agent.hashing import (
+from broker_agent.contract.hashing import (
     murmur2,
     parent_partition,
     partition_for_hash,

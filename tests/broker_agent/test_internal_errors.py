@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from broker_agent.choices import ErrorCode
-from broker_agent.client import AgentError
+from broker_agent.contract.choices import ErrorCode
+from broker_agent.contract.client import AgentError
 
 from .conftest import wait_until
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent import kafka39
-from broker_agent.choices import DisablePolicy, ErrorCode, TieredState
+from broker_agent.contract import kafka39
+from broker_agent.contract.choices import DisablePolicy, ErrorCode, TieredState
 
 ENABLED = {"remote.storage.enable": "true"}
 

@@ -50,7 +50,7 @@ from kafka.protocol.sasl import (
 )
 from kafka.protocol.schemas.fields.codecs import Int32
 
-from broker_agent.choices import LogDirState
+from broker_agent.contract.choices import LogDirState
 
 from .conftest import Load, wait_until
 from .test_log_dir_failure import _break_dir

@@ -20,7 +20,7 @@ from kafka.errors import (
 )
 from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 
-from broker_agent.choices import LogDirState
+from broker_agent.contract.choices import LogDirState
 
 from .conftest import Load, wait_until
 from .test_kafka_listener import FAST, _alter, admin, ask, kafka_ports

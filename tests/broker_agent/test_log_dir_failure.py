@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_agent.choices import LogDirState
+from broker_agent.contract.choices import LogDirState
 
 from .conftest import Load, wait_until
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.choices import ErrorCode, LogDirState, ReplicaState
-from broker_agent.client import AgentError
+from broker_agent.contract.choices import ErrorCode, LogDirState, ReplicaState
+from broker_agent.contract.client import AgentError
 
 from .conftest import wait_until
 
@@ -127,8 +127,8 @@ def test_one_slow_probe_does_not_make_a_dir_degraded_but_a_sustained_one_does():
     DEGRADED_WINDOW slow probes in a row, and one normal probe makes the dir ONLINE again."""
     from types import SimpleNamespace
 
-    from broker_agent.broker import DEGRADED_WINDOW
-    from broker_agent.broker.logdirs import ProbeGrades
+    from broker_agent.simulator.broker import DEGRADED_WINDOW
+    from broker_agent.simulator.broker.logdirs import ProbeGrades
 
     dirs = {n: SimpleNamespace(good=True, state=LogDirState.ONLINE) for n in ("a", "b", "c")}
     grades = ProbeGrades()

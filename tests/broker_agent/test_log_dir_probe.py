@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 
-from broker_agent.storage import PROBE_FILE, LogDir
+from broker_agent.simulator.storage import PROBE_FILE, LogDir
 
 
 def test_concurrent_probes_of_a_healthy_dir_all_succeed_and_leave_no_file(tmp_path):

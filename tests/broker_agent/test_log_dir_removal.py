@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from broker_agent.choices import ErrorCode, LogDirState
-from broker_agent.client import AgentError
+from broker_agent.contract.choices import ErrorCode, LogDirState
+from broker_agent.contract.client import AgentError
 
 from .conftest import wait_until
 from .test_log_dir_failure import _break_dir

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from broker_agent.signing import (
+from broker_agent.contract.signing import (
     HEADER_AUDIENCE,
     HEADER_NONCE,
     HEADER_SIGNATURE,

@@ -8,15 +8,15 @@ import re
 
 import pytest
 
-from broker_agent.metadata_rows import (
+from broker_agent.contract.metadata_rows import (
     METADATA_PARTITION_COLUMNS,
     METADATA_TOPIC_COLUMNS,
     metadata_tsv,
     split_metadata_tsv,
 )
-from broker_agent.models import ClusterMetadata
-from broker_agent.synthetic import SyntheticCluster
-from broker_agent.synthetic_tiering import SyntheticTiering
+from broker_agent.contract.models import ClusterMetadata
+from broker_agent.simulator.synthetic import SyntheticCluster
+from broker_agent.simulator.synthetic_tiering import SyntheticTiering
 from console.sync.rows import PARTITION_COLUMNS, TOPIC_ROW_COLUMNS
 
 from .conftest import wait_until

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from broker_agent.choices import ErrorCode
-from broker_agent.client import AgentError
+from broker_agent.contract.choices import ErrorCode
+from broker_agent.contract.client import AgentError
 
 pytestmark = pytest.mark.integration
 
@@ -167,7 +167,7 @@ def _consume_adversarially(sim, topic: str, group: str, members: int, load: Keye
     highest partition first: a member reading partitions made by the expansion always polls
     before the members holding the partitions those keys were in - the order that shows a
     creation gate opened too early. Runs one more produce run under load, then drains."""
-    from broker_agent.group_consumer import GroupConsumer
+    from broker_agent.simulator.group_consumer import GroupConsumer
 
     ledger = _ledger(sim, group, topic)
 

@@ -1,4 +1,4 @@
-"""KIP-253 consumer-side rules (broker_agent.ordering) and the group coordinator's fencing."""
+"""KIP-253 consumer-side rules (broker_agent.contract.ordering) and the group coordinator's fencing."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import sqlite3
 
 import pytest
 
-from broker_agent.choices import ErrorCode
-from broker_agent.groups import GroupCoordinator
-from broker_agent.hashing import partition_for_key
-from broker_agent.ordering import (
+from broker_agent.contract.choices import ErrorCode
+from broker_agent.contract.errors import ApiError
+from broker_agent.contract.hashing import partition_for_key
+from broker_agent.contract.ordering import (
     Gate,
     creation_barrier,
     creation_gate_applies,
@@ -17,7 +17,7 @@ from broker_agent.ordering import (
     deletion_target,
     split_parent,
 )
-from broker_agent.web import ApiError
+from broker_agent.simulator.groups import GroupCoordinator
 
 
 def test_each_new_partition_waits_on_exactly_the_partition_its_keys_came_from():

@@ -5,9 +5,9 @@ Kafka listener do not reach."""
 
 from __future__ import annotations
 
-from broker_agent.choices import ErrorCode
-from broker_agent.elections import elect_leader
-from broker_agent.reassignment import AlterReassignmentsRequest, _alter, maybe_complete
+from broker_agent.contract.choices import ErrorCode
+from broker_agent.simulator.elections import elect_leader
+from broker_agent.simulator.reassignment import AlterReassignmentsRequest, _alter, maybe_complete
 
 
 def _part(replicas, isr, leader, **kw) -> dict:

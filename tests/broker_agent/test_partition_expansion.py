@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.choices import ErrorCode
-from broker_agent.client import AgentError
-from broker_agent.hashing import murmur2, parent_partition, partition_for_key, to_positive
+from broker_agent.contract.choices import ErrorCode
+from broker_agent.contract.client import AgentError
+from broker_agent.contract.hashing import murmur2, parent_partition, partition_for_key, to_positive
 
 from .conftest import wait_until
 

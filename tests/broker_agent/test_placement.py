@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from broker_agent.placement import leader_sizes, next_log_dir, place_replicas
+from broker_agent.contract.placement import leader_sizes, next_log_dir, place_replicas
 
 
 def test_a_new_replica_goes_to_the_dir_with_the_fewest_replicas_ties_to_the_first_name():

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.contract.choices import RemoteSegmentState
 
 from .conftest import wait_until
 
@@ -40,7 +40,7 @@ def test_100k_keyed_records_tier_and_read_back_from_offset_zero(sim_factory):
 
     def tiered_and_trimmed():
         # every replica: a follower learns of its leader's copies from the remote-log metadata
-        # in the store (``broker_agent.remote``: re-listed every few seconds), as a Kafka
+        # in the store (``broker_agent.simulator.remote``: re-listed every few seconds), as a Kafka
         # follower does from the __remote_log_metadata topic, and only then trims its log
         ok = True
         for p in sim.controller.topic("orders").partitions:

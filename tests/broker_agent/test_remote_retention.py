@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.choices import RemoteSegmentState
-from broker_agent.remote_retention import plan_expiration, validate_local_retention
+from broker_agent.contract.choices import RemoteSegmentState
+from broker_agent.contract.remote_retention import plan_expiration, validate_local_retention
 from spark_tasks.schema import PlanReason
 from tests.spark_tasks.kafka_cases import CASES
 
@@ -185,9 +185,13 @@ def test_local_retention_within_retention_or_unlimited_retention_is_accepted(con
 def test_the_controller_refuses_local_retention_above_retention_on_create_and_alter(tmp_path):
     """The simulated controller applies ``LogConfig.validateRemoteStorageRetention*`` to the
     topic's configs after the change: INVALID_CONFIG on CreateTopics and on AlterConfigs."""
-    from broker_agent.controller import Controller
-    from broker_agent.models import AlterConfigsRequest, BrokerHeartbeat, CreateTopicRequest
-    from broker_agent.web import ApiError
+    from broker_agent.contract.errors import ApiError
+    from broker_agent.contract.models import (
+        AlterConfigsRequest,
+        BrokerHeartbeat,
+        CreateTopicRequest,
+    )
+    from broker_agent.simulator.controller import Controller
 
     c = Controller(str(tmp_path / "controller"), "retention-test")
     c.heartbeat(BrokerHeartbeat(broker_id=1, url="http://127.0.0.1:1"))
@@ -220,8 +224,8 @@ def test_a_broker_applies_the_controllers_disable_policy_and_refuses_another():
     """KIP-950's DisableRemoteTopic carries no policy (a broker reads the controller's): a command
     naming a policy other than the controller's disablement's is INVALID_REQUEST; none applies
     the controller's."""
-    from broker_agent import kip950
-    from broker_agent.web import ApiError
+    from broker_agent.contract import kip950
+    from broker_agent.contract.errors import ApiError
 
     st = {"tiered_epoch": 3, "tiered_state": "DISABLING", "disable_policy": "delete", "configs": {}}
     assert kip950.broker_disable_policy("t", st, "delete") == "delete"

@@ -1,4 +1,4 @@
-"""The brokers' remote store on S3 (``broker_agent.remote``, issue #13), against the suite's
+"""The brokers' remote store on S3 (``broker_agent.simulator.remote``, issue #13), against the suite's
 object store: the RSM key layout, the metadata cache (written through, refreshed by ETag, read
 afresh by a new leader), and an unreachable store (backoff, outage recorded and cleared)."""
 
@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from broker_agent.choices import RemoteSegmentState
-from broker_agent.objectstore import ObjectStoreConfig, S3Location
-from broker_agent.remote import METADATA_DIR, RemoteStorageError, RemoteStore
+from broker_agent.contract.choices import RemoteSegmentState
+from broker_agent.contract.objectstore import ObjectStoreConfig, S3Location
+from broker_agent.simulator.remote import METADATA_DIR, RemoteStorageError, RemoteStore
 from tests import s3util
 
 
@@ -124,7 +124,7 @@ def test_a_copy_that_failed_midway_is_deleted_by_its_leader_in_either_expiration
     import json
     import time
 
-    from broker_agent.broker.tiering import DANGLING_COPY_MS
+    from broker_agent.simulator.broker.tiering import DANGLING_COPY_MS
 
     from .conftest import wait_until
 

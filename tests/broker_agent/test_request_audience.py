@@ -10,9 +10,9 @@ import json
 import httpx
 import pytest
 
-from broker_agent.choices import LogDirState
-from broker_agent.client import AgentClient
-from broker_agent.signing import HEADER_AUDIENCE, audience_of
+from broker_agent.contract.choices import LogDirState
+from broker_agent.contract.client import AgentClient
+from broker_agent.contract.signing import HEADER_AUDIENCE, audience_of
 
 from .conftest import run_cli
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.processes import data_secret
-from broker_agent.signing import load_secret, read_secret
+from broker_agent.contract.signing import load_secret, read_secret
+from broker_agent.simulator.processes import data_secret
 from config.env import env_secret
 from console.models.clusters import read_secret_ref
 

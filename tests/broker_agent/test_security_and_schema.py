@@ -11,7 +11,7 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from broker_agent.signing import audience_of, sign_headers
+from broker_agent.contract.signing import audience_of, sign_headers
 
 pytestmark = pytest.mark.integration
 

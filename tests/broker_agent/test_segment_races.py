@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.choices import LogDirState
-from broker_agent.storage import LogDir, PartitionLog, StorageError, encode_batch
+from broker_agent.contract.choices import LogDirState
+from broker_agent.simulator.storage import LogDir, PartitionLog, StorageError, encode_batch
 
 
 def _log(tmp_path, failures: list) -> PartitionLog:

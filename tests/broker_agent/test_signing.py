@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from broker_agent.signing import (
+from broker_agent.contract.signing import (
     HEADER_AUDIENCE,
     HEADER_NONCE,
     HEADER_SIGNATURE,

@@ -1,4 +1,4 @@
-"""The simulated cluster's restart control (``broker_agent.sim_controls``): what a worker uses
+"""The simulated cluster's restart control (``broker_agent.simulator.sim_controls``): what a worker uses
 to restart a broker, since Kafka brings a failed log dir back only at a restart (KIP-112 "fix
 disks and reboot broker"). It restarts a broker process at most once per incarnation, moves
 leaders off first (Kafka's controlled shutdown), and exists only on a simulated cluster."""
@@ -9,7 +9,7 @@ import json
 
 from fastapi import FastAPI
 
-from broker_agent import sim_controls
+from broker_agent.simulator import sim_controls
 
 
 def _cluster(tmp_path) -> str:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.models import (
+from broker_agent.contract.models import (
     SNAPSHOT_TSV_COLUMNS,
     BrokerSnapshot,
     snapshot_tsv,
     split_snapshot_tsv,
 )
-from broker_agent.synthetic import SyntheticCluster
+from broker_agent.simulator.synthetic import SyntheticCluster
 from console.sync.rows import REPLICA_COLUMNS
 
 from .conftest import wait_until

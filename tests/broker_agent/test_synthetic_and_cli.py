@@ -8,9 +8,9 @@ import json
 import httpx
 import pytest
 
-from broker_agent.choices import RemoteSegmentState, TaskState
-from broker_agent.client import AgentClient, AgentError, ControllerClient
-from broker_agent.signing import audience_of, sign_headers
+from broker_agent.contract.choices import RemoteSegmentState, TaskState
+from broker_agent.contract.client import AgentClient, AgentError, ControllerClient
+from broker_agent.contract.signing import audience_of, sign_headers
 from tests import s3util
 
 from .conftest import run_cli, wait_until
@@ -227,7 +227,7 @@ def test_synthetic_since_answers_match_a_full_scan_of_versions(layout):
     partition would find, for metadata and for each broker's snapshot, and falls back to the
     scan once the log no longer reaches back to ``since``: in the uniform layout, and in the
     fleet layout (topics of different sizes) after a KIP-253 expansion appended partitions."""
-    from broker_agent.synthetic import SyntheticCluster, fleet_topic_sizes
+    from broker_agent.simulator.synthetic import SyntheticCluster, fleet_topic_sizes
 
     if layout == "uniform":
         c = SyntheticCluster("c", brokers=5, log_dirs=2, topics=4, partitions_per_topic=10)
@@ -263,8 +263,8 @@ def test_fleet_layout_mixes_topic_sizes_and_an_expansion_keeps_partition_order()
     asked; an expansion (KIP-253) lists the topic's partitions 0..target-1 in order, with the
     old partitions' leader epochs bumped, initial_partition_count kept, and the new ones on
     brokers round robin; a shrink is refused (it needs partitions that drain)."""
-    from broker_agent.synthetic import SyntheticCluster, fleet_topic_sizes
-    from broker_agent.web import ApiError
+    from broker_agent.contract.errors import ApiError
+    from broker_agent.simulator.synthetic import SyntheticCluster, fleet_topic_sizes
 
     sizes = fleet_topic_sizes(1_000_000)
     assert sum(sizes) == 1_000_000 and max(sizes) == 10_000 and min(sizes) == 1
@@ -293,9 +293,9 @@ def test_a_synthetic_expansion_records_the_epoch_of_the_ancestor_its_keys_come_f
     in leaderEpochAfterCreation, the pre-bump leader epoch of the first of its ancestors that
     existed before (2 -> 8: 6 splits 2, itself new, so 6 waits on 0) - in the JSON and the
     format=tsv answers alike, the partition consumers and the console name as its barrier."""
-    from broker_agent.metadata_rows import split_metadata_tsv
-    from broker_agent.ordering import creation_barrier
-    from broker_agent.synthetic import SyntheticCluster
+    from broker_agent.contract.metadata_rows import split_metadata_tsv
+    from broker_agent.contract.ordering import creation_barrier
+    from broker_agent.simulator.synthetic import SyntheticCluster
 
     c = SyntheticCluster("c", 3, 2, 0, 0, topic_sizes=[2, 2])
     name, other = c.topics
@@ -341,7 +341,7 @@ def test_sim_consume_reads_from_the_log_start_once_it_is_above_zero(sim_factory)
 def test_the_coordinator_answers_group_changes_as_rows_over_http(sim_factory):
     """#17: ``GET /v1/groups?format=tsv[&since=V]`` on the real controller: every group in
     full, then only the group that committed since."""
-    from broker_agent.models import split_group_tsv
+    from broker_agent.contract.models import split_group_tsv
 
     sim = sim_factory(3, 1)
     sim.controller.create_topic("kv", 2, 1)

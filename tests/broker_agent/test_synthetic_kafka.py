@@ -15,8 +15,8 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.consumer.offsets import OffsetSpec
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from broker_agent import kafka39
-from broker_agent.synthetic_kafka import READ_APIS
+from broker_agent.contract import kafka39
+from broker_agent.kafka_wire.synthetic import READ_APIS
 
 from .conftest import Sim, _kill_all, run_cli
 from .test_kafka_listener import (

@@ -1,4 +1,4 @@
-"""KIP-950 tiering on the synthetic scale cluster (broker_agent/synthetic_tiering.py): the real
+"""KIP-950 tiering on the synthetic scale cluster (broker_agent/simulator/synthetic_tiering.py): the real
 controller's and agent's paths, codes and transitions, served by the one synthetic process."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from broker_agent.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
-from broker_agent.client import AgentClient, AgentError, ControllerClient
-from broker_agent.models import SNAPSHOT_TSV_COLUMNS, split_snapshot_tsv
+from broker_agent.contract.choices import DisablePolicy, ErrorCode, TieredState, TopicConfig
+from broker_agent.contract.client import AgentClient, AgentError, ControllerClient
+from broker_agent.contract.models import SNAPSHOT_TSV_COLUMNS, split_snapshot_tsv
 
 from .conftest import _kill_all, run_cli
 

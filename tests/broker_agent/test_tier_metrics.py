@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.choices import ExpirationMode
+from broker_agent.contract.choices import ExpirationMode
 
 from .conftest import wait_until
 from .test_tiering_disablement import _produce_and_roll, _setup

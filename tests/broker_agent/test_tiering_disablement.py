@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.choices import ErrorCode, RemoteSegmentState, TaskState, TieredState
-from broker_agent.client import AgentError
+from broker_agent.contract.choices import ErrorCode, RemoteSegmentState, TaskState, TieredState
+from broker_agent.contract.client import AgentError
 
 from .conftest import wait_until
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from broker_agent.models import TOPIC_NAME_MAX_LENGTH, validate_topic_name
+from broker_agent.contract.models import TOPIC_NAME_MAX_LENGTH, validate_topic_name
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,7 @@ def test_cli_creates_a_dashed_topic_and_refuses_an_illegal_one_in_one_line(sim_f
 def test_partition_keys_from_a_request_skip_what_is_not_topic_colon_number():
     """A heartbeat's keys come from the network: one that names no partition is skipped, never a
     500 (schemathesis sent ``x:`` and ``x:y``)."""
-    from broker_agent.models import partition_key, partition_keys, split_partition_key
+    from broker_agent.contract.models import partition_key, partition_keys, split_partition_key
 
     assert split_partition_key(partition_key("demo.orders", 3)) == ("demo.orders", 3)
     keys = ["demo.orders:3", "x:", "x:y", "nocolon", "a:b:7"]
@@ -71,8 +71,8 @@ def test_partition_keys_from_a_request_skip_what_is_not_topic_colon_number():
 
 @pytest.fixture
 def controller(tmp_path):
-    from broker_agent.controller import Controller
-    from broker_agent.models import BrokerHeartbeat
+    from broker_agent.contract.models import BrokerHeartbeat
+    from broker_agent.simulator.controller import Controller
 
     c = Controller(str(tmp_path / "controller"), "names-test")
     c.heartbeat(BrokerHeartbeat(broker_id=1, url="http://127.0.0.1:1"))
@@ -80,7 +80,7 @@ def controller(tmp_path):
 
 
 def _create(controller, name):
-    from broker_agent.models import CreateTopicRequest
+    from broker_agent.contract.models import CreateTopicRequest
 
     return controller.create_topic(
         CreateTopicRequest(name=name, partitions=1, replication_factor=1)
@@ -94,7 +94,7 @@ def test_a_name_that_collides_once_dot_and_underscore_are_alike_is_invalid_topic
     """Kafka's ``Topic.hasCollision`` (``unifyCollisionChars``: ``.`` read as ``_``), refused by
     ``ReplicationControlManager.validateNewTopicNames`` with INVALID_TOPIC_EXCEPTION "Topic '...'
     collides with existing topic: ..."; the exact same name stays TOPIC_ALREADY_EXISTS."""
-    from broker_agent.web import ApiError
+    from broker_agent.contract.errors import ApiError
 
     _create(controller, existing)
     with pytest.raises(ApiError) as refused:
@@ -112,7 +112,7 @@ def test_a_name_that_collides_once_dot_and_underscore_are_alike_is_invalid_topic
 
 
 def test_colliding_topic_names_the_existing_topic_and_ignores_the_same_name():
-    from broker_agent.models import colliding_topic
+    from broker_agent.contract.models import colliding_topic
 
     assert colliding_topic("a.b", ["a_b", "x"]) == "a_b"
     assert colliding_topic("a_b", ["a.b"]) == "a.b"
@@ -124,7 +124,7 @@ def test_colliding_topic_names_the_existing_topic_and_ignores_the_same_name():
 def test_creating_the_cluster_metadata_topic_is_invalid_request(controller):
     """``ControllerApis.createTopics`` / ``KafkaApis``: "Creation of internal topic
     __cluster_metadata is prohibited." (INVALID_REQUEST), although the name itself is legal."""
-    from broker_agent.web import ApiError
+    from broker_agent.contract.errors import ApiError
 
     assert validate_topic_name("__cluster_metadata") == "__cluster_metadata"
     with pytest.raises(ApiError) as refused:
@@ -149,6 +149,6 @@ def test_creating_the_cluster_metadata_topic_is_invalid_request(controller):
 def test_kafka_internal_topics_are_exactly_topic_is_internal(name, internal):
     """Kafka's ``Topic.isInternal``: membership of ``Topic.INTERNAL_TOPICS``, not a ``__``
     prefix."""
-    from broker_agent.models import is_internal_topic
+    from broker_agent.contract.models import is_internal_topic
 
     assert is_internal_topic(name) is internal

@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from broker_agent.choices import EventType, LogDirState
-from broker_agent.models import WebhookEvent
-from broker_agent.signing import NonceCache, SignatureError, verify_signature
+from broker_agent.contract.choices import EventType, LogDirState
+from broker_agent.contract.models import WebhookEvent
+from broker_agent.contract.signing import NonceCache, SignatureError, verify_signature
 
 from .conftest import wait_until
 

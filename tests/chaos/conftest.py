@@ -114,7 +114,7 @@ class Load:
     record's id is kept, so the cell can check none was lost or duplicated."""
 
     def __init__(self, sim: Sim) -> None:
-        from broker_agent.producer import Producer
+        from broker_agent.contract.producer import Producer
 
         self.producer = Producer(sim.controller, sim.secret)
         self.acked: list[str] = []

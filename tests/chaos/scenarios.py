@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from audit.models import AuditEvent
-from broker_agent.choices import LogDirState, RemoteSegmentState, TieredState
-from broker_agent.demo import verify_topic
+from broker_agent.contract.choices import LogDirState, RemoteSegmentState, TieredState
+from broker_agent.simulator.demo import verify_topic
 from tests import s3util
 from tests.workflows.simcluster import Sim, wait_plan_stable, wait_until
 from workflows.choices import StepState, WorkflowState

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from audit.models import AuditEvent
-from broker_agent.choices import DisablePolicy, LogDirState, TieredState
+from broker_agent.contract.choices import DisablePolicy, LogDirState, TieredState
 from workflows.choices import AuditAction, StepState, WorkflowState
 from workflows.kinds.cluster_writes import KafkaWrites, writes_for
 from workflows.kinds.disks_kafka import KafkaRecoverAction

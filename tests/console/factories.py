@@ -11,8 +11,14 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
-from broker_agent.choices import LogDirState, ReplicaState, TaskState, TieredState, TopicConfig
-from broker_agent.models import (
+from broker_agent.contract.choices import (
+    LogDirState,
+    ReplicaState,
+    TaskState,
+    TieredState,
+    TopicConfig,
+)
+from broker_agent.contract.models import (
     BrokerInfo,
     BrokerSnapshot,
     ClusterMetadata,

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from broker_agent.client import AgentClient, ControllerClient
+from broker_agent.contract.client import AgentClient, ControllerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 

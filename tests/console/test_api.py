@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from accounts.actions import do_issue_token
-from broker_agent.hashing import partition_for_key
+from broker_agent.contract.hashing import partition_for_key
 from tests.console.conftest import sync
 
 pytestmark = pytest.mark.django_db

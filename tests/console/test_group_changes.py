@@ -9,11 +9,11 @@ import sqlite3
 import pytest
 from django.db import connection
 
-from broker_agent.client import ControllerClient
-from broker_agent.groups import GroupCoordinator
-from broker_agent.models import GroupView, split_group_tsv
-from broker_agent.synthetic import SyntheticCluster
-from broker_agent.synthetic_groups import SyntheticGroups
+from broker_agent.contract.client import ControllerClient
+from broker_agent.contract.models import GroupView, split_group_tsv
+from broker_agent.simulator.groups import GroupCoordinator
+from broker_agent.simulator.synthetic import SyntheticCluster
+from broker_agent.simulator.synthetic_groups import SyntheticGroups
 from console.models import Cluster, ConsumerGroup, GroupOffset
 from console.sync import do_sync_cluster
 from tests.broker_agent.conftest import run_cli

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.models import GroupView
+from broker_agent.contract.models import GroupView
 from console.models import GroupOffset
 from console.sync import do_sync_cluster
 from tests.console.conftest import sync

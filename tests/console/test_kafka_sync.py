@@ -10,7 +10,7 @@ replicas), their offsets (log start, local log start, high watermark, remote ran
 (broker, dir, state, leadership), log dirs (state, total bytes), brokers and consumer groups'
 committed offsets. What legitimately differs, and is not compared: a dir's name (Kafka names a
 dir by its path), the topic id's spelling (Kafka's base64 of the same UUID), tiering configs
-(Kafka 3.9's names, ``broker_agent.kafka39``), a partition's log end offset (Kafka gives
+(Kafka 3.9's names, ``broker_agent.contract.kafka39``), a partition's log end offset (Kafka gives
 clients the high watermark, not the leader's log end offset) and followers' offsets (only
 leaders answer ListOffsets), the tiered epoch, partition epoch and KIP-112 ``created`` list (not
 on the wire), probe latency and KIP-963's gauges (JMX only), usable bytes (free space moves),
@@ -22,16 +22,16 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.api_key import ApiKey
 
-from broker_agent.choices import LogDirState, ReplicaState
-from broker_agent.kafka39 import (
+from broker_agent.contract.choices import LogDirState, ReplicaState
+from broker_agent.contract.kafka39 import (
     REMOTE_LOG_COPY_DISABLE,
     REMOTE_LOG_DELETE_ON_DISABLE,
     REMOTE_STORAGE_ENABLE,
 )
+from broker_agent.contract.metadata_rows import metadata_tsv
+from broker_agent.contract.models import snapshot_tsv
+from broker_agent.contract.producer import Consumer, Producer
 from broker_agent.kafka_wire.cluster import topic_uuid
-from broker_agent.metadata_rows import metadata_tsv
-from broker_agent.models import snapshot_tsv
-from broker_agent.producer import Consumer, Producer
 from console.choices import ClusterBackend
 from console.models import Broker, Cluster, GroupOffset, LogDir, Partition, Replica, SyncRun, Topic
 from console.sync import do_sync_cluster, kafka_reads, source_for

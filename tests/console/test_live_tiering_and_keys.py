@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from broker_agent.producer import Producer
+from broker_agent.contract.producer import Producer
 from console.models import Cluster, Topic
 from console.selectors import lookup_key
 from console.sync import do_sync_cluster

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from broker_agent.objectstore import ObjectStoreConfig
-from broker_agent.producer import Producer
+from broker_agent.contract.objectstore import ObjectStoreConfig
+from broker_agent.contract.producer import Producer
 from config.seaweedfs import EmbeddedS3, ensure_bucket, free_port, start_seaweedfs
 from console.models import Broker, Cluster
 from console.sync import do_sync_cluster

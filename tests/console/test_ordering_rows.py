@@ -1,5 +1,5 @@
 """The topic page's KIP-253 gates, classified in PostgreSQL (#17), against the rules written out
-in Python (``broker_agent.ordering``, partition by partition, group by group) on random topics:
+in Python (``broker_agent.contract.ordering``, partition by partition, group by group) on random topics:
 expanded by one partition or by several doublings at once, shrunk, both, with the barrier on or
 off and positions anywhere."""
 
@@ -10,7 +10,7 @@ import random
 import pytest
 from django.utils import timezone
 
-from broker_agent.ordering import deletion_blockers, deletion_target, split_parent
+from broker_agent.contract.ordering import deletion_blockers, deletion_target, split_parent
 from console import ordering
 from console.models import GroupOffset, Partition, Topic
 

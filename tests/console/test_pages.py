@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from broker_agent.choices import TopicConfig
+from broker_agent.contract.choices import TopicConfig
 from console.models import Broker, LogDir, Partition, Replica
 from tests.console.conftest import sync
 from tests.console.factories import ClusterBuilder
@@ -271,7 +271,7 @@ def test_a_slow_probe_of_a_dir_still_online_is_marked(browser_client, synced):
     """A 227 ms probe beside 1.5 ms peers read as a plain ONLINE (issue #15): it is marked with
     the agent's own rule (over 10x the peers' median and 50 ms), before three in a row make the
     agent grade the dir DEGRADED."""
-    from broker_agent.probes import slow_probe
+    from broker_agent.contract.probes import slow_probe
 
     assert slow_probe(227.0, [1.5]) and not slow_probe(40.0, [1.0]) and not slow_probe(9.0, [])
     LogDir.objects.filter(broker__broker_id=3, name="logdir-1").update(probe_latency_ms=227.0)

@@ -399,7 +399,7 @@ def _users() -> dict:
 def _cluster(size: Size):
     """``local``: ``size.topics`` topics (the odd ones tiered), offline log dirs, brokers
     whose agent does not answer, consumer groups; and ``size.clusters`` small others."""
-    from broker_agent.models import GroupView
+    from broker_agent.contract.models import GroupView
     from console.models import Cluster
     from tests.console.conftest import sync
     from tests.console.factories import ClusterBuilder

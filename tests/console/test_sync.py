@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from broker_agent.models import GroupView, snapshot_tsv
+from broker_agent.contract.models import GroupView, snapshot_tsv
 from console.choices import BrokerState, LogDirState, TieredState
 from console.models import (
     Broker,
@@ -238,7 +238,7 @@ def test_sync_uses_a_bounded_number_of_queries(cluster, topics, django_assert_ma
 def test_a_partition_level_delta_touches_only_what_it_lists(synced, builder):
     """Controllers that can answer ``delta=true`` send only changed partitions of changed
     topics, and deletions as lists; nothing else is rewritten or deleted."""
-    from broker_agent.models import ClusterMetadata
+    from broker_agent.contract.models import ClusterMetadata
     from console.sync import StaticClusterSource, do_sync_cluster
 
     part = builder.topics["orders"].parts[2]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.models import ClusterMetadata, partition_key
+from broker_agent.contract.models import ClusterMetadata, partition_key
 from console.models import Cluster, Partition, Topic
 from console.models.clusters import TOPIC_STATE_SUMS
 from console.sync import aggregates

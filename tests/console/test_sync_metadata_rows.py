@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from broker_agent.metadata_rows import metadata_tsv
+from broker_agent.contract.metadata_rows import metadata_tsv
 from console.models import Cluster, Partition, Topic
 from console.sync import StaticClusterSource, do_sync_cluster
 from tests.console.factories import BuilderSource, ClusterBuilder

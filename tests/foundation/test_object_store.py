@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.objectstore import (
+from broker_agent.contract.objectstore import (
     DEFAULT_REMOTE_STORE,
     ObjectStoreConfig,
     S3Location,

@@ -19,7 +19,7 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.schemas.fields.codecs import Int32
 
-from broker_agent.processes import free_port
+from broker_agent.simulator.processes import free_port
 from spark_tasks import guard as spark_guard
 from tests.broker_agent.conftest import wait_until
 

@@ -31,7 +31,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer.offsets import OffsetSpec
 
-from broker_agent.signing import read_secret, read_secret_file
+from broker_agent.contract.signing import read_secret, read_secret_file
 from tests.broker_agent.conftest import wait_until
 
 BOOTSTRAP_ENV = "STRATA_TEST_KAFKA_BOOTSTRAP"
@@ -66,7 +66,7 @@ MIB = 1024 * 1024
 
 def read_password(ref: str) -> str:
     """The password a reference names: ``env:NAME`` (``$NAME``, else the file ``$NAME_FILE``)
-    or a file path, read by Strata's one secret reader (:mod:`broker_agent.signing`)."""
+    or a file path, read by Strata's one secret reader (:mod:`broker_agent.contract.signing`)."""
     value = read_secret(ref[4:]) if ref.startswith("env:") else read_secret_file(ref)
     if value is None:
         raise ValueError(f"sasl.password.ref {ref}: empty")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.contract.choices import RemoteSegmentState
 from spark_tasks.rules import PartitionState, Segment
 from spark_tasks.schema import PlanReason
 

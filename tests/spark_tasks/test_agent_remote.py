@@ -8,8 +8,8 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from broker_agent.choices import RemoteSegmentState
-from broker_agent.models import ClusterMetadata
+from broker_agent.contract.choices import RemoteSegmentState
+from broker_agent.contract.models import ClusterMetadata
 from spark_tasks import agent_remote
 from spark_tasks.agent_remote import AgentRemoteMetadata, Limits
 from spark_tasks.remote import PartitionLogStart, SegmentRef

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker_agent.choices import DisablePolicy, RemoteSegmentState
+from broker_agent.contract.choices import DisablePolicy, RemoteSegmentState
 from spark_tasks import rules
 from spark_tasks.schema import PlanReason
 

@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.contract.choices import RemoteSegmentState
 from spark_tasks.audit import SparkAuditAction
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.quarantine_report import QuarantineAction

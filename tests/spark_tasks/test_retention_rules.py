@@ -78,7 +78,7 @@ def test_epochs_without_records_are_filtered():
 def test_a_remote_segment_exactly_retention_ms_old_expires(age_ms, expires):
     """``RemoteLogManager.RemoteLogRetentionHandler.isSegmentBreachedByRetentionTime``:
     ``maxTimestampMs <= now - retention.ms`` (UnifiedLog's local retention is the strict ``>``).
-    The row and vector planners share :func:`broker_agent.remote_retention.expired_by_time`."""
+    The row and vector planners share :func:`broker_agent.contract.remote_retention.expired_by_time`."""
     from spark_tasks.rules import PartitionState
     from spark_tasks.vector_rules import plan_retention_columns
     from tests.spark_tasks.test_vector_rules import _table

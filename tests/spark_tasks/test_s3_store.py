@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from broker_agent.objectstore import S3Location
+from broker_agent.contract.objectstore import S3Location
 from spark_tasks import jobkit, s3_delete, store
 from spark_tasks.jobkit import DeleteOutcome
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState

@@ -16,7 +16,7 @@ from unittest import mock
 
 import pytest
 
-from broker_agent.choices import RemoteSegmentState, TieredState
+from broker_agent.contract.choices import RemoteSegmentState, TieredState
 from console.clusters import do_register_cluster
 from spark_tasks import tasks
 from spark_tasks.models import SparkJob, SparkRunState

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.contract.choices import RemoteSegmentState
 from spark_tasks import rules
 from spark_tasks.generate_inventory import generate
 from spark_tasks.plan_job import partition_from_row, segments_from_table

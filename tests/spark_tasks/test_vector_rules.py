@@ -14,7 +14,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.contract.choices import RemoteSegmentState
 from spark_tasks.plan_job import segments_from_table
 from spark_tasks.rules import PartitionState, Segment, plan_retention
 from spark_tasks.schema import INVENTORY_SCHEMA

@@ -20,8 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker_agent.choices import RemoteSegmentState
-from broker_agent.objectstore import S3Location
+from broker_agent.contract.choices import RemoteSegmentState
+from broker_agent.contract.objectstore import S3Location
 from spark_tasks.schema import INVENTORY_SCHEMA, PARTITION_STATE_SCHEMA
 from tests import s3util
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from broker_agent.client import AgentClient, ControllerClient
-from broker_agent.producer import Consumer, Producer
+from broker_agent.contract.client import AgentClient, ControllerClient
+from broker_agent.contract.producer import Consumer, Producer
 from tests.broker_agent import agent_hooks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +87,7 @@ class Sim:
 
     def read_records(self, topic: str) -> dict:
         """Every record of ``topic`` by partition (key, value, offset), from the leaders."""
-        from broker_agent.producer import Consumer
+        from broker_agent.contract.producer import Consumer
 
         consumer = Consumer(self.controller, self.secret)
         try:

@@ -25,7 +25,7 @@ from audit.choices import AuditContext
 from audit.keys import signing_key
 from audit.models import AuditEvent, ChainVerification
 from audit.tasks import CHECKPOINT_LOCK_KEY, checkpoint_head, verify_now
-from broker_agent.objectstore import ObjectStoreConfig, S3Location
+from broker_agent.contract.objectstore import ObjectStoreConfig, S3Location
 from config.seaweedfs import free_port
 from tests.conftest import child_database_url
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from kafka import errors as Errors
 
-from broker_agent.client import AgentError
+from broker_agent.contract.client import AgentError
 from workflows.kinds.cluster_access import Unreachable
 from workflows.kinds.cluster_writes import KafkaWrites
 from workflows.kinds.commands import is_unreachable

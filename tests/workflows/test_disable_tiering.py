@@ -11,9 +11,9 @@ import pytest
 
 from audit.models import AuditEvent
 from audit.trail import verify_chain
-from broker_agent.choices import RemoteSegmentState, TieredState
-from broker_agent.objectstore import ObjectStoreConfig, S3Location
-from broker_agent.remote import METADATA_DIR
+from broker_agent.contract.choices import RemoteSegmentState, TieredState
+from broker_agent.contract.objectstore import ObjectStoreConfig, S3Location
+from broker_agent.simulator.remote import METADATA_DIR
 from console.models import Partition
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from tests import s3util

@@ -17,7 +17,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from broker_agent.choices import RemoteSegmentState, ReplicaState, TieredState
+from broker_agent.contract.choices import RemoteSegmentState, ReplicaState, TieredState
 from spark_tasks.models import SparkJob
 from tests import s3util
 from tests.conftest import login

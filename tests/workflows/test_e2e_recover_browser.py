@@ -11,7 +11,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from broker_agent.choices import LogDirState
+from broker_agent.contract.choices import LogDirState
 from tests.conftest import login
 from workflows.choices import WorkflowState
 from workflows.models import Workflow

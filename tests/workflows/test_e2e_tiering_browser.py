@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from broker_agent.choices import TieredState
+from broker_agent.contract.choices import TieredState
 from tests.conftest import login
 from workflows.choices import WorkflowState
 from workflows.models import Workflow

@@ -8,8 +8,8 @@ import pytest
 
 from audit.models import AuditEvent
 from audit.trail import verify_chain
-from broker_agent.choices import TieredState
-from broker_agent.hashing import partition_for_key
+from broker_agent.contract.choices import TieredState
+from broker_agent.contract.hashing import partition_for_key
 from console.models import Partition
 from workflows.choices import WorkflowState
 from workflows.kinds.tiering import TieringAction

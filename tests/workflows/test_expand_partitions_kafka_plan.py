@@ -107,7 +107,7 @@ class _AnswerLost:
         return [1, 2]
 
     def create_partitions(self, topic: str, count: int) -> None:
-        from broker_agent.client import AgentError
+        from broker_agent.contract.client import AgentError
         from workflows.kinds.cluster_access import Unreachable
 
         self.asked.append(count)

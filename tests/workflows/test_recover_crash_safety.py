@@ -10,7 +10,7 @@ import pytest
 
 from audit.models import AuditEvent
 from audit.trail import verify_chain
-from broker_agent.choices import LogDirState
+from broker_agent.contract.choices import LogDirState
 from workflows.choices import AuditAction, StepState, WorkflowState
 from workflows.kinds.disks import DiskAction
 from workflows.models import Workflow

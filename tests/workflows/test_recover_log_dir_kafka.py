@@ -16,7 +16,7 @@ import pytest
 from audit.choices import AuditOutcome
 from audit.models import AuditEvent
 from audit.trail import verify_chain
-from broker_agent.choices import LogDirState
+from broker_agent.contract.choices import LogDirState
 from console.models import Cluster
 from console.sync import do_sync_cluster
 from tests.broker_agent.conftest import Load

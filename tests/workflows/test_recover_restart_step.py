@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from broker_agent.choices import LogDirState
+from broker_agent.contract.choices import LogDirState
 from workflows.kinds import disks, get_kind
 from workflows.kinds.disks_plan import DiskRefusal
 from workflows.models import Workflow, WorkflowStep

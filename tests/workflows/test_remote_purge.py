@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from audit.trail import verify_chain
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.contract.choices import RemoteSegmentState
 from spark_tasks.models import SparkJob, SparkJobRun
 from spark_tasks.plan_digest import plan_digest
 from tests import s3util

@@ -19,7 +19,7 @@ import socket
 import pytest
 
 from audit.trail import verify_chain
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.contract.choices import RemoteSegmentState
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from tests import s3util
 from workflows.choices import WorkflowState

@@ -24,7 +24,7 @@ import pytest
 
 from audit.models import AuditEvent
 from audit.trail import verify_chain
-from broker_agent.choices import TieredState
+from broker_agent.contract.choices import TieredState
 from tests.conftest import ROOT, child_env
 from workflows.choices import AuditAction, WorkflowState
 from workflows.kinds.tiering import TieringAction

@@ -13,7 +13,7 @@ import contextlib
 import pytest
 
 from audit.models import AuditEvent
-from broker_agent.choices import TieredState
+from broker_agent.contract.choices import TieredState
 from console.choices import SyncTrigger
 from console.models import Cluster, Topic
 from console.sync import do_sync_cluster

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_agent.hashing import partition_for_key
+from broker_agent.contract.hashing import partition_for_key
 from workflows.kinds.verification import VERIFY_KEY, verify_placement
 
 

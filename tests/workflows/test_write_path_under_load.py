@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from audit.models import AuditEvent
-from broker_agent.choices import LogDirState, TieredState
+from broker_agent.contract.choices import LogDirState, TieredState
 from console.models import Cluster
 from console.sync import do_sync_cluster
 from workflows.choices import AuditAction, StepState, WorkflowState

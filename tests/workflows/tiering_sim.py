@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from audit.models import AuditEvent
-from broker_agent.choices import RemoteSegmentState
+from broker_agent.contract.choices import RemoteSegmentState
 from console.models import Cluster
 from console.sync import do_sync_cluster
 from tests.broker_agent.conftest import Sim, _kill_all, run_cli, wait_until

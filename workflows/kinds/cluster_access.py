@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from broker_agent.client import AgentClient, ControllerClient
+from broker_agent.contract.client import AgentClient, ControllerClient
 from console.models import Broker, Cluster
 
 __all__ = [

@@ -5,7 +5,7 @@
 operations on either. Each write is a command the step audits
 (:func:`workflows.kinds.commands.run_command`), each read a read-back that verifies it. Both
 sides fail the same way, so a step handles one set of outcomes: a refusal is an
-:class:`~broker_agent.client.AgentError` named with Kafka's error (503 when retriable, else 400);
+:class:`~broker_agent.contract.client.AgentError` named with Kafka's error (503 when retriable, else 400);
 a cluster that does not answer raises (:class:`~.cluster_access.Unreachable` or a transport
 error) and the step waits. Per-partition answers are Kafka's error names, ``None`` for success.
 """
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import kafka.errors as Errors
 
-from broker_agent.client import AgentError, ControllerClient
+from broker_agent.contract.client import AgentError, ControllerClient
 from console.choices import ClusterBackend
 from console.models import Cluster
 from workflows.kinds.cluster_access import Unreachable, controller

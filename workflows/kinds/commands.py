@@ -20,7 +20,7 @@ from django.db import transaction
 from audit import trail
 from audit.choices import AuditContext, AuditOutcome
 from audit.models import AuditEvent
-from broker_agent.client import AgentError
+from broker_agent.contract.client import AgentError
 from workflows.errors import ErrorCode
 from workflows.kinds import AnyContext, PlanUnavailable, Refusal, StepResult
 from workflows.kinds.cluster_access import Unreachable

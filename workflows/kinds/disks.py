@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from audit import targets
 from audit.choices import AuditOutcome
-from broker_agent.choices import LogDirState, ReplicaState
-from broker_agent.client import AgentError
-from broker_agent.models import ClusterMetadata, partition_key
+from broker_agent.contract.choices import LogDirState, ReplicaState
+from broker_agent.contract.client import AgentError
+from broker_agent.contract.models import ClusterMetadata, partition_key
 from console.choices import ClusterBackend
 from workflows.kinds import (
     Plan,

@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from audit import targets
-from broker_agent.choices import ErrorCode as AgentErrorCode
-from broker_agent.choices import LogDirState
-from broker_agent.client import AgentError
-from broker_agent.models import BrokerSnapshot, ClusterMetadata, partition_key
+from broker_agent.contract.choices import ErrorCode as AgentErrorCode
+from broker_agent.contract.choices import LogDirState
+from broker_agent.contract.client import AgentError
+from broker_agent.contract.models import BrokerSnapshot, ClusterMetadata, partition_key
 from workflows.kinds import Actions, Plan, Refusal, ReviewRow, StepDef, StepResult
 from workflows.kinds.cluster_access import Unreachable
 from workflows.kinds.cluster_writes import KAFKA_CONNECT_SECONDS, KAFKA_REQUEST_SECONDS

@@ -1,6 +1,6 @@
 """``recover_log_dir``'s pre-flight (KIP-112): the refusal codes, the recovery modes, and the plan
 - which replicas the dir held, where they go (the agent's own rule,
-:func:`broker_agent.placement.place_replicas`), whether they fit, what replacing a still-serving
+:func:`broker_agent.contract.placement.place_replicas`), whether they fit, what replacing a still-serving
 (DEGRADED) dir takes away, and how the broker is restarted (the controller's sim control when it
 advertises one, else an operator). Reads the controller and the broker's agent; changes nothing. The kind and its steps
 are in :mod:`workflows.kinds.disks`.
@@ -12,9 +12,9 @@ from typing import Any, Final, Literal
 
 from typing_extensions import TypedDict
 
-from broker_agent.choices import ErrorCode as AgentErrorCode
-from broker_agent.choices import LogDirState, ReplicaState, TopicConfig
-from broker_agent.models import (
+from broker_agent.contract.choices import ErrorCode as AgentErrorCode
+from broker_agent.contract.choices import LogDirState, ReplicaState, TopicConfig
+from broker_agent.contract.models import (
     BrokerSnapshot,
     ClusterMetadata,
     PartitionMetadata,
@@ -22,7 +22,7 @@ from broker_agent.models import (
     TopicMetadata,
     partition_key,
 )
-from broker_agent.placement import leader_sizes, place_replicas
+from broker_agent.contract.placement import leader_sizes, place_replicas
 from workflows.kinds import Actions, Params, Plan, Refusal, choice, integer, text
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (

@@ -18,9 +18,9 @@ from pydantic import field_validator
 from typing_extensions import TypedDict
 
 from audit import targets
-from broker_agent.choices import ErrorCode as AgentErrorCode
-from broker_agent.client import AgentError
-from broker_agent.models import TOPIC_NAME_MAX_LENGTH
+from broker_agent.contract.choices import ErrorCode as AgentErrorCode
+from broker_agent.contract.client import AgentError
+from broker_agent.contract.models import TOPIC_NAME_MAX_LENGTH
 from workflows.kinds import (
     Actions,
     Params,

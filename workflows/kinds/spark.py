@@ -22,7 +22,7 @@ from django.urls import reverse
 from audit import trail
 from audit.choices import AuditContext
 from audit.models import AuditEvent
-from broker_agent.choices import DisablePolicy
+from broker_agent.contract.choices import DisablePolicy
 from spark_tasks.models import SparkJob, SparkJobRun, SparkRunState
 from spark_tasks.plan_digest import plan_digest
 from spark_tasks.quarantine_report import quarantined_count

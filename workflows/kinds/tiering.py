@@ -21,15 +21,15 @@ import time
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from audit import targets
-from broker_agent.choices import (
+from broker_agent.contract.choices import (
     DisablePolicy,
     LogDirState,
     RemoteSegmentState,
     TieredState,
     TopicConfig,
 )
-from broker_agent.choices import ErrorCode as AgentCode
-from broker_agent.client import AgentError
+from broker_agent.contract.choices import ErrorCode as AgentCode
+from broker_agent.contract.client import AgentError
 from console.choices import ClusterBackend
 from console.models import Cluster, LogDir, Partition, Replica, Topic
 from spark_tasks.models import SparkJob
@@ -82,7 +82,7 @@ from workflows.kinds.verification import (
 )
 
 if TYPE_CHECKING:
-    from broker_agent.models import TopicMetadata
+    from broker_agent.contract.models import TopicMetadata
     from workflows.steps import StepContext
 
     DisableContext = StepContext[DisableParams, DisablePlan]

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection
 
 from audit import targets
-from broker_agent.choices import ErrorCode as AgentCode
-from broker_agent.client import AgentClient, AgentError
-from broker_agent.models import CommandResult
+from broker_agent.contract.choices import ErrorCode as AgentCode
+from broker_agent.contract.client import AgentClient, AgentError
+from broker_agent.contract.models import CommandResult
 from workflows.kinds import StepResult
 from workflows.kinds.cluster_access import agent, agent_at, cluster_secret, known_broker_urls
 from workflows.kinds.commands import (

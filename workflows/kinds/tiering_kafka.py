@@ -1,5 +1,5 @@
 """``disable_tiering`` / ``enable_tiering`` on a ``kafka`` cluster (#36): KIP-950 as Kafka 3.9
-shipped it, topic config changes mapped by :mod:`broker_agent.kafka39` (the one mapping).
+shipped it, topic config changes mapped by :mod:`broker_agent.contract.kafka39` (the one mapping).
 
 No tiered epoch, no DISABLING state, no per-broker acknowledgement: the plan is the config diff
 (before → after, with the ``local.retention.*`` change Kafka requires before
@@ -19,9 +19,9 @@ from django.conf import settings
 from typing_extensions import TypedDict
 
 from audit import targets
-from broker_agent import kafka39
-from broker_agent.choices import DisablePolicy, TieredState, TopicConfig
-from broker_agent.client import AgentError
+from broker_agent.contract import kafka39
+from broker_agent.contract.choices import DisablePolicy, TieredState, TopicConfig
+from broker_agent.contract.client import AgentError
 from workflows.errors import ErrorCode
 from workflows.kinds import Plan, Refusal, ReviewRow, StepDef, StepResult
 from workflows.kinds.cluster_writes import KafkaWrites, writes_for

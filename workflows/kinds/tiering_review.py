@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker_agent.choices import DisablePolicy
+from broker_agent.contract.choices import DisablePolicy
 from workflows.kinds import ReviewRow, size_text
 
 __all__ = ["disable_review", "enable_review"]

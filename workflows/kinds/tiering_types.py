@@ -9,7 +9,7 @@ from typing import Literal
 
 from typing_extensions import TypedDict
 
-from broker_agent.models import TOPIC_NAME_MAX_LENGTH
+from broker_agent.contract.models import TOPIC_NAME_MAX_LENGTH
 from workflows.kinds.schema import Actions, Params, choice, text
 
 __all__ = [
@@ -32,7 +32,7 @@ class EnableParams(TopicParams):
 
 
 class DisableParams(TopicParams):
-    # broker_agent.choices.DisablePolicy.ALL, default RETAIN (KIP-950 remote.log.disable.policy)
+    # broker_agent.contract.choices.DisablePolicy.ALL, default RETAIN (KIP-950 remote.log.disable.policy)
     policy: Literal["retain", "delete"] = choice(
         "Disable policy",
         default="retain",

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from typing_extensions import TypedDict
 
 from audit import targets
-from broker_agent.choices import ErrorCode as AgentErrorCode
-from broker_agent.choices import TopicConfig
-from broker_agent.client import AgentError
-from broker_agent.hashing import parent_partition
-from broker_agent.models import TOPIC_NAME_MAX_LENGTH, BrokerInfo, TopicMetadata
-from broker_agent.ordering import deletion_target
+from broker_agent.contract.choices import ErrorCode as AgentErrorCode
+from broker_agent.contract.choices import TopicConfig
+from broker_agent.contract.client import AgentError
+from broker_agent.contract.hashing import parent_partition
+from broker_agent.contract.models import TOPIC_NAME_MAX_LENGTH, BrokerInfo, TopicMetadata
+from broker_agent.contract.ordering import deletion_target
 from console.choices import ClusterBackend
 from workflows.kinds import (
     Actions,
@@ -146,7 +146,7 @@ def _ordering_rows(actions: dict[str, Any], topic: str) -> list[ReviewRow]:
 def keys_move_to(q: int, initial_partition_count: int, undeleted_partition_count: int) -> int:
     """Where the keys of a partition marked for deletion go under the new count: its parent,
     or the parent's parent while that is marked too (linear hashing run backwards) - the
-    consumers' rule, :func:`broker_agent.ordering.deletion_target`."""
+    consumers' rule, :func:`broker_agent.contract.ordering.deletion_target`."""
     return deletion_target(q, initial_partition_count, undeleted_partition_count)
 
 

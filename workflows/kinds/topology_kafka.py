@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from audit import targets
-from broker_agent.choices import ErrorCode as AgentErrorCode
-from broker_agent.client import AgentError
+from broker_agent.contract.choices import ErrorCode as AgentErrorCode
+from broker_agent.contract.client import AgentError
 from workflows.kinds import Actions, Plan, Refusal, ReviewRow, StepDef, StepResult
 from workflows.kinds.cluster_writes import writes_for
 from workflows.kinds.commands import preflight_reads, run_command, waits_when_unreachable

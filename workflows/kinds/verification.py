@@ -5,7 +5,7 @@ would place it."""
 
 from __future__ import annotations
 
-from broker_agent.hashing import partition_for_key
+from broker_agent.contract.hashing import partition_for_key
 
 __all__ = [
     "VERIFY_KEY",

@@ -1,6 +1,0 @@
-"""A simulated broker, a package by concern (see :mod:`broker_agent.broker.core`)."""
-
-from broker_agent.broker.core import Broker
-from broker_agent.broker.state import DEGRADED_WINDOW, Replica
-
-__all__ = ["DEGRADED_WINDOW", "Broker", "Replica"]
