@@ -37,7 +37,7 @@ from console.api_schemas import (
     TopicsOut,
 )
 from console.choices import BrokerState
-from console.models import Cluster, LogDir, Partition, Topic
+from console.models import Cluster, LogDir, Partition, ReplicaMove, Topic
 from console.sync.rows import TIER_METRICS
 
 #: The console's part of the API. It carries no tag itself: ninja adds a router's tags to every
@@ -242,7 +242,11 @@ def _not_available(cluster: Cluster) -> dict[str, object]:
 
 def _partitions(cluster: Cluster, rows) -> list:
     """The page's partitions, their KIP-963 gauges and remote bytes null where the cluster
-    cannot report them."""
+    cannot report them, and their KIP-966 ELR too (set on the rows: no copy of each)."""
+    if not capabilities.by_key(cluster)[capabilities.ELIGIBLE_LEADER_REPLICAS].supported:
+        rows = list(rows)
+        for p in rows:
+            p.eligible_leader_replicas = p.last_known_elr = None
     nulls = _not_available(cluster)
     if not nulls:
         return list(rows)
@@ -295,6 +299,7 @@ def get_topic(
         "partitions_page": parts.number,
         "partitions_page_size": parts.paginator.per_page,
         "partitions": _partitions(cluster, parts.object_list),
+        "dir_moves": list(ReplicaMove.objects.filter(cluster=cluster, topic_name=t.name)),
         "ordering": ordering.topic_ordering(t),
     }
 

@@ -196,6 +196,13 @@ class PartitionOut(Rows):
     replicas: list[int]
     isr: list[int]
     offline_replicas: list[int]
+    eligible_leader_replicas: list[int] | None = Field(
+        description="KIP-966 ELR: replicas out of the ISR still eligible to lead; null: not "
+        "available for this cluster (see the eligible_leader_replicas capability)"
+    )
+    last_known_elr: list[int] | None = Field(
+        description="KIP-966 LastKnownElr; null: not available for this cluster"
+    )
     under_replicated: bool
     under_min_isr: bool
     marked_for_deletion: bool
@@ -313,6 +320,18 @@ class GroupsOut(Schema):
     groups: list[GroupOut]
 
 
+class DirMoveOut(Rows):
+    """A replica being moved between two dirs of its broker (AlterReplicaLogDirs, KIP-113)."""
+
+    partition: int
+    broker_id: int
+    log_dir: str = Field(description="the dir it serves from until the swap ('' if unknown)")
+    future_log_dir: str = Field(description="the dir its future replica is copied to")
+    future_size_bytes: int
+    future_offset_lag: int = Field(description="offsets the future replica is behind")
+    synced_at: datetime
+
+
 class TopicOut(Schema):
     cluster: str
     synced_at: datetime | None
@@ -328,6 +347,9 @@ class TopicOut(Schema):
     partitions_page: int
     partitions_page_size: int
     partitions: list[PartitionOut]
+    dir_moves: list[DirMoveOut] = Field(
+        description="replicas of this topic being moved between log dirs now"
+    )
     ordering: OrderingOut
 
 

@@ -1,7 +1,7 @@
 """What a cluster can do, and why not when it cannot: one place for pages, forms and the API.
 
 An ``agents`` cluster (the simulated cluster, agents implementing the KIP-950 draft) supports
-everything Strata does. A ``kafka`` cluster supports what Kafka as shipped supports: some of it
+everything Strata does but KIP-966's ELR, which the agents' API does not carry. A ``kafka`` cluster supports what Kafka as shipped supports: some of it
 is fixed by what Kafka released (no tiered epoch, no KIP-253, no LogDirReset, no JMX over the
 protocol, no restart call), the rest the sync learns (``Cluster.backend_features``: each API's
 version range from ApiVersions, broker configs such as KIP-1066's ``cordoned.log.dirs``) and is
@@ -17,6 +17,7 @@ from console.models import Cluster
 
 __all__ = [
     "CORDON",
+    "ELIGIBLE_LEADER_REPLICAS",
     "KAFKA_KINDS",
     "KEYS",
     "KIP963_GAUGES",
@@ -49,6 +50,7 @@ RESTART_CONTROL = "restart_control"
 LOG_DIRS = "log_dirs"
 LEADER_ELECTION = "leader_election"
 PARTITION_EXPANSION = "partition_expansion"
+ELIGIBLE_LEADER_REPLICAS = "eligible_leader_replicas"
 
 LABELS = {
     TIERED_EPOCH: "Tiered epoch and per-broker acknowledgements (KIP-950)",
@@ -61,6 +63,8 @@ LABELS = {
     LOG_DIRS: "Log dirs, their state and replica sizes (DescribeLogDirs, KIP-113 / KIP-827)",
     LEADER_ELECTION: "Preferred leader election (ElectLeaders, KIP-460)",
     PARTITION_EXPANSION: "Partition expansion (CreatePartitions, KIP-195)",
+    ELIGIBLE_LEADER_REPLICAS: "Eligible leader replicas and last known ELR "
+    "(KIP-966, DescribeTopicPartitions)",
 }
 KEYS = tuple(LABELS)
 
@@ -73,6 +77,7 @@ LIST_OFFSETS_API_KEY = 2
 DESCRIBE_LOG_DIRS_API_KEY = 35
 ELECT_LEADERS_API_KEY = 43
 CREATE_PARTITIONS_API_KEY = 37
+DESCRIBE_TOPIC_PARTITIONS_API_KEY = 75
 LIST_OFFSETS_TIERED_VERSION = 9
 
 #: What Kafka as released does not do, whatever the brokers' version.
@@ -91,6 +96,13 @@ KAFKA_NEVER = {
     "metrics, which Strata does not read",
     RESTART_CONTROL: "Kafka's protocol has no call to restart a broker: its process manager "
     "(systemd, Kubernetes) does, outside Strata",
+}
+
+#: What the agents' API does not carry (the simulated cluster, KIP-950 draft agents).
+AGENTS_NEVER = {
+    ELIGIBLE_LEADER_REPLICAS: "the agents' API carries no eligible leader replicas (KIP-966): "
+    "the controller keeps no ELR, so a partition whose ISR shrank below min.insync.replicas "
+    "shows only its ISR",
 }
 
 #: The KIP-963 gauges among a topic's or partition's tier metrics (JMX only on Kafka).
@@ -195,6 +207,11 @@ KAFKA_APIS = {
         "the brokers do not answer CreatePartitions: a topic's partitions cannot be added from "
         "Strata",
     ),
+    ELIGIBLE_LEADER_REPLICAS: (
+        DESCRIBE_TOPIC_PARTITIONS_API_KEY,
+        "the brokers do not answer DescribeTopicPartitions (Kafka 3.7 and later): their "
+        "eligible leader replicas (KIP-966) cannot be read; Metadata does not carry them",
+    ),
 }
 
 
@@ -237,7 +254,7 @@ def _unknown(key: str, synced: bool) -> Capability:
 def capabilities(cluster: Cluster) -> list[Capability]:
     """Every capability of ``cluster``, in :data:`KEYS` order. No query: it reads the row."""
     if cluster.backend != ClusterBackend.KAFKA:
-        return [_yes(key) for key in KEYS]
+        return [_no(key, AGENTS_NEVER[key]) if key in AGENTS_NEVER else _yes(key) for key in KEYS]
     features = cluster.backend_features or {}
     synced = cluster.synced_at is not None
     out = []

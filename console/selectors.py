@@ -43,6 +43,7 @@ from console.models import (
     LogDir,
     Partition,
     Replica,
+    ReplicaMove,
     Topic,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "TopicFilter",
     "broker_grid",
     "cluster_overview",
+    "dir_moves",
     "get_cluster",
     "get_topic",
     "leader_balance",
@@ -749,6 +751,21 @@ def _topology_start(topics: QuerySet, skip: int) -> tuple[str, int] | None:
     for name, n, total in found:
         return name, skip - (total - n)
     return None
+
+
+#: The most replica moves a page lists (there are few: each is an operator's AlterReplicaLogDirs).
+DIR_MOVES_SHOWN = 50
+
+
+def dir_moves(cluster: Cluster, topic: Topic | None = None) -> dict:
+    """The replicas being moved between two dirs of their broker (KIP-113), of ``topic`` or of
+    the whole cluster, as the brokers last reported them: ``rows`` (at most
+    :data:`DIR_MOVES_SHOWN`) and ``more`` (whether there are others). One query."""
+    qs = ReplicaMove.objects.filter(cluster=cluster)
+    if topic is not None:
+        qs = qs.filter(topic_name=topic.name)
+    rows = list(qs[: DIR_MOVES_SHOWN + 1])
+    return {"rows": rows[:DIR_MOVES_SHOWN], "more": len(rows) > DIR_MOVES_SHOWN}
 
 
 def synced_at(cluster: Cluster) -> datetime | None:

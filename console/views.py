@@ -225,6 +225,7 @@ def topic_detail(request: HttpRequest, cluster: str, topic: str) -> HttpResponse
         "max_key": MAX_KEY_CHARS,
         "can_request": can_request,
         "caps": caps,
+        "moves": selectors.dir_moves(c, t),
         "tasks_not_available": capabilities.task_states_not_available(c),
         "actions": _topic_actions(c, t) if can_request else [],
         "history": charts.topic_charts(t, request.GET.get("range"), remote=remote),
@@ -275,7 +276,10 @@ def brokers(request: HttpRequest) -> HttpResponse:
             paged=True,
         )
         context.update(
-            grid=grid, stale=selectors.stale_sources(cluster), caps=capabilities.by_key(cluster)
+            grid=grid,
+            stale=selectors.stale_sources(cluster),
+            caps=capabilities.by_key(cluster),
+            moves=selectors.dir_moves(cluster),
         )
         selected = _selected_dir(request, cluster, grid)
         context["incident"] = (

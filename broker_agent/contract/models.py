@@ -48,6 +48,7 @@ __all__ = [
     "RecreateStatus",
     "RemoteSegmentRow",
     "RemoteTopicCommand",
+    "ReplicaDirMove",
     "ReplicaInfo",
     "SegmentStateRequest",
     "TieringCommandRequest",
@@ -410,6 +411,21 @@ class ReplicaInfo(_Model):
     version: int = 0
 
 
+class ReplicaDirMove(_Model):
+    """A replica being moved between two log dirs of its broker (AlterReplicaLogDirs,
+    KIP-113): the current replica serves from ``log_dir`` while its *future replica* is copied
+    on ``future_log_dir``, then swapped in. Kafka's DescribeLogDirs lists the future replica
+    (``is_future_key``) with its size and its offset lag behind the current one."""
+
+    topic: str
+    partition: int
+    log_dir: str | None
+    """The dir the replica serves from until the swap (None: not known)."""
+    future_log_dir: str
+    future_size_bytes: int
+    future_offset_lag: int
+
+
 class BrokerSnapshot(_Model):
     broker_id: int
     version: int
@@ -427,6 +443,9 @@ class BrokerSnapshot(_Model):
     remote_store_unreachable_since_ms: int | None = None
     """When this broker's calls to the remote object store began failing (None: reachable)."""
     remote_store_error: str | None = None
+    dir_moves: list[ReplicaDirMove] = []
+    """Every replica being moved between this broker's dirs now (always all of them, in an
+    incremental snapshot too: there are few)."""
 
 
 class RemoteTopicCommand(_Model):

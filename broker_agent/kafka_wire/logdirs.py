@@ -57,14 +57,7 @@ def _by_dir(broker, wanted, version: int) -> dict[str, dict[str, list]]:
         if r is None or r.log is None or (wanted is not None and (topic, p) not in wanted):
             continue
         out.setdefault(move.dir_name, {}).setdefault(topic, []).append(
-            row(
-                (
-                    p,
-                    move.log.size_bytes,
-                    max(r.log.log_end_offset - move.log.log_end_offset, 0),
-                    True,
-                )
-            )
+            row((p, move.log.size_bytes, move.offset_lag(r.log), True))
         )
     return out
 

@@ -32,6 +32,7 @@ from broker_agent.kafka_wire import (
     partitions,
     reassign,
     sasl,
+    topic_partitions,
 )
 from broker_agent.kafka_wire.api import Api
 
@@ -65,6 +66,7 @@ def _api_versions(_broker, _request, _version):
 APIS: dict[int, Api] = {
     ApiKey.ApiVersions: Api(ApiVersionsRequest, ApiVersionsResponse, 0, 3, _api_versions),
     **cluster.APIS,
+    **topic_partitions.APIS,
     **configs.APIS,
     **alter_configs.APIS,
     **logdirs.APIS,

@@ -6,7 +6,14 @@ from console.models.clusters import AgentEvent, Cluster, SyncRun
 from console.models.disks import Broker, LogDir
 from console.models.heartbeat import Heartbeat, ObjectStoreProbe
 from console.models.history import LogDirSample, TopicSample
-from console.models.topology import ConsumerGroup, GroupOffset, Partition, Replica, Topic
+from console.models.topology import (
+    ConsumerGroup,
+    GroupOffset,
+    Partition,
+    Replica,
+    ReplicaMove,
+    Topic,
+)
 
 __all__ = [
     "AgentEvent",
@@ -20,6 +27,7 @@ __all__ = [
     "ObjectStoreProbe",
     "Partition",
     "Replica",
+    "ReplicaMove",
     "SyncRun",
     "Topic",
     "TopicSample",

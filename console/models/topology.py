@@ -19,7 +19,7 @@ from console.choices import TieredState, choices
 from console.models.clusters import Cluster
 from console.models.disks import Broker, LogDir
 
-__all__ = ["Partition", "Replica", "Topic"]
+__all__ = ["Partition", "Replica", "ReplicaMove", "Topic"]
 
 
 class TierMetrics(models.Model):
@@ -151,6 +151,12 @@ class Partition(TierMetrics):
     replicas = ArrayField(models.IntegerField(), default=list)
     isr = ArrayField(models.IntegerField(), default=list)
     offline_replicas = ArrayField(models.IntegerField(), default=list)
+    #: KIP-966: replicas out of the ISR still eligible to lead (they left it while it was below
+    #: min.insync.replicas), and the last known ones; a ``kafka`` cluster's DescribeTopicPartitions
+    #: (``console.sync.extras``). Empty also where the cluster cannot say: the
+    #: ``eligible_leader_replicas`` capability tells "none" from "not available".
+    eligible_leader_replicas = ArrayField(models.IntegerField(), default=list, db_default=[])
+    last_known_elr = ArrayField(models.IntegerField(), default=list, db_default=[])
     created = ArrayField(models.IntegerField(), default=list)
     leader_epoch_after_creation = models.JSONField(default=dict, blank=True)
     leader_epoch_before_deletion = models.JSONField(default=dict, blank=True)
@@ -193,6 +199,12 @@ class Partition(TierMetrics):
                 fields=["cluster"],
                 name="partition_offline_replicas_idx",
                 condition=models.Q(has_offline_replicas=True),
+            ),
+            # The sync clears the ELR of partitions that no longer have one: only those rows.
+            models.Index(
+                fields=["cluster"],
+                name="partition_elr_idx",
+                condition=~models.Q(eligible_leader_replicas=[]) | ~models.Q(last_known_elr=[]),
             ),
         ]
 
@@ -271,6 +283,36 @@ class Replica(TierMetrics):
 
     def __str__(self) -> str:
         return f"{self.partition_id}@{self.broker_id}"
+
+
+class ReplicaMove(models.Model):
+    """A replica being moved between two log dirs of its broker (AlterReplicaLogDirs, KIP-113),
+    as the broker last reported it: the replica serves from ``log_dir`` while its future
+    replica is copied on ``future_log_dir``. Rewritten for each broker every sync answered
+    (``console.sync.extras``); keyed by names, not by the sync-owned rows' ids, so it never
+    dangles when those are rebuilt."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    broker_id = models.IntegerField()
+    topic_name = models.CharField(max_length=249)
+    partition = models.IntegerField()
+    log_dir = models.CharField(max_length=200, blank=True)
+    future_log_dir = models.CharField(max_length=200)
+    future_size_bytes = models.BigIntegerField()
+    future_offset_lag = models.BigIntegerField()
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["topic_name", "partition", "broker_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "topic_name", "partition", "broker_id"],
+                name="replica_move_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic_name}-{self.partition}@{self.broker_id}: {self.log_dir} -> {self.future_log_dir}"
 
 
 class ConsumerGroup(models.Model):

@@ -32,6 +32,7 @@ from console.choices import ClusterBackend, SyncTrigger
 from console.models import Cluster, Partition, SyncRun, Topic
 from console.sync.aggregates import AggregateSync
 from console.sync.common import Backwards, SyncCursor, error_text
+from console.sync.extras import apply_elr
 from console.sync.groups import GroupsOutcome, GroupSync
 from console.sync.kafka_source import KafkaClusterSource
 from console.sync.metadata import ControllerOutcome, MetadataSync
@@ -138,6 +139,9 @@ class _Sync:
             groups = GroupsOutcome()
             if md is not None:  # the controller answered
                 metadata.apply(md)
+                elr = getattr(self.source, "eligible_leader_replicas", None)
+                if elr is not None:  # KIP-966 on a kafka cluster (none where it has no ELR)
+                    apply_elr(db, elr() or {})
                 groups = GroupSync(db, cluster, self.source, ask_all=ask_all).sync()
             staging.replicas.analyze()
             agents = snapshots.apply()

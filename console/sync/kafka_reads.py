@@ -22,6 +22,7 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeLogDirsRequest,
+    DescribeTopicPartitionsRequest,
     ListGroupsRequest,
 )
 from kafka.protocol.api_key import ApiKey
@@ -49,6 +50,9 @@ LATEST, EARLIEST, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -4, -5
 OFFSET_SPECS = {EARLIEST: 0, LATEST: 0, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 #: Topics per DescribeConfigs request (a fleet's topics in a few requests, not one each).
 CONFIG_TOPICS_PER_REQUEST = 2000
+#: Partitions per DescribeTopicPartitions answer: Kafka's ``max.request.partition.size.limit``
+#: default, the most a broker answers at once (more follow its ``next_cursor``).
+ELR_PARTITIONS_PER_REQUEST = 2000
 #: What a sync cannot do without (ApiVersions of the bootstrap broker); DescribeCluster,
 #: DescribeLogDirs, ListGroups and OffsetFetch are optional (Metadata stands in for the first;
 #: without the second a broker's dirs are not available and its replicas come from Metadata
@@ -105,6 +109,9 @@ class ClusterRead:
     broker_errors: dict[int, str]
     tiered_offsets_refused: str | None = None
     """Why the -4 / -5 offsets could not be read although ListOffsets advertises them."""
+    elr: dict[tuple[str, int], tuple[list[int], list[int]]] | None = None
+    """KIP-966: (topic, partition) -> (eligible leader replicas, last known ELR) of the
+    partitions with either, from DescribeTopicPartitions; None where the brokers lack it."""
 
 
 def _error(code: int, message: str | None = None) -> Exception:
@@ -306,6 +313,59 @@ def _broker_read(bid: int, answers: dict, has_dirs: bool) -> BrokerRead:
     return read
 
 
+async def _elr(manager, topics: list, broker_ids: list[int]) -> dict:
+    """The ELR of every partition that has one (:attr:`ClusterRead.elr`): DescribeTopicPartitions
+    of ``ELR_PARTITIONS_PER_REQUEST`` partitions' worth of topics each, all sent at once and
+    dealt round the brokers (any broker answers from its metadata), each followed by its
+    cursor. Only partitions with an ELR or a last known ELR are kept."""
+    T = DescribeTopicPartitionsRequest.TopicRequest
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for t in topics:
+        if chunks[-1] and size + len(t.partitions) > ELR_PARTITIONS_PER_REQUEST:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(t.name)
+        size += len(t.partitions)
+
+    async def chunk(i: int, names: list[str]) -> dict:
+        node = broker_ids[i % len(broker_ids)] if broker_ids else None
+        out: dict = {}
+        cursor = None
+        while True:
+            request = DescribeTopicPartitionsRequest(
+                topics=[T(name=n) for n in names],
+                response_partition_limit=ELR_PARTITIONS_PER_REQUEST,
+                cursor=cursor,
+            )
+            resp = await _send(manager, request, node)
+            for t in resp.topics:
+                if t.error_code == Errors.UnknownTopicOrPartitionError.errno:
+                    continue  # deleted since Metadata: it goes with the next sync
+                if t.error_code:
+                    raise _error(t.error_code, f"DescribeTopicPartitions of topic {t.name}")
+                for p in t.partitions:
+                    elr, known = p.eligible_leader_replicas or [], p.last_known_elr or []
+                    if elr or known:
+                        out[(t.name, p.partition_index)] = (list(elr), list(known))
+            if resp.next_cursor is None:
+                return out
+            C = DescribeTopicPartitionsRequest.Cursor
+            cursor = C(
+                topic_name=resp.next_cursor.topic_name,
+                partition_index=resp.next_cursor.partition_index,
+            )
+
+    names = [c for c in chunks if c]
+    answers = await _gather({i: manager.call_soon(chunk, i, c) for i, c in enumerate(names)})
+    elr: dict = {}
+    for answer in answers.values():
+        if isinstance(answer, Exception):
+            raise answer
+        elr.update(answer)
+    return elr
+
+
 async def read_cluster(admin) -> ClusterRead:
     """Everything a sync reads, from the cluster ``admin`` (a bootstrapped KafkaAdminClient)
     is connected to. Runs on the admin client's network thread (``_manager.run``)."""
@@ -335,10 +395,14 @@ async def read_cluster(admin) -> ClusterRead:
     configs_f = manager.call_soon(
         _topic_configs, manager, [t.name for t in topics], sorted(brokers)
     )
+    elr_f = None
+    if ApiKey.DescribeTopicPartitions in api_versions:
+        elr_f = manager.call_soon(_elr, manager, topics, sorted(brokers))
     per_broker, errors, refused = await _broker_reads(
         manager, sorted(brokers), leaders, api_versions, own
     )
     topic_configs = await configs_f
+    elr = await elr_f if elr_f is not None else None
     return ClusterRead(
         cluster_id=cluster_id or metadata.cluster_id or "",
         controller_id=controller_id,
@@ -349,6 +413,7 @@ async def read_cluster(admin) -> ClusterRead:
         per_broker=per_broker,
         broker_errors=errors,
         tiered_offsets_refused=refused,
+        elr=elr,
     )
 
 

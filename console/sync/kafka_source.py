@@ -38,6 +38,7 @@ from broker_agent.contract.models import (
     ClusterMetadata,
     LogDirInfo,
     PartitionMetadata,
+    ReplicaDirMove,
     ReplicaInfo,
     TopicMetadata,
     group_changes_tsv,
@@ -364,6 +365,7 @@ class KafkaClusterSource:
             d.strip() for d in (mine.configs.get(CORDONED_LOG_DIRS) or "").split(",") if d.strip()
         }
         hosted: dict[tuple[str, int], tuple[str, int]] = {}  # replica -> (dir, size)
+        futures: list[tuple[str, int, str, int, int]] = []  # a move's future replicas
         dirs = []
         failed = []
         name_of = dir_names([d.log_dir for d in mine.log_dirs or ()])
@@ -380,6 +382,16 @@ class KafkaClusterSource:
                             p.partition_size,
                         )
                         count += 1
+                    else:  # AlterReplicaLogDirs under way: the copy on its target dir
+                        futures.append(
+                            (
+                                t.name,
+                                p.partition_index,
+                                name_of[d.log_dir],
+                                p.partition_size,
+                                p.offset_lag,
+                            )
+                        )
             dirs.append(
                 {
                     "name": name_of[d.log_dir],
@@ -438,6 +450,17 @@ class KafkaClusterSource:
             "generated_at_ms": self._version,
             "remote_store_unreachable_since_ms": None,
             "remote_store_error": None,
+            "dir_moves": [
+                {
+                    "topic": topic,
+                    "partition": p,
+                    "log_dir": hosted.get((topic, p), (None,))[0],
+                    "future_log_dir": target,
+                    "future_size_bytes": size,
+                    "future_offset_lag": lag,
+                }
+                for topic, p, target, size, lag in sorted(futures)
+            ],
         }
         return head, replicas
 
@@ -445,8 +468,9 @@ class KafkaClusterSource:
         """One broker's snapshot, in full whatever ``since`` (see the module docstring)."""
         head, replicas = self._snapshot_parts(broker_id)
         return BrokerSnapshot(
-            **{k: v for k, v in head.items() if k != "log_dirs"},
+            **{k: v for k, v in head.items() if k not in ("log_dirs", "dir_moves")},
             log_dirs=[LogDirInfo(**d) for d in head["log_dirs"]],
+            dir_moves=[ReplicaDirMove(**m) for m in head["dir_moves"]],
             replicas=[
                 ReplicaInfo(**_replica(broker_id, *r), version=self._version) for r in replicas
             ],
@@ -460,12 +484,18 @@ class KafkaClusterSource:
             dirs = {d["name"]: tsv_value(d["name"]) for d in head["log_dirs"]} | {None: "\\N"}
             rows = [_replica_row(broker_id, self._version, dirs, *r) for r in replicas]
         envelope = BrokerSnapshot(
-            **{k: v for k, v in head.items() if k != "log_dirs"},
+            **{k: v for k, v in head.items() if k not in ("log_dirs", "dir_moves")},
             log_dirs=[LogDirInfo(**d) for d in head["log_dirs"]],
+            dir_moves=[ReplicaDirMove(**m) for m in head["dir_moves"]],
             replicas=[],
         )
         body = snapshot_tsv(envelope)
         return body + ("\n".join(rows) + "\n" if rows else "").encode()
+
+    def eligible_leader_replicas(self) -> dict[tuple[str, int], tuple[list[int], list[int]]] | None:
+        """KIP-966's ELR and last known ELR of the partitions with either (DescribeTopicPartitions);
+        None when the brokers do not answer it (``console.sync.extras`` applies it)."""
+        return self.read().elr
 
     # -- groups ------------------------------------------------------------------------------
 

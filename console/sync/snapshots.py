@@ -19,7 +19,12 @@ from typing import Any
 
 import psycopg
 
-from broker_agent.contract.models import BrokerSnapshot, ClusterMetadata, split_snapshot_tsv
+from broker_agent.contract.models import (
+    BrokerSnapshot,
+    ClusterMetadata,
+    ReplicaDirMove,
+    split_snapshot_tsv,
+)
 from console.models import Broker, Cluster
 from console.sync.common import (
     Backwards,
@@ -29,6 +34,7 @@ from console.sync.common import (
     loads_json,
     raw_json,
 )
+from console.sync.extras import apply_dir_moves
 from console.sync.rows import (
     REPLICA_DATA,
     STAGE_SNAPSHOT_SQL,
@@ -96,6 +102,8 @@ class SnapshotSync:
         # agents' answers taken, not staged yet (flush_snapshots)
         self.pending: list[tuple[BrokerSnapshot, memoryview]] = []
         self.pending_bytes = 0
+        # broker id -> the replicas it is moving between its dirs (console.sync.extras)
+        self.dir_moves: dict[int, list[ReplicaDirMove]] = {}
 
     def known_brokers(self) -> dict[int, Mapping[str, Any]]:
         """The cluster's broker rows (id, agent URL, snapshot version), read once per sync."""
@@ -210,6 +218,7 @@ class SnapshotSync:
             row for snap in answers if snap.removed and not snap.full for row in removed_rows(snap)
         )
         for snap in answers:
+            self.dir_moves[snap.broker_id] = snap.dir_moves
             if snap.full:
                 self.full_brokers.append(snap.broker_id)
             self.good_brokers.append(
@@ -262,6 +271,7 @@ class SnapshotSync:
             """
         )
         good_ids = [g[0] for g in self.good_brokers]
+        apply_dir_moves(self.db, {bid: self.dir_moves.get(bid, []) for bid in good_ids})
         if good_ids:
             # A dir an agent no longer reports was removed from its config (KIP-112 recovery).
             gone_dirs = """

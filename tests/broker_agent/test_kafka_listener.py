@@ -264,6 +264,7 @@ def test_api_versions_lists_only_what_the_broker_implements_and_anything_else_cl
         34: (1, 2),  # AlterReplicaLogDirs
         45: (0, 0),  # AlterPartitionReassignments (v0: Kafka 3.9)
         46: (0, 0),  # ListPartitionReassignments
+        75: (0, 0),  # DescribeTopicPartitions (KIP-966's ELR)
     }
     # KIP-511: an ApiVersions the broker does not know is answered at v0 with the list
     too_new = ask(port, ApiVersionsRequest(), 4, ApiVersionsResponse, secret=b"")

@@ -25,8 +25,14 @@ def status(cluster: Cluster) -> dict[str, str]:
     return {c.key: c.status for c in caps.capabilities(cluster)}
 
 
-def test_an_agents_cluster_supports_every_capability(cluster):
-    assert status(cluster) == dict.fromkeys(caps.KEYS, "supported")
+def test_an_agents_cluster_supports_every_capability_but_kip_966_elr(cluster):
+    assert status(cluster) == {
+        **dict.fromkeys(caps.KEYS, "supported"),
+        "eligible_leader_replicas": "unsupported",
+    }
+    assert "agents' API carries no eligible leader replicas" in (
+        caps.by_key(cluster)["eligible_leader_replicas"].reason
+    )
     assert all(caps.kind_unsupported(cluster, k) is None for k in caps.KIND_NEEDS)
     assert caps.gauges_not_available(cluster) == {}
 
@@ -108,3 +114,10 @@ def test_a_kafka_cluster_without_describe_log_dirs_or_readable_tiered_offsets_sa
     assert not got[caps.LOG_DIRS].supported and "DescribeLogDirs" in got[caps.LOG_DIRS].reason
     assert not got[caps.TIERED_OFFSETS].supported
     assert "could not read" in got[caps.TIERED_OFFSETS].reason
+
+
+def test_elr_follows_whether_the_brokers_answer_describe_topic_partitions():
+    assert status(kafka(api_versions={"75": [0, 0]}))["eligible_leader_replicas"] == "supported"
+    older = caps.by_key(kafka(api_versions={"3": [0, 12]}))["eligible_leader_replicas"]
+    assert older.status == "unsupported" and "DescribeTopicPartitions" in older.reason
+    assert caps.by_key(kafka())["eligible_leader_replicas"].status == "unknown"

@@ -290,13 +290,13 @@ def test_bad_input_gives_a_clear_error_and_writes_nothing(sim, tmp_path, monkeyp
     assert not run.controller_ok
 
     # A cluster without a call the sync needs (here: asked to need one the sim lacks).
-    monkeypatch.setitem(REQUIRED_APIS, ApiKey.DescribeTopicPartitions, "DescribeTopicPartitions")
+    monkeypatch.setitem(REQUIRED_APIS, ApiKey.DescribeAcls, "DescribeAcls")
     too_old = _kafka_cluster(sim, "too-old", sim.secret_file)
     do_sync_cluster(too_old)
     too_old.refresh_from_db()
     assert too_old.controller_error == (
         "SourceError: UNSUPPORTED_VERSION: the bootstrap broker does not support "
-        "DescribeTopicPartitions, which a sync needs"
+        "DescribeAcls, which a sync needs"
     )
     monkeypatch.undo()
 

@@ -18,6 +18,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from kafka import KafkaAdminClient
 
+from console import capabilities as caps
 from console.choices import ClusterBackend
 from console.models import Cluster, Partition, Topic
 
@@ -49,3 +50,10 @@ def test_a_cluster_registered_at_tansus_bootstrap_shows_its_topics_and_partition
         for p in Partition.objects.filter(cluster=cluster, topic_name=topic)
     }
     assert partitions == dict.fromkeys(range(3), (broker, [broker], [broker])), said
+    # KIP-966: Tansu answers DescribeTopicPartitions; an ISR that never shrank has no ELR
+    elr = caps.by_key(cluster)[caps.ELIGIBLE_LEADER_REPLICAS]
+    assert elr.supported, elr.reason
+    assert {
+        (tuple(p.eligible_leader_replicas), tuple(p.last_known_elr))
+        for p in Partition.objects.filter(cluster=cluster, topic_name=topic)
+    } == {((), ())}

@@ -134,7 +134,11 @@ class Broker:
             kafka_listener=kafka_listener,
         )
         self.snapshots = Snapshots(
-            core, log_dirs=self.log_dirs, tiering=self.tiering, remote=self.remote
+            core,
+            log_dirs=self.log_dirs,
+            tiering=self.tiering,
+            remote=self.remote,
+            dir_mover=self.dir_mover,
         )
 
     # -- what every caller of a broker reads (the core's) ----------------------------------------

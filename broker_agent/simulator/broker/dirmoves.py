@@ -39,6 +39,11 @@ class FutureReplica:
     log: PartitionLog
     stop: threading.Event = field(default_factory=threading.Event)
 
+    def offset_lag(self, current: PartitionLog) -> int:
+        """How many offsets the copy is behind the ``current`` log (Kafka's
+        ``getLogEndOffsetLag`` of a future replica, as DescribeLogDirs answers it)."""
+        return max(current.log_end_offset - self.log.log_end_offset, 0)
+
 
 class ReplicaDirMover:
     """The moves of one broker (Kafka's ``ReplicaAlterLogDirsManager``). Reads the broker's
@@ -113,6 +118,26 @@ class ReplicaDirMover:
         """Bytes of the future replicas on ``dir_name``: a replica being moved there takes room
         already."""
         return sum(f.log.size_bytes for f in list(self.futures.values()) if f.dir_name == dir_name)
+
+    def moves(self) -> list[dict]:
+        """The moves under way as :class:`broker_agent.contract.models.ReplicaDirMove` fields (under the
+        core's lock), by partition: what the broker's snapshot reports."""
+        out = []
+        for (topic, partition), move in sorted(self.futures.items()):
+            r = self.core.replicas.get((topic, partition))
+            if r is None or r.log is None:
+                continue
+            out.append(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "log_dir": r.dir_name,
+                    "future_log_dir": move.dir_name,
+                    "future_size_bytes": move.log.size_bytes,
+                    "future_offset_lag": move.offset_lag(r.log),
+                }
+            )
+        return out
 
     # -- the copy ------------------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
-"""The broker's snapshot for the console's sync: log dirs and replicas, versioned so a sync
-asks only for what changed since (``since``), and the recovery status of re-created replicas.
+"""The broker's snapshot for the console's sync: log dirs, replicas and the replicas being
+moved between dirs (their future replicas, as Kafka's DescribeLogDirs lists them), versioned so
+a sync asks only for what changed since (``since``), and the recovery status of re-created
+replicas.
 
 :class:`Snapshots` is a part of :class:`broker_agent.simulator.broker.Broker`: a read-only view over the
 other parts that owns only the snapshot's versioning.
@@ -13,6 +15,7 @@ import threading
 
 from broker_agent.contract.choices import LogDirState, ReplicaState, TaskState, TieredState
 from broker_agent.contract.models import partition_key
+from broker_agent.simulator.broker.dirmoves import ReplicaDirMover
 from broker_agent.simulator.broker.logdirs import LogDirs
 from broker_agent.simulator.broker.state import BrokerCore, Replica, _now_ms
 from broker_agent.simulator.broker.tiering import Tiering
@@ -28,9 +31,16 @@ class Snapshots:
     ``remote`` store's health."""
 
     def __init__(
-        self, core: BrokerCore, *, log_dirs: LogDirs, tiering: Tiering, remote: RemoteStore
+        self,
+        core: BrokerCore,
+        *,
+        log_dirs: LogDirs,
+        tiering: Tiering,
+        remote: RemoteStore,
+        dir_mover: ReplicaDirMover | None = None,
     ):
         self.core = core
+        self.dir_mover = dir_mover
         self.log_dirs = log_dirs
         self.tiering = tiering
         self.remote = remote
@@ -88,10 +98,12 @@ class Snapshots:
                 for r in self.core.replicas.values()
             }
             dirs = [self.log_dirs.info(d) for d in self.log_dirs.dirs.values()]
+            moves = self.dir_mover.moves() if self.dir_mover is not None else []
         head = (
             self.log_dirs.online,
             json.dumps(dirs, sort_keys=True, default=str),
             self.tiering.expiration_mode,
+            json.dumps(moves),
         )
         with self._lock:
             changed = [k for k, v in entries.items() if self._entries.get(k, (None,))[0] != v]
@@ -131,6 +143,7 @@ class Snapshots:
             "generated_at_ms": _now_ms(),
             "remote_store_unreachable_since_ms": self.remote.unreachable_since,
             "remote_store_error": self.remote.last_error,
+            "dir_moves": moves,
         }
 
     def recreate_status(self) -> dict:
