@@ -130,7 +130,8 @@ def test_sigkill_at_every_step_boundary_still_moves_and_recovers_once(
                 ).count()
                 == 1
             )
-        resources = 1 + len(plan["throttle"]["brokers"])  # one topic and its brokers
+        throttle = plan["throttle"]  # one command per topic and per broker
+        resources = len(throttle["leader_replicas"]) + len(throttle["brokers"])
         for action, count in (
             (KafkaRecoverAction.CORDON, 1),
             (KafkaRecoverAction.UNCORDON, 1),
