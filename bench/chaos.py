@@ -151,7 +151,8 @@ def write_section(rows: list[dict], elapsed: float, machine: list[str]) -> Path:
         "protocol (configs, offsets, partition count) and, for tiering, as one tiered-epoch "
         "increment underneath; the agent fault stops one broker's process, its Kafka listener "
         "with it; the log-dir recovery's two manual steps (disk replaced, broker restarted) are "
-        "done and confirmed by the test.",
+        "done and confirmed by the test, and it runs with move_replicas (the cell topic's "
+        "partitions on the failed dir reassigned to the third broker under a throttle, once).",
         "",
         "| kind | " + " | ".join(label for _, label in FAULT_ORDER) + " |",
         "|---|" + "---|" * len(FAULT_ORDER),

@@ -120,6 +120,10 @@ class TopicConfig:
     ENABLE_ORDERED_DELIVERY = "enable.ordered.delivery"
     SEGMENT_BYTES = "segment.bytes"
     MIN_INSYNC_REPLICAS = "min.insync.replicas"
+    # Kafka's replication quota on a topic's replicas ("*" or "partition:broker,..."), the
+    # topic half of kafka-reassign-partitions --throttle; the rates are broker configs
+    LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
+    FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
 
     DEFAULTS = {
         REMOTE_STORAGE_ENABLE: "false",
@@ -133,6 +137,8 @@ class TopicConfig:
         ENABLE_ORDERED_DELIVERY: "true",
         SEGMENT_BYTES: "1048576",
         MIN_INSYNC_REPLICAS: "1",
+        LEADER_THROTTLED_REPLICAS: "",
+        FOLLOWER_THROTTLED_REPLICAS: "",
     }
     ALL = tuple(DEFAULTS)
 

@@ -5,8 +5,9 @@ then applied by the controller, as a Kafka broker forwards the request to the ac
 Tiering is written in Kafka 3.9's keys and read through :mod:`broker_agent.contract.kafka39` (the one
 mapping); KIP-950's ``remote.log.disable.policy`` is an unknown key (INVALID_CONFIG), as in
 Kafka 3.9. A disable starts KIP-950's disablement, which the controller drives to DISABLED
-itself. A broker takes only KIP-1066's ``cordoned.log.dirs`` and the AlterReplicaLogDirs copy
-quota (in memory, lost at restart), and only under its own id; anything else is INVALID_REQUEST.
+itself. A broker takes only KIP-1066's ``cordoned.log.dirs``, the AlterReplicaLogDirs copy quota
+and the replication quotas (longs >= 0; in memory, lost at restart), and only under its own id;
+anything else is INVALID_REQUEST.
 ``validate_only`` checks everything and applies nothing.
 """
 
@@ -28,6 +29,7 @@ from broker_agent.kafka_wire.configs import (
     ALTER_LOG_DIRS_THROTTLE,
     BROKER,
     CORDONED_LOG_DIRS,
+    REPLICATION_THROTTLED_RATES,
     TOPIC,
     topic_configs,
 )
@@ -40,7 +42,11 @@ from broker_agent.simulator.topic_configs import (
 __all__ = ["APIS"]
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-LIST_KEYS = {TopicConfig.CLEANUP_POLICY}
+LIST_KEYS = {
+    TopicConfig.CLEANUP_POLICY,
+    TopicConfig.LEADER_THROTTLED_REPLICAS,
+    TopicConfig.FOLLOWER_THROTTLED_REPLICAS,
+}
 TIERING_KEYS = (
     kafka39.REMOTE_STORAGE_ENABLE,
     kafka39.REMOTE_LOG_COPY_DISABLE,
@@ -208,10 +214,23 @@ def _cordon(broker, c, validate_only: bool) -> None:
             broker.log_dirs.cordon(name, path in wanted)
 
 
+def _long_at_least_0(c) -> int:
+    try:
+        value = int(c.value)
+    except (TypeError, ValueError):
+        value = -1
+    if value < 0:
+        raise _invalid_config(
+            f"Invalid value {c.value} for configuration {c.name}: Value must be at least 0"
+        )
+    return value
+
+
 def _alter_broker(broker, resource, validate_only: bool) -> None:
-    configs = [c for c in resource.configs if c.name != CORDONED_LOG_DIRS]
     cordons = [c for c in resource.configs if c.name == CORDONED_LOG_DIRS]
-    others = sorted(c.name for c in configs if c.name != ALTER_LOG_DIRS_THROTTLE)
+    quotas = [c for c in resource.configs if c.name != CORDONED_LOG_DIRS]
+    known = (ALTER_LOG_DIRS_THROTTLE, *REPLICATION_THROTTLED_RATES)
+    others = sorted(c.name for c in quotas if c.name not in known)
     if others:
         raise _invalid_request(f"Cannot update these configs dynamically: Set({', '.join(others)})")
     if not resource.configs:
@@ -220,25 +239,23 @@ def _alter_broker(broker, resource, validate_only: bool) -> None:
         raise _invalid_request("cluster-wide broker defaults are not kept by the simulated brokers")
     for c in cordons:  # checked before anything is applied
         _cordon(broker, c, validate_only=True)
-    value: int | None = None
-    for c in configs:  # the throttle; duplicates were refused
+    values: dict[str, int | None] = {}
+    for c in quotas:  # duplicates were refused
         if c.config_operation == DELETE:
-            value = None
+            values[c.name] = None
         elif c.config_operation == SET:
-            try:
-                value = int(c.value)
-            except (TypeError, ValueError):
-                value = -1
-            if value < 0:
-                raise _invalid_config(
-                    f"Invalid value {c.value} for configuration {c.name}: a long of at least 0"
-                )
+            values[c.name] = _long_at_least_0(c)
         else:
             raise _invalid_request(f"Config value append or subtract is not allowed: {c.name}")
     if validate_only:
         return
-    if configs:
-        broker.dir_mover.throttle_bytes_per_s = value
+    for name, value in values.items():
+        if name == ALTER_LOG_DIRS_THROTTLE:
+            broker.dir_mover.throttle_bytes_per_s = value
+        elif value is None:
+            broker.replication_throttled_rates.pop(name, None)
+        else:
+            broker.replication_throttled_rates[name] = value
     for c in cordons:
         _cordon(broker, c, validate_only=False)
 

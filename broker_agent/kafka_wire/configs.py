@@ -5,8 +5,8 @@ Tiering is shown as Kafka 3.9 spells it (``remote.storage.enable``, ``remote.log
 ``remote.log.delete.on.disable``) through :mod:`broker_agent.contract.kafka39`, the one mapping, never as
 KIP-950's ``remote.log.disable.policy``. Topic configs carry their source (DYNAMIC_TOPIC_CONFIG
 for an override, else DEFAULT_CONFIG); a broker resource must name this broker's id
-(INVALID_REQUEST otherwise, as Kafka), and only a few static configs plus the one dynamic copy
-quota are described. Synonyms are not modelled beyond each config's own entry.
+(INVALID_REQUEST otherwise, as Kafka), and only a few static configs plus the dynamic copy and
+replication quotas are described. Synonyms are not modelled beyond each config's own entry.
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from broker_agent.contract import kafka39
 from broker_agent.contract.choices import TieredState, TopicConfig
 from broker_agent.kafka_wire.api import Api
 
-__all__ = ["ALTER_LOG_DIRS_THROTTLE", "APIS", "ConfigSource", "topic_configs"]
+__all__ = [
+    "ALTER_LOG_DIRS_THROTTLE",
+    "APIS",
+    "REPLICATION_THROTTLED_RATES",
+    "ConfigSource",
+    "topic_configs",
+]
 
 TOPIC, BROKER = 2, 4  # Kafka's ConfigResource.Type codes
 
@@ -38,6 +44,10 @@ class ConfigSource:
 # Kafka's ConfigDef types: BOOLEAN 1, STRING 2, INT 3, LONG 5, LIST 7
 _TYPES = {
     TopicConfig.CLEANUP_POLICY: 7,
+    TopicConfig.LEADER_THROTTLED_REPLICAS: 7,
+    TopicConfig.FOLLOWER_THROTTLED_REPLICAS: 7,
+    "leader.replication.throttled.rate": 5,
+    "follower.replication.throttled.rate": 5,
     TopicConfig.RETENTION_MS: 5,
     TopicConfig.RETENTION_BYTES: 5,
     TopicConfig.LOCAL_RETENTION_MS: 5,
@@ -90,6 +100,12 @@ def topic_configs(t: dict) -> list[tuple[str, str, int]]:
 #: here; :mod:`broker_agent.simulator.broker.dirmoves`)
 ALTER_LOG_DIRS_THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
 CORDONED_LOG_DIRS = "cordoned.log.dirs"
+#: Kafka's replication quotas (bytes/s) of the replicas the topics' *.throttled.replicas
+#: name: kept and described (in memory, as the copy quota), not enforced by the sim's fetchers
+REPLICATION_THROTTLED_RATES = (
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+)
 
 
 def _broker_configs(broker) -> list[tuple[str, str, int]]:
@@ -97,6 +113,7 @@ def _broker_configs(broker) -> list[tuple[str, str, int]]:
     dirs = ",".join(os.path.abspath(d.path) for d in broker.log_dirs.dirs.values())
     throttle = broker.dir_mover.throttle_bytes_per_s
     dynamic = ConfigSource.DYNAMIC_BROKER_CONFIG
+    rates = getattr(broker, "replication_throttled_rates", {})
     cordoned = ",".join(
         os.path.abspath(d.path)
         for d in broker.log_dirs.dirs.values()
@@ -104,6 +121,11 @@ def _broker_configs(broker) -> list[tuple[str, str, int]]:
     )
     return [
         *([(ALTER_LOG_DIRS_THROTTLE, str(throttle), dynamic)] if throttle is not None else []),
+        *(
+            (name, str(rates[name]), dynamic)
+            for name in REPLICATION_THROTTLED_RATES
+            if name in rates
+        ),
         # KIP-1066 (Kafka 4.3): listed by every broker that has it, "" (default) when none is
         (CORDONED_LOG_DIRS, cordoned, dynamic if cordoned else ConfigSource.DEFAULT_CONFIG),
         ("broker.id", str(broker.broker_id), static),

@@ -5,6 +5,8 @@ topic cannot be tiered). Each failure is the ``ApiError`` the controller answers
 
 from __future__ import annotations
 
+import re
+
 from broker_agent.contract.choices import CleanupPolicy, DisablePolicy, ErrorCode, TopicConfig
 from broker_agent.contract.errors import ApiError
 from broker_agent.contract.remote_retention import validate_local_retention
@@ -28,6 +30,21 @@ def validate_topic_configs(configs: dict[str, str | None]) -> None:
                     400,
                     ErrorCode.INVALID_REQUEST,
                     f"unsupported remote.log.disable.policy {value!r} (retain or delete)",
+                )
+        elif key in (
+            TopicConfig.LEADER_THROTTLED_REPLICAS,
+            TopicConfig.FOLLOWER_THROTTLED_REPLICAS,
+        ):
+            items = [x.strip() for x in value.split(",")]
+            if value.strip() != "*" and not all(
+                re.fullmatch(r"([0-9]+:[0-9]+)?", x) for x in items
+            ):
+                raise ApiError(  # Kafka's ThrottledReplicaListValidator
+                    400,
+                    ErrorCode.INVALID_CONFIG,
+                    f"Invalid value {value} for configuration {key}: must be the literal '*' or "
+                    "a list of replicas in the following format: [partitionId]:[brokerId],"
+                    "[partitionId]:[brokerId],...",
                 )
         elif key == TopicConfig.CLEANUP_POLICY:
             parts = set(value.split(","))

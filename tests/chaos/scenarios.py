@@ -92,11 +92,11 @@ def _tiered_topic(sim: Sim, topic: str, *, partitions: int, records: int) -> Non
         wait_until(tiered, 60, f"{topic}-{p} tiered")
 
 
-def _plain_topic(sim: Sim, topic: str, partitions: int) -> None:
-    sim.controller.create_topic(topic, partitions, 3)
+def _plain_topic(sim: Sim, topic: str, partitions: int, rf: int = 3) -> None:
+    sim.controller.create_topic(topic, partitions, rf)
     wait_until(
         lambda: all(
-            p.leader >= 0 and len(p.created) == 3 for p in sim.controller.topic(topic).partitions
+            p.leader >= 0 and len(p.created) == rf for p in sim.controller.topic(topic).partitions
         ),
         30,
         f"{topic} online",
@@ -163,11 +163,12 @@ def _setup_recover(cell: Cell) -> None:
     break_leader_dir(cell, CLUSTER)
 
 
-def break_leader_dir(cell: Cell, cluster: str) -> None:
-    """A topic under records whose partition 0 leader's dir fails; the plan on ``cluster``
-    settled (the ISR shrink and the election after the failure)."""
+def break_leader_dir(cell: Cell, cluster: str, rf: int = 3, **params: Any) -> None:
+    """A topic (``rf`` replicas) under records whose partition 0 leader's dir fails; the plan
+    on ``cluster`` (with ``params``) settled (the ISR shrink and the election after the
+    failure)."""
     sim = cell.sim
-    _plain_topic(sim, cell.topic, 2)
+    _plain_topic(sim, cell.topic, 2, rf)
     sim.cli("produce", "--topic", cell.topic, "--records", "100", "--keyed", "--batch-size", "20")
     broker = _leader(sim, cell.topic, 0)  # a leader's dir fails
     name = sim.dir_of(broker, cell.topic, 0)
@@ -175,7 +176,7 @@ def break_leader_dir(cell: Cell, cluster: str) -> None:
     # an earlier cell broke this dir too: its old disk's contents are gone with the new disk
     shutil.rmtree(f"{sim.log_dir_path(broker, name)}.failed", ignore_errors=True)
     sim.break_log_dir(broker, name)
-    cell.params = {"broker": broker, "log_dir": name, "mode": "replace"}
+    cell.params = {"broker": broker, "log_dir": name, "mode": "replace", **params}
     wait_plan_stable("recover_log_dir", {"cluster": cluster, **cell.params}, timeout=60)
 
 

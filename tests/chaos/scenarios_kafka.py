@@ -18,6 +18,7 @@ from broker_agent.contract.choices import DisablePolicy, LogDirState, TieredStat
 from workflows.choices import AuditAction, StepState, WorkflowState
 from workflows.kinds.cluster_writes import KafkaWrites, writes_for
 from workflows.kinds.disks_kafka import KafkaRecoverAction
+from workflows.kinds.disks_kafka_moves import MoveAction
 from workflows.kinds.leaders import LeaderAction
 from workflows.kinds.tiering_kafka import ALTER_CONFIGS, EARLIEST, EARLIEST_LOCAL
 from workflows.kinds.topology_kafka import CREATE_PARTITIONS
@@ -124,7 +125,10 @@ def _check_enable(cell: Cell, wf: Workflow) -> None:
 
 
 def _setup_recover(cell: Cell) -> None:
-    break_leader_dir(cell, KAFKA_CLUSTER)
+    """With ``move_replicas``: the cell's topic has 2 replicas on the 3 brokers, so its
+    partitions on the failed dir have a broker to move to (the load topic's, on all three,
+    stay and are re-created at the restart)."""
+    break_leader_dir(cell, KAFKA_CLUSTER, rf=2, move_replicas=True)
 
 
 def _at_gate(wf_id: int, step: str) -> bool:
@@ -163,9 +167,23 @@ def _check_recover(cell: Cell, wf: Workflow) -> None:
     verified = wf.steps.get(name="verify").output
     assert verified["log_dir_state"] == LogDirState.ONLINE and verified["reassignments"] == []
     assert cell.sim.dir_state(broker, name) == LogDirState.ONLINE
-    # the replica is back on the broker: on the new disk, or on the other dir when the broker
-    # came back (the "agent down" cell's restart) while the new disk was still cordoned
-    assert cell.sim.dir_of(broker, cell.topic, 0) is not None
+    # the cell topic's partitions on the dir moved off the broker, each once, throttled
+    moves = wf.plan["moves"]
+    assert any(m["topic"] == cell.topic and m["partition"] == 0 for m in moves), moves
+    for m in moves:
+        part = next(
+            p for p in cell.sim.controller.topic(m["topic"]).partitions
+            if p.partition == m["partition"]
+        )  # fmt: skip
+        assert part.replicas == m["replicas_after"] and broker not in part.replicas
+    throttle = wf.plan["throttle"]  # per topic moved (earlier cells' too) and broker
+    resources = len(throttle["leader_replicas"]) + len(throttle["brokers"])
+    for action, count in (
+        (MoveAction.REASSIGN, 1),
+        (MoveAction.THROTTLE_SET, resources),
+        (MoveAction.THROTTLE_REMOVE, resources),
+    ):
+        assert AuditEvent.objects.filter(workflow=wf, action=action).count() == count, action
     _nothing_lost(cell)
 
 

@@ -33,7 +33,7 @@ from console.sync import do_sync_cluster
 from spark_tasks.models import SparkJobRun, SparkRunState
 from tests.workflows.simcluster import planned_from
 from workflows.choices import AuditAction, WorkflowState
-from workflows.kinds import all_kinds
+from workflows.kinds import FLAT_REQUEST_FIELDS, all_kinds
 from workflows.models import Workflow
 
 from .conftest import (
@@ -278,8 +278,12 @@ def run_cell(
     load = Load(sim)
     started = time.monotonic()
     try:
+        # the API's flat aliases, the rest (e.g. recover_log_dir's move_replicas) in params
+        flat = {k: v for k, v in cell.params.items() if k in FLAT_REQUEST_FIELDS}
+        rest = {k: v for k, v in cell.params.items() if k not in FLAT_REQUEST_FIELDS}
         response = api(operator).post(
-            "/workflows", {"kind": kind, "cluster": cluster.name, **cell.params}
+            "/workflows",
+            {"kind": kind, "cluster": cluster.name, **flat, **({"params": rest} if rest else {})},
         )
         assert response.status_code == 201, response.json()
         created = planned_from(api, operator, response.json(), timeout=300)

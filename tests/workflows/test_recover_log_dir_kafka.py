@@ -7,7 +7,9 @@ runbook cordons the dir (IncrementalAlterConfigs on ``cordoned.log.dirs``), wait
 operator to replace the disk and confirm, lifts the cordon, waits for the operator to restart
 the broker and confirm, then verifies from Kafka's
 answers: the dir ONLINE in DescribeLogDirs, the replicas back in the ISR, no reassignment left.
-The agents' runbook: test_recover_log_dir, test_recover_manual_restart."""
+It ends with the preferred-leader election of the broker. With moves:
+test_recover_log_dir_kafka_moves. The agents' runbook: test_recover_log_dir,
+test_recover_manual_restart."""
 
 from __future__ import annotations
 
@@ -96,6 +98,14 @@ def test_a_failed_dir_is_cordoned_replaced_and_restarted_by_the_operator_then_ve
         sim.break_log_dir(broker, name)  # mv logdir logdir.failed; a file at its path
         with pytest.raises(WorkflowError, match=r"static log\.dirs"):
             _plan({**healthy, "mode": "remove"})
+        # move_replicas on 3 brokers and RF 3: no broker can take a replica, so none moves
+        # (the restarted broker re-creates them, as without moves)
+        unmovable = _plan({**healthy, "move_replicas": True})
+        assert "moves" not in unmovable.actions.dump()
+        assert "reassign_replicas" not in unmovable.actions.steps
+        assert unmovable.information["not_moved"][f"{TOPIC}:0"].startswith(
+            "every live broker already holds a replica"
+        )
         params = healthy
         wait_plan_stable("recover_log_dir", params)
         created = request_planned(api, operator, {"kind": "recover_log_dir", **params})
@@ -108,6 +118,7 @@ def test_a_failed_dir_is_cordoned_replaced_and_restarted_by_the_operator_then_ve
             "uncordon_log_dir",
             "restart_broker",
             "verify",
+            "elect_preferred_leaders",
         ]
         assert plan["cordon"].startswith("IncrementalAlterConfigs: APPEND ")
         assert plan["log_dir_path"].endswith(f"/broker-{broker}/{name}")
@@ -153,6 +164,15 @@ def test_a_failed_dir_is_cordoned_replaced_and_restarted_by_the_operator_then_ve
     assert verified["replicas_in_isr"] == len(plan["replicas"]) and verified["reassignments"] == []
     assert sim.dir_state(broker, name) == LogDirState.ONLINE
     assert sim.dir_of(broker, TOPIC, 0) == name  # re-created on the new disk
+    # the restart moved leadership off every partition of the broker; the election brings it
+    # back where the broker is the preferred replica and in the ISR (ELECTION_NOT_NEEDED is fine)
+    elected = wf.steps.get(name="elect_preferred_leaders").output
+    for key in elected["elected"]:
+        topic, p = key.rsplit(":", 1)
+        assert sim.controller.topic(topic).partitions[int(p)].leader == broker
+    assert AuditEvent.objects.filter(
+        workflow=wf, action=KafkaRecoverAction.ELECT_PREFERRED
+    ).count() == (1 if elected["elected"] or elected.get("not_elected") else 0)
     [cordon] = AuditEvent.objects.filter(workflow=wf, action=KafkaRecoverAction.CORDON)
     [uncordon] = AuditEvent.objects.filter(workflow=wf, action=KafkaRecoverAction.UNCORDON)
     for event, was in ((cordon, False), (uncordon, True)):

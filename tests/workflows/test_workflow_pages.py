@@ -333,6 +333,13 @@ def test_request_form_suggests_the_synced_inventory(client, operator):
     assert options("broker") == ["1", "2"]
     assert options("log_dir") == ["logdir-0"]  # of the chosen broker
     assert 'list="dl-log_dir"' in html
+    # a yes / no field (move_replicas, #36) is a choice of false / true, its default chosen
+    assert (
+        '<select id="f-move_replicas" name="move_replicas"><option value="false" selected>'
+        'false</option><option value="true">true</option></select>'
+    ) in html
+    chosen = client.get("/workflows/new/?kind=recover_log_dir&move_replicas=true").content
+    assert b'<option value="true" selected>true</option>' in chosen
     html = client.get("/workflows/new/?kind=disable_tiering&cluster=lab").content.decode()
     assert options("topic") == ["orders"]
 

@@ -110,6 +110,15 @@ def _refusal(code: int, message: str | None = None) -> AgentError:
     return AgentError(503 if err.retriable else 400, name, message or err.description)
 
 
+def _raise_unless_ok(result: Any) -> None:
+    """kafka-python's answer for one resource of an AlterConfigs: "OK", else its text, e.g.
+    "[Error 40] InvalidConfigurationError: why", as the seam's refusal."""
+    if result != "OK":
+        found = re.match(r"\[Error (-?\d+)\] \w+: ?(.*)", str(result), re.S)
+        code = int(found.group(1)) if found else -1
+        raise _refusal(code, found.group(2) if found else str(result))
+
+
 class KafkaWrites:
     """The ``kafka`` side: Kafka's protocol through kafka-python's admin client."""
 
@@ -201,11 +210,7 @@ class KafkaWrites:
                 raise_on_unknown=False,
             )
         )
-        result = answer.get("topic", {}).get(topic, "OK")
-        if result != "OK":  # kafka-python's "[Error 40] InvalidConfigurationError: why"
-            found = re.match(r"\[Error (-?\d+)\] \w+: ?(.*)", str(result), re.S)
-            code = int(found.group(1)) if found else -1
-            raise _refusal(code, found.group(2) if found else str(result))
+        _raise_unless_ok(answer.get("topic", {}).get(topic, "OK"))
 
     def offsets(self, topic: str, partitions: list[int], spec: int) -> dict[int, int]:
         """ListOffsets ``spec`` of each partition at its leader: -2 log start, -4 earliest
@@ -218,6 +223,115 @@ class KafkaWrites:
             )
         )
         return {tp.partition: at.offset for tp, at in answer.items()}
+
+    # --- log-dir recovery (#36): replicas moved off a failed dir under a throttle ----------
+
+    def alter_configs(
+        self, resource: str, name: str, ops: dict[str, tuple[str, str | None]]
+    ) -> None:
+        """IncrementalAlterConfigs of one ``topic`` or ``broker`` resource, ``{key: (op,
+        value)}`` with op SET, DELETE, APPEND or SUBTRACT (APPEND / SUBTRACT on list configs:
+        an item listed once, an absent one ignored, so each is idempotent)."""
+        from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+
+        kind = ConfigResourceType.TOPIC if resource == "topic" else ConfigResourceType.BROKER
+        configs = {k: (AlterConfigOp[op], value) for k, (op, value) in ops.items()}
+        answer = self._ask(
+            lambda: self.admin.alter_configs(
+                [ConfigResource(kind, name, configs)], incremental=True, raise_on_unknown=False
+            )
+        )
+        _raise_unless_ok(answer.get(resource, {}).get(name, "OK"))
+
+    def broker_configs(self, broker: int) -> dict[str, str | None]:
+        """The configs ``broker`` describes for itself (DescribeConfigs, defaults included)."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        answer = self._ask(
+            lambda: self.admin.describe_configs(
+                [ConfigResource(ConfigResourceType.BROKER, str(broker))], config_filter="all"
+            )
+        )
+        described = answer.get("broker", {}).get(str(broker)) or {}
+        return {key: c.get("value") for key, c in described.items()}
+
+    def topics_partitions(self, topics: list[str] | None) -> dict[str, dict[int, PartitionState]]:
+        """Each partition of ``topics`` (``None``: every topic), in one Metadata request; a
+        topic gone is left out."""
+        asked = None if topics is None else sorted(set(topics))
+        described = self._ask(lambda: self.admin.describe_topics(asked))
+        return {
+            t["name"]: {
+                p["partition_index"]: PartitionState(
+                    p["leader_id"], list(p["replica_nodes"]), list(p["isr_nodes"])
+                )
+                for p in t["partitions"]
+            }
+            for t in described
+            if not t["error_code"]
+        }
+
+    def reassign(
+        self, targets: dict[tuple[str, int], list[int]]
+    ) -> dict[tuple[str, int], str | None]:
+        """AlterPartitionReassignments (KIP-455) to each target replica set: each partition's
+        error name, ``None`` where the controller took it (a target equal to the replicas, or to
+        a reassignment under way, changes nothing)."""
+        from kafka import TopicPartition
+
+        answer = self._ask(
+            lambda: self.admin.alter_partition_reassignments(
+                {TopicPartition(t, p): list(r) for (t, p), r in targets.items()}
+            )
+        )
+        return {
+            (tp.topic, tp.partition): None if err is None else str(err.message)
+            for tp, err in answer.items()
+        }
+
+    def reassignments(
+        self, keys: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], dict[str, list[int]]]:
+        """ListPartitionReassignments of ``keys``: those under way, with their ``replicas``,
+        ``adding_replicas`` and ``removing_replicas``."""
+        from kafka import TopicPartition
+
+        if not keys:
+            return {}
+        listed = self._ask(
+            lambda: self.admin.list_partition_reassignments([TopicPartition(t, p) for t, p in keys])
+        )
+        return {(tp.topic, tp.partition): dict(v) for tp, v in listed.items()}
+
+    def log_dirs(self, broker: int, keys: list[tuple[str, int]]) -> list[dict[str, Any]]:
+        """DescribeLogDirs of one broker, its answer for ``keys`` only: per dir ``log_dir``
+        (the path), ``error_code``, KIP-827's ``usable_bytes`` and the replicas there."""
+        wanted: dict[str, list[int]] = {}
+        for t, p in keys:
+            wanted.setdefault(t, []).append(p)
+        [answer] = self._ask(
+            lambda: self.admin.describe_log_dirs(topic_partitions=wanted, brokers=[broker])
+        )
+        return list(answer["log_dirs"])
+
+    def elect_preferred(
+        self, partitions: dict[str, list[int]]
+    ) -> dict[tuple[str, int], str | None]:
+        """ElectLeaders PREFERRED of several topics' partitions in one request, as
+        :meth:`elect_preferred_leaders`."""
+        response = self._ask(
+            lambda: self.admin.elect_leaders(PREFERRED_ELECTION, partitions, raise_errors=False)
+        )
+        top = getattr(response, "error_code", 0)
+        if top:
+            raise _refusal(top)
+        return {
+            (r.topic, p.partition_id): None
+            if p.error_code == 0
+            else Errors.for_code(p.error_code).message
+            for r in response.replica_election_results
+            for p in r.partition_result
+        }
 
     @staticmethod
     def _ask(call: Callable[[], Any]) -> Any:

@@ -20,8 +20,10 @@ from broker_agent.contract.choices import LogDirState, ReplicaState
 from broker_agent.contract.client import AgentError
 from broker_agent.contract.models import ClusterMetadata, partition_key
 from console.choices import ClusterBackend
+from workflows.errors import ErrorCode
 from workflows.kinds import (
     Plan,
+    Refusal,
     ReviewRow,
     StepDef,
     StepResult,
@@ -442,6 +444,12 @@ class RecoverLogDir(WorkflowKind[RecoverParams, RecoverPlan]):
             backend = Cluster.objects.values_list("backend", flat=True).get(name=params.cluster)
         if backend == ClusterBackend.KAFKA:
             return cast(Plan[RecoverPlan], kafka_recover_plan(params))
+        if params.move_replicas:
+            raise Refusal(
+                ErrorCode.INVALID_REQUEST,
+                "move_replicas is the kafka runbook's: on this cluster the restarted broker "
+                "re-creates the dir's replicas from their leaders (remove: on its good dirs).",
+            )
         return plan_recovery(params)
 
     def review(self, actions: dict[str, Any], information: dict[str, Any]) -> list[ReviewRow]:

@@ -23,7 +23,7 @@ from broker_agent.contract.models import (
     partition_key,
 )
 from broker_agent.contract.placement import leader_sizes, place_replicas
-from workflows.kinds import Actions, Params, Plan, Refusal, choice, integer, text
+from workflows.kinds import Actions, Params, Plan, Refusal, choice, flag, integer, text
 from workflows.kinds.cluster_access import agent, controller
 from workflows.kinds.commands import (
     preflight_reads,
@@ -71,6 +71,29 @@ class RecoverParams(Params):
         help="replace: a new disk at the same path (human gate); remove: drop the dir from "
         "the broker's config (needs room on the good dirs, two approvals). Either way the "
         "broker then restarts: Kafka brings a failed dir back only at a restart.",
+    )
+    # Off by default: Kafka itself moves nothing off a failed dir (the restarted broker re-creates
+    # its replicas from their leaders, KIP-112's runbook); a move copies every affected
+    # partition across the network now, and the replicas do not come back to broker N by
+    # themselves (a rebalance, another copy), which a replacement of hours does not repay. It
+    # pays when the replacement takes days or the partitions sit at min.insync.replicas.
+    move_replicas: bool = flag(
+        "Move replicas off the broker (kafka)",
+        default=False,
+        help="kafka clusters: before the disk is replaced, reassign each partition with a "
+        "replica on the failed dir to another broker (AlterPartitionReassignments, rack-aware, "
+        "within the usable bytes DescribeLogDirs reports, throttled), restoring its "
+        "replication factor for the days a replacement may take. Off: the restarted broker "
+        "re-creates the replicas, as Kafka does.",
+    )
+    throttle_bytes_per_s: int = integer(
+        "Replication throttle (bytes/s)",
+        ge=1024,
+        le=2**62,
+        default=50_000_000,
+        help="With move_replicas: leader/follower.replication.throttled.rate on each broker "
+        "involved while the replicas move (as kafka-reassign-partitions --throttle), removed "
+        "once they finished.",
     )
 
 

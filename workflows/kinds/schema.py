@@ -31,6 +31,7 @@ __all__ = [
     "Params",
     "Refusal",
     "choice",
+    "flag",
     "form_fields",
     "integer",
     "optional_text",
@@ -75,6 +76,11 @@ def integer(label: str, *, ge: int, le: int, help: str = "", default: int | None
     return pydantic.Field(default, title=label, description=help or None, ge=ge, le=le)
 
 
+def flag(label: str, *, default: bool, help: str = "") -> Any:
+    """A yes / no parameter (annotate it ``bool``): true or false, ``default`` when not given."""
+    return pydantic.Field(default, title=label, description=help or None)
+
+
 def choice(label: str, *, default: str, help: str = "") -> Any:
     """One of the values of the field's ``Literal`` annotation, ``default`` when not given."""
     return pydantic.Field(default, title=label, description=help or None)
@@ -111,7 +117,7 @@ class Field:
 
     name: str
     label: str
-    type: str = "str"  # str | int | choice
+    type: str = "str"  # str | int | choice | bool
     required: bool = True
     choices: tuple[str, ...] = ()
     default: Any = None
@@ -129,6 +135,8 @@ class Field:
             return None
         if self.type == "int":
             return self._clean_int(raw)
+        if self.type == "bool":
+            return self._clean_bool(raw)
         if not isinstance(raw, str | int) or isinstance(raw, bool):
             raise _refuse(f"{self.name} must be a string.")
         value = str(raw).strip()
@@ -140,6 +148,16 @@ class Field:
         if self.type == "choice" and value not in self.choices:
             raise _refuse(f"{self.name} must be one of {', '.join(self.choices)} (got {value!r}).")
         return value
+
+    def _clean_bool(self, raw: Any) -> bool:
+        if isinstance(raw, bool):
+            return raw
+        value = str(raw).strip().lower()
+        if value in ("true", "1", "on", "yes"):
+            return True
+        if value in ("false", "0", "off", "no"):
+            return False
+        raise _refuse(f"{self.name} must be true or false.")
 
     def _clean_int(self, raw: Any) -> int:
         if isinstance(raw, bool):
@@ -165,7 +183,7 @@ def _bound(info: FieldInfo, kind: type) -> Any:
 
 
 def _field(name: str, info: FieldInfo) -> Field:
-    """The form / cleaning view of one model field (str, int or a Literal of strings; a
+    """The form / cleaning view of one model field (str, int, bool or a Literal of strings; a
     ``str | None`` is an optional text)."""
     annotation = info.annotation
     if annotation == str | None:
@@ -178,13 +196,17 @@ def _field(name: str, info: FieldInfo) -> Field:
     }
     if typing.get_origin(annotation) is Literal:
         return Field(name, type="choice", choices=typing.get_args(annotation), **common)
+    if annotation is bool:
+        return Field(name, type="bool", required=False, choices=("false", "true"), **common)
     if annotation is int:
         lo, hi = _bound(info, annotated_types.Ge), _bound(info, annotated_types.Le)
         return Field(name, type="int", required=required, min_value=lo, max_value=hi, **common)
     if annotation is str:
         top = _bound(info, annotated_types.MaxLen) or MAX_TEXT
         return Field(name, required=required, max_length=top, **common)
-    raise TypeError(f"parameter {name}: {annotation!r} is not str, int or a Literal of strings")
+    raise TypeError(
+        f"parameter {name}: {annotation!r} is not str, int, bool or a Literal of strings"
+    )
 
 
 def form_fields(model: type[Params]) -> tuple[Field, ...]:

@@ -107,6 +107,8 @@ class Broker:
         )
         #: replicas moving between this broker's dirs (AlterReplicaLogDirs)
         self.dir_mover = ReplicaDirMover(core, self.log_dirs)
+        #: leader/follower.replication.throttled.rate as set over Kafka's protocol (kafka_wire)
+        self.replication_throttled_rates: dict[str, int] = {}
         self.tiering = Tiering(
             core,
             meta_dir=meta_dir,
