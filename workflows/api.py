@@ -20,7 +20,7 @@ from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
-from pydantic import BaseModel, GetJsonSchemaHandler, TypeAdapter, create_model
+from pydantic import BaseModel, ConfigDict, GetJsonSchemaHandler, TypeAdapter, create_model
 from pydantic import Field as PydanticField
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonSchemaValue
@@ -63,6 +63,8 @@ def _api_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 #: The request fields every kind shares besides its parameters.
 class _RequestCommon(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # documented as refused: see _params
+
     reason: str = PydanticField("", max_length=MAX_REASON)
     break_glass: bool = False
     break_glass_reason: str = PydanticField("", max_length=MAX_REASON)
@@ -107,10 +109,14 @@ def _request_model(kind: WorkflowKind[Any, Any]) -> type[BaseModel]:
     return model
 
 
-class WorkflowRequestIn(Schema):
+class WorkflowRequestIn(BaseModel):
     """A workflow request. Documented as one schema per kind (``kind`` chooses it); read
     leniently here and validated by the kind's own model (:meth:`WorkflowKind.clean`), so that
-    the API, the form and the CLI refuse a bad request with the same code and message."""
+    the API, the form and the CLI refuse a bad request with the same code and message. Unknown
+    fields are kept only to be refused by name (:func:`_params`), never dropped: a parameter sent
+    beside ``params`` instead of inside it would otherwise be lost without a word."""
+
+    model_config = ConfigDict(extra="allow")
 
     kind: Any = None
     params: Any = None
@@ -159,7 +165,15 @@ class ListParams(Schema):
 
 def _params(body: WorkflowRequestIn) -> dict[str, Any]:
     """The request's parameters: ``params``, with the flat alias fields merged in (a value given
-    both ways must agree)."""
+    both ways must agree). A field the request body does not have is refused by name."""
+    unknown = sorted(body.model_extra or {})
+    if unknown:
+        raise WorkflowError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)[:200]}: a "
+            "kind's own parameters go in params (top level: kind, params, reason, break_glass, "
+            f"break_glass_reason, expected_plan_hash and the aliases {', '.join(FLAT_REQUEST_FIELDS)}).",
+        )
     params = body.params if body.params is not None else {}
     if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
         raise WorkflowError(ErrorCode.INVALID_REQUEST, "params must be an object.")

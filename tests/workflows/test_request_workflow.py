@@ -50,6 +50,8 @@ def test_request_answers_201_in_planning_then_a_worker_plans_it(api, operator):
 
 
 def test_the_preview_validates_without_planning(api, operator):
+    unknown = api(operator).post("/workflows/preview", {**GOOD, "brokers": 3})
+    assert unknown.status_code == 400 and "Unknown field brokers" in unknown.json()["message"]
     preview = api(operator).post("/workflows/preview", GOOD).json()
     assert preview["target"] == "noop:orders" and preview["approvals_required"] == 1
     assert preview["plan"] is None and preview["planned_by"] == "worker"
@@ -115,6 +117,9 @@ def test_a_request_on_a_kafka_backend_cluster_is_refused_with_why(api, operator)
         (_good(label="x" * 300), "printable"),
         ({**GOOD, "reason": "a\x00"}, "NUL"),
         ({**GOOD, "reason": 5}, "reason must be a string"),
+        # a kind's parameter beside params, not in it: refused by name, never dropped
+        ({**GOOD, "brokers": 3}, "Unknown field brokers: a kind's own parameters go in params"),
+        ({**GOOD, "zz": 1, "move_replicas": True}, "Unknown fields move_replicas, zz"),
     ],
 )
 def test_bad_requests_are_refused_with_invalid_request_and_change_nothing(
