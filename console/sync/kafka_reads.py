@@ -5,7 +5,8 @@
 consumer groups and their committed offsets. The calls run as coroutines on kafka-python's
 network thread: every request of a stage is sent before any answer is awaited, so brokers answer
 in parallel. ListOffsets goes as one request per spec to each broker, since Kafka refuses a
-partition named twice in one (INVALID_REQUEST). A broker whose own calls fail fails alone
+partition named twice in one (INVALID_REQUEST); -4 / -5 only for topics that have or had remote
+storage (:func:`remote_topics`). A broker whose own calls fail fails alone
 (``ClusterRead.broker_errors``); a failed cluster-wide call fails the read.
 """
 
@@ -28,6 +29,9 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 
+from broker_agent import kafka39
+from broker_agent.choices import TieredState
+
 __all__ = [
     "CONFIG_TOPICS_PER_REQUEST",
     "EARLIEST",
@@ -41,6 +45,7 @@ __all__ = [
     "UnsupportedApi",
     "read_cluster",
     "read_groups",
+    "remote_topics",
     "uuid_text",
 ]
 
@@ -193,14 +198,32 @@ def _source(config) -> int:
     return source
 
 
-def _offsets_requests(led: list[tuple[str, int]], high: int) -> dict[int, ListOffsetsRequest]:
+def remote_topics(configs: dict[str, dict[str, tuple[str, int]]]) -> set[str]:
+    """The topics whose -4 / -5 offsets are asked: those whose configs (``topic -> name ->
+    (value, source)``) map to a tiering state other than NONE (:func:`kafka39.from_configs`,
+    the one mapping). Kafka 3.9 turns remote storage off only with
+    ``remote.log.delete.on.disable``, so a topic read as NONE never had a remote log: its
+    earliest-local offset is its earliest and its latest-tiered is -1 (KIP-1005), which is what
+    the rows take for an offset not asked."""
+    return {
+        name
+        for name, cfg in configs.items()
+        if kafka39.from_configs({k: v for k, (v, _) in cfg.items()}).tiered_state
+        != TieredState.NONE
+    }
+
+
+def _offsets_requests(
+    led: list[tuple[str, int]], high: int, specs: tuple[int, ...]
+) -> dict[int, ListOffsetsRequest]:
     _Topic = ListOffsetsRequest.ListOffsetsTopic
     _Partition = _Topic.ListOffsetsPartition
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, p in led:
         by_topic[topic].append(p)
     out = {}
-    for spec, min_version in OFFSET_SPECS.items():
+    for spec in specs:
+        min_version = OFFSET_SPECS[spec]
         if min_version > high:  # the broker predates the spec: its offset stays unknown
             continue
         out[spec] = ListOffsetsRequest(
@@ -231,25 +254,33 @@ def _own_calls(manager, broker_ids, api_versions) -> dict:
     return futures
 
 
-async def _broker_reads(manager, broker_ids, leaders, api_versions, own: dict):
+async def _broker_reads(manager, broker_ids, leaders, api_versions, own: dict, configs_f):
     """Every broker's ListOffsets -2 / -1, all sent at once beside its own calls (``own``:
-    :func:`_own_calls`' futures); then each broker's -4 / -5 offsets (:data:`TIERED_SPECS`) as
-    soon as its own first answers are in, not once every broker's are: a broker is not left
-    idle meanwhile, nor the whole cluster waiting for its slowest broker twice."""
+    :func:`_own_calls`' futures); then each broker's -4 / -5 offsets (:data:`TIERED_SPECS`) of
+    the partitions of :func:`remote_topics` it leads (``configs_f``: the topic configs'
+    future) as soon as its own first answers are in, not once every broker's are: a broker is
+    not left idle meanwhile, nor the whole cluster waiting for its slowest broker twice. A
+    broker that leads none of those is still asked them for one partition, so that a broker
+    that refuses them is known (``tiered_offsets_refused``)."""
     high = api_versions[ApiKey.ListOffsets][1]
     has_dirs = ApiKey.DescribeLogDirs in api_versions
 
+    async def remote() -> set[str]:
+        return remote_topics(await configs_f)
+
+    remote_f = manager.call_soon(remote)
+
     async def broker(bid: int) -> tuple[BrokerRead, str | None]:
         first = {key: own[key] for key in ((bid, "dirs"), (bid, "configs")) if key in own}
-        tiered = {}
         led = leaders.get(bid, [])
-        for spec, req in (_offsets_requests(led, high) if led else {}).items():
-            if spec in TIERED_SPECS:
-                tiered[spec] = req
-            else:
+        if led:
+            for spec, req in _offsets_requests(led, high, (EARLIEST, LATEST)).items():
                 first[(bid, spec)] = _send(manager, req, bid)
         read = _broker_read(bid, await _gather(first), has_dirs)  # raises: this broker fails
         refused = None
+        names = await remote_f
+        led_remote = [tp for tp in led if tp[0] in names] or led[:1]
+        tiered = _offsets_requests(led_remote, high, TIERED_SPECS) if led_remote else {}
         second = await _gather({spec: _send(manager, req, bid) for spec, req in tiered.items()})
         for spec, resp in second.items():
             if isinstance(resp, Exception):
@@ -336,7 +367,7 @@ async def read_cluster(admin) -> ClusterRead:
         _topic_configs, manager, [t.name for t in topics], sorted(brokers)
     )
     per_broker, errors, refused = await _broker_reads(
-        manager, sorted(brokers), leaders, api_versions, own
+        manager, sorted(brokers), leaders, api_versions, own, configs_f
     )
     topic_configs = await configs_f
     return ClusterRead(
