@@ -213,29 +213,41 @@ def remote_topics(configs: dict[str, dict[str, tuple[str, int]]]) -> set[str]:
     }
 
 
+def _partition_rows(version: int, spec: int, partitions: list[int]) -> list[tuple]:
+    """A ListOffsets request's partitions asking ``spec``, as the tuples of ``version``'s fields
+    in wire order, which kafka-python's compiled encoder takes in place of its struct objects:
+    the same bytes without a DataContainer built per partition (a leader is asked 10,000)."""
+    names = [f.name for f in _PARTITION._struct.untagged_fields(version)]  # type: ignore[attr-defined]
+    values = {"current_leader_epoch": -1, "timestamp": spec, "max_num_offsets": 1}
+    at = names.index("partition_index")
+    head = tuple(values[n] for n in names[:at])
+    tail = tuple(values[n] for n in names[at + 1 :])
+    return [(*head, p, *tail) for p in partitions]
+
+
+_PARTITION = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+#: The newest ListOffsets version asked (v9: KIP-1005's -5), pinned so that the partitions'
+#: tuples (:func:`_partition_rows`) are that version's; a broker's older maximum is used as is.
+LIST_OFFSETS_VERSION = 9
+
+
 def _offsets_requests(
     led: list[tuple[str, int]], high: int, specs: tuple[int, ...]
 ) -> dict[int, ListOffsetsRequest]:
-    _Topic = ListOffsetsRequest.ListOffsetsTopic
-    _Partition = _Topic.ListOffsetsPartition
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, p in led:
         by_topic[topic].append(p)
+    version = min(high, LIST_OFFSETS_VERSION)
     out = {}
     for spec in specs:
-        min_version = OFFSET_SPECS[spec]
-        if min_version > high:  # the broker predates the spec: its offset stays unknown
+        if OFFSET_SPECS[spec] > version:  # the broker predates the spec: its offset stays unknown
             continue
         out[spec] = ListOffsetsRequest(
             replica_id=-1,
             isolation_level=READ_UNCOMMITTED,
-            topics=[
-                _Topic(
-                    name=t, partitions=[_Partition(partition_index=p, timestamp=spec) for p in ps]
-                )
-                for t, ps in by_topic.items()
-            ],
-            min_version=min_version,
+            topics=[(t, _partition_rows(version, spec, ps)) for t, ps in by_topic.items()],
+            min_version=version,
+            max_version=version,
         )
     return out
 
