@@ -152,9 +152,9 @@ def rows_for(result: dict, *, partitions: int) -> list[dict]:
             "method": f"the same fleet registered as `{KAFKA}` (bootstrap: its {BROKERS} Kafka "
             "listeners, SASL_PLAINTEXT / PLAIN as strata); right after the agents' first sync "
             "in each round: connect, DescribeCluster, Metadata, DescribeConfigs, then "
-            "DescribeLogDirs + 4 ListOffsets to every broker at once, ListGroups + "
-            f"OffsetFetch, COPY + merge. Of it, the read alone: {_figures(read_s, 1)}."
-            + _cpu(result, "kafka_full"),
+            "DescribeLogDirs + ListOffsets -2 / -1 (-4 / -5 for tiered topics) to every broker "
+            "at once, ListGroups + OffsetFetch, COPY + merge. Of it, the read alone: "
+            f"{_figures(read_s, 1)}." + _cpu(result, "kafka_full"),
         },
         {
             "metric": "first sync, kafka / agents",
@@ -210,27 +210,23 @@ def _register(info: dict):
     return agents, kafka
 
 
+#: What both inventories must agree on per partition: leader, epoch, replicas, ISR, offline
+#: replicas and offsets (log start, local log start, high watermark, remote range).
+_COMPARED = (
+    "topic_name, partition, leader, leader_epoch, replicas, isr, offline_replicas, "
+    "log_start_offset, local_log_start_offset, high_watermark, remote_log_start_offset, "
+    "remote_log_end_offset"
+)
+_ONE_WAY = f"SELECT {_COMPARED} FROM console_partition WHERE cluster_id = %s"  # noqa: S608
 #: How many partitions differ: those of the first cluster not in the second, and the other way.
-_MISMATCHED_SQL = """
-SELECT count(*) FROM (
-    (SELECT topic_name, partition, leader, leader_epoch, replicas, isr, offline_replicas,
-            log_start_offset, high_watermark FROM console_partition WHERE cluster_id = %s
-     EXCEPT
-     SELECT topic_name, partition, leader, leader_epoch, replicas, isr, offline_replicas,
-            log_start_offset, high_watermark FROM console_partition WHERE cluster_id = %s)
-    UNION ALL
-    (SELECT topic_name, partition, leader, leader_epoch, replicas, isr, offline_replicas,
-            log_start_offset, high_watermark FROM console_partition WHERE cluster_id = %s
-     EXCEPT
-     SELECT topic_name, partition, leader, leader_epoch, replicas, isr, offline_replicas,
-            log_start_offset, high_watermark FROM console_partition WHERE cluster_id = %s)
-) d
-"""
+_DIFF = " EXCEPT ".join((_ONE_WAY, _ONE_WAY))
+_MISMATCHED_SQL = " ".join(("SELECT count(*) FROM ((", _DIFF, ") UNION ALL (", _DIFF, ")) d"))
 
 
 def _mismatched(agents, kafka) -> int:
-    """Partitions whose leader, epoch, replicas, ISR, offline replicas or offsets differ
-    between the two clusters' inventories (either way)."""
+    """Partitions whose leader, epoch, replicas, ISR, offline replicas or offsets (log start,
+    local log start, high watermark, remote range) differ between the two clusters'
+    inventories (either way)."""
     from django.db import connection
 
     with connection.cursor() as cur:

@@ -3,8 +3,8 @@ request header, dispatch by api key and version, and ApiVersions.
 
 Messages are kafka-python's classes at the request's version, answered with Kafka's header for
 it (v1 for flexible versions, v0 always for ApiVersions), in order, one at a time per
-connection, as Kafka does. Handlers run in a worker thread under the broker's locks, never on
-the event loop the agent's HTTP API shares. An unimplemented api key or version closes the
+connection, as Kafka does. Handlers run in a worker thread under the broker's locks (or in the
+listener's ``executor``), never on the event loop the agent's HTTP API shares. An unimplemented api key or version closes the
 connection, except ApiVersions, answered at v0 with UNSUPPORTED_VERSION (KIP-511) so the client
 retries. SASL/PLAIN (:mod:`.sasl`) comes first: until then only ApiVersions and SASL are served.
 """
@@ -12,8 +12,10 @@ retries. SASL/PLAIN (:mod:`.sasl`) comes first: until then only ApiVersions and 
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import logging
+from concurrent.futures import Executor
 
 import kafka.errors as Errors
 from kafka.protocol.api_header import RequestHeader
@@ -129,9 +131,14 @@ def _encode(resp, version: int, correlation_id: int) -> bytes:
 
 
 async def _serve(
-    broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, apis: dict | None
+    broker,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    apis: dict | None,
+    executor: Executor | None,
 ) -> None:
     session: dict = {}
+    loop = asyncio.get_running_loop()
     try:
         while True:
             size = Int32.decode(io.BytesIO(await reader.readexactly(4)))
@@ -140,7 +147,8 @@ async def _serve(
                 break
             payload = await reader.readexactly(size)
             try:
-                out = await asyncio.to_thread(respond, broker, payload, session, apis)
+                answer = functools.partial(respond, broker, payload, session, apis)
+                out = await loop.run_in_executor(executor, answer)
             except Exception:
                 log.exception("Kafka request failed: closing the connection")
                 break
@@ -156,10 +164,15 @@ async def _serve(
         writer.close()
 
 
-async def start_listener(broker, host: str, port: int, apis: dict | None = None) -> asyncio.Server:
+async def start_listener(
+    broker, host: str, port: int, apis: dict | None = None, executor: Executor | None = None
+) -> asyncio.Server:
     """Listen on ``host:port`` for Kafka clients of ``broker`` (until the server is closed),
-    answering ``apis`` (default :data:`APIS`)."""
-    server = await asyncio.start_server(lambda r, w: _serve(broker, r, w, apis), host, port)
+    answering ``apis`` (default :data:`APIS`) in ``executor``'s threads (default: the event
+    loop's default executor)."""
+    server = await asyncio.start_server(
+        lambda r, w: _serve(broker, r, w, apis, executor), host, port
+    )
     log.info("Kafka listener of broker %s on %s:%s", broker.broker_id, host, port)
     return server
 

@@ -17,6 +17,7 @@ import dataclasses
 import re
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from kafka.protocol.api_key import ApiKey
@@ -395,6 +396,10 @@ class SyntheticKafka:
         self._coordinated: dict[int, list[int]] | None = None
         self._coordinated_lock = threading.Lock()
         self.servers: list[asyncio.Server] = []
+        # Every broker's requests are answered in this one thread, one at a time: they read one
+        # state under one lock (the cluster's), so parallel workers would only contend for it
+        # and for the GIL, and one request ending would resume the cyclic GC another paused.
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="synthetic-kafka")
 
     def coordinated_by(self, b: int) -> list[int]:
         """The synthetic groups broker ``b`` coordinates (Kafka's rule:
@@ -412,8 +417,11 @@ class SyntheticKafka:
 
     async def start(self) -> None:
         for b, (host, port) in enumerate(self.listeners, start=1):
-            self.servers.append(await start_listener(self.brokers[b], host, port, READ_APIS))
+            self.servers.append(
+                await start_listener(self.brokers[b], host, port, READ_APIS, self._executor)
+            )
 
     def close(self) -> None:
         for server in self.servers:
             server.close()
+        self._executor.shutdown(wait=False)

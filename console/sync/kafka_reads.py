@@ -5,7 +5,8 @@
 consumer groups and their committed offsets. The calls run as coroutines on kafka-python's
 network thread: every request of a stage is sent before any answer is awaited, so brokers answer
 in parallel. ListOffsets goes as one request per spec to each broker, since Kafka refuses a
-partition named twice in one (INVALID_REQUEST). A broker whose own calls fail fails alone
+partition named twice in one (INVALID_REQUEST); -4 / -5 only for topics that have or had remote
+storage (:func:`remote_topics`). A broker whose own calls fail fails alone
 (``ClusterRead.broker_errors``); a failed cluster-wide call fails the read.
 """
 
@@ -29,6 +30,9 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 
+from broker_agent.contract import kafka39
+from broker_agent.contract.choices import TieredState
+
 __all__ = [
     "CONFIG_TOPICS_PER_REQUEST",
     "EARLIEST",
@@ -42,6 +46,7 @@ __all__ = [
     "UnsupportedApi",
     "read_cluster",
     "read_groups",
+    "remote_topics",
     "uuid_text",
 ]
 
@@ -200,26 +205,56 @@ def _source(config) -> int:
     return source
 
 
-def _offsets_requests(led: list[tuple[str, int]], high: int) -> dict[int, ListOffsetsRequest]:
-    _Topic = ListOffsetsRequest.ListOffsetsTopic
-    _Partition = _Topic.ListOffsetsPartition
+def remote_topics(configs: dict[str, dict[str, tuple[str, int]]]) -> set[str]:
+    """The topics whose -4 / -5 offsets are asked: those whose configs (``topic -> name ->
+    (value, source)``) map to a tiering state other than NONE (:func:`kafka39.from_configs`,
+    the one mapping). Kafka 3.9 turns remote storage off only with
+    ``remote.log.delete.on.disable``, so a topic read as NONE never had a remote log: its
+    earliest-local offset is its earliest and its latest-tiered is -1 (KIP-1005), which is what
+    the rows take for an offset not asked."""
+    return {
+        name
+        for name, cfg in configs.items()
+        if kafka39.from_configs({k: v for k, (v, _) in cfg.items()}).tiered_state
+        != TieredState.NONE
+    }
+
+
+def _partition_rows(version: int, spec: int, partitions: list[int]) -> list[tuple]:
+    """A ListOffsets request's partitions asking ``spec``, as the tuples of ``version``'s fields
+    in wire order, which kafka-python's compiled encoder takes in place of its struct objects:
+    the same bytes without a DataContainer built per partition (a leader is asked 10,000)."""
+    names = [f.name for f in _PARTITION._struct.untagged_fields(version)]  # type: ignore[attr-defined]
+    values = {"current_leader_epoch": -1, "timestamp": spec, "max_num_offsets": 1}
+    at = names.index("partition_index")
+    head = tuple(values[n] for n in names[:at])
+    tail = tuple(values[n] for n in names[at + 1 :])
+    return [(*head, p, *tail) for p in partitions]
+
+
+_PARTITION = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+#: The newest ListOffsets version asked (v9: KIP-1005's -5), pinned so that the partitions'
+#: tuples (:func:`_partition_rows`) are that version's; a broker's older maximum is used as is.
+LIST_OFFSETS_VERSION = 9
+
+
+def _offsets_requests(
+    led: list[tuple[str, int]], high: int, specs: tuple[int, ...]
+) -> dict[int, ListOffsetsRequest]:
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, p in led:
         by_topic[topic].append(p)
+    version = min(high, LIST_OFFSETS_VERSION)
     out = {}
-    for spec, min_version in OFFSET_SPECS.items():
-        if min_version > high:  # the broker predates the spec: its offset stays unknown
+    for spec in specs:
+        if OFFSET_SPECS[spec] > version:  # the broker predates the spec: its offset stays unknown
             continue
         out[spec] = ListOffsetsRequest(
             replica_id=-1,
             isolation_level=READ_UNCOMMITTED,
-            topics=[
-                _Topic(
-                    name=t, partitions=[_Partition(partition_index=p, timestamp=spec) for p in ps]
-                )
-                for t, ps in by_topic.items()
-            ],
-            min_version=min_version,
+            topics=[(t, _partition_rows(version, spec, ps)) for t, ps in by_topic.items()],
+            min_version=version,
+            max_version=version,
         )
     return out
 
@@ -238,25 +273,33 @@ def _own_calls(manager, broker_ids, api_versions) -> dict:
     return futures
 
 
-async def _broker_reads(manager, broker_ids, leaders, api_versions, own: dict):
+async def _broker_reads(manager, broker_ids, leaders, api_versions, own: dict, configs_f):
     """Every broker's ListOffsets -2 / -1, all sent at once beside its own calls (``own``:
-    :func:`_own_calls`' futures); then each broker's -4 / -5 offsets (:data:`TIERED_SPECS`) as
-    soon as its own first answers are in, not once every broker's are: a broker is not left
-    idle meanwhile, nor the whole cluster waiting for its slowest broker twice."""
+    :func:`_own_calls`' futures); then each broker's -4 / -5 offsets (:data:`TIERED_SPECS`) of
+    the partitions of :func:`remote_topics` it leads (``configs_f``: the topic configs'
+    future) as soon as its own first answers are in, not once every broker's are: a broker is
+    not left idle meanwhile, nor the whole cluster waiting for its slowest broker twice. A
+    broker that leads none of those is still asked them for one partition, so that a broker
+    that refuses them is known (``tiered_offsets_refused``)."""
     high = api_versions[ApiKey.ListOffsets][1]
     has_dirs = ApiKey.DescribeLogDirs in api_versions
 
+    async def remote() -> set[str]:
+        return remote_topics(await configs_f)
+
+    remote_f = manager.call_soon(remote)
+
     async def broker(bid: int) -> tuple[BrokerRead, str | None]:
         first = {key: own[key] for key in ((bid, "dirs"), (bid, "configs")) if key in own}
-        tiered = {}
         led = leaders.get(bid, [])
-        for spec, req in (_offsets_requests(led, high) if led else {}).items():
-            if spec in TIERED_SPECS:
-                tiered[spec] = req
-            else:
+        if led:
+            for spec, req in _offsets_requests(led, high, (EARLIEST, LATEST)).items():
                 first[(bid, spec)] = _send(manager, req, bid)
         read = _broker_read(bid, await _gather(first), has_dirs)  # raises: this broker fails
         refused = None
+        names = await remote_f
+        led_remote = [tp for tp in led if tp[0] in names] or led[:1]
+        tiered = _offsets_requests(led_remote, high, TIERED_SPECS) if led_remote else {}
         second = await _gather({spec: _send(manager, req, bid) for spec, req in tiered.items()})
         for spec, resp in second.items():
             if isinstance(resp, Exception):
@@ -399,7 +442,7 @@ async def read_cluster(admin) -> ClusterRead:
     if ApiKey.DescribeTopicPartitions in api_versions:
         elr_f = manager.call_soon(_elr, manager, topics, sorted(brokers))
     per_broker, errors, refused = await _broker_reads(
-        manager, sorted(brokers), leaders, api_versions, own
+        manager, sorted(brokers), leaders, api_versions, own, configs_f
     )
     topic_configs = await configs_f
     elr = await elr_f if elr_f is not None else None
