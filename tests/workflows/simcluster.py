@@ -249,3 +249,15 @@ def request_outcome(api, user, body: dict[str, Any], timeout: float = 90) -> tup
     refused = AuditEvent.objects.get(workflow=wf, action=AuditAction.WORKFLOW_REFUSED)
     assert refused.outcome == AuditOutcome.DENIED and refused.extra["error"] == wf.error_code
     return "refused", wf.error_code
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stop a process started in its own session (a worker) and its children: SIGTERM, then
+    SIGKILL after 20 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -7,10 +7,6 @@ done."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-
 import pytest
 
 from audit.models import AuditEvent
@@ -24,7 +20,14 @@ from workflows.kinds.disks_kafka_moves import MoveAction
 from workflows.models import Workflow
 
 from .conftest import wait_for
-from .simcluster import Sim, request_planned, sim_cluster, wait_plan_stable, wait_until
+from .simcluster import (
+    Sim,
+    request_planned,
+    sim_cluster,
+    stop_group,
+    wait_plan_stable,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -41,16 +44,6 @@ def sim(tmp_path_factory) -> Sim:
             "replicas created",
         )
         yield s
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def _body(params: dict) -> dict:
@@ -151,4 +144,4 @@ def test_sigkill_at_every_step_boundary_still_moves_and_recovers_once(
         assert sim.dir_state(broker, name) == LogDirState.ONLINE
         assert verify_chain().ok
     finally:
-        _stop(worker)
+        stop_group(worker)

@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -31,6 +29,7 @@ from workflows.kinds.tiering import TieringAction
 from workflows.models import Workflow
 
 from .conftest import wait_for
+from .simcluster import stop_group
 from .tiering_sim import (
     CLUSTER,
     acks_per_broker,
@@ -55,16 +54,6 @@ def sim(tmp_path_factory):
 def lab(sim):
     register(sim)
     return sim
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def _request_and_approve(api, operator, approver, topic: str) -> int:
@@ -121,7 +110,7 @@ def test_sigkill_at_every_step_boundary_still_disables_exactly_once(
             workflow_id=wf_id, action=AuditAction.WORKFLOW_RESUMED
         ).exists()
     finally:
-        _stop(worker)
+        stop_group(worker)
 
 
 def test_a_broker_down_for_30s_mid_fan_out_makes_it_wait_visibly_then_complete(
@@ -153,7 +142,7 @@ def test_a_broker_down_for_30s_mid_fan_out_makes_it_wait_visibly_then_complete(
     try:
         _assert_exactly_once(sim, wf_id, "outage")
     finally:
-        _stop(worker)
+        stop_group(worker)
 
 
 def _free_port() -> int:
@@ -253,7 +242,7 @@ def private_redis_worker(django_db_blocker, tmp_path):
     start_worker()
     yield restart_redis
     for worker in workers:
-        _stop(worker)
+        stop_group(worker)
     state["redis"].kill()
     state["redis"].wait()
 

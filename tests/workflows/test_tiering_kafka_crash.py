@@ -5,10 +5,6 @@ audit chain. (A kill between the command and its audit: test_tiering_kafka_plan.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-
 import pytest
 
 from audit.models import AuditEvent
@@ -20,7 +16,7 @@ from workflows.kinds.tiering_kafka import ALTER_CONFIGS
 from workflows.models import Workflow
 
 from .conftest import wait_for
-from .simcluster import Sim, request_planned, sim_cluster, wait_until
+from .simcluster import Sim, request_planned, sim_cluster, stop_group, wait_until
 from .tiering_kafka_sim import TOPIC, configs, offsets, tiered
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -30,16 +26,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 def sim(tmp_path_factory) -> Sim:
     with sim_cluster(tmp_path_factory.mktemp("sim-tier-kafka-kill"), brokers=3, log_dirs=1) as s:
         yield s
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_sigkill_at_every_step_boundary_still_disables_once(
@@ -85,4 +71,4 @@ def test_sigkill_at_every_step_boundary_still_disables_once(
         assert AuditEvent.objects.filter(workflow=wf, action=AuditAction.WORKFLOW_RESUMED).exists()
         assert verify_chain().ok
     finally:
-        _stop(worker)
+        stop_group(worker)
