@@ -168,14 +168,26 @@ def _validate(t: dict, changes: dict[str, str | None]) -> None:
         raise _invalid_config("Remote log storage is not supported for compacted topics")
 
 
-def _alter_topic(broker, resource, validate_only: bool) -> None:
-    with broker.lock:
-        t = broker.topics.get(resource.resource_name)
-    if t is None:
+def _controller_topic(broker, name: str) -> dict:
+    """The topic as the controller holds it now. A KRaft broker forwards IncrementalAlterConfigs
+    and the controller applies APPEND / SUBTRACT to its own record, so a change acknowledged a
+    moment ago counts even before this broker's metadata cache has it."""
+    try:
+        return broker.controller.topic(name).model_dump()
+    except AgentError as exc:
+        if exc.status == 404:
+            raise _Refused(
+                Errors.UnknownTopicOrPartitionError.errno, f"The topic '{name}' does not exist."
+            ) from None
+        raise _Refused(_CODES.get(exc.error, Errors.UnknownError.errno), exc.message) from None
+    except httpx.HTTPError as exc:
         raise _Refused(
-            Errors.UnknownTopicOrPartitionError.errno,
-            f"The topic '{resource.resource_name}' does not exist.",
-        )
+            Errors.RequestTimedOutError.errno, f"the controller did not answer: {exc}"
+        ) from None
+
+
+def _alter_topic(broker, resource, validate_only: bool) -> None:
+    t = _controller_topic(broker, resource.resource_name)
     changes = _changes(t, resource.configs)
     _validate(t, changes)
     if validate_only or not changes:
