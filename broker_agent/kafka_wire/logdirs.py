@@ -44,6 +44,11 @@ def _by_dir(broker, wanted, version: int) -> dict[str, dict[str, list]]:
     """dir name -> topic -> its replicas' answers (the current ones, then the future ones of a
     move), in one pass over the broker's replicas sorted once, not one per dir."""
     row = row_of(P, version, P_ROW)
+    bulk = getattr(broker, "log_dir_rows", None)  # the synthetic fleet's: the same, at once
+    if bulk is not None:
+        return {
+            d: {t: [row(x) for x in xs] for t, xs in ts.items()} for d, ts in bulk(wanted).items()
+        }
     out: dict[str, dict[str, list]] = {}
     for (topic, p), r in sorted(broker.replicas.items()):
         plog = r.log

@@ -119,9 +119,13 @@ def respond(broker, payload: bytes, session: dict, apis: dict | None = None) -> 
     # 200,000-partition fleet: the objects of its decode, answer and encode would otherwise
     # set off collections that walk all the state a broker (or the whole synthetic fleet)
     # keeps, most of the call's CPU at that size (as the console's Kafka source pauses it).
+    # The request is let go before the collector resumes: alive then, its objects would be
+    # what the collection that follows walks (a second of the fleet's CPU a first sync).
     with gc_paused():
         request = api.request.decode(payload, version=version, header=True)
-        return _encode(api.handle(broker, request, version), version, header.correlation_id)
+        out = _encode(api.handle(broker, request, version), version, header.correlation_id)
+        del request
+    return out
 
 
 def _encode(resp, version: int, correlation_id: int) -> bytes:

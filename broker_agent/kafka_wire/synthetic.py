@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import kafka.errors as Errors
 from kafka.protocol.api_key import ApiKey
 
 from broker_agent.contract.choices import ErrorCode
@@ -51,6 +52,13 @@ READ_APIS = {
         ApiKey.OffsetFetch,
     )
 }
+
+_LATEST, _EARLIEST, _EARLIEST_LOCAL, _LATEST_TIERED = -1, -2, -4, -5
+_BULK_SPECS = frozenset((_LATEST, _EARLIEST, _EARLIEST_LOCAL, _LATEST_TIERED))
+_UNKNOWN_PARTITION = Errors.UnknownTopicOrPartitionError.errno
+_NOT_LEADER = Errors.NotLeaderForPartitionError.errno
+_FENCED = Errors.FencedLeaderEpochError.errno
+_UNKNOWN_EPOCH = Errors.UnknownLeaderEpochError.errno
 
 #: Kafka's defaults for the broker configs DescribeConfigs shows (the fleet keeps no segments).
 SEGMENT_BYTES = 1 << 30
@@ -376,6 +384,65 @@ class SyntheticBroker:
     @property
     def cluster_brokers(self) -> list[dict]:
         return self.fleet.cluster_brokers
+
+    def log_dir_rows(self, wanted: set | None) -> dict[str, dict[str, list[tuple]]]:
+        """:func:`broker_agent.kafka_wire.logdirs._by_dir`'s answer from the hosted indexes at
+        once, without a replica view each: dir -> topic -> ``(partition, size, offset lag,
+        is future)`` in (topic, partition) order, of ``wanted`` only (None: all). A synthetic
+        log has no bytes and no lag, and the fleet moves nothing between dirs."""
+        c = self.fleet.cluster
+        with c.lock:
+            topics, topic_of, start, layout_n = c.topics, c._topic_of, c.topic_start, c._layout_n
+            extra, dirs = c._extra_part, c.log_dirs
+            entries = sorted(
+                (
+                    topics[topic_of[i]],
+                    i - start[topic_of[i]] if i < layout_n else extra[i - layout_n],
+                    i % dirs,
+                )
+                for i in c.hosted[self.broker_id]
+            )
+        names = [f"logdir-{d}" for d in range(dirs)]
+        out: dict[str, dict[str, list[tuple]]] = {}
+        for topic, p, d in entries:
+            if wanted is None or (topic, p) in wanted:
+                out.setdefault(names[d], {}).setdefault(topic, []).append((p, 0, 0, False))
+        return out
+
+    def list_offsets(self, topic, partitions) -> list[tuple[int, int, int, int, int]] | None:
+        """ListOffsets of ``topic``'s requested ``partitions`` at once, under the lock once:
+        :func:`broker_agent.kafka_wire.offsets._partition`'s checks and answers for the specs
+        -1 / -2 / -4 / -5 (a synthetic log's epochs are one entry from its log start, nothing
+        is in remote storage, no dir fails); None for any other spec (the handler answers)."""
+        c = self.fleet.cluster
+        t = c._index.get(topic.name)
+        if t is None:
+            return None
+        out = []
+        with c.lock:
+            parts = c.topic_range(t)
+            n, leo, lso, epochs, b = len(parts), c.leo, c.lso, c.leader_epoch, self.broker_id
+            for req in partitions:
+                p, spec = req.partition_index, req.timestamp
+                if spec not in _BULK_SPECS:
+                    return None
+                if not 0 <= p < n:
+                    out.append((p, _UNKNOWN_PARTITION, -1, -1, -1))
+                    continue
+                i = parts[p]
+                if c.leader(i) != b:
+                    out.append((p, _NOT_LEADER, -1, -1, -1))
+                    continue
+                epoch, current = epochs[i], getattr(req, "current_leader_epoch", -1)
+                if current is not None and current >= 0 and current != epoch:
+                    out.append((p, _FENCED if current < epoch else _UNKNOWN_EPOCH, -1, -1, -1))
+                elif spec == _LATEST:
+                    out.append((p, 0, -1, leo[i], epoch))
+                elif spec == _LATEST_TIERED:  # no remote segment: -1 (KIP-1005)
+                    out.append((p, 0, -1, -1, -1))
+                else:  # -2 / -4: the log start, local and remote alike
+                    out.append((p, 0, -1, lso[i], epoch))
+        return out
 
 
 class SyntheticKafka:

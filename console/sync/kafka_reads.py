@@ -13,6 +13,7 @@ storage (:func:`remote_topics`). A broker whose own calls fail fails alone
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from base64 import urlsafe_b64encode
 from collections import defaultdict
@@ -224,18 +225,26 @@ def _partition_rows(version: int, spec: int, partitions: list[int]) -> list[tupl
     """A ListOffsets request's partitions asking ``spec``, as the tuples of ``version``'s fields
     in wire order, which kafka-python's compiled encoder takes in place of its struct objects:
     the same bytes without a DataContainer built per partition (a leader is asked 10,000)."""
-    names = [f.name for f in _PARTITION._struct.untagged_fields(version)]  # type: ignore[attr-defined]
-    values = {"current_leader_epoch": -1, "timestamp": spec, "max_num_offsets": 1}
-    at = names.index("partition_index")
-    head = tuple(values[n] for n in names[:at])
-    tail = tuple(values[n] for n in names[at + 1 :])
+    head, tail = _partition_fields(version, spec)
     return [(*head, p, *tail) for p in partitions]
 
 
+@functools.cache
+def _partition_fields(version: int, spec: int) -> tuple[tuple, tuple]:
+    """The values before and after ``partition_index`` in :func:`_partition_rows`' tuples."""
+    names = [f.name for f in _PARTITION._struct.untagged_fields(version)]  # type: ignore[attr-defined]
+    values = {"current_leader_epoch": -1, "timestamp": spec, "max_num_offsets": 1}
+    at = names.index("partition_index")
+    return tuple(values[n] for n in names[:at]), tuple(values[n] for n in names[at + 1 :])
+
+
 _PARTITION = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
-#: The newest ListOffsets version asked (v9: KIP-1005's -5), pinned so that the partitions'
-#: tuples (:func:`_partition_rows`) are that version's; a broker's older maximum is used as is.
-LIST_OFFSETS_VERSION = 9
+#: The ListOffsets version asked per spec, pinned so that the partitions' tuples
+#: (:func:`_partition_rows`) are that version's; a broker's older maximum is used as is. -2 / -1
+#: at v5, the newest before the flexible encoding (v6): the same fields without a tagged-field
+#: section per partition, which kafka-python encodes and decodes in Python, on both sides of a
+#: fleet's first sync (400,000 partitions); -4 / -5 at v9 (KIP-1005's -5).
+LIST_OFFSETS_VERSIONS = {EARLIEST: 5, LATEST: 5, EARLIEST_LOCAL: 9, LATEST_TIERED: 9}
 
 
 def _offsets_requests(
@@ -244,9 +253,9 @@ def _offsets_requests(
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, p in led:
         by_topic[topic].append(p)
-    version = min(high, LIST_OFFSETS_VERSION)
     out = {}
     for spec in specs:
+        version = min(high, LIST_OFFSETS_VERSIONS[spec])
         if OFFSET_SPECS[spec] > version:  # the broker predates the spec: its offset stays unknown
             continue
         out[spec] = ListOffsetsRequest(

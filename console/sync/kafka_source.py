@@ -13,6 +13,7 @@ else their neutral value (0, ""). An unreachable or unsupported cluster raises
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -28,7 +29,6 @@ from kafka.net.selector import NetworkSelector
 
 from broker_agent.contract import kafka39
 from broker_agent.contract.choices import ExpirationMode, LogDirState, ReplicaState, TieredState
-from broker_agent.contract.client import gc_paused
 from broker_agent.contract.metadata_rows import metadata_rows_body, metadata_tsv
 from broker_agent.contract.models import (
     SNAPSHOT_TSV_COLUMNS,
@@ -183,6 +183,11 @@ class KafkaClusterSource:
 
     ``client`` holds KafkaAdminClient settings (``Cluster.kafka_client_kwargs()``). A source
     reads the cluster once, at its first call: it is one sync's, like the HTTP source.
+
+    The cyclic GC stays paused from that read to :meth:`close`: the read is millions of
+    kafka-python objects alive for the whole sync, which every collection meanwhile would walk
+    again (the snapshots' rows set off dozens: ~1 s of a 200,000-partition first sync). What a
+    sync allocates besides is freed by reference counting.
     """
 
     def __init__(self, client: dict, *, timeout: float = 8.0, request_timeout: float = 30.0):
@@ -196,6 +201,7 @@ class KafkaClusterSource:
         self._metadata: tuple | None = None
         self._failure: SourceError | None = None
         self._version = int(time.time() * 1000)  # the snapshots' version (they are full)
+        self._gc_paused = False
 
     # -- the one read ------------------------------------------------------------------------
 
@@ -213,9 +219,9 @@ class KafkaClusterSource:
                 try:
                     if self._admin is None:
                         self._admin = self._connect()
-                    with gc_paused():  # decoded on kafka-python's thread meanwhile
-                        self._read = self._admin._manager.run(read_cluster, self._admin)
-                        self._assigned = _assigned(self._read)
+                    self._pause_gc()  # decoded on kafka-python's thread meanwhile
+                    self._read = self._admin._manager.run(read_cluster, self._admin)
+                    self._assigned = _assigned(self._read)
                 except SourceError as exc:
                     self._failure = exc
                 except UnsupportedApi as exc:
@@ -223,8 +229,19 @@ class KafkaClusterSource:
                 except Exception as exc:  # a protocol error mid-read fails the whole read
                     self._failure = SourceError(f"Kafka protocol error: {_error_text(exc)}")
                 if self._failure is not None:
+                    self._resume_gc()
                     raise self._failure
             return self._read
+
+    def _pause_gc(self) -> None:
+        if not self._gc_paused and gc.isenabled():
+            gc.disable()
+            self._gc_paused = True
+
+    def _resume_gc(self) -> None:
+        if self._gc_paused:
+            self._gc_paused = False
+            gc.enable()
 
     @property
     def backend_features(self) -> dict | None:
@@ -238,9 +255,7 @@ class KafkaClusterSource:
         ``(partition, replicas, leader, leader_epoch, isr, offline_replicas)``, their
         ``format=tsv`` rows)]): plain values, computed once per read."""
         if self._metadata is None:
-            read = self.read()
-            with gc_paused():
-                self._metadata = self._metadata_of(read)
+            self._metadata = self._metadata_of(self.read())
         return self._metadata
 
     def _metadata_of(self, read: ClusterRead) -> tuple:
@@ -478,11 +493,9 @@ class KafkaClusterSource:
 
     def snapshot_tsv(self, broker_id: int, url: str, since: int | None) -> bytes:
         """:meth:`snapshot` as the sync stages it: the head as JSON, then COPY rows."""
-        self.read()  # outside the pause: a failed read raises before it
-        with gc_paused():
-            head, replicas = self._snapshot_parts(broker_id)
-            dirs = {d["name"]: tsv_value(d["name"]) for d in head["log_dirs"]} | {None: "\\N"}
-            rows = [_replica_row(broker_id, self._version, dirs, *r) for r in replicas]
+        head, replicas = self._snapshot_parts(broker_id)
+        dirs = {d["name"]: tsv_value(d["name"]) for d in head["log_dirs"]} | {None: "\\N"}
+        rows = [_replica_row(broker_id, self._version, dirs, *r) for r in replicas]
         envelope = BrokerSnapshot(
             **{k: v for k, v in head.items() if k not in ("log_dirs", "dir_moves")},
             log_dirs=[LogDirInfo(**d) for d in head["log_dirs"]],
@@ -526,6 +539,7 @@ class KafkaClusterSource:
                 self._admin = None
             self._read = self._metadata = None
             self._assigned = {}
+            self._resume_gc()
 
 
 # -- rows ------------------------------------------------------------------------------------
