@@ -135,6 +135,10 @@ def credentials(home: Path) -> tuple[str, str]:
     return data["access_key"], data["secret_key"]
 
 
+class PortTaken(RuntimeError):
+    """SeaweedFS could not bind a port found free a moment before: another process took it."""
+
+
 def start_seaweedfs(home: Path, *, s3_port: int, log: Path | None = None) -> EmbeddedS3:
     """Start ``weed server`` with its S3 gateway on ``127.0.0.1:s3_port``, data in
     ``home/seaweedfs``, and wait until the S3 API answers a signed request."""
@@ -178,6 +182,7 @@ def start_seaweedfs(home: Path, *, s3_port: int, log: Path | None = None) -> Emb
         f"-s3.config={config}",
     ]
     log_path = log or home / "seaweedfs.log"
+    logged = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "ab") as out:
         process = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -190,7 +195,11 @@ def start_seaweedfs(home: Path, *, s3_port: int, log: Path | None = None) -> Emb
     deadline = time.monotonic() + START_SECONDS
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"SeaweedFS exited with code {process.returncode}; see {log_path}")
+            with open(log_path, "rb") as f:
+                f.seek(logged)
+                taken = b"address already in use" in f.read()
+            error = PortTaken if taken else RuntimeError
+            raise error(f"SeaweedFS exited with code {process.returncode}; see {log_path}")
         if _answers(server.endpoint) and _list_buckets_ok(probe_config, server):
             return server
         if time.monotonic() > deadline:
@@ -299,6 +308,10 @@ def ensure_object_store(run_dir: Path, *, log: Path | None = None) -> tuple[str,
     return f"Object store {config.describe()}: {what}", started
 
 
+#: Starts of a private store on fresh ports before a port taken meanwhile fails it.
+PORT_ATTEMPTS = 3
+
+
 @contextlib.contextmanager
 def private_store(home: Path, prefix: str) -> Iterator[ObjectStoreConfig]:
     """An object store of one's own for the tests and the benchmarks: the one
@@ -312,7 +325,16 @@ def private_store(home: Path, prefix: str) -> Iterator[ObjectStoreConfig]:
     server = None
     try:
         if not os.environ.get("STRATA_S3_ENDPOINT_URL"):
-            server = start_seaweedfs(home, s3_port=free_port(with_grpc=True))
+            # A port found free can be taken before SeaweedFS binds it (a `make run` or a
+            # simulated cluster starting meanwhile picks ports too): then again, on new ones.
+            for attempt in range(PORT_ATTEMPTS):
+                try:
+                    server = start_seaweedfs(home, s3_port=free_port(with_grpc=True))
+                    break
+                except PortTaken:
+                    if attempt == PORT_ATTEMPTS - 1:
+                        raise
+            assert server is not None
             os.environ.update(server.env())
         os.environ["STRATA_REMOTE_STORE"] = f"s3://{DEFAULT_BUCKET}/{prefix}"
         config = ObjectStoreConfig.from_env()

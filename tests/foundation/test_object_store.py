@@ -120,3 +120,32 @@ def test_health_shows_the_store_as_the_workers_probed_it(client, object_store, m
     back = probe_object_store()
     assert back.ok and back.failing_since is None
     assert client.get("/api/v1/health").json()["object_store"] == "ok"
+
+
+@pytest.mark.integration
+def test_a_private_store_starts_again_on_new_ports_when_one_was_taken_meanwhile(
+    monkeypatch, tmp_path
+):
+    """A port found free and taken before SeaweedFS binds it (a `make run` starting beside
+    the suite took the S3 port once) costs a second start on fresh ports, not the suite."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    real, given = seaweedfs.free_port, []
+
+    def free_port(*, with_grpc: bool = False) -> int:
+        given.append(with_grpc)
+        return port if len(given) == 1 else real(with_grpc=with_grpc)  # the S3 port, first
+
+    monkeypatch.setattr(seaweedfs, "free_port", free_port)
+    monkeypatch.delenv("STRATA_S3_ENDPOINT_URL", raising=False)
+    try:
+        with seaweedfs.private_store(tmp_path, "retry") as config:
+            assert config.endpoint_url != f"http://127.0.0.1:{port}"
+            assert probe(config) is None
+    finally:
+        taken.close()
+    assert "address already in use" in (tmp_path / "seaweedfs.log").read_text()
