@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from types import SimpleNamespace
+
 import pytest
 
 from broker_agent.contract.objectstore import (
@@ -122,30 +125,58 @@ def test_health_shows_the_store_as_the_workers_probed_it(client, object_store, m
     assert client.get("/api/v1/health").json()["object_store"] == "ok"
 
 
-@pytest.mark.integration
-def test_a_private_store_starts_again_on_new_ports_when_one_was_taken_meanwhile(
+def _fake_weed(tmp_path, monkeypatch, says: str, code: int) -> None:
+    script = tmp_path / "weed"
+    script.write_text(f"#!/bin/sh\necho '{says}'\nexit {code}\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(seaweedfs, "weed_binary", lambda: script)
+
+
+def test_seaweedfs_exiting_on_a_taken_port_says_so_and_on_anything_else_does_not(
     monkeypatch, tmp_path
 ):
-    """A port found free and taken before SeaweedFS binds it (a `make run` starting beside
-    the suite took the S3 port once) costs a second start on fresh ports, not the suite."""
-    import socket
+    """What it printed since this start decides (the log is appended across starts)."""
+    taken = "F1128 s3.go:434 listen tcp 127.0.0.1:1: bind: address already in use"
+    _fake_weed(tmp_path, monkeypatch, taken, 255)
+    with pytest.raises(seaweedfs.PortTaken):
+        seaweedfs.start_seaweedfs(tmp_path, s3_port=1)
+    _fake_weed(tmp_path, monkeypatch, "panic: something else", 2)
+    with pytest.raises(RuntimeError) as err:
+        seaweedfs.start_seaweedfs(tmp_path, s3_port=1)
+    assert not isinstance(err.value, seaweedfs.PortTaken)
 
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    port = taken.getsockname()[1]
-    real, given = seaweedfs.free_port, []
 
-    def free_port(*, with_grpc: bool = False) -> int:
-        given.append(with_grpc)
-        return port if len(given) == 1 else real(with_grpc=with_grpc)  # the S3 port, first
+def _starts(monkeypatch, taken: int) -> list[int]:
+    """``start_seaweedfs`` whose first ``taken`` starts find their port taken and whose next
+    one is the suite's own store (already running); the S3 ports asked, in order."""
+    store = {k: os.environ[k] for k in ("STRATA_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+                                        "AWS_SECRET_ACCESS_KEY")}  # fmt: skip
+    asked: list[int] = []
 
-    monkeypatch.setattr(seaweedfs, "free_port", free_port)
-    monkeypatch.delenv("STRATA_S3_ENDPOINT_URL", raising=False)
-    try:
-        with seaweedfs.private_store(tmp_path, "retry") as config:
-            assert config.endpoint_url != f"http://127.0.0.1:{port}"
-            assert probe(config) is None
-    finally:
-        taken.close()
-    assert "address already in use" in (tmp_path / "seaweedfs.log").read_text()
+    def start(home, *, s3_port: int, log=None):
+        asked.append(s3_port)
+        if len(asked) <= taken:
+            raise seaweedfs.PortTaken("SeaweedFS exited with code 255")
+        return SimpleNamespace(env=lambda: store, stop=lambda timeout=0: None)
+
+    monkeypatch.setattr(seaweedfs, "start_seaweedfs", start)
+    monkeypatch.delenv("STRATA_S3_ENDPOINT_URL")
+    return asked
+
+
+def test_a_private_store_starts_again_on_new_ports_when_one_was_taken_meanwhile(
+    monkeypatch, tmp_path, object_store
+):
+    """A port found free can be taken before SeaweedFS binds it (a `make run` starting beside
+    the suite once took the S3 port and every test errored): another start, on a new port."""
+    asked = _starts(monkeypatch, taken=seaweedfs.PORT_ATTEMPTS - 1)
+    with seaweedfs.private_store(tmp_path, "retry") as config:
+        assert probe(config) is None
+    assert len(asked) == seaweedfs.PORT_ATTEMPTS
+
+
+def test_a_private_store_gives_up_after_its_attempts(monkeypatch, tmp_path, object_store):
+    asked = _starts(monkeypatch, taken=seaweedfs.PORT_ATTEMPTS)
+    with pytest.raises(seaweedfs.PortTaken), seaweedfs.private_store(tmp_path, "retry"):
+        pass
+    assert len(asked) == seaweedfs.PORT_ATTEMPTS
