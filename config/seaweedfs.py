@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import tenacity
+
 from broker_agent.contract.objectstore import (
     DEFAULT_BUCKET,
     DEFAULT_REMOTE_STORE,
@@ -327,14 +329,11 @@ def private_store(home: Path, prefix: str) -> Iterator[ObjectStoreConfig]:
         if not os.environ.get("STRATA_S3_ENDPOINT_URL"):
             # A port found free can be taken before SeaweedFS binds it (a `make run` or a
             # simulated cluster starting meanwhile picks ports too): then again, on new ones.
-            for attempt in range(PORT_ATTEMPTS):
-                try:
-                    server = start_seaweedfs(home, s3_port=free_port(with_grpc=True))
-                    break
-                except PortTaken:
-                    if attempt == PORT_ATTEMPTS - 1:
-                        raise
-            assert server is not None
+            server = tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(PortTaken),
+                stop=tenacity.stop_after_attempt(PORT_ATTEMPTS),
+                reraise=True,
+            )(lambda: start_seaweedfs(home, s3_port=free_port(with_grpc=True)))
             os.environ.update(server.env())
         os.environ["STRATA_REMOTE_STORE"] = f"s3://{DEFAULT_BUCKET}/{prefix}"
         config = ObjectStoreConfig.from_env()

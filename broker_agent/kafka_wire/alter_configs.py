@@ -13,7 +13,9 @@ anything else is INVALID_REQUEST.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import httpx
 import kafka.errors as Errors
@@ -168,16 +170,16 @@ def _validate(t: dict, changes: dict[str, str | None]) -> None:
         raise _invalid_config("Remote log storage is not supported for compacted topics")
 
 
-def _controller_topic(broker, name: str) -> dict:
-    """The topic as the controller holds it now. A KRaft broker forwards IncrementalAlterConfigs
-    and the controller applies APPEND / SUBTRACT to its own record, so a change acknowledged a
-    moment ago counts even before this broker's metadata cache has it."""
+@contextlib.contextmanager
+def _asking_controller(topic: str) -> Iterator[None]:
+    """The controller's refusals and silence as Kafka error codes (an unknown topic with
+    Kafka's own message)."""
     try:
-        return broker.controller.topic(name).model_dump()
+        yield
     except AgentError as exc:
         if exc.status == 404:
             raise _Refused(
-                Errors.UnknownTopicOrPartitionError.errno, f"The topic '{name}' does not exist."
+                Errors.UnknownTopicOrPartitionError.errno, f"The topic '{topic}' does not exist."
             ) from None
         raise _Refused(_CODES.get(exc.error, Errors.UnknownError.errno), exc.message) from None
     except httpx.HTTPError as exc:
@@ -187,20 +189,19 @@ def _controller_topic(broker, name: str) -> dict:
 
 
 def _alter_topic(broker, resource, validate_only: bool) -> None:
-    t = _controller_topic(broker, resource.resource_name)
+    # A KRaft broker forwards IncrementalAlterConfigs and the controller applies APPEND /
+    # SUBTRACT to its own record: a change acknowledged a moment ago counts even before this
+    # broker's metadata cache has it.
+    name = resource.resource_name
+    with _asking_controller(name):
+        t = broker.controller.topic(name).model_dump()
     changes = _changes(t, resource.configs)
     _validate(t, changes)
     if validate_only or not changes:
         return
     tiering = TopicConfig.REMOTE_STORAGE_ENABLE in changes
-    try:
-        broker.controller.alter_configs(resource.resource_name, changes, drive_brokers=tiering)
-    except AgentError as exc:
-        raise _Refused(_CODES.get(exc.error, Errors.UnknownError.errno), exc.message) from None
-    except httpx.HTTPError as exc:
-        raise _Refused(
-            Errors.RequestTimedOutError.errno, f"the controller did not answer: {exc}"
-        ) from None
+    with _asking_controller(name):
+        broker.controller.alter_configs(name, changes, drive_brokers=tiering)
 
 
 def _cordon(broker, c, validate_only: bool) -> None:

@@ -28,6 +28,7 @@ from broker_agent.contract.client import AgentError
 from broker_agent.kafka_wire import APIS, start_listener
 from broker_agent.kafka_wire.cluster import live_brokers
 from broker_agent.kafka_wire.groups import coordinator_among
+from broker_agent.kafka_wire.offsets import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED
 from broker_agent.simulator.synthetic import DIR_TOTAL_BYTES, DIR_USABLE_BYTES
 
 if TYPE_CHECKING:
@@ -53,8 +54,7 @@ READ_APIS = {
     )
 }
 
-_LATEST, _EARLIEST, _EARLIEST_LOCAL, _LATEST_TIERED = -1, -2, -4, -5
-_BULK_SPECS = frozenset((_LATEST, _EARLIEST, _EARLIEST_LOCAL, _LATEST_TIERED))
+_BULK_SPECS = frozenset((LATEST, EARLIEST, EARLIEST_LOCAL, LATEST_TIERED))
 _UNKNOWN_PARTITION = Errors.UnknownTopicOrPartitionError.errno
 _NOT_LEADER = Errors.NotLeaderForPartitionError.errno
 _FENCED = Errors.FencedLeaderEpochError.errno
@@ -436,9 +436,9 @@ class SyntheticBroker:
                 epoch, current = epochs[i], getattr(req, "current_leader_epoch", -1)
                 if current is not None and current >= 0 and current != epoch:
                     out.append((p, _FENCED if current < epoch else _UNKNOWN_EPOCH, -1, -1, -1))
-                elif spec == _LATEST:
+                elif spec == LATEST:
                     out.append((p, 0, -1, leo[i], epoch))
-                elif spec == _LATEST_TIERED:  # no remote segment: -1 (KIP-1005)
+                elif spec == LATEST_TIERED:  # no remote segment: -1 (KIP-1005)
                     out.append((p, 0, -1, -1, -1))
                 else:  # -2 / -4: the log start, local and remote alike
                     out.append((p, 0, -1, lso[i], epoch))

@@ -13,7 +13,7 @@ else their neutral value (0, ""). An unreachable or unsupported cluster raises
 
 from __future__ import annotations
 
-import gc
+import contextlib
 import hashlib
 import json
 import logging
@@ -29,6 +29,7 @@ from kafka.net.selector import NetworkSelector
 
 from broker_agent.contract import kafka39
 from broker_agent.contract.choices import ExpirationMode, LogDirState, ReplicaState, TieredState
+from broker_agent.contract.client import gc_paused
 from broker_agent.contract.metadata_rows import metadata_rows_body, metadata_tsv
 from broker_agent.contract.models import (
     SNAPSHOT_TSV_COLUMNS,
@@ -201,7 +202,7 @@ class KafkaClusterSource:
         self._metadata: tuple | None = None
         self._failure: SourceError | None = None
         self._version = int(time.time() * 1000)  # the snapshots' version (they are full)
-        self._gc_paused = False
+        self._gc = contextlib.ExitStack()  # the GC's pause, from the read to close()
 
     # -- the one read ------------------------------------------------------------------------
 
@@ -219,7 +220,7 @@ class KafkaClusterSource:
                 try:
                     if self._admin is None:
                         self._admin = self._connect()
-                    self._pause_gc()  # decoded on kafka-python's thread meanwhile
+                    self._gc.enter_context(gc_paused())  # decoded on kafka-python's thread
                     self._read = self._admin._manager.run(read_cluster, self._admin)
                     self._assigned = _assigned(self._read)
                 except SourceError as exc:
@@ -229,19 +230,9 @@ class KafkaClusterSource:
                 except Exception as exc:  # a protocol error mid-read fails the whole read
                     self._failure = SourceError(f"Kafka protocol error: {_error_text(exc)}")
                 if self._failure is not None:
-                    self._resume_gc()
+                    self._gc.close()
                     raise self._failure
             return self._read
-
-    def _pause_gc(self) -> None:
-        if not self._gc_paused and gc.isenabled():
-            gc.disable()
-            self._gc_paused = True
-
-    def _resume_gc(self) -> None:
-        if self._gc_paused:
-            self._gc_paused = False
-            gc.enable()
 
     @property
     def backend_features(self) -> dict | None:
@@ -539,7 +530,7 @@ class KafkaClusterSource:
                 self._admin = None
             self._read = self._metadata = None
             self._assigned = {}
-            self._resume_gc()
+            self._gc.close()
 
 
 # -- rows ------------------------------------------------------------------------------------
